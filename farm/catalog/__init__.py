@@ -1,0 +1,240 @@
+"""The kernel catalog: one KernelSpec per built-in kernel, registered by name.
+
+A KernelSpec says everything the farm needs about a kernel: its WGSL source
+(`kernels/<name>.wgsl`), the schedule space and default, how to check a schedule
+against the adapter and problem, a seed-derived input generator, the numpy
+reference and tolerance, and `launch()`: the exact buffer wiring, constants and
+workgroup count. Certification (farm.oracle), tuning (farm.cluster) and the
+runtime library (farm.runtime) all go through `launch()`, so the runtime path is
+the certified path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from farm.gpu import MAX_GROUPS_PER_DIM, HardwareProfile
+from farm.schedule import InvalidSchedule, Problem, Schedule
+
+DEFAULT_SCHEDULE = Schedule(workgroup_size=64)
+
+
+@dataclass
+class Arg:
+    """One binding, in binding order. Inputs carry `data`; outputs carry dtype+shape."""
+
+    name: str
+    kind: str  # "read" | "storage" | "uniform"
+    data: np.ndarray | None = None
+    dtype: type = np.float32
+    shape: tuple[int, ...] = ()
+    output: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        if self.data is not None:
+            return int(self.data.nbytes)
+        return int(np.dtype(self.dtype).itemsize * int(np.prod(self.shape, dtype=np.int64)))
+
+
+@dataclass
+class Launch:
+    """A ready-to-dispatch kernel: rendered source, override constants, bindings, groups."""
+
+    source: str
+    args: list[Arg]
+    groups: int | tuple[int, int, int]
+    constants: dict[str, float] = field(default_factory=dict)
+    entry_point: str = "main"
+    workgroup_bytes: int = 0  # workgroup memory the schedule declares
+
+
+def kernels_dir() -> Path:
+    """Where the .wgsl sources live: shipped inside the package as farm/kernels_wgsl,
+    or the repository's kernels/ when running from a checkout."""
+    packaged = resources.files("farm") / "kernels_wgsl"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parents[2] / "kernels"
+
+
+@cache
+def read_source(filename: str) -> str:
+    return (kernels_dir() / filename).read_text()
+
+
+def render(template: str, values: dict[str, object]) -> str:
+    """Substitute `{{NAME}}` placeholders; refuses to leave one unfilled."""
+    out = template
+    for key, value in values.items():
+        out = out.replace("{{" + key + "}}", str(value))
+    if "{{" in out:
+        start = out.index("{{")
+        raise KeyError(f"unfilled template placeholder {out[start:out.index('}}', start) + 2]}")
+    return out
+
+
+class KernelSpec:
+    """Base class; each kernel module subclasses it and registers an instance."""
+
+    name: str = ""
+    source_file: str = ""
+    dims: tuple[str, ...] = ()
+    space: dict[str, tuple[int, ...]] = {}
+    default: Schedule = DEFAULT_SCHEDULE
+    exact: bool = False
+    atol: float = 1e-4
+    rtol: float = 1e-4
+
+    # -- source ----------------------------------------------------------------
+    def template(self) -> str:
+        return read_source(self.source_file)
+
+    def source_hash(self) -> str:
+        """Hash of the WGSL schedules emit from: a changed kernel makes old winners stale."""
+        return hashlib.sha256(self.template().encode()).hexdigest()[:16]
+
+    # -- problems --------------------------------------------------------------
+    def problem(self, **dims: int) -> Problem:
+        missing = [d for d in self.dims if d not in dims]
+        extra = [d for d in dims if d not in self.dims]
+        if missing or extra:
+            raise ValueError(f"{self.name} problem needs {self.dims}; got {tuple(dims)}")
+        return Problem.of(**{d: dims[d] for d in self.dims})
+
+    def default_problems(self, profile: HardwareProfile) -> list[Problem]:
+        """Sizes `farm tune --all` uses: small on CPU adapters, realistic on GPUs."""
+        raise NotImplementedError
+
+    def certify_problems(self) -> list[Problem]:
+        """A few sizes for `farm certify`, including ones that are not tile multiples."""
+        raise NotImplementedError
+
+    # -- schedules -------------------------------------------------------------
+    def schedules(self) -> list[Schedule]:
+        """Every schedule in the space (the cartesian product of knob values)."""
+        names = list(self.space)
+        return [Schedule.of(**dict(zip(names, values))) for values in itertools.product(*self.space.values())]
+
+    def sample_schedules(self, count: int, seed: int = 0) -> list[Schedule]:
+        everything = self.schedules()
+        rng = random.Random(seed)
+        return rng.sample(everything, min(count, len(everything)))
+
+    def check(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
+        """Raise InvalidSchedule when `schedule` can't run `problem` on `profile`."""
+        for knob in schedule.as_dict():
+            if knob not in self.space:
+                raise InvalidSchedule(self.name, schedule, f"unknown knob {knob!r} (space: {sorted(self.space)})")
+        wg = schedule.workgroup_size
+        max_inv = profile.limit("max-compute-invocations-per-workgroup")
+        max_x = profile.limit("max-compute-workgroup-size-x")
+        if wg < 1 or wg > min(max_inv, max_x):
+            raise InvalidSchedule(
+                self.name,
+                schedule,
+                f"workgroup_size {wg} exceeds max-compute-invocations-per-workgroup {max_inv}"
+                if wg > 0
+                else f"workgroup_size {wg} < 1",
+            )
+        self.check_knobs(schedule, problem, profile)
+
+    def check_knobs(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
+        """Kernel-specific checks (divisibility, feature needs); base has none."""
+
+    # -- data ------------------------------------------------------------------
+    def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
+        """Deterministic inputs: the same seed gives the same bytes on any machine."""
+        raise NotImplementedError
+
+    def reference(self, problem: Problem, schedule: Schedule, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def launch(self, schedule: Schedule, problem: Problem, inputs: dict[str, np.ndarray]) -> Launch:
+        raise NotImplementedError
+
+    def tolerance(self, problem: Problem) -> tuple[float, float]:
+        """(atol, rtol) for `problem`; ignored when `exact`."""
+        return (self.atol, self.rtol)
+
+    def work(self, problem: Problem) -> tuple[float, float]:
+        """(flops, bytes moved) for throughput reporting."""
+        return (0.0, 0.0)
+
+
+def rng_for(seed: int, *salt: object) -> np.random.Generator:
+    """A PCG64 generator whose stream depends only on seed + salt (portable bytes)."""
+    digest = hashlib.sha256(repr((seed,) + salt).encode()).digest()
+    return np.random.Generator(np.random.PCG64(int.from_bytes(digest[:8], "little")))
+
+
+def check_launch(spec: KernelSpec, schedule: Schedule, launch: Launch, profile: HardwareProfile) -> None:
+    """Limits every launch must respect, checked before compiling."""
+    storage = profile.limit("max-compute-workgroup-storage-size")
+    if launch.workgroup_bytes > storage:
+        raise InvalidSchedule(
+            spec.name,
+            schedule,
+            f"needs {launch.workgroup_bytes} bytes of workgroup storage > max-compute-workgroup-storage-size {storage}",
+        )
+    max_binding = profile.limit("max-storage-buffer-binding-size")
+    for arg in launch.args:
+        if arg.kind != "uniform" and arg.nbytes > max_binding:
+            raise InvalidSchedule(
+                spec.name,
+                schedule,
+                f"buffer {arg.name} of {arg.nbytes} bytes > max-storage-buffer-binding-size {max_binding}",
+            )
+    groups = launch.groups
+    count = groups if isinstance(groups, int) else groups[0] * groups[1] * groups[2]
+    if count > MAX_GROUPS_PER_DIM * MAX_GROUPS_PER_DIM:
+        raise InvalidSchedule(spec.name, schedule, f"{count} workgroups > {MAX_GROUPS_PER_DIM}^2")
+
+
+_REGISTRY: dict[str, KernelSpec] = {}
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def get(name: str) -> KernelSpec:
+    _load_all()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown kernel {name!r}; known: {', '.join(names())}") from None
+
+
+def names() -> list[str]:
+    _load_all()
+    return list(_REGISTRY)
+
+
+def all_specs() -> list[KernelSpec]:
+    _load_all()
+    return list(_REGISTRY.values())
+
+
+KERNEL_MODULES = ("topk", "ternary_gemv", "p64_project", "gemm", "gemv", "fft", "recurrent")
+
+
+@cache
+def _load_all() -> None:
+    import importlib
+
+    for module in KERNEL_MODULES:
+        try:
+            importlib.import_module(f"farm.catalog.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"farm.catalog.{module}":
+                raise

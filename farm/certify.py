@@ -1,0 +1,57 @@
+"""`farm certify`: each kernel's default and sampled schedules over its certify problems."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from farm import catalog, oracle
+from farm.gpu import Device
+
+
+@dataclass(frozen=True)
+class CertifyRow:
+    kernel: str
+    problem: str
+    schedule: str
+    status: str
+    max_abs: float
+    max_rel: float
+    message: str
+
+
+def certify_kernels(kernels: list[str], schedules: int = 4, seed: int = 0, device: Device | None = None) -> list[CertifyRow]:
+    device = device or Device()
+    print(f"adapter: {device.profile.summary}  topology {device.profile.topology_hash()[:16]}")
+    rows = []
+    for name in kernels:
+        spec = catalog.get(name)
+        candidates = [spec.default] + [s for s in spec.sample_schedules(schedules, seed) if s != spec.default]
+        for problem in spec.certify_problems():
+            for schedule in candidates:
+                result = oracle.certify(spec, schedule, problem, device, seed)
+                rows.append(
+                    CertifyRow(
+                        name,
+                        problem.key(),
+                        str(schedule),
+                        result.status.value,
+                        result.metrics.max_abs,
+                        result.metrics.max_rel,
+                        result.message,
+                    )
+                )
+    return rows
+
+
+def format_table(rows: list[CertifyRow]) -> str:
+    header = f"{'kernel':<14} {'problem':<26} {'status':<17} {'max_abs':>10} {'max_rel':>10}  schedule"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        note = f"  ({r.message})" if r.status != "ok" else ""
+        lines.append(
+            f"{r.kernel:<14} {r.problem:<26} {r.status:<17} {r.max_abs:>10.2e} {r.max_rel:>10.2e}  {r.schedule}{note}"
+        )
+    ok = sum(r.status == "ok" for r in rows)
+    invalid = sum(r.status == "invalid_schedule" for r in rows)
+    lines.append(f"{ok} certified, {invalid} rejected as invalid, {len(rows) - ok - invalid} failed")
+    return "\n".join(lines)

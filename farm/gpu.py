@@ -1,0 +1,471 @@
+"""The wgpu executor: adapter choice, hardware profile, compile, bind, dispatch, time.
+
+One small backend in the spirit of tinygrad's: a `Device` owns one wgpu device
+and queue, compiles pipelines (cached per source + constants), allocates
+buffers (with byte accounting), dispatches, reads back and times with GPU
+timestamp queries. Every wgpu failure becomes a `GpuError` that names the step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+MAX_GROUPS_PER_DIM = 65535
+PREFERRED_BACKENDS = ("Vulkan", "Metal", "D3D12")
+
+# Limits that change which schedules are legal or fast: part of the topology hash.
+TOPOLOGY_LIMITS = (
+    "max-compute-workgroup-size-x",
+    "max-compute-workgroup-size-y",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroup-storage-size",
+    "max-compute-workgroups-per-dimension",
+    "max-storage-buffer-binding-size",
+    "max-buffer-size",
+    "max-storage-buffers-per-shader-stage",
+)
+# Features that change which kernels can be emitted.
+TOPOLOGY_FEATURES = ("timestamp-query", "subgroup", "shader-f16", "shader-f64")
+
+_instance_configured = False
+
+
+class GpuError(RuntimeError):
+    """A wgpu failure at a named step (compile, pipeline, bind, dispatch, readback)."""
+
+    def __init__(self, step: str, message: str, kernel: str = "", schedule: Any = None):
+        self.step = step
+        self.kernel = kernel
+        self.schedule = schedule
+        where = f" for kernel {kernel!r}" if kernel else ""
+        sched = f" schedule {schedule}" if schedule is not None else ""
+        super().__init__(f"{step} failed{where}{sched}: {message}")
+
+
+class NoAdapterError(RuntimeError):
+    pass
+
+
+def _configure_instance() -> None:
+    """Ask for ns-normalized timestamps; must run before the first adapter request."""
+    global _instance_configured
+    if _instance_configured:
+        return
+    os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+    from wgpu.backends.wgpu_native import extras
+
+    try:
+        extras.set_instance_extras(flags=["Default", "AutomaticTimestampNormalization"])
+    except Exception:  # noqa: BLE001 - instance already created by someone else
+        pass
+    _instance_configured = True
+
+
+def enumerate_adapters() -> list:
+    """Every compute-capable adapter wgpu sees, preferred ones first."""
+    _configure_instance()
+    import wgpu
+
+    adapters = wgpu.gpu.enumerate_adapters_sync()
+    return sorted(adapters, key=_adapter_rank)
+
+
+def _adapter_rank(adapter) -> tuple[int, int]:
+    info = adapter.info
+    type_rank = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
+    backend = info.get("backend_type", "")
+    backend_rank = 0 if backend in PREFERRED_BACKENDS else 1
+    return (backend_rank, type_rank.get(info.get("adapter_type", ""), 4))
+
+
+def choose_adapter(spec: str | None = None):
+    """The adapter to use: `spec` (or $FARM_ADAPTER) as an index or summary substring,
+    otherwise the best GPU on Vulkan/Metal/D3D12, otherwise a CPU adapter."""
+    adapters = enumerate_adapters()
+    if not adapters:
+        raise NoAdapterError(
+            "no wgpu adapter found; on Debian install mesa-vulkan-drivers for a CPU adapter"
+        )
+    spec = spec if spec is not None else os.environ.get("FARM_ADAPTER")
+    if spec:
+        if spec.isdigit():
+            index = int(spec)
+            if index >= len(adapters):
+                raise NoAdapterError(
+                    f"FARM_ADAPTER index {index} out of range: {len(adapters)} adapters"
+                )
+            return adapters[index]
+        for adapter in adapters:
+            if spec.lower() in adapter.summary.lower():
+                return adapter
+        names = "; ".join(a.summary for a in adapters)
+        raise NoAdapterError(f"no adapter matches FARM_ADAPTER={spec!r}; have: {names}")
+    return adapters[0]
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """What identifies an adapter for tuning purposes; winners are keyed by its hash."""
+
+    backend: str
+    adapter_type: str
+    vendor_id: int
+    device_id: int
+    device_name: str
+    driver_description: str
+    limits: tuple[tuple[str, int], ...]
+    features: tuple[str, ...]
+
+    @classmethod
+    def from_adapter(cls, adapter) -> HardwareProfile:
+        info = adapter.info
+        limits = adapter.limits
+        return cls(
+            backend=str(info.get("backend_type", "")),
+            adapter_type=str(info.get("adapter_type", "")),
+            vendor_id=int(info.get("vendor_id", 0)),
+            device_id=int(info.get("device_id", 0)),
+            device_name=str(info.get("device", "")),
+            driver_description=str(info.get("description", "")),
+            limits=tuple((k, int(limits[k])) for k in TOPOLOGY_LIMITS if k in limits),
+            features=tuple(sorted(f for f in adapter.features if f in TOPOLOGY_FEATURES)),
+        )
+
+    def topology_hash(self) -> str:
+        payload = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def limit(self, name: str) -> int:
+        return dict(self.limits)[name]
+
+    def has(self, feature: str) -> bool:
+        return feature in self.features
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.adapter_type == "CPU"
+
+    @property
+    def summary(self) -> str:
+        return f"{self.device_name} ({self.adapter_type}) via {self.backend}"
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["limits"] = dict(self.limits)
+        data["features"] = list(self.features)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> HardwareProfile:
+        return cls(
+            **{k: data[k] for k in ("backend", "adapter_type", "vendor_id", "device_id")},
+            device_name=data["device_name"],
+            driver_description=data["driver_description"],
+            limits=tuple(sorted(data["limits"].items(), key=lambda kv: TOPOLOGY_LIMITS.index(kv[0]))),
+            features=tuple(sorted(data["features"])),
+        )
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-dispatch times in nanoseconds over `reps` measured runs after warm-up."""
+
+    median_ns: float
+    p20_ns: float
+    p80_ns: float
+    min_ns: float
+    reps: int
+    method: str  # "timestamp" (GPU) or "host"
+
+    @classmethod
+    def from_samples(cls, samples: list[float], method: str) -> Timing:
+        ordered = sorted(samples)
+        return cls(
+            median_ns=float(statistics.median(ordered)),
+            p20_ns=float(_quantile(ordered, 0.2)),
+            p80_ns=float(_quantile(ordered, 0.8)),
+            min_ns=float(ordered[0]),
+            reps=len(ordered),
+            method=method,
+        )
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    return float(np.quantile(np.asarray(ordered, dtype=np.float64), q))
+
+
+def fold_groups(count: int, max_per_dim: int = MAX_GROUPS_PER_DIM) -> tuple[int, int, int]:
+    """Fold a linear workgroup count into a 2-D grid that respects the per-dimension cap.
+
+    Kernels recover the linear id as `wid.x + wid.y * nwg.x` and skip ids >= count.
+    """
+    if count < 1:
+        raise ValueError(f"workgroup count must be >= 1, got {count}")
+    if count <= max_per_dim:
+        return (count, 1, 1)
+    y = -(-count // max_per_dim)
+    if y > max_per_dim:
+        raise ValueError(f"workgroup count {count} exceeds {max_per_dim}^2")
+    x = -(-count // y)
+    return (x, y, 1)
+
+
+@dataclass
+class Buffer:
+    """A device buffer and its role in a binding (storage, read-only storage or uniform)."""
+
+    handle: Any
+    nbytes: int
+    kind: str  # "read" | "storage" | "uniform"
+
+
+@dataclass
+class Pipeline:
+    handle: Any
+    label: str
+    layout_kinds: tuple[str, ...] = field(default=())
+
+
+class Device:
+    """One wgpu device + queue with a pipeline cache and buffer byte accounting."""
+
+    def __init__(self, adapter=None):
+        import wgpu
+
+        self._wgpu = wgpu
+        self.adapter = adapter if adapter is not None else choose_adapter()
+        self.profile = HardwareProfile.from_adapter(self.adapter)
+        features = [f for f in ("timestamp-query", "subgroup", "shader-f16") if f in self.adapter.features]
+        limits = {k: self.adapter.limits[k] for k in TOPOLOGY_LIMITS if k in self.adapter.limits}
+        try:
+            self.device = self.adapter.request_device_sync(
+                required_features=features, required_limits=limits
+            )
+        except Exception as exc:  # noqa: BLE001 - any wgpu failure becomes a GpuError
+            raise GpuError("device", str(exc)) from exc
+        self.timestamps = "timestamp-query" in features
+        self._pipelines: dict[str, Pipeline] = {}
+        self.bytes_in_use = 0
+        self.bytes_peak = 0
+
+    # -- compile -----------------------------------------------------------------
+    def pipeline(
+        self,
+        source: str,
+        entry_point: str = "main",
+        constants: dict[str, float] | None = None,
+        label: str = "",
+        schedule: Any = None,
+    ) -> Pipeline:
+        """Compile (or fetch from cache) a compute pipeline for `source` + `constants`."""
+        constants = dict(constants or {})
+        key = hashlib.sha256(
+            (source + entry_point + json.dumps(constants, sort_keys=True)).encode()
+        ).hexdigest()
+        cached = self._pipelines.get(key)
+        if cached is not None:
+            return cached
+        try:
+            module = self.device.create_shader_module(code=source, label=label)
+        except Exception as exc:  # noqa: BLE001
+            raise GpuError("compile", str(exc), label, schedule) from exc
+        stage = {"module": module, "entry_point": entry_point}
+        if constants:
+            stage["constants"] = constants
+        try:
+            handle = self.device.create_compute_pipeline(layout="auto", compute=stage, label=label)
+        except Exception as exc:  # noqa: BLE001
+            raise GpuError("pipeline", str(exc), label, schedule) from exc
+        pipeline = Pipeline(handle=handle, label=label)
+        self._pipelines[key] = pipeline
+        return pipeline
+
+    @property
+    def cached_pipelines(self) -> int:
+        return len(self._pipelines)
+
+    # -- buffers -----------------------------------------------------------------
+    def upload(self, data: np.ndarray | bytes, kind: str = "read") -> Buffer:
+        """A buffer holding `data`; `kind` is read (read-only storage), storage or uniform."""
+        raw = data if isinstance(data, (bytes, bytearray, memoryview)) else np.ascontiguousarray(data).tobytes()
+        nbytes = max(_align4(len(raw)), 4 if kind != "uniform" else 16)
+        buffer = self.empty(nbytes, kind)
+        if raw:
+            try:
+                self.device.queue.write_buffer(buffer.handle, 0, bytes(raw))
+            except Exception as exc:  # noqa: BLE001
+                self.release(buffer)
+                raise GpuError("bind", f"upload of {len(raw)} bytes: {exc}") from exc
+        return buffer
+
+    def empty(self, nbytes: int, kind: str = "storage") -> Buffer:
+        usage = self._wgpu.BufferUsage
+        flags = usage.COPY_DST | usage.COPY_SRC
+        flags |= usage.UNIFORM if kind == "uniform" else usage.STORAGE
+        nbytes = max(_align4(nbytes), 4)
+        try:
+            handle = self.device.create_buffer(size=nbytes, usage=flags)
+        except Exception as exc:  # noqa: BLE001
+            raise GpuError("bind", f"allocating {nbytes} bytes: {exc}") from exc
+        self.bytes_in_use += nbytes
+        self.bytes_peak = max(self.bytes_peak, self.bytes_in_use)
+        return Buffer(handle=handle, nbytes=nbytes, kind=kind)
+
+    def release(self, *buffers: Buffer) -> None:
+        for buffer in buffers:
+            if buffer.handle is None:
+                continue
+            buffer.handle.destroy()
+            buffer.handle = None
+            self.bytes_in_use -= buffer.nbytes
+
+    def read(self, buffer: Buffer, dtype=np.float32, count: int | None = None) -> np.ndarray:
+        try:
+            raw = self.device.queue.read_buffer(buffer.handle)
+        except Exception as exc:  # noqa: BLE001
+            raise GpuError("readback", str(exc)) from exc
+        out = np.frombuffer(bytes(raw), dtype=dtype)
+        return out[:count].copy() if count is not None else out.copy()
+
+    def write(self, buffer: Buffer, data: np.ndarray | bytes) -> None:
+        raw = data if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes()
+        self.device.queue.write_buffer(buffer.handle, 0, raw)
+
+    # -- dispatch ----------------------------------------------------------------
+    def bind(self, pipeline: Pipeline, buffers: list[Buffer], schedule: Any = None):
+        entries = [
+            {"binding": i, "resource": {"buffer": b.handle, "offset": 0, "size": b.nbytes}}
+            for i, b in enumerate(buffers)
+        ]
+        try:
+            layout = pipeline.handle.get_bind_group_layout(0)
+            return self.device.create_bind_group(layout=layout, entries=entries)
+        except Exception as exc:  # noqa: BLE001
+            raise GpuError("bind", str(exc), pipeline.label, schedule) from exc
+
+    def dispatch(
+        self,
+        pipeline: Pipeline,
+        buffers: list[Buffer],
+        groups: int | tuple[int, int, int],
+        schedule: Any = None,
+        wait: bool = True,
+    ) -> None:
+        """Run one dispatch (linear group counts are folded into 2-D)."""
+        self.dispatch_many([(pipeline, self.bind(pipeline, buffers, schedule), groups)], schedule, wait)
+
+    def dispatch_many(self, calls: list, schedule: Any = None, wait: bool = True) -> None:
+        """Encode several (pipeline, bind_group, groups) dispatches into one submission."""
+        label = calls[0][0].label if calls else ""
+        try:
+            encoder = self.device.create_command_encoder()
+            for pipeline, bind_group, groups in calls:
+                self._encode_pass(encoder, pipeline, bind_group, groups)
+            self.device.queue.submit([encoder.finish()])
+            if wait:
+                self.wait_idle()
+        except GpuError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise GpuError("dispatch", str(exc), label, schedule) from exc
+
+    def wait_idle(self) -> None:
+        """Block until submitted work is done. wgpu-py 0.32's on_submitted_work_done_sync
+        has a broken callback signature, so poll the device (wgpuDevicePoll, wait=True)."""
+        self.device._poll_wait()
+
+    def _encode_pass(self, encoder, pipeline: Pipeline, bind_group, groups, timestamp_writes=None):
+        grid = fold_groups(groups) if isinstance(groups, int) else groups
+        if max(grid) > MAX_GROUPS_PER_DIM:
+            raise GpuError("dispatch", f"grid {grid} exceeds {MAX_GROUPS_PER_DIM} per dimension", pipeline.label)
+        compute_pass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes)
+        compute_pass.set_pipeline(pipeline.handle)
+        compute_pass.set_bind_group(0, bind_group)
+        compute_pass.dispatch_workgroups(*grid)
+        compute_pass.end()
+
+    def time(
+        self,
+        pipeline: Pipeline,
+        buffers: list[Buffer],
+        groups: int | tuple[int, int, int],
+        warmup: int = 2,
+        reps: int = 10,
+        schedule: Any = None,
+    ) -> Timing:
+        """Median/p20/p80/min per-dispatch time after `warmup` runs, from GPU timestamps
+        when the adapter has them, host wall time around each synchronous dispatch otherwise."""
+        if reps < 1:
+            raise ValueError(f"reps must be >= 1, got {reps}")
+        bind_group = self.bind(pipeline, buffers, schedule)
+        calls = [(pipeline, bind_group, groups)]
+        for _ in range(max(warmup, 0)):
+            self.dispatch_many(calls, schedule)
+        if self.timestamps:
+            return Timing.from_samples(self._timestamp_samples(pipeline, bind_group, groups, reps, schedule), "timestamp")
+        samples = []
+        for _ in range(reps):
+            start = time.perf_counter_ns()
+            self.dispatch_many(calls, schedule)
+            samples.append(float(time.perf_counter_ns() - start))
+        return Timing.from_samples(samples, "host")
+
+    def _timestamp_samples(self, pipeline, bind_group, groups, reps, schedule) -> list[float]:
+        wgpu = self._wgpu
+        try:
+            query_set = self.device.create_query_set(type="timestamp", count=2 * reps)
+            resolve = self.device.create_buffer(
+                size=16 * reps, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+            )
+            encoder = self.device.create_command_encoder()
+            for i in range(reps):
+                writes = {
+                    "query_set": query_set,
+                    "beginning_of_pass_write_index": 2 * i,
+                    "end_of_pass_write_index": 2 * i + 1,
+                }
+                self._encode_pass(encoder, pipeline, bind_group, groups, writes)
+            encoder.resolve_query_set(query_set, 0, 2 * reps, resolve, 0)
+            self.device.queue.submit([encoder.finish()])
+            stamps = np.frombuffer(bytes(self.device.queue.read_buffer(resolve)), dtype=np.uint64)
+            resolve.destroy()
+            query_set.destroy()
+        except GpuError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise GpuError("dispatch", f"timed dispatch: {exc}", pipeline.label, schedule) from exc
+        deltas = stamps[1::2].astype(np.int64) - stamps[0::2].astype(np.int64)
+        return [float(max(d, 0)) for d in deltas]
+
+    def memory(self) -> dict[str, int]:
+        return {"in_use": self.bytes_in_use, "reserved": self.bytes_peak}
+
+
+def _align4(n: int) -> int:
+    return (n + 3) & ~3
+
+
+def adapters_report() -> list[dict]:
+    """Every adapter with its profile and hash, for `farm adapters`."""
+    chosen = choose_adapter().summary
+    rows = []
+    for index, adapter in enumerate(enumerate_adapters()):
+        profile = HardwareProfile.from_adapter(adapter)
+        rows.append(
+            {
+                "index": index,
+                "summary": adapter.summary,
+                "chosen": adapter.summary == chosen,
+                "topology_hash": profile.topology_hash(),
+                "profile": profile,
+            }
+        )
+    return rows

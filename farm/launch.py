@@ -1,0 +1,92 @@
+"""Turn a (spec, schedule, problem, inputs) into device work: the one path shared by
+certification, tuning and the runtime library."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from farm.catalog import KernelSpec, Launch, check_launch
+from farm.gpu import Buffer, Device, Pipeline, Timing
+from farm.schedule import Problem, Schedule
+
+
+@dataclass
+class Prepared:
+    """A compiled pipeline with its buffers uploaded, ready to dispatch many times."""
+
+    spec: KernelSpec
+    schedule: Schedule
+    problem: Problem
+    launch: Launch
+    pipeline: Pipeline
+    buffers: list[Buffer]
+    device: Device
+
+    def run(self) -> None:
+        self.device.dispatch(self.pipeline, self.buffers, self.launch.groups, self.schedule)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        result = {}
+        for arg, buffer in zip(self.launch.args, self.buffers):
+            if arg.output:
+                count = int(np.prod(arg.shape, dtype=np.int64))
+                result[arg.name] = self.device.read(buffer, arg.dtype, count).reshape(arg.shape)
+        return result
+
+    def time(self, warmup: int = 2, reps: int = 10) -> Timing:
+        return self.device.time(self.pipeline, self.buffers, self.launch.groups, warmup, reps, self.schedule)
+
+    def release(self) -> None:
+        self.device.release(*self.buffers)
+        self.buffers = []
+
+    def __enter__(self) -> Prepared:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def compile_launch(device: Device, spec: KernelSpec, schedule: Schedule, launch: Launch) -> Pipeline:
+    label = f"{spec.name}[{schedule}]"
+    return device.pipeline(launch.source, launch.entry_point, launch.constants, label, schedule)
+
+
+def prepare(
+    device: Device,
+    spec: KernelSpec,
+    schedule: Schedule,
+    problem: Problem,
+    inputs: dict[str, np.ndarray],
+) -> Prepared:
+    """Validate (InvalidSchedule before compiling), compile (cached), upload inputs."""
+    spec.check(schedule, problem, device.profile)
+    launch = spec.launch(schedule, problem, inputs)
+    check_launch(spec, schedule, launch, device.profile)
+    pipeline = compile_launch(device, spec, schedule, launch)
+    buffers: list[Buffer] = []
+    try:
+        for arg in launch.args:
+            if arg.data is not None:
+                buffers.append(device.upload(arg.data, arg.kind))
+            else:
+                buffers.append(device.empty(arg.nbytes, arg.kind))
+    except Exception:
+        device.release(*buffers)
+        raise
+    return Prepared(spec, schedule, problem, launch, pipeline, buffers, device)
+
+
+def run(
+    device: Device,
+    spec: KernelSpec,
+    schedule: Schedule,
+    problem: Problem,
+    inputs: dict[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """One dispatch on `inputs`; every device buffer is released before returning."""
+    with prepare(device, spec, schedule, problem, inputs) as prepared:
+        prepared.run()
+        return prepared.outputs()
