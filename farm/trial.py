@@ -1,0 +1,70 @@
+"""A trial: one (topology, kernel, source, problem, schedule) measured and certified.
+
+Failures are data (a Status and a message), never missing rows.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from farm.gpu import Timing
+from farm.oracle import ErrorMetrics
+from farm.schedule import Problem, Schedule, Status
+
+
+@dataclass(frozen=True)
+class TrialKey:
+    """Identity of a trial; re-running a campaign skips keys already recorded (resume)."""
+
+    topology_hash: str
+    kernel: str
+    source_hash: str
+    problem: Problem
+    schedule: Schedule
+
+    def as_tuple(self) -> tuple[str, str, str, str, str]:
+        return (self.topology_hash, self.kernel, self.source_hash, self.problem.key(), self.schedule.key())
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    key: TrialKey
+    status: Status
+    message: str = ""
+    timing: Timing | None = None
+    metrics: ErrorMetrics = field(default_factory=ErrorMetrics)
+    host: str = ""
+    worker_id: str = ""
+    finished_at: float = field(default_factory=time.time)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    @property
+    def median_ns(self) -> float | None:
+        return self.timing.median_ns if self.timing else None
+
+    def as_row(self) -> dict:
+        """Flat dict (SQL/Parquet/CSV friendly)."""
+        t = self.timing
+        return {
+            "topology_hash": self.key.topology_hash,
+            "kernel": self.key.kernel,
+            "source_hash": self.key.source_hash,
+            "problem": self.key.problem.key(),
+            "schedule": self.key.schedule.key(),
+            "status": self.status.value,
+            "message": self.message,
+            "median_ns": t.median_ns if t else None,
+            "p20_ns": t.p20_ns if t else None,
+            "p80_ns": t.p80_ns if t else None,
+            "min_ns": t.min_ns if t else None,
+            "reps": t.reps if t else None,
+            "timing_method": t.method if t else None,
+            **self.metrics.as_dict(),
+            "host": self.host,
+            "worker_id": self.worker_id,
+            "finished_at": self.finished_at,
+        }
