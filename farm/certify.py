@@ -19,7 +19,9 @@ class CertifyRow:
     message: str
 
 
-def certify_kernels(kernels: list[str], schedules: int = 4, seed: int = 0, device: Device | None = None) -> list[CertifyRow]:
+def certify_kernels(
+    kernels: list[str], schedules: int = 4, seed: int = 0, device: Device | None = None
+) -> list[CertifyRow]:
     device = device or Device()
     print(f"adapter: {device.profile.summary}  topology {device.profile.topology_hash()[:16]}")
     rows = []

@@ -38,6 +38,154 @@ def cmd_certify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from farm.bench import run_bench
+
+    kernels = args.kernels or [k for k in catalog.names() if k != "recurrent"]
+    out = Path(args.out) if args.out else None
+    rows = run_bench(kernels, out, args.db, args.allow_cpu, args.reps)
+    return 0 if all(r.certified for r in rows if r.variant != "vendor" and r.note != "no winner stored") else 1
+
+
+def cmd_sweep_recurrent(args: argparse.Namespace) -> int:
+    from farm.recurrent import run_sweep, sweep_config_from_args
+
+    report = run_sweep(sweep_config_from_args(args))
+    return 0 if all(c["step_consistency"]["strict_pass"] for c in report["cases"]) else 1
+
+
+def _sweep_case(text: str):
+    from farm.recurrent import SweepCase
+
+    try:
+        return SweepCase.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_sweep_parser(sub) -> None:
+    sweep = sub.add_parser("sweep", help="scaling sweeps").add_subparsers(dest="sweep", required=True)
+    p = sweep.add_parser("recurrent", help="recurrent attention: op-by-op baseline vs fused kernel vs runtime")
+    p.add_argument("--warmup", type=int, default=2, help="warm-up calls per path (min 1)")
+    p.add_argument("--repetitions", type=int, default=4, help="timed calls per path (min 1)")
+    p.add_argument("--extra-repetitions", type=int, default=3, help="added for heavy cases on an idle GPU")
+    p.add_argument("--heavy-min-embd", type=int, default=512, help="E from which a case is heavy")
+    p.add_argument("--gpu-util-threshold", type=float, default=25.0, help="max nvidia-smi utilization for extra reps")
+    p.add_argument("--output-dir", default=None, help="default directory for the four artifacts")
+    p.add_argument("--artifact-md", "--artifact", dest="artifact_md", default=None)
+    p.add_argument("--artifact-csv", default=None)
+    p.add_argument("--artifact-json", default=None)
+    p.add_argument("--artifact-steps-csv", default=None)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--allow-cpu", action="store_true", help="allow a CPU adapter (numbers mean little)")
+    p.add_argument("--case", action="append", type=_sweep_case, default=[], metavar="NAME:B,H,VH,T,L,E",
+                   help="add a case, or replace the default case of that name (repeatable)")
+    p.add_argument("--db", default=None, help="SQLAlchemy URL for tuned winners and the sweep record")
+    p.set_defaults(func=cmd_sweep_recurrent)
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from farm.store import database_url
+    from farm.store.migrate import current, downgrade, upgrade
+
+    url = database_url(args.db)
+    if args.db_command == "upgrade":
+        upgrade(url, args.revision)
+    elif args.db_command == "downgrade":
+        downgrade(url, args.revision)
+    print(f"{current(url) or '(empty: no migrations applied)'}  {url}")
+    return 0
+
+
+def cmd_winners(args: argparse.Namespace) -> int:
+    from farm.store import format_winners, open_store, winners
+
+    def current_hash(kernel: str) -> str | None:
+        return catalog.get(kernel).source_hash() if kernel in catalog.names() else None
+
+    print(format_winners(winners(open_store(args.db), kernel=args.kernel, topology=args.topology), current_hash))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from farm.store import open_store, write_schedules_file
+
+    count = write_schedules_file(open_store(args.db), args.topology, args.out)
+    print(f"wrote {count} winner(s) for topology {args.topology} to {args.out}")
+    return 0
+
+
+def _add_store_parsers(sub) -> None:
+    db = sub.add_parser("db", help="database migrations (Alembic)").add_subparsers(dest="db_command", required=True)
+    for name, help_text, default in (
+        ("upgrade", "migrate up (default: to the newest revision)", "head"),
+        ("downgrade", "migrate down to REVISION ('base' drops every farm table)", None),
+        ("current", "print the revision the database is at", None),
+    ):
+        p = db.add_parser(name, help=help_text)
+        if name == "upgrade":
+            p.add_argument("revision", nargs="?", default=default)
+        elif name == "downgrade":
+            p.add_argument("revision")
+        p.add_argument("--db", default=None, help="SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)")
+        p.set_defaults(func=cmd_db)
+
+    p = sub.add_parser("winners", help="list the stored winners")
+    p.add_argument("--kernel", default=None)
+    p.add_argument("--topology", default=None, help="topology hash")
+    p.add_argument("--db", default=None, help="SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)")
+    p.set_defaults(func=cmd_winners)
+
+    p = sub.add_parser("export", help="write one topology's winners as JSON for ForgeRuntime(schedules=...)")
+    p.add_argument("--topology", required=True, help="topology hash (see `farm adapters` / `farm winners`)")
+    p.add_argument("--out", required=True, help="FILE.json")
+    p.add_argument("--db", default=None, help="SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from farm.dashboard.serve import serve
+
+    serve(args.db, args.port, args.host)  # replaces this process with the Streamlit server
+    return 0
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from farm import jobs
+
+    if args.cluster_command == "stop":
+        pids = jobs.stop_head(args.temp_dir)
+        print(f"stopped {len(pids)} Ray process(es) under {args.temp_dir}" if pids else "no Ray head there")
+        return 0
+    head = jobs.start_head(args.host, args.port, args.dashboard_port, args.num_cpus, args.num_gpus, args.temp_dir)
+    print(jobs.instructions(head))
+    return 0
+
+
+def _add_serving_parsers(sub) -> None:
+    p = sub.add_parser("dashboard", help="Streamlit dashboard over the database (read-only)")
+    p.add_argument("--db", default=None, help="SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)")
+    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.set_defaults(func=cmd_dashboard)
+
+    cluster = sub.add_parser("cluster", help="a local Ray head for `ray job submit` (token auth)")
+    cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
+    p = cluster_sub.add_parser("start", help="ray start --head on 127.0.0.1 with token auth; prints what to export")
+    p.add_argument("--host", default="127.0.0.1", help="address for the job API (dashboard) to bind")
+    p.add_argument("--port", type=int, default=6379, help="GCS port")
+    p.add_argument("--dashboard-port", type=int, default=8265, help="job API / Ray dashboard port")
+    p.add_argument("--num-cpus", type=int, default=None)
+    p.add_argument("--num-gpus", type=int, default=None)
+    p.add_argument("--temp-dir", default="/tmp/ray", help="Ray's session directory root")
+    p.set_defaults(func=cmd_cluster)
+    p = cluster_sub.add_parser("stop", help="stop the head started with --temp-dir (only its processes)")
+    p.add_argument("--temp-dir", default="/tmp/ray")
+    p.set_defaults(func=cmd_cluster)
+
+
 def _kernel_names(args: argparse.Namespace) -> list[str]:
     if getattr(args, "all", False) or not args.kernels:
         return catalog.names()
@@ -59,6 +207,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schedules", type=int, default=4, help="sampled schedules per kernel besides the default")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_certify)
+
+    p = sub.add_parser("bench", help="default vs tuned vs vendor library (torch) at realistic sizes")
+    p.add_argument("--kernels", nargs="*", default=None, help="kernel names (default: all but recurrent)")
+    p.add_argument("--out", default=None, help="directory for bench.md and bench.json")
+    p.add_argument("--db", default=None, help="SQLAlchemy URL holding the tuned winners")
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--allow-cpu", action="store_true", help="allow a CPU adapter (numbers mean little)")
+    p.set_defaults(func=cmd_bench)
+
+    _add_sweep_parser(sub)
+    _add_store_parsers(sub)
+    _add_serving_parsers(sub)
 
     return parser
 

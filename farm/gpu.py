@@ -91,17 +91,13 @@ def choose_adapter(spec: str | None = None):
     otherwise the best GPU on Vulkan/Metal/D3D12, otherwise a CPU adapter."""
     adapters = enumerate_adapters()
     if not adapters:
-        raise NoAdapterError(
-            "no wgpu adapter found; on Debian install mesa-vulkan-drivers for a CPU adapter"
-        )
+        raise NoAdapterError("no wgpu adapter found; on Debian install mesa-vulkan-drivers for a CPU adapter")
     spec = spec if spec is not None else os.environ.get("FARM_ADAPTER")
     if spec:
         if spec.isdigit():
             index = int(spec)
             if index >= len(adapters):
-                raise NoAdapterError(
-                    f"FARM_ADAPTER index {index} out of range: {len(adapters)} adapters"
-                )
+                raise NoAdapterError(f"FARM_ADAPTER index {index} out of range: {len(adapters)} adapters")
             return adapters[index]
         for adapter in adapters:
             if spec.lower() in adapter.summary.lower():
@@ -246,9 +242,7 @@ class Device:
         features = [f for f in ("timestamp-query", "subgroup", "shader-f16") if f in self.adapter.features]
         limits = {k: self.adapter.limits[k] for k in TOPOLOGY_LIMITS if k in self.adapter.limits}
         try:
-            self.device = self.adapter.request_device_sync(
-                required_features=features, required_limits=limits
-            )
+            self.device = self.adapter.request_device_sync(required_features=features, required_limits=limits)
         except Exception as exc:  # noqa: BLE001 - any wgpu failure becomes a GpuError
             raise GpuError("device", str(exc)) from exc
         self.timestamps = "timestamp-query" in features
@@ -267,9 +261,7 @@ class Device:
     ) -> Pipeline:
         """Compile (or fetch from cache) a compute pipeline for `source` + `constants`."""
         constants = dict(constants or {})
-        key = hashlib.sha256(
-            (source + entry_point + json.dumps(constants, sort_keys=True)).encode()
-        ).hexdigest()
+        key = hashlib.sha256((source + entry_point + json.dumps(constants, sort_keys=True)).encode()).hexdigest()
         cached = self._pipelines.get(key)
         if cached is not None:
             return cached
@@ -410,7 +402,9 @@ class Device:
         for _ in range(max(warmup, 0)):
             self.dispatch_many(calls, schedule)
         if self.timestamps:
-            return Timing.from_samples(self._timestamp_samples(pipeline, bind_group, groups, reps, schedule), "timestamp")
+            return Timing.from_samples(
+                self._timestamp_samples(pipeline, bind_group, groups, reps, schedule), "timestamp"
+            )
         samples = []
         for _ in range(reps):
             start = time.perf_counter_ns()

@@ -29,7 +29,7 @@ class Prepared:
 
     def outputs(self) -> dict[str, np.ndarray]:
         result = {}
-        for arg, buffer in zip(self.launch.args, self.buffers):
+        for arg, buffer in zip(self.launch.args, self.buffers, strict=True):
             if arg.output:
                 count = int(np.prod(arg.shape, dtype=np.int64))
                 result[arg.name] = self.device.read(buffer, arg.dtype, count).reshape(arg.shape)

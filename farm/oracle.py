@@ -75,15 +75,20 @@ class Certification:
         return self.status is Status.OK
 
 
-def compare(spec: KernelSpec, problem: Problem, outputs: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> Certification:
+def compare(
+    spec: KernelSpec, problem: Problem, outputs: dict[str, np.ndarray], expected: dict[str, np.ndarray]
+) -> Certification:
     """Status OK iff every output is within the kernel's tolerance (exact where exact)."""
     metrics = []
     bad = []
     for name, want in expected.items():
         got = outputs[name]
         if got.shape != want.shape:
-            return Certification(Status.WRONG_RESULT, ErrorMetrics(np.inf, np.inf, np.inf, np.inf),
-                                 f"{name}: shape {got.shape} != reference {want.shape}")
+            return Certification(
+                Status.WRONG_RESULT,
+                ErrorMetrics(np.inf, np.inf, np.inf, np.inf),
+                f"{name}: shape {got.shape} != reference {want.shape}",
+            )
         m = error_metrics(got, want)
         metrics.append(m)
         if not within_tolerance(spec, problem, got, want):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 BASE_KNOBS = ("workgroup_size", "items_per_invocation", "vector_width")
 
@@ -23,7 +23,7 @@ class InvalidSchedule(ValueError):
         super().__init__(f"invalid schedule {schedule} for {kernel}: {reason}")
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     OK = "ok"
     INVALID_SCHEDULE = "invalid_schedule"
     COMPILE_ERROR = "compile_error"

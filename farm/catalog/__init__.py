@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import random
+import sys
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -78,7 +80,7 @@ def render(template: str, values: dict[str, object]) -> str:
         out = out.replace("{{" + key + "}}", str(value))
     if "{{" in out:
         start = out.index("{{")
-        raise KeyError(f"unfilled template placeholder {out[start:out.index('}}', start) + 2]}")
+        raise KeyError(f"unfilled template placeholder {out[start : out.index('}}', start) + 2]}")
     return out
 
 
@@ -122,7 +124,9 @@ class KernelSpec:
     def schedules(self) -> list[Schedule]:
         """Every schedule in the space (the cartesian product of knob values)."""
         names = list(self.space)
-        return [Schedule.of(**dict(zip(names, values))) for values in itertools.product(*self.space.values())]
+        return [
+            Schedule.of(**dict(zip(names, values, strict=True))) for values in itertools.product(*self.space.values())
+        ]
 
     def sample_schedules(self, count: int, seed: int = 0) -> list[Schedule]:
         everything = self.schedules()
@@ -238,3 +242,23 @@ def _load_all() -> None:
         except ModuleNotFoundError as exc:
             if exc.name != f"farm.catalog.{module}":
                 raise
+    _load_extra(os.environ.get("FARM_EXTRA_KERNELS", ""))
+
+
+def _load_extra(spec: str) -> None:
+    """Import extra kernel modules named in $FARM_EXTRA_KERNELS (comma-separated module
+    names or .py paths), e.g. test-only faulty kernels that Ray workers must also see."""
+    import importlib
+    import importlib.util
+
+    for entry in filter(None, (e.strip() for e in spec.split(","))):
+        if not entry.endswith(".py"):
+            importlib.import_module(entry)
+            continue
+        name = f"farm_extra_{Path(entry).stem}"
+        module_spec = importlib.util.spec_from_file_location(name, entry)
+        if module_spec is None or module_spec.loader is None:
+            raise ImportError(f"FARM_EXTRA_KERNELS: cannot load {entry!r}")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        module_spec.loader.exec_module(module)

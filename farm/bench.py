@@ -1,0 +1,296 @@
+"""`farm bench`: default schedule vs the farm's tuned winner vs the vendor library.
+
+For each kernel at realistic sizes: the default schedule, the tuned winner (read from
+the database for this topology; run `farm tune` first, in the same session), and the
+vendor library through torch on the same inputs (cuBLAS with TF32 off, cuFFT,
+torch.topk, torch expressions for ternary/p64), plus a vec4 WGSL copy kernel for the
+bandwidth ceiling. Every output is checked against the reference before timing.
+Writes Markdown + JSON. Refuses a CPU adapter unless --allow-cpu.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from farm import catalog, oracle
+from farm.gpu import Device
+from farm.launch import prepare
+from farm.schedule import Problem, Schedule
+
+COPY_WGSL = """
+@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i < arrayLength(&src)) {
+        dst[i] = src[i];
+    }
+}
+"""
+
+
+def bench_problems(spec_name: str, profile) -> list[Problem]:
+    """Realistic sizes from issue 7 (the kernel's GPU default problems)."""
+    spec = catalog.get(spec_name)
+    return spec.default_problems(profile)
+
+
+@dataclass
+class BenchRow:
+    kernel: str
+    problem: str
+    variant: str  # default | tuned | vendor | copy
+    schedule: str
+    median_ms: float
+    tflops: float
+    gbps: float
+    certified: bool
+    note: str = ""
+
+
+def _row(kernel, problem, variant, schedule, ns, work, certified, note="") -> BenchRow:
+    flops, nbytes = work
+    sec = ns * 1e-9
+    return BenchRow(
+        kernel,
+        problem.key() if isinstance(problem, Problem) else str(problem),
+        variant,
+        str(schedule),
+        ns / 1e6,
+        flops / sec / 1e12 if sec else 0.0,
+        nbytes / sec / 1e9 if sec else 0.0,
+        certified,
+        note,
+    )
+
+
+def time_schedule(device: Device, spec, schedule: Schedule, problem: Problem, inputs, expected, reps: int):
+    """Certify once, then time; returns (Timing | None, certification)."""
+    with prepare(device, spec, schedule, problem, inputs) as prepared:
+        cert = oracle.certify_prepared(prepared, expected)
+        if not cert.ok:
+            return None, cert
+        return prepared.time(warmup=3, reps=reps), cert
+
+
+def copy_bandwidth(device: Device, nbytes: int, reps: int) -> float:
+    """GB/s (read + write) of a vec4 WGSL copy of `nbytes`."""
+    n4 = nbytes // 16
+    src = device.upload(np.ones(n4 * 4, np.float32))
+    dst = device.empty(n4 * 16)
+    try:
+        pipeline = device.pipeline(COPY_WGSL, "main", label="copy")
+        groups = -(-n4 // 256)
+        timing = device.time(pipeline, [src, dst], groups, warmup=3, reps=reps)
+    finally:
+        device.release(src, dst)
+    return 2 * n4 * 16 / timing.median_ns
+
+
+def tuned_schedules(db: str | None, topology: str) -> dict[tuple[str, str], Schedule]:
+    try:
+        from farm import store
+    except ImportError:
+        return {}
+    st = store.open_store(db)
+    return {(w.kernel, w.problem_key): Schedule.from_key(w.schedule_key) for w in store.winners(st, topology=topology)}
+
+
+def run_bench(kernels: list[str], out: Path | None, db: str | None, allow_cpu: bool, reps: int) -> list[BenchRow]:
+    device = Device()
+    profile = device.profile
+    if profile.is_cpu and not allow_cpu:
+        raise ValueError(f"refusing to benchmark on CPU adapter {profile.summary!r}; pass --allow-cpu")
+    print(f"adapter: {profile.summary}  topology {profile.topology_hash()[:16]}")
+    tuned = tuned_schedules(db, profile.topology_hash())
+    vendor = _vendor()
+    rows: list[BenchRow] = []
+    for name in kernels:
+        spec = catalog.get(name)
+        for problem in bench_problems(name, profile):
+            rows.extend(_bench_one(device, spec, problem, tuned, vendor, reps))
+            _print_rows(rows[-3:])
+    ceiling = copy_bandwidth(device, 256 << 20, reps)
+    rows.append(BenchRow("copy", "bytes=268435456", "copy", "vec4 wg256", 0.0, 0.0, ceiling, True))
+    print(f"copy kernel bandwidth: {ceiling:.0f} GB/s")
+    if out is not None:
+        write_results(rows, out, profile.summary, ceiling)
+    return rows
+
+
+def _bench_one(device, spec, problem, tuned, vendor, reps) -> list[BenchRow]:
+    inputs = spec.generate(problem, 0)
+    rows = []
+    schedule_tuned = tuned.get((spec.name, problem.key()))
+    for variant, schedule in (("default", spec.default), ("tuned", schedule_tuned)):
+        if schedule is None:
+            rows.append(BenchRow(spec.name, problem.key(), variant, "-", math.nan, 0, 0, False, "no winner stored"))
+            continue
+        expected = spec.reference(problem, schedule, inputs)
+        timing, cert = time_schedule(device, spec, schedule, problem, inputs, expected, reps)
+        if timing is None:
+            rows.append(
+                BenchRow(spec.name, problem.key(), variant, str(schedule), math.nan, 0, 0, False, cert.message[:80])
+            )
+            continue
+        rows.append(_row(spec.name, problem, variant, schedule, timing.median_ns, spec.work(problem), True))
+    if vendor is not None:
+        rows.append(vendor(spec, problem, inputs, schedule_tuned or spec.default, reps))
+    return rows
+
+
+def _vendor():
+    """A torch-on-CUDA vendor runner, or None when torch/CUDA is unavailable."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return lambda spec, problem, inputs, schedule, reps: _vendor_run(torch, spec, problem, inputs, schedule, reps)
+
+
+def _vendor_run(torch, spec, problem, inputs, schedule, reps) -> BenchRow:
+    dev = torch.device("cuda")
+    t = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dev) for k, v in inputs.items()}
+    fn, check = _vendor_fn(torch, spec.name, problem, t, schedule)
+    if fn is None:
+        return BenchRow(spec.name, problem.key(), "vendor", "-", math.nan, 0, 0, False, "no torch equivalent")
+    got = fn()
+    expected = spec.reference(problem, schedule, inputs)
+    ok = oracle.compare(
+        spec, problem, {check: got.cpu().numpy().reshape(expected[check].shape)}, {check: expected[check]}
+    ).ok
+    times = []
+    for _ in range(3):
+        fn()
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e6)
+    return _row(spec.name, problem, "vendor", "torch", statistics.median(times), spec.work(problem), ok)
+
+
+def _vendor_fn(torch, name, problem, t, schedule):
+    """The torch expression for kernel `name` and the output it should match."""
+    if name == "gemm":
+        return (lambda: torch.matmul(t["a"], t["b"])), "c"
+    if name == "gemv":
+        return (lambda: torch.mv(t["a"], t["x"])), "y"
+    if name == "fft":
+        x = torch.view_as_complex(t["x"].reshape(problem["batch"], problem["n"], 2).contiguous())
+        return (lambda: torch.view_as_real(torch.fft.fft(x))), "y"
+    if name == "topk":
+        block, k = schedule.workgroup_size, problem["k"]
+        x = t["x"]
+        pad = (-x.numel()) % block
+        xp = torch.nn.functional.pad(x, (0, pad), value=float(np.finfo(np.float32).min))
+        return (lambda: torch.topk(xp.view(-1, block), k, dim=1).values.reshape(-1)), "out"
+    if name == "p64_project":
+        words = t["records"].view(-1, 16)
+        return (lambda: (words.to(torch.int64) & 0xFFFFFFFF).to(torch.float32) @ t["weights"]), "out"
+    if name == "ternary_gemv":
+        m, k = problem["m"], problem["k"]
+        w = t["w"].view(m, -1)
+        shifts = torch.arange(0, 32, 2, device=w.device, dtype=torch.int64)
+
+        def ternary():
+            codes = ((w.to(torch.int64).unsqueeze(-1) >> shifts) & 3).reshape(m, -1)[:, :k]
+            dense = (codes == 1).to(torch.float32) - (codes == 2).to(torch.float32)
+            return t["scale"] * (dense @ t["x"])
+
+        return ternary, "out"
+    return None, None
+
+
+def _print_rows(rows: list[BenchRow]) -> None:
+    for r in rows:
+        print(
+            f"{r.kernel:<13} {r.problem:<24} {r.variant:<8} {r.median_ms:>10.4f} ms {r.tflops:>8.2f} TFLOP/s "
+            f"{r.gbps:>8.0f} GB/s {'ok' if r.certified else 'FAIL'} {r.schedule} {r.note}"
+        )
+
+
+def ratios(rows: list[BenchRow], ceiling: float) -> list[dict]:
+    """Per (kernel, problem): tuned/vendor, tuned/default and tuned bandwidth / copy ceiling."""
+    out = []
+    keyed: dict[tuple[str, str], dict[str, BenchRow]] = {}
+    for r in rows:
+        keyed.setdefault((r.kernel, r.problem), {})[r.variant] = r
+    for (kernel, problem), v in keyed.items():
+        if kernel == "copy":
+            continue
+        tuned, default, vendor = v.get("tuned"), v.get("default"), v.get("vendor")
+
+        def ratio(a, b):
+            if a is None or b is None or not a.certified or not b.certified:
+                return None
+            return b.median_ms / a.median_ms
+
+        out.append(
+            {
+                "kernel": kernel,
+                "problem": problem,
+                "tuned_vs_vendor_speed": ratio(tuned, vendor),
+                "tuned_vs_default_speedup": ratio(tuned, default),
+                "tuned_fraction_of_copy_bw": (tuned.gbps / ceiling) if tuned and tuned.certified else None,
+            }
+        )
+    return out
+
+
+def write_results(rows: list[BenchRow], out: Path, adapter: str, ceiling: float) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = dt.date.today().isoformat()
+    summary = ratios(rows, ceiling)
+    payload = {
+        "date": stamp,
+        "adapter": adapter,
+        "copy_gbps": ceiling,
+        "rows": [asdict(r) for r in rows],
+        "ratios": summary,
+    }
+    (out / "bench.json").write_text(json.dumps(payload, indent=2, default=float))
+    lines = [
+        f"# farm bench {stamp}",
+        "",
+        f"adapter: {adapter}",
+        f"copy kernel: {ceiling:.0f} GB/s",
+        "",
+        "| kernel | problem | variant | ms | TFLOP/s | GB/s | certified | schedule |",
+        "| :-- | :-- | :-- | --: | --: | --: | :-: | :-- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.kernel} | {r.problem} | {r.variant} | {r.median_ms:.4f} | {r.tflops:.2f} | {r.gbps:.0f} "
+            f"| {'yes' if r.certified else 'no'} | {r.schedule} {r.note} |"
+        )
+    lines += [
+        "",
+        "| kernel | problem | tuned/vendor speed | tuned/default | fraction of copy BW |",
+        "| :-- | :-- | --: | --: | --: |",
+    ]
+    for s in summary:
+
+        def f(x):
+            return "-" if x is None else f"{x:.2f}"
+
+        lines.append(
+            f"| {s['kernel']} | {s['problem']} | {f(s['tuned_vs_vendor_speed'])} "
+            f"| {f(s['tuned_vs_default_speedup'])} | {f(s['tuned_fraction_of_copy_bw'])} |"
+        )
+    (out / "bench.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out / 'bench.md'} and {out / 'bench.json'}")

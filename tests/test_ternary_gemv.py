@@ -1,0 +1,123 @@
+import numpy as np
+import pytest
+
+from farm import catalog, oracle
+from farm.catalog.ternary_gemv import EXACT_K, TernaryGemv, pack_codes, unpack_ternary
+from farm.gpu import fold_groups
+from farm.launch import run
+from farm.schedule import Schedule, Status
+
+SPEC = catalog.get("ternary_gemv")
+SCHEDULES = [
+    SPEC.default,
+    Schedule.of(workgroup_size=128, items_per_invocation=2, vector_width=1, threads_per_row=32),
+    Schedule.of(workgroup_size=32, items_per_invocation=4, vector_width=1, threads_per_row=4),
+    Schedule.of(workgroup_size=256, items_per_invocation=1, vector_width=1, threads_per_row=8),
+]
+
+
+def ternary_gemv(device, x, w_packed, scale, m, k, schedule=SPEC.default) -> np.ndarray:
+    inputs = {
+        "x": np.asarray(x, np.float32),
+        "w_packed": np.asarray(w_packed, np.uint32),
+        "scale": np.asarray(scale, np.float32),
+    }
+    return run(device, SPEC, schedule, SPEC.problem(m=m, k=k), inputs)["out"]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=str)
+@pytest.mark.parametrize("m,k", [(1, 1), (1000, 777), (3, 4097)])
+def test_ternary_gemv_matches_numpy_exactly_on_small_integer_data(device, schedule, m, k):
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k), device)
+    assert result.status is Status.OK, result.message
+    assert result.metrics.max_abs == 0.0
+
+
+def test_ternary_gemv_vec4_weight_loads(device):
+    schedule = Schedule.of(workgroup_size=64, items_per_invocation=2, vector_width=4, threads_per_row=8)
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=333, k=1000), device)  # 63 words -> rejected
+    assert result.status is Status.INVALID_SCHEDULE
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=333, k=1020), device)  # 64 words, last one partial
+    assert result.status is Status.OK, result.message
+    assert result.metrics.max_abs == 0.0
+
+
+def test_ternary_gemv_float_data_within_tolerance_for_large_k(device):
+    problem = SPEC.problem(m=3, k=EXACT_K + 17)
+    assert SPEC.tolerance(problem)[0] > 0
+    assert not np.all(SPEC.generate(problem, 0)["x"] == np.round(SPEC.generate(problem, 0)["x"]))
+    result = oracle.certify(SPEC, Schedule.of(workgroup_size=64, threads_per_row=4), problem, device)
+    assert result.status is Status.OK, result.message
+    assert result.metrics.max_abs < 1e-2
+
+
+def test_ternary_gemv_hand_checked(device):
+    out = ternary_gemv(device, [1, 2, 3, 4], [0x55, 0xAA], [2, 10], m=2, k=4)
+    np.testing.assert_array_equal(out, [20.0, -100.0])
+
+
+def test_ternary_gemv_unused_code_three_decodes_to_zero(device):
+    # row 0: codes 3,1,3,2 -> 0,+1,0,-1 ; row 1: all code 3 -> 0
+    row0 = 3 | (1 << 2) | (3 << 4) | (2 << 6)
+    out = ternary_gemv(device, [1, 2, 3, 4], [row0, 0xFF], [1, 1], m=2, k=4)
+    np.testing.assert_array_equal(out, [2.0 - 4.0, 0.0])
+
+
+def test_ternary_gemv_ignores_codes_past_k(device):
+    # all 16 codes are +1, but only the first 4 are inside the row
+    out = ternary_gemv(device, [1, 2, 3, 4], [0x55555555], [1], m=1, k=4)
+    np.testing.assert_array_equal(out, [10.0])
+
+
+def test_pack_and_unpack_round_trip_low_bits_first():
+    codes = np.array([[1, 2, 0, 1, 2, 2, 1, 0, 0, 0, 1, 1, 2, 0, 1, 2, 1]], np.int8)
+    packed = pack_codes(codes)
+    assert packed.shape == (1, 2)
+    assert packed[0, 0] & 3 == 1 and (packed[0, 0] >> 2) & 3 == 2 and packed[0, 1] == 1
+    np.testing.assert_array_equal(unpack_ternary(packed, 1, 17), np.where(codes == 2, -1, codes))
+
+
+@pytest.mark.parametrize(
+    "schedule,k,reason",
+    [
+        (Schedule.of(workgroup_size=64, vector_width=4), 777, "vector_width 4 does not divide the row word count"),
+        (Schedule.of(workgroup_size=64, threads_per_row=3), 64, "threads_per_row 3 is not a power of two"),
+        (Schedule.of(workgroup_size=32, threads_per_row=64), 64, "threads_per_row 64 does not divide workgroup_size"),
+        (Schedule.of(workgroup_size=64, vector_width=2), 64, "vector_width 2 not in (1, 4)"),
+        (Schedule.of(workgroup_size=64, tile=4), 64, "unknown knob 'tile'"),
+    ],
+)
+def test_ternary_gemv_rejects_impossible_schedules_naming_the_knob(device, schedule, k, reason):
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=10, k=k), device)
+    assert result.status is Status.INVALID_SCHEDULE
+    assert reason in result.message
+
+
+def test_ternary_gemv_rejects_inputs_of_the_wrong_size(device):
+    with pytest.raises(ValueError, match="w_packed must have 4 elements for m=2, k=20; got 2"):
+        ternary_gemv(device, np.ones(20), [0x55, 0xAA], [2, 10], m=2, k=20)
+
+
+class SignFlippedTernary(TernaryGemv):
+    """A wrong reference: code 2 decoded as +1."""
+
+    def reference(self, problem, schedule, inputs):
+        t = np.abs(unpack_ternary(inputs["w_packed"], problem["m"], problem["k"])).astype(np.float64)
+        return {"out": (inputs["scale"] * (t @ inputs["x"].astype(np.float64))).astype(np.float32)}
+
+
+def test_ternary_gemv_wrong_reference_does_not_certify(device):
+    result = oracle.certify(SignFlippedTernary(), SPEC.default, SPEC.problem(m=100, k=77), device)
+    assert result.status is Status.WRONG_RESULT
+    assert result.metrics.max_abs > 1.0
+
+
+def test_ternary_gemv_folds_more_than_65535_workgroups(device):
+    # 70,001 rows at one row per 32-thread workgroup: a 35001 x 2 grid with one spare group.
+    schedule = Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=1, threads_per_row=32)
+    problem = SPEC.problem(m=70_001, k=16)
+    launch = SPEC.launch(schedule, problem, SPEC.generate(problem, 0))
+    assert launch.groups == 70_001 and fold_groups(launch.groups) == (35_001, 2, 1)
+    result = oracle.certify(SPEC, schedule, problem, device)
+    assert result.status is Status.OK, result.message
+    assert result.metrics.max_abs == 0.0
