@@ -186,6 +186,47 @@ def _add_serving_parsers(sub) -> None:
     p.set_defaults(func=cmd_cluster)
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from farm.tune import TuneConfig, format_winners_table, parse_sizes, tune
+
+    sizes = parse_sizes(args.sizes) if args.sizes else {}
+    kernels = list(sizes) if sizes and not args.kernels and not args.all else _kernel_names(args)
+    config = TuneConfig(
+        kernels=tuple(kernels),
+        sizes=sizes,
+        strategy=args.strategy,
+        budget=args.budget,
+        reps=args.reps,
+        warmup=args.warmup,
+        seed=args.seed,
+        out=args.out and Path(args.out),
+    )
+    command = "farm tune " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["tune"] else [])
+    winners = tune(config, args.db, args.ray_address, args.allow_cpu, args.trial_timeout, command.strip())
+    print(format_winners_table(winners))
+    return 0
+
+
+def _add_tune_parser(sub) -> None:
+    p = sub.add_parser("tune", help="tune kernels on every GPU of a Ray cluster; store trials and winners")
+    p.add_argument("kernels", nargs="*", help="kernel names (default: all, or those named in --sizes)")
+    p.add_argument("--all", action="store_true", help="every kernel in the catalog")
+    p.add_argument("--sizes", default=None, help="problems, e.g. 'gemm:m=64,k=64,n=64;gemv:m=256,n=256'")
+    p.add_argument("--strategy", choices=("exhaustive", "random", "model"), default="model")
+    p.add_argument("--budget", type=int, default=None, help="schedules per kernel and problem (default: all)")
+    p.add_argument("--reps", type=int, default=10, help="timed repetitions per trial")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs before timing")
+    p.add_argument("--db", default=None, help="SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)")
+    p.add_argument("--ray-address", default=None, help="Ray cluster address (default: $RAY_ADDRESS or a local Ray)")
+    p.add_argument("--allow-cpu", action="store_true", help="tune on a CPU adapter (lavapipe) when there is no GPU")
+    p.add_argument("--out", default=None, help="artifacts directory (default: $FARM_HOME/artifacts)")
+    p.add_argument("--trial-timeout", type=float, default=60.0, help="seconds per trial before its worker is replaced")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_tune)
+
+
 def _kernel_names(args: argparse.Namespace) -> list[str]:
     if getattr(args, "all", False) or not args.kernels:
         return catalog.names()
@@ -217,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
 
     _add_sweep_parser(sub)
+    _add_tune_parser(sub)
     _add_store_parsers(sub)
     _add_serving_parsers(sub)
 

@@ -261,7 +261,9 @@ class Device:
     ) -> Pipeline:
         """Compile (or fetch from cache) a compute pipeline for `source` + `constants`."""
         constants = dict(constants or {})
-        key = hashlib.sha256((source + entry_point + json.dumps(constants, sort_keys=True)).encode()).hexdigest()
+        key = hashlib.sha256(
+            (label + source + entry_point + json.dumps(constants, sort_keys=True)).encode()
+        ).hexdigest()
         cached = self._pipelines.get(key)
         if cached is not None:
             return cached

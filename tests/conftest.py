@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from pg import pg_fresh_url, pg_server, pg_url  # noqa: F401  (PostgreSQL fixtures: tests/pg.py)
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 

@@ -237,11 +237,7 @@ def _load_all() -> None:
     import importlib
 
     for module in KERNEL_MODULES:
-        try:
-            importlib.import_module(f"farm.catalog.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"farm.catalog.{module}":
-                raise
+        importlib.import_module(f"farm.catalog.{module}")
     _load_extra(os.environ.get("FARM_EXTRA_KERNELS", ""))
 
 

@@ -1,0 +1,59 @@
+"""The farm's database: SQLAlchemy 2 models, Alembic migrations, repository functions.
+
+Open with `open_store(url=None, read_only=False)`; every query is a function taking the
+Store (see docs/internals.md, "Store").
+"""
+
+from farm.store.database import ReadOnlyStoreError, Store, database_url, farm_home, open_store
+from farm.store.export import SCHEDULES_FORMAT, export_schedules, load_schedules_file, write_schedules_file
+from farm.store.listing import format_winners
+from farm.store.records import WinnerRecord
+from farm.store.repo import (
+    campaign,
+    campaigns,
+    count_trials,
+    finish_campaign,
+    record_trials,
+    recorded_schedules,
+    save_winner,
+    start_campaign,
+    topologies,
+    trial_status_counts,
+    trials,
+    update_campaign,
+    upsert_topology,
+    winners,
+)
+from farm.store.sweeps import record_sweep, sweep_cases, sweep_steps, sweeps
+
+__all__ = [
+    "SCHEDULES_FORMAT",
+    "ReadOnlyStoreError",
+    "Store",
+    "WinnerRecord",
+    "campaign",
+    "campaigns",
+    "count_trials",
+    "database_url",
+    "export_schedules",
+    "farm_home",
+    "finish_campaign",
+    "format_winners",
+    "load_schedules_file",
+    "open_store",
+    "record_sweep",
+    "record_trials",
+    "recorded_schedules",
+    "save_winner",
+    "start_campaign",
+    "sweep_cases",
+    "sweep_steps",
+    "sweeps",
+    "topologies",
+    "trial_status_counts",
+    "trials",
+    "update_campaign",
+    "upsert_topology",
+    "winners",
+    "write_schedules_file",
+]

@@ -1,0 +1,118 @@
+"""Per-trial overhead of the farm (Ray + oracle + SQL/Parquet writes) vs a bare loop.
+
+The bare loop is what a hand-written tuner does on one device: prepare (compile +
+upload) and time each schedule. The farm path is what `farm tune` does per trial: a
+Ray worker certifies the schedule against the numpy reference and times it, the driver
+consumes results as they arrive and records them in SQLite and Parquet in batches.
+Both run the same schedules twice, cold (compiling) and warm (pipelines cached); the
+overhead is the difference in wall time per trial. A benchmark, not a test.
+
+    python benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --out benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from farm import artifacts, catalog, store
+from farm.cluster import WorkerPool
+from farm.gpu import Device
+from farm.launch import prepare
+from farm.schedule import Problem
+from farm.tune import FLUSH_EVERY
+from farm.worker import Job
+
+
+def bare_loop(spec, problem: Problem, schedules, warmup: int, reps: int) -> dict:
+    """Wall time per trial of prepare + time + release on one device, cold then warm."""
+    device = Device()
+    inputs = spec.generate(problem, 0)
+    passes = {}
+    kernel_ns = []
+    for name in ("cold", "warm"):
+        start = time.perf_counter()
+        for schedule in schedules:
+            with prepare(device, spec, schedule, problem, inputs) as prepared:
+                kernel_ns.append(prepared.time(warmup, reps).median_ns)
+        passes[name] = (time.perf_counter() - start) / len(schedules)
+    passes["kernel_median_ns"] = sorted(kernel_ns)[len(kernel_ns) // 2]
+    passes["device"] = device.profile.summary
+    return passes
+
+
+def farm_path(spec, problem: Problem, schedules, warmup: int, reps: int, allow_cpu: bool) -> dict:
+    """Wall time per trial through a WorkerPool, recording into a throwaway SQLite + Parquet."""
+    with tempfile.TemporaryDirectory() as tmp, WorkerPool(allow_cpu=allow_cpu) as pool:
+        db = store.open_store(f"sqlite:///{tmp}/bench.db")
+        topology = next(iter(pool.topologies()))
+        store.upsert_topology(db, pool.profiles()[pool.topologies()[topology][0]])
+        campaign = store.start_campaign(db, "farm_overhead", "exhaustive", None, reps, 2 * len(schedules))
+        jobs = [Job(spec.name, problem, s, 0, warmup, reps) for s in schedules]
+        passes = {"workers": len(pool.profiles())}
+        for name in ("cold", "warm"):
+            start = time.perf_counter()
+            buffer = []
+            for result in pool.stream(jobs, topology):
+                buffer.append(result)
+                if len(buffer) >= FLUSH_EVERY:
+                    store.record_trials(db, campaign, buffer)
+                    artifacts.write_trials(Path(tmp) / "artifacts", campaign, buffer)
+                    buffer = []
+            if buffer:
+                store.record_trials(db, campaign, buffer)
+                artifacts.write_trials(Path(tmp) / "artifacts", campaign, buffer)
+            passes[name] = (time.perf_counter() - start) / len(jobs)
+        return passes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernel", default="gemv")
+    parser.add_argument("--size", default=None, help="problem, e.g. m=4096,n=4096 (default: first default problem)")
+    parser.add_argument("--schedules", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--allow-cpu", action="store_true")
+    args = parser.parse_args(argv)
+
+    spec = catalog.get(args.kernel)
+    device = Device()
+    if device.profile.is_cpu and not args.allow_cpu:
+        print(f"refusing CPU adapter {device.profile.summary}; pass --allow-cpu", file=sys.stderr)
+        return 2
+    problem = Problem.from_key(args.size) if args.size else spec.default_problems(device.profile)[0]
+    del device
+    schedules = [spec.default] + spec.sample_schedules(args.schedules - 1, seed=0)
+    bare = bare_loop(spec, problem, schedules, args.warmup, args.reps)
+    farm = farm_path(spec, problem, schedules, args.warmup, args.reps, args.allow_cpu)
+    report = {
+        "kernel": spec.name,
+        "problem": problem.key(),
+        "device": bare["device"],
+        "schedules": len(schedules),
+        "warmup": args.warmup,
+        "reps": args.reps,
+        "kernel_median_ns": bare["kernel_median_ns"],
+        "workers": farm["workers"],
+    }
+    print(f"{spec.name} {problem} on {bare['device']}: {len(schedules)} schedules, {farm['workers']} worker(s)")
+    print(f"{'pass':<6} {'bare ms/trial':>14} {'farm ms/trial':>14} {'overhead ms':>12}")
+    for name in ("cold", "warm"):
+        overhead = farm[name] - bare[name]
+        report[name] = {"bare_ms": bare[name] * 1e3, "farm_ms": farm[name] * 1e3, "overhead_ms": overhead * 1e3}
+        print(f"{name:<6} {bare[name] * 1e3:>14.2f} {farm[name] * 1e3:>14.2f} {overhead * 1e3:>12.2f}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"farm_overhead_{spec.name}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""recurrent: fused recurrent linear attention (one dispatch for all T steps).
+
+Math (exact), for t = 0..T-1 in order:
+    context[b,h,t,e] = sum_l rho[b,h,l,e] * query[b,h,t,l]          (state before the update)
+    rho[b,h,l,e]     = (rho[b,h,l,e] + query[b,h,t,l] * value[b,vh,t,e]) * decay[h]
+with value heads VH = 1 (broadcast) or VH = H, rho zeros and decay ones when absent.
+Problem dims are B, H, VH, T, L, E. Inputs: query [B,H,T,L], value [B,VH,T,E],
+rho [B,H,L,E], decay [H]; outputs context [B,H,T,E] and rho [B,H,L,E].
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+import numpy as np
+
+from farm.catalog import Arg, KernelSpec, Launch, read_source, register, render, rng_for
+from farm.gpu import HardwareProfile
+from farm.schedule import InvalidSchedule, Problem, Schedule
+
+REDUCE_MODES = {0: "workgroup", 1: "subgroup"}
+MAX_REGISTER_FLOATS = 128  # per-thread state floats beyond which the state spills
+MIN_SUBGROUP_SIZE = 4  # the smallest subgroup size WebGPU allows
+_VEC = {1: "f32", 2: "vec2<f32>", 4: "vec4<f32>"}
+_SECTION = re.compile(r"^//// (\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def sections(filename: str) -> dict[str, str]:
+    """Split a WGSL file into its `//// name` sections (templates and snippets)."""
+    text = read_source(filename)
+    parts = _SECTION.split(text)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def reference_recurrent(
+    query: np.ndarray,
+    value: np.ndarray,
+    rho: np.ndarray | None = None,
+    decay: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 reference: (context [B,H,T,E], final rho [B,H,L,E])."""
+    b, h, vh, t, l_dim, e = check_shapes(query, value, rho, decay)
+    q = np.asarray(query, np.float64)
+    v = np.asarray(value, np.float64)
+    v = np.broadcast_to(v, (b, h, t, e)) if vh == 1 else v
+    state = np.zeros((b, h, l_dim, e)) if rho is None else np.array(rho, np.float64)
+    d = None if decay is None else np.asarray(decay, np.float64).reshape(1, h, 1, 1)
+    context = np.empty((b, h, t, e))
+    for step in range(t):
+        q_t = q[:, :, step, :]
+        context[:, :, step, :] = np.einsum("bhle,bhl->bhe", state, q_t)
+        state = state + q_t[..., None] * v[:, :, step, None, :]
+        if d is not None:
+            state = state * d
+    return context, state
+
+
+def check_shapes(
+    query: np.ndarray, value: np.ndarray, rho: np.ndarray | None, decay: np.ndarray | None
+) -> tuple[int, int, int, int, int, int]:
+    """(B, H, VH, T, L, E) of consistent inputs; ValueError naming the offending shape otherwise."""
+    if np.ndim(query) != 4:
+        raise ValueError(f"query must be [B,H,T,L]; got shape {np.shape(query)}")
+    if np.ndim(value) != 4:
+        raise ValueError(f"value must be [B,VH,T,E]; got shape {np.shape(value)}")
+    b, h, t, l_dim = np.shape(query)
+    vb, vh, vt, e = np.shape(value)
+    if vb != b or vt != t or vh not in (1, h):
+        raise ValueError(f"value shape {np.shape(value)} does not fit query {np.shape(query)} (need [B, 1 or H, T, E])")
+    if min(b, h, t, l_dim, e) < 1:
+        raise ValueError(f"empty dimension in query {np.shape(query)} / value {np.shape(value)}")
+    if rho is not None and np.shape(rho) != (b, h, l_dim, e):
+        raise ValueError(f"rho must be [B,H,L,E] = {(b, h, l_dim, e)}; got shape {np.shape(rho)}")
+    if decay is not None and np.shape(decay) != (h,):
+        raise ValueError(f"decay must be [H] = {(h,)}; got shape {np.shape(decay)}")
+    return b, h, vh, t, l_dim, e
+
+
+def sweep_decay(heads: int) -> np.ndarray:
+    """decay[h] = 0.85 + 0.1·h/H, the sweep's (and certification's) decay."""
+    return (0.85 + 0.1 * np.arange(heads, dtype=np.float64) / heads).astype(np.float32)
+
+
+class Recurrent(KernelSpec):
+    name = "recurrent"
+    source_file = "recurrent.wgsl"
+    dims = ("B", "H", "VH", "T", "L", "E")
+    space = {
+        "workgroup_size": (32, 64, 128, 256),
+        "items_per_invocation": (1, 2),
+        "vector_width": (1, 2, 4),
+        "threads_per_column": (1, 2, 4, 8, 16),
+        "reduce": (0, 1),
+    }
+    # Best across E = 96..768 (B1 H8 T64 L64) in an exhaustive tune on an H200: the per-step
+    # latency chain, not bandwidth, bounds this kernel, so 16 lanes per column win.
+    default = Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=2, threads_per_column=16, reduce=0)
+    atol = 1e-3
+    rtol = 1e-4
+
+    def default_problems(self, profile: HardwareProfile) -> list[Problem]:
+        if profile.is_cpu:
+            return [self.problem(B=1, H=2, VH=1, T=8, L=16, E=32)]
+        return [self.problem(B=1, H=8, VH=1, T=64, L=64, E=e) for e in (96, 256, 512, 768)]
+
+    def certify_problems(self) -> list[Problem]:
+        return [
+            self.problem(B=1, H=1, VH=1, T=1, L=1, E=4),
+            self.problem(B=1, H=2, VH=1, T=5, L=8, E=12),
+            self.problem(B=2, H=3, VH=3, T=7, L=19, E=36),
+        ]
+
+    def check_knobs(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
+        tpc = schedule.get("threads_per_column", 1)
+        reduce = schedule.get("reduce", 0)
+        vw, ipi = schedule.vector_width, schedule.items_per_invocation
+        if tpc < 1 or tpc & (tpc - 1) or schedule.workgroup_size % tpc:
+            reason = f"threads_per_column {tpc} must be a power of two dividing workgroup_size"
+            raise InvalidSchedule(self.name, schedule, reason)
+        if vw not in _VEC or problem["E"] % vw:
+            reason = f"vector_width {vw} must be 1, 2 or 4 and divide E={problem['E']}"
+            raise InvalidSchedule(self.name, schedule, reason)
+        if reduce not in REDUCE_MODES:
+            raise InvalidSchedule(self.name, schedule, f"reduce {reduce} not in {sorted(REDUCE_MODES)}")
+        if reduce == 1 and tpc > 1 and (tpc > MIN_SUBGROUP_SIZE or not profile.has("subgroup")):
+            reason = f"subgroup reduce needs the subgroup feature and threads_per_column <= {MIN_SUBGROUP_SIZE}"
+            raise InvalidSchedule(self.name, schedule, reason)
+        floats = -(-problem["L"] // tpc) * ipi * vw
+        if floats > MAX_REGISTER_FLOATS:
+            raise InvalidSchedule(
+                self.name, schedule, f"{floats} state floats per thread > {MAX_REGISTER_FLOATS} (L={problem['L']})"
+            )
+
+    def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
+        rng = rng_for(seed, self.name, problem.key())
+        b, h, vh, t, l_dim, e = (problem[d] for d in self.dims)
+        return {
+            "query": rng.standard_normal((b, h, t, l_dim), dtype=np.float32),
+            "value": rng.standard_normal((b, vh, t, e), dtype=np.float32),
+            "rho": (0.1 * rng.standard_normal((b, h, l_dim, e))).astype(np.float32),
+            "decay": sweep_decay(h),
+        }
+
+    def reference(self, problem, schedule, inputs):
+        context, rho = reference_recurrent(inputs["query"], inputs["value"], inputs.get("rho"), inputs.get("decay"))
+        return {"context": context.astype(np.float32), "rho": rho.astype(np.float32)}
+
+    def launch(self, schedule: Schedule, problem: Problem, inputs: dict[str, np.ndarray]) -> Launch:
+        b, h, vh, t, l_dim, e = (problem[d] for d in self.dims)
+        wg, ipi, vw = schedule.workgroup_size, schedule.items_per_invocation, schedule.vector_width
+        tpc = schedule.get("threads_per_column", 1)
+        mode = "none" if tpc == 1 else REDUCE_MODES[schedule.get("reduce", 0)]
+        ev = e // vw
+        col_blocks = -(-ev // ((wg // tpc) * ipi))
+        groups = b * h * col_blocks
+        source = self.render_source(wg, tpc, ipi, vw, -(-l_dim // tpc), mode)
+        rho = inputs.get("rho")
+        rho = np.zeros((b, h, l_dim, e), np.float32) if rho is None else np.ascontiguousarray(rho, np.float32)
+        decay = inputs.get("decay")
+        decay = np.ones(h, np.float32) if decay is None else np.ascontiguousarray(decay, np.float32)
+        return Launch(
+            source=source,
+            args=[
+                Arg("query", "read", np.ascontiguousarray(inputs["query"], np.float32)),
+                Arg("value", "read", np.ascontiguousarray(inputs["value"], np.float32)),
+                Arg("rho_in", "read", rho),
+                Arg("decay", "read", decay),
+                Arg("context", "storage", dtype=np.float32, shape=(b, h, t, e), output=True),
+                Arg("rho", "storage", dtype=np.float32, shape=(b, h, l_dim, e), output=True),
+                Arg("params", "uniform", np.array([b, h, vh, t, l_dim, ev, col_blocks, groups], np.uint32)),
+            ],
+            groups=groups,
+            workgroup_bytes=(2 * wg * ipi * vw * 4) if mode == "workgroup" else 0,
+        )
+
+    def render_source(self, wg: int, tpc: int, ipi: int, vw: int, rows: int, mode: str) -> str:
+        parts = sections(self.source_file)
+        vec = _VEC[vw]
+        reduce = render(parts[mode], {"VEC": vec})
+        decl = render(parts[f"{mode}_decl"], {"VEC": vec})
+        return render(
+            parts["kernel"],
+            {"WG": wg, "TPC": tpc, "IPI": ipi, "ROWS": rows, "VEC": vec, "REDUCE_NAME": mode,
+             "REDUCE_DECL": decl, "REDUCE": reduce},
+        )
+
+    def tolerance(self, problem: Problem) -> tuple[float, float]:
+        # f32 error grows with the L-term dot products and the T-step accumulation.
+        return (1e-5 * np.sqrt(problem["L"]) * np.sqrt(problem["T"]) + 1e-5, 1e-4)
+
+    def work(self, problem: Problem) -> tuple[float, float]:
+        b, h, vh, t, l_dim, e = (problem[d] for d in self.dims)
+        flops = 5.0 * b * h * t * l_dim * e
+        moved = 4.0 * (b * h * t * l_dim + b * vh * t * e + 2 * b * h * l_dim * e + b * h * t * e + h)
+        return (flops, moved)
+
+
+register(Recurrent())

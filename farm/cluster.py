@@ -1,0 +1,505 @@
+"""Ray fan-out: one GpuWorker actor per GPU, bounded in-flight batches, timeouts, retries.
+
+`WorkerPool` starts (or joins) Ray, starts one `GpuWorker` per GPU (`num_gpus=1`; on a
+cluster without GPUs, CPU-adapter workers only when `allow_cpu`), and collects each
+worker's report (HardwareProfile, adapter mapping) before any work. Jobs go out in
+small batches, at most `max_in_flight` per worker, and come back through `ray.wait`:
+
+- a batch running past `trial_timeout_s` per job: the actor is killed and replaced; a
+  multi-job batch is split and re-run job by job, a single job is recorded `timeout`;
+- an actor process that dies: completed batches are kept, queued ones re-sent, the
+  dying batch split; a single job is retried on fresh actors up to `max_retries`
+  times, then recorded `worker_lost`.
+
+Any other exception from a worker is a bug and propagates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from farm import catalog
+from farm.gpu import Device, HardwareProfile, Timing, enumerate_adapters
+from farm.schedule import Problem, Schedule, Status
+from farm.trial import TrialKey, TrialResult
+from farm.worker import Job, TrialBench
+
+FORWARDED_ENV = ("FARM_EXTRA_KERNELS", "FARM_ADAPTER")
+_POLL_S = 0.5
+
+
+class CpuAdapterRefused(ValueError):
+    """Tuning on a CPU adapter (e.g. lavapipe) without `allow_cpu`."""
+
+
+class WorkerFailure(RuntimeError):
+    """A worker call that timed out or whose actor died outside the trial machinery."""
+
+
+# -- the actor ----------------------------------------------------------------------
+def pick_adapter(gpu_ids: list, allow_cpu: bool) -> tuple[Any, dict]:
+    """The wgpu adapter for this worker and a record of how it was chosen.
+
+    Ray only sets CUDA_VISIBLE_DEVICES, which Vulkan ignores, so with Ray GPU id N we take
+    the N-th GPU adapter of the preferred backend in driver enumeration order (PCI order
+    on NVIDIA), and cross-check its name against `nvidia-smi` when that is available.
+    """
+    adapters = enumerate_adapters()
+    gpus = [a for a in adapters if a.info.get("adapter_type") != "CPU"]
+    if gpu_ids:
+        if not gpus:
+            raise RuntimeError(f"Ray assigned GPU ids {gpu_ids} but wgpu sees no GPU adapter")
+        backend = gpus[0].info.get("backend_type")
+        same_backend = [a for a in gpus if a.info.get("backend_type") == backend]
+        index = int(gpu_ids[0])
+        if index >= len(same_backend):
+            raise RuntimeError(f"Ray GPU id {index} but only {len(same_backend)} {backend} GPU adapters")
+        adapter = same_backend[index]
+        mapping = {"ray_gpu_ids": [str(g) for g in gpu_ids], "adapter_index": index, "gpu_adapters": len(same_backend)}
+        mapping |= _nvidia_smi_crosscheck(index, adapter.info.get("device", ""))
+        return adapter, mapping
+    from farm.gpu import choose_adapter
+
+    adapter = choose_adapter()
+    if adapter.info.get("adapter_type") == "CPU" and not allow_cpu:
+        raise CpuAdapterRefused(f"worker got CPU adapter {adapter.summary}; pass allow_cpu to tune on it")
+    return adapter, {"ray_gpu_ids": [], "adapter_index": None, "gpu_adapters": len(gpus)}
+
+
+def _nvidia_smi_crosscheck(index: int, adapter_name: str) -> dict:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,pci.bus_id,uuid,name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {"nvidia_smi": None}
+    rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines()]
+    row = next((r for r in rows if r and r[0] == str(index)), None)
+    if row is None:
+        return {"nvidia_smi": None}
+    name = row[3]
+    return {
+        "nvidia_smi": {"index": row[0], "pci_bus_id": row[1], "uuid": row[2], "name": name},
+        "name_matches": name.lower().replace("nvidia ", "") in adapter_name.lower(),
+    }
+
+
+def _placement(mapping: dict) -> dict:
+    """Which GPU this process really holds a context on (nvidia-smi's process list), once the
+    device exists; `placement_ok` says whether it is the GPU Ray assigned."""
+    expected = (mapping.get("nvidia_smi") or {}).get("uuid")
+    if not expected:
+        return {}
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {"placement_uuid": None}
+    mine = [line.split(",")[1].strip() for line in out.splitlines() if line.split(",")[0].strip() == str(os.getpid())]
+    return {"placement_uuids": mine, "placement_ok": mine == [expected] if mine else None}
+
+
+class GpuWorker:
+    """Holds one Device (and its pipeline + input caches) for the actor's whole life."""
+
+    def __init__(self, worker_id: str, allow_cpu: bool = False, compile_ahead: bool = True):
+        import ray
+
+        os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+        gpu_ids = list(ray.get_gpu_ids()) if ray.is_initialized() else []
+        adapter, mapping = pick_adapter(gpu_ids, allow_cpu)
+        self.worker_id = worker_id
+        self.bench = TrialBench(Device(adapter), worker_id, compile_ahead)
+        self.mapping = mapping | {"adapter": adapter.summary} | _placement(mapping)
+
+    def report(self) -> dict:
+        profile = self.bench.device.profile
+        return {
+            "worker_id": self.worker_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "profile": profile.to_dict(),
+            "topology_hash": profile.topology_hash(),
+            "mapping": self.mapping,
+        }
+
+    def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
+        return self.bench.evaluate(jobs)
+
+    def remeasure(
+        self, kernel: str, problem: Problem, schedules: list[Schedule], reps: int, rounds: int, seed: int = 0
+    ) -> dict[str, Timing | None]:
+        return self.bench.remeasure(kernel, problem, schedules, reps, rounds, seed)
+
+    def run(self, fn: Callable[[Device, Any], Any], item: Any) -> Any:
+        return fn(self.bench.device, item)
+
+
+# -- the pool -----------------------------------------------------------------------
+@dataclass
+class _Slot:
+    """One worker position (a GPU, or a CPU worker); its actor is replaced on failure."""
+
+    name: str
+    actor: Any = None
+    generation: int = 0
+    report: dict = field(default_factory=dict)
+    fifo: deque = field(default_factory=deque)  # in-flight _Batch, oldest first
+
+    @property
+    def worker_id(self) -> str:
+        return f"{self.name}.{self.generation}"
+
+    @property
+    def profile(self) -> HardwareProfile:
+        return HardwareProfile.from_dict(self.report["profile"])
+
+
+@dataclass
+class _Batch:
+    items: list[tuple[int, Job]]
+    retries: int = 0
+    ref: Any = None
+    started: float = 0.0
+
+
+class WorkerPool:
+    """Ray workers, one per GPU; see the module docstring for the failure rules."""
+
+    def __init__(
+        self,
+        ray_address: str | None = None,
+        allow_cpu: bool = False,
+        trial_timeout_s: float = 60.0,
+        max_in_flight: int = 2,
+        max_retries: int = 2,
+        cpu_workers: int = 1,
+        num_cpus: int | None = None,
+        compile_ahead: bool = True,
+        startup_timeout_s: float = 300.0,
+    ):
+        import ray
+
+        if trial_timeout_s <= 0 or max_in_flight < 1 or max_retries < 0 or cpu_workers < 1:
+            raise ValueError(
+                f"bad pool settings: trial_timeout_s={trial_timeout_s}, max_in_flight={max_in_flight}, "
+                f"max_retries={max_retries}, cpu_workers={cpu_workers}"
+            )
+        self._ray = ray
+        self.allow_cpu = allow_cpu
+        self.trial_timeout_s = float(trial_timeout_s)
+        self.max_in_flight = max_in_flight
+        self.max_retries = max_retries
+        self.compile_ahead = compile_ahead
+        self.startup_timeout_s = startup_timeout_s
+        self._owns_ray = _init_ray(ray_address, num_cpus)
+        resources = ray.cluster_resources()
+        self.gpus = int(resources.get("GPU", 0))
+        if self.gpus == 0 and not allow_cpu:
+            self.shutdown()
+            raise CpuAdapterRefused(
+                f"the Ray cluster has no GPUs (resources: {_resources_text(resources)}); "
+                "pass --allow-cpu to tune on a CPU adapter such as lavapipe"
+            )
+        count = self.gpus if self.gpus else cpu_workers
+        self._slots = {f"w{i}": _Slot(f"w{i}") for i in range(count)}
+        self.replacements = 0
+        try:
+            self._start_all()
+        except Exception:
+            self.shutdown()
+            raise
+
+    # -- membership ------------------------------------------------------------------
+    def _actor_class(self):
+        options = {"num_gpus": 1, "num_cpus": 1} if self.gpus else {"num_cpus": 1}
+        return self._ray.remote(GpuWorker).options(max_restarts=0, max_task_retries=0, **options)
+
+    def _start_all(self) -> None:
+        cls = self._actor_class()
+        for slot in self._slots.values():
+            slot.actor = cls.remote(slot.worker_id, self.allow_cpu, self.compile_ahead)
+        for slot in self._slots.values():
+            self._await_report(slot)
+
+    def _await_report(self, slot: _Slot) -> None:
+        ref = slot.actor.report.remote()
+        ready, _ = self._ray.wait([ref], timeout=self.startup_timeout_s)
+        if not ready:
+            raise WorkerFailure(f"worker {slot.worker_id} did not start within {self.startup_timeout_s:.0f} s")
+        slot.report = self._ray.get(ref)
+        if slot.profile.is_cpu and not self.allow_cpu:
+            raise CpuAdapterRefused(f"worker {slot.worker_id} has CPU adapter {slot.profile.summary}; pass --allow-cpu")
+
+    def _replace(self, slot: _Slot) -> None:
+        """Kill `slot`'s actor (if still alive) and start a fresh one in its place."""
+        try:
+            self._ray.kill(slot.actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - the actor may already be gone
+            pass
+        slot.fifo.clear()
+        slot.generation += 1
+        self.replacements += 1
+        slot.actor = self._actor_class().remote(slot.worker_id, self.allow_cpu, self.compile_ahead)
+        self._await_report(slot)
+
+    def profiles(self) -> dict[str, HardwareProfile]:
+        """{worker slot: HardwareProfile} as each worker reported it."""
+        return {name: slot.profile for name, slot in self._slots.items()}
+
+    def reports(self) -> dict[str, dict]:
+        """Each worker's report: host, pid, profile, topology hash and adapter mapping."""
+        return {name: dict(slot.report) for name, slot in self._slots.items()}
+
+    def topologies(self) -> dict[str, list[str]]:
+        """{topology hash: worker slots}: a campaign tunes each topology separately."""
+        groups: dict[str, list[str]] = {}
+        for name, slot in self._slots.items():
+            groups.setdefault(slot.report["topology_hash"], []).append(name)
+        return groups
+
+    def worker_id(self, slot: str) -> str:
+        """The current actor's id for `slot` (it changes when the actor is replaced)."""
+        return self._slots[slot].worker_id
+
+    # -- trials ----------------------------------------------------------------------
+    def stream(
+        self, jobs: list[Job], topology: str | None = None, batch_size: int | None = None
+    ) -> Iterator[TrialResult]:
+        """Run `jobs` on the workers of `topology` (all workers when None); yield results as they arrive."""
+        for _, result in self._run(jobs, self._slots_for(topology), batch_size):
+            yield result
+
+    def evaluate(self, worker_id: str, jobs: list[Job], batch_size: int | None = None) -> list[TrialResult]:
+        """Run `jobs` on one worker slot; results in job order."""
+        if worker_id not in self._slots:
+            raise ValueError(f"unknown worker {worker_id!r}; have {sorted(self._slots)}")
+        results: dict[int, TrialResult] = dict(self._run(jobs, [self._slots[worker_id]], batch_size))
+        return [results[i] for i in range(len(jobs))]
+
+    def _slots_for(self, topology: str | None) -> list[_Slot]:
+        if topology is None:
+            return list(self._slots.values())
+        names = self.topologies().get(topology)
+        if not names:
+            raise ValueError(f"no worker has topology {topology!r}; have {sorted(self.topologies())}")
+        return [self._slots[n] for n in names]
+
+    def _run(self, jobs: list[Job], slots: list[_Slot], batch_size: int | None) -> Iterator[tuple[int, TrialResult]]:
+        size = batch_size or max(1, min(8, len(jobs) // (len(slots) * self.max_in_flight * 2) or 1))
+        indexed = list(enumerate(jobs))
+        pending = deque(_Batch(indexed[i : i + size]) for i in range(0, len(indexed), size))
+        owner: dict[Any, _Slot] = {}
+        while pending or owner:
+            self._fill(slots, pending, owner)
+            ready, _ = self._ray.wait(list(owner), num_returns=1, timeout=_POLL_S)
+            for ref in ready:
+                if ref in owner:
+                    yield from self._collect(owner[ref], ref, pending, owner)
+            for slot in slots:
+                if slot.fifo and self._overdue(slot.fifo[0]):
+                    yield from self._on_timeout(slot, pending, owner)
+
+    def _fill(self, slots: list[_Slot], pending: deque, owner: dict) -> None:
+        for slot in slots:
+            while pending and len(slot.fifo) < self.max_in_flight:
+                batch = pending.popleft()
+                batch.ref = slot.actor.evaluate.remote([job for _, job in batch.items])
+                batch.started = time.monotonic()
+                slot.fifo.append(batch)
+                owner[batch.ref] = slot
+
+    def _overdue(self, batch: _Batch) -> bool:
+        return time.monotonic() - batch.started > self.trial_timeout_s * len(batch.items)
+
+    def _collect(self, slot: _Slot, ref, pending: deque, owner: dict) -> Iterator[tuple[int, TrialResult]]:
+        ray = self._ray
+        try:
+            results = ray.get(ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            yield from self._on_death(slot, pending, owner)
+            return
+        except ray.exceptions.RayTaskError as exc:
+            raise WorkerFailure(f"worker {slot.worker_id} raised: {exc}") from exc
+        batch = next(b for b in slot.fifo if b.ref == ref)
+        slot.fifo.remove(batch)
+        del owner[ref]
+        if slot.fifo:
+            slot.fifo[0].started = time.monotonic()  # the next batch starts when this one ends
+        yield from zip((i for i, _ in batch.items), results, strict=True)
+
+    def _on_timeout(self, slot: _Slot, pending: deque, owner: dict) -> Iterator[tuple[int, TrialResult]]:
+        culprit = slot.fifo[0]
+        limit = self.trial_timeout_s * len(culprit.items)
+        self._requeue_behind(slot, culprit, pending, owner)
+        if len(culprit.items) > 1:
+            pending.extendleft(_Batch([item]) for item in reversed(culprit.items))
+        else:
+            index, job = culprit.items[0]
+            yield index, self._failure(slot, job, Status.TIMEOUT, f"trial exceeded {limit:.1f} s; worker replaced")
+        self._replace(slot)
+
+    def _on_death(self, slot: _Slot, pending: deque, owner: dict) -> Iterator[tuple[int, TrialResult]]:
+        """Keep batches that finished before the death; the first unfinished one is the culprit."""
+        ray = self._ray
+        while slot.fifo:
+            batch = slot.fifo[0]
+            try:
+                results = ray.get(batch.ref, timeout=0)
+            except Exception:  # noqa: BLE001 - this batch died with the actor
+                break
+            slot.fifo.popleft()
+            del owner[batch.ref]
+            yield from zip((i for i, _ in batch.items), results, strict=True)
+        if not slot.fifo:
+            self._replace(slot)
+            return
+        culprit = slot.fifo[0]
+        self._requeue_behind(slot, culprit, pending, owner)
+        lost_id = slot.worker_id
+        self._replace(slot)
+        if len(culprit.items) > 1:
+            pending.extendleft(_Batch([item]) for item in reversed(culprit.items))
+        elif culprit.retries < self.max_retries:
+            pending.appendleft(_Batch(culprit.items, retries=culprit.retries + 1))
+        else:
+            index, job = culprit.items[0]
+            message = f"worker {lost_id} died on this trial {culprit.retries + 1} times"
+            yield index, self._failure(slot, job, Status.WORKER_LOST, message)
+
+    def _requeue_behind(self, slot: _Slot, culprit: _Batch, pending: deque, owner: dict) -> None:
+        """Batches queued behind `culprit` never started: send them again unchanged."""
+        behind = [b for b in slot.fifo if b is not culprit]
+        for batch in [culprit, *behind]:
+            owner.pop(batch.ref, None)
+        pending.extendleft(_Batch(b.items, b.retries) for b in reversed(behind))
+        slot.fifo.clear()
+
+    def _failure(self, slot: _Slot, job: Job, status: Status, message: str) -> TrialResult:
+        spec = catalog.get(job.kernel)
+        key = TrialKey(slot.report["topology_hash"], job.kernel, spec.source_hash(), job.problem, job.schedule)
+        return TrialResult(key, status, message, host=slot.report.get("host", ""), worker_id=slot.worker_id)
+
+    # -- other work ------------------------------------------------------------------
+    def remeasure(
+        self,
+        worker_id: str,
+        kernel: str,
+        problem: Problem,
+        schedules: list[Schedule],
+        reps: int = 10,
+        rounds: int = 5,
+        seed: int = 0,
+    ) -> dict[str, Timing | None]:
+        """Interleaved re-measurement of `schedules` on one worker (see TrialBench.remeasure).
+
+        Raises WorkerFailure when it runs past the trial timeout per schedule and round
+        (the worker is replaced) or the worker dies."""
+        slot = self._slots[worker_id]
+        ref = slot.actor.remeasure.remote(kernel, problem, schedules, reps, rounds, seed)
+        limit = self.trial_timeout_s * max(1, len(schedules)) * rounds
+        ready, _ = self._ray.wait([ref], timeout=limit)
+        if not ready:
+            self._replace(slot)
+            raise WorkerFailure(f"re-measuring {kernel} {problem} exceeded {limit:.0f} s")
+        try:
+            return self._ray.get(ref)
+        except self._ray.exceptions.RayActorError as exc:
+            self._replace(slot)
+            raise WorkerFailure(f"worker {worker_id} died re-measuring {kernel} {problem}") from exc
+
+    def map(self, fn: Callable[[Device, Any], Any], items: Iterable[Any], topology: str | None = None) -> Iterator[Any]:
+        """Run picklable `fn(device, item)` on the workers (of `topology`), at most
+        `max_in_flight` per worker, yielding results as they arrive (not in item order).
+        Exceptions raised by `fn` propagate."""
+        slots = self._slots_for(topology)
+        queue = deque(items)
+        owner: dict[Any, _Slot] = {}
+        load = {slot.name: 0 for slot in slots}
+        while queue or owner:
+            for slot in slots:
+                while queue and load[slot.name] < self.max_in_flight:
+                    owner[slot.actor.run.remote(fn, queue.popleft())] = slot
+                    load[slot.name] += 1
+            ready, _ = self._ray.wait(list(owner), num_returns=1)
+            for ref in ready:
+                load[owner.pop(ref).name] -= 1
+                yield self._ray.get(ref)
+
+    def shutdown(self) -> None:
+        """Stop the workers; stop Ray too when this pool started it."""
+        for slot in getattr(self, "_slots", {}).values():
+            if slot.actor is not None:
+                try:
+                    self._ray.kill(slot.actor, no_restart=True)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+                slot.actor = None
+        if self._owns_ray and self._ray.is_initialized():
+            self._ray.shutdown()
+        self._owns_ray = False
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def _init_ray(address: str | None, num_cpus: int | None) -> bool:
+    """Join `address` / $RAY_ADDRESS, or start a local Ray; True when we started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    job_keys = _job_env_keys()
+    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ and k not in job_keys}
+    runtime_env = {"env_vars": env} if env else None
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="WARNING")
+        return True
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        runtime_env=runtime_env,
+        log_to_driver=False,
+        logging_level="WARNING",
+    )
+    return True
+
+
+def _job_env_keys() -> set[str]:
+    """Env vars the enclosing `ray job submit` runtime env already sets: Ray refuses to merge
+    a driver runtime env that sets the same keys, so those are left to the job."""
+    raw = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    if not raw:
+        return set()
+    try:
+        config = json.loads(raw)
+    except ValueError:
+        return set()
+    env_vars = (config.get("runtime_env") or {}).get("env_vars") or {}
+    return set(env_vars)
+
+
+def _resources_text(resources: dict) -> str:
+    keep = {k: v for k, v in resources.items() if not k.startswith("node:") and "memory" not in k}
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(keep.items())) or "none"

@@ -1,0 +1,505 @@
+"""ForgeRuntime: run the certified kernels on the caller's own arrays, with the schedule
+tuned for this machine.
+
+Everything else in farm proves kernels correct (farm.oracle) and tunes their schedules
+(farm.tune, winners in SQL). The runtime is the consumer half: a program hands over its
+numpy arrays and gets the answer computed by the exact certified kernel. Each method
+validates its arguments (before anything touches the GPU), builds the kernel's Problem
+and inputs dict and goes through `farm.launch.run` — the same `spec.launch()` wiring the
+oracle certifies. The only differences from the certified path are where the input
+bytes come from and that there is no CPU check.
+
+Schedule lookup (`ForgeRuntime.tuned_schedule`), in order, skipping stale winners (whose
+kernel source hash differs from the current kernel's):
+  1. "tuned": the winner for (this adapter's topology hash, kernel, problem);
+  2. "nearest": the winner of the nearest tuned problem for the same topology
+     (Euclidean distance between the log2 of the problem dimensions);
+  3. "same-device": a winner for the same device name under another driver/topology
+     (exact problem if present, else the nearest);
+  4. "default": the kernel's documented default (workgroup_size 64).
+Each fallback logs one warning (module logger `farm.runtime`) per kernel and problem. A
+winner that is invalid for the call's problem (e.g. a vector width that doesn't divide
+n) falls back to the default with a warning; it never fails the call. An unreachable or
+empty database gives defaults with a warning, not an error. Winners are read once per
+runtime.
+
+Input policy: arrays must be numpy arrays of the kernel's dtype (float32; uint32 for
+packed ternary weights and P64 words; complex64 or float32 for FFT). Nothing is cast
+silently: a float64 array raises TypeError (call `.astype(np.float32)` yourself).
+Shape, emptiness, range and adapter buffer-limit problems raise ValueError naming the
+argument, the expected and the actual shape. NaN/Inf propagate as in numpy.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from farm import catalog
+from farm.catalog import KernelSpec, check_launch
+from farm.gpu import Device, HardwareProfile, choose_adapter
+from farm.launch import run
+from farm.schedule import InvalidSchedule, Problem, Schedule
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("tuned", "nearest", "same-device", "default")
+_MAX_CACHED_LOOKUPS = 4096
+# Kernels whose output depends on the schedule (topk: block size = workgroup_size).
+SCHEDULE_DEFINES_RESULT = frozenset({"topk"})
+
+
+# -- schedule lookup: plain functions over winner records ------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A stored winner as the lookup sees it (a subset of farm.store.WinnerRecord)."""
+
+    topology_hash: str
+    kernel: str
+    problem_key: str
+    source_hash: str
+    schedule_key: str
+    device_name: str = ""
+
+    @classmethod
+    def of(cls, record: object) -> Candidate:
+        """From a WinnerRecord, or a dict with the same fields (an exported JSON row)."""
+        get = record.get if isinstance(record, dict) else lambda name, default="": getattr(record, name, default)
+        return cls(
+            topology_hash=str(get("topology_hash", "")),
+            kernel=str(get("kernel", "")),
+            problem_key=str(get("problem_key", "")),
+            source_hash=str(get("source_hash", "")),
+            schedule_key=str(get("schedule_key", "")),
+            device_name=str(get("device_name", "") or ""),
+        )
+
+
+def problem_distance(a: Problem, b: Problem) -> float:
+    """Euclidean distance between log2 of the dimensions; inf when the dimension names differ.
+
+    Log space makes 128→256 as far as 4096→8192: schedules track orders of magnitude.
+    """
+    da, db = a.as_dict(), b.as_dict()
+    if list(da) != list(db):
+        return math.inf
+    return math.sqrt(sum((math.log2(max(da[d], 1)) - math.log2(max(db[d], 1))) ** 2 for d in da))
+
+
+def nearest(candidates: Iterable[Candidate], problem: Problem) -> Candidate | None:
+    """The candidate whose problem is nearest to `problem` (ties: smallest problem key)."""
+    best: tuple[float, str, Candidate] | None = None
+    for cand in candidates:
+        try:
+            dist = problem_distance(problem, Problem.from_key(cand.problem_key))
+        except ValueError:
+            continue
+        if math.isinf(dist):
+            continue
+        if best is None or (dist, cand.problem_key) < best[:2]:
+            best = (dist, cand.problem_key, cand)
+    return best[2] if best else None
+
+
+def choose_winner(
+    candidates: Iterable[Candidate], spec: KernelSpec, problem: Problem, profile: HardwareProfile
+) -> tuple[Candidate | None, str]:
+    """Apply the lookup order to `candidates`; returns (winner or None, source)."""
+    current = spec.source_hash()
+    fresh = [c for c in candidates if c.kernel == spec.name and c.source_hash == current]
+    topology = profile.topology_hash()
+    mine = [c for c in fresh if c.topology_hash == topology]
+    for cand in mine:
+        if cand.problem_key == problem.key():
+            return cand, "tuned"
+    near = nearest(mine, problem)
+    if near is not None:
+        return near, "nearest"
+    same_device = [c for c in fresh if c.topology_hash != topology and c.device_name == profile.device_name]
+    exact = [c for c in same_device if c.problem_key == problem.key()]
+    near = exact[0] if exact else nearest(same_device, problem)
+    if near is not None:
+        return near, "same-device"
+    return None, "default"
+
+
+# -- where winners come from ------------------------------------------------------------
+
+
+def load_candidates(db: str | None, schedules: str | Path | None) -> tuple[list[Candidate], str]:
+    """Winners from an exported JSON file (when given) or the database; (records, problem).
+
+    Never raises for a missing, unreachable or empty database (a malformed schedules file
+    does raise ValueError): the second item says what went wrong ("" when winners were
+    read) so the caller can warn.
+    """
+    if schedules is not None:
+        return _candidates_from_file(Path(schedules))
+    return _candidates_from_db(db)
+
+
+def _candidates_from_file(path: Path) -> tuple[list[Candidate], str]:
+    """Winners from a `farm export` JSON file (farm-schedules/1; ValueError if malformed)."""
+    from farm.store import load_schedules_file
+
+    records = [Candidate.of(r) for r in load_schedules_file(path)]
+    return records, "" if records else f"schedules file {path} holds no winners"
+
+
+def _candidates_from_db(db: str | None) -> tuple[list[Candidate], str]:
+    from farm.store import database_url, open_store, winners
+
+    url = database_url(db)
+    try:
+        store = open_store(url, read_only=True)
+    except Exception as exc:  # noqa: BLE001 - a missing or unreachable database means "use defaults"
+        return [], f"database {_redact(url)} is unavailable ({type(exc).__name__}: {exc})"
+    try:
+        records = [Candidate.of(r) for r in winners(store)]
+    except Exception as exc:  # noqa: BLE001
+        return [], f"database {_redact(url)} is unreachable ({type(exc).__name__}: {exc})"
+    finally:
+        store.engine.dispose()
+    return records, "" if records else f"database {_redact(url)} holds no winners"
+
+
+def _redact(url: str) -> str:
+    """`url` without its password, for log messages."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+
+
+# -- argument validation (no GPU) ---------------------------------------------------------
+
+
+def as_array(name: str, value: object, dtypes: tuple[type, ...], ndim: tuple[int, ...]) -> np.ndarray:
+    """`value` as an ndarray of one of `dtypes` with one of the ranks in `ndim`, non-empty.
+
+    TypeError when it's not an ndarray of an accepted dtype (no silent casts); ValueError
+    for a wrong rank or an empty array.
+    """
+    expected = " or ".join(np.dtype(d).name for d in dtypes)
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy array of {expected}, got {type(value).__name__}")
+    if value.dtype not in [np.dtype(d) for d in dtypes]:
+        raise TypeError(f"{name}: expected dtype {expected}, got {value.dtype} (cast it yourself: no silent casts)")
+    if value.ndim not in ndim:
+        ranks = " or ".join(f"{r}-D" for r in ndim)
+        raise ValueError(f"{name}: expected a {ranks} array, got shape {value.shape}")
+    if value.size == 0:
+        raise ValueError(f"{name}: expected a non-empty array, got shape {value.shape}")
+    return value
+
+
+def as_count(name: str, value: object, low: int = 1, high: int | None = None) -> int:
+    """A Python/numpy integer in [low, high]; TypeError for non-integers, ValueError out of range."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected an integer, got bool")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}") from None
+    if number < low or (high is not None and number > high):
+        span = f"{low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name}: expected an integer in {span}, got {number}")
+    return number
+
+
+def expect_shape(name: str, array: np.ndarray, shape: tuple[int, ...], why: str) -> None:
+    if array.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape} ({why}), got {array.shape}")
+
+
+# -- the runtime ------------------------------------------------------------------------
+
+
+class ForgeRuntime:
+    """A handle for running certified kernels on real data; construct once, reuse.
+
+    `db`: SQLAlchemy URL (default `$FARM_DATABASE_URL`, else `$FARM_HOME/farm.db`);
+    `adapter`: FARM_ADAPTER-style spec (index or name substring); `schedules`: a JSON
+    file written by `farm export` (used instead of the database); `device`: an existing
+    `farm.gpu.Device` to share (then `adapter` is ignored).
+    """
+
+    def __init__(
+        self,
+        db: str | None = None,
+        adapter: str | None = None,
+        schedules: str | Path | None = None,
+        *,
+        device: Device | None = None,
+    ):
+        self.device = device if device is not None else Device(choose_adapter(adapter))
+        self.profile = self.device.profile
+        self.topology_hash = self.profile.topology_hash()
+        self._db = db
+        self._schedules = Path(schedules) if schedules is not None else None
+        self._candidates: list[Candidate] | None = None
+        self._lookups: dict[tuple[str, str], tuple[Schedule, str]] = {}
+        self._warned: set[tuple[str, ...]] = set()
+        if self._schedules is not None:
+            if not self._schedules.is_file():
+                raise FileNotFoundError(f"schedules: file {self._schedules} does not exist")
+            self.winners()  # a malformed file fails here, not in the first kernel call
+
+    # -- schedules ----------------------------------------------------------------------
+    def winners(self) -> list[Candidate]:
+        """Every stored winner (read once per runtime, then cached)."""
+        if self._candidates is None:
+            records, problem = load_candidates(self._db, self._schedules)
+            if problem:
+                self._warn(("source",), f"{problem}; every kernel uses its default schedule")
+            self._candidates = records
+        return self._candidates
+
+    def tuned_schedule(self, kernel: str, problem: Problem | None = None) -> tuple[Schedule, str]:
+        """The schedule a call for (`kernel`, `problem`) uses and where it came from:
+        "tuned" | "nearest" | "same-device" | "default".
+
+        `problem=None` stands for the kernel's first default problem on this adapter. A
+        winner that is invalid for `problem` is replaced by the default (source "default").
+        """
+        spec = catalog.get(kernel)
+        problem = problem if problem is not None else spec.default_problems(self.profile)[0]
+        key = (spec.name, problem.key())
+        cached = self._lookups.get(key)
+        if cached is None:
+            cached = self._lookup(spec, problem)
+            if len(self._lookups) >= _MAX_CACHED_LOOKUPS:
+                self._lookups.clear()
+            self._lookups[key] = cached
+        return cached
+
+    def _lookup(self, spec: KernelSpec, problem: Problem) -> tuple[Schedule, str]:
+        winner, source = choose_winner(self.winners(), spec, problem, self.profile)
+        if winner is None:
+            default = self._default_for(spec, problem)
+            self._warn(
+                (spec.name, problem.key()),
+                f"{spec.name} {problem}: no tuned winner for this adapter; using the default schedule {default}",
+            )
+            return default, "default"
+        schedule = Schedule.from_key(winner.schedule_key)
+        reason = self._invalid_reason(spec, schedule, problem)
+        if reason:
+            default = self._default_for(spec, problem)
+            self._warn(
+                (spec.name, problem.key()),
+                f"{spec.name} {problem}: {source} schedule {schedule} is invalid here ({reason}); "
+                f"using the default {default}",
+            )
+            return default, "default"
+        if source != "tuned":
+            self._warn(
+                (spec.name, problem.key()),
+                f"{spec.name} {problem}: no winner tuned for this problem on this adapter; "
+                f"using the {source} winner tuned for {winner.problem_key}: {schedule}",
+            )
+        return schedule, source
+
+    def _default_for(self, spec: KernelSpec, problem: Problem) -> Schedule:
+        """`spec.default`, or, when that can't run `problem` (e.g. recurrent with a large L),
+        the first valid schedule of the space. Not for kernels whose result depends on the
+        schedule (topk's block size): there the default stands and the call reports why."""
+        if spec.name in SCHEDULE_DEFINES_RESULT or not self._invalid_reason(spec, spec.default, problem):
+            return spec.default
+        return next((s for s in spec.schedules() if not self._invalid_reason(spec, s, problem)), spec.default)
+
+    def _invalid_reason(self, spec: KernelSpec, schedule: Schedule, problem: Problem) -> str:
+        try:
+            spec.check(schedule, problem, self.profile)
+        except InvalidSchedule as exc:
+            return exc.reason
+        except (KeyError, ValueError) as exc:
+            return str(exc)
+        return ""
+
+    def _warn(self, key: tuple[str, ...], message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message)
+
+    # -- the one path to the GPU ---------------------------------------------------------
+    def _run(
+        self, kernel: str, dims: dict[str, int], inputs: dict[str, np.ndarray], schedule: Schedule | None = None
+    ) -> dict[str, np.ndarray]:
+        """Check buffer limits, then `farm.launch.run` with the tuned (or given) schedule."""
+        self._check_input_limits(kernel, inputs)
+        spec = catalog.get(kernel)
+        problem = spec.problem(**dims)
+        if schedule is None:
+            schedule, _ = self.tuned_schedule(kernel, problem)
+        launch = spec.launch(schedule, problem, inputs)
+        self._check_output_limits(kernel, launch)
+        check_launch(spec, schedule, launch, self.profile)
+        return run(self.device, spec, schedule, problem, inputs)
+
+    def _binding_limit(self) -> int:
+        return self.profile.limit("max-storage-buffer-binding-size")
+
+    def _check_input_limits(self, kernel: str, inputs: dict[str, np.ndarray]) -> None:
+        limit = self._binding_limit()
+        for name, array in inputs.items():
+            if array.nbytes > limit:
+                raise ValueError(
+                    f"{kernel}: {name} of shape {array.shape} ({array.nbytes} bytes) exceeds this adapter's "
+                    f"max-storage-buffer-binding-size of {limit} bytes"
+                )
+
+    def _check_output_limits(self, kernel: str, launch) -> None:
+        limit = self._binding_limit()
+        for arg in launch.args:
+            if arg.output and arg.nbytes > limit:
+                raise ValueError(
+                    f"{kernel}: output {arg.name} of shape {arg.shape} ({arg.nbytes} bytes) exceeds this "
+                    f"adapter's max-storage-buffer-binding-size of {limit} bytes"
+                )
+
+    # -- kernels ------------------------------------------------------------------------
+    def gemv(self, a: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """y = a · x for float32 `a` (m, n) and `x` (n,); returns float32 (m,)."""
+        a = as_array("a", a, (np.float32,), (2,))
+        x = as_array("x", x, (np.float32,), (1,))
+        m, n = a.shape
+        expect_shape("x", x, (n,), f"a has {n} columns")
+        return self._run("gemv", {"m": m, "n": n}, {"a": a, "x": x})["y"]
+
+    def topk(self, x: np.ndarray, k: int) -> np.ndarray:
+        """Per-block top-k of float32 `x` (n,): for each block of `block_size` elements
+        (block_size = the tuned schedule's workgroup_size, see `tuned_schedule("topk", ...)`),
+        its k largest values descending, concatenated block by block: shape
+        (ceil(n / block_size) * k,). The tail block is padded with -FLT_MAX; NaN sorts above
+        +Inf and comes back as the canonical NaN (see farm.catalog.topk)."""
+        x = as_array("x", x, (np.float32,), (1,))
+        spec = catalog.get("topk")
+        k = as_count("k", k, 1, max(spec.space["workgroup_size"]))
+        problem = spec.problem(n=x.shape[0], k=k)
+        schedule, _ = self.tuned_schedule("topk", problem)
+        if k > schedule.workgroup_size:
+            raise ValueError(f"k: expected an integer in 1..{schedule.workgroup_size} (block_size), got {k}")
+        return self._run("topk", problem.as_dict(), {"x": x}, schedule)["out"]
+
+    def ternary_gemv(self, x: np.ndarray, packed_w: np.ndarray, scale: np.ndarray, m: int, k: int) -> np.ndarray:
+        """out[o] = scale[o] * Σ_{i<k} t(w[o][i]) * x[i] for o < m; returns float32 (m,).
+
+        `packed_w`: uint32 2-bit codes, 16 per word, low bits first (0→0, 1→+1, 2→−1,
+        3→0), m rows of ceil(k/16) words, as (m, ceil(k/16)) or flat (m*ceil(k/16),)
+        (`farm.catalog.ternary_gemv.pack_codes` builds it). `x`: float32 (k,);
+        `scale`: float32 (m,)."""
+        m = as_count("m", m)
+        k = as_count("k", k)
+        x = as_array("x", x, (np.float32,), (1,))
+        packed_w = as_array("packed_w", packed_w, (np.uint32,), (1, 2))
+        scale = as_array("scale", scale, (np.float32,), (1,))
+        words = -(-k // 16)
+        expect_shape("x", x, (k,), f"k={k}")
+        expect_shape("scale", scale, (m,), f"m={m}")
+        want = (m, words) if packed_w.ndim == 2 else (m * words,)
+        expect_shape("packed_w", packed_w, want, f"m={m} rows of ceil(k/16)={words} words")
+        inputs = {"x": x, "w_packed": packed_w.reshape(-1), "scale": scale}
+        return self._run("ternary_gemv", {"m": m, "k": k}, inputs)["out"]
+
+    def recurrent_attention(
+        self,
+        query: np.ndarray,
+        value: np.ndarray,
+        rho: np.ndarray | None = None,
+        decay: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Fused recurrent linear attention over all T steps; returns (context [B,H,T,E], rho [B,H,L,E]).
+
+        For t in order: context[b,h,t] = Σ_l rho[b,h,l] · query[b,h,t,l] (state before the
+        update), then rho = (rho + query[b,h,t,:,None] · value[b,vh,t]) · decay[h].
+        `query` float32 [B,H,T,L]; `value` float32 [B,VH,T,E] with VH = 1 (shared by all
+        heads) or H; `rho` float32 [B,H,L,E] (zeros when None); `decay` float32 [H] (no
+        decay when None)."""
+        query = as_array("query", query, (np.float32,), (4,))
+        value = as_array("value", value, (np.float32,), (4,))
+        b, h, t, l_dim = query.shape
+        vh, e = value.shape[1], value.shape[3]
+        if vh not in (1, h):
+            raise ValueError(
+                f"value: expected shape ({b}, 1 or {h}, {t}, E) for query {query.shape}, got {value.shape}"
+            )
+        expect_shape("value", value, (b, vh, t, e), f"[B,VH,T,E] with B={b}, T={t} from query")
+        inputs = {"query": query, "value": value}
+        if rho is not None:
+            inputs["rho"] = as_array("rho", rho, (np.float32,), (4,))
+            expect_shape("rho", inputs["rho"], (b, h, l_dim, e), "[B,H,L,E] from query and value")
+        if decay is not None:
+            inputs["decay"] = as_array("decay", decay, (np.float32,), (1,))
+            expect_shape("decay", inputs["decay"], (h,), f"[H] with H={h}")
+        dims = {"B": b, "H": h, "VH": vh, "T": t, "L": l_dim, "E": e}
+        out = self._run("recurrent", dims, inputs)
+        return out["context"], out["rho"]
+
+    def gemm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """c = a · b for float32 `a` (m, k) and `b` (k, n); returns float32 (m, n)."""
+        a = as_array("a", a, (np.float32,), (2,))
+        b = as_array("b", b, (np.float32,), (2,))
+        m, k = a.shape
+        if b.shape[0] != k:
+            raise ValueError(f"b: expected shape ({k}, n) since a has {k} columns, got {b.shape}")
+        n = b.shape[1]
+        return self._run("gemm", {"m": m, "k": k, "n": n}, {"a": a, "b": b})["c"]
+
+    def p64_project(self, records: np.ndarray | bytes, weights: np.ndarray) -> np.ndarray:
+        """out[r] = Σ_{w<16} weights[w] * f32(word[r][w]) over n P64 records; returns float32 (n,).
+
+        `records`: uint32 (n, 16), uint64 (n, 8) (each u64 field is two little-endian u32
+        words, low word first), or bytes-like of n*64 bytes (little-endian u32 words).
+        `weights`: float32 (16,)."""
+        if isinstance(records, (bytes, bytearray, memoryview)):
+            raw = bytes(records)
+            if not raw or len(raw) % 64:
+                raise ValueError(f"records: expected n*64 bytes with n >= 1, got {len(raw)} bytes")
+            words = np.frombuffer(raw, dtype="<u4").reshape(-1, 16)
+        else:
+            array = as_array("records", records, (np.uint32, np.uint64), (2,))
+            per_record = 16 if array.dtype == np.uint32 else 8
+            expect_shape("records", array, (array.shape[0], per_record), f"{per_record} {array.dtype} words per record")
+            self._check_input_limits("p64_project", {"records": array})
+            words = array if per_record == 16 else array.astype("<u8", copy=False).view("<u4").reshape(-1, 16)
+        weights = as_array("weights", weights, (np.float32,), (1,))
+        expect_shape("weights", weights, (16,), "one weight per record word")
+        return self._run("p64_project", {"n": words.shape[0]}, {"records": words, "weights": weights})["out"]
+
+    def fft(self, signal: np.ndarray) -> np.ndarray:
+        """Forward DFT over the last axis, batched over the leading ones (matches numpy.fft.fft).
+
+        `signal`: complex64 (..., n), returned as complex64 (..., n); or interleaved
+        float32 (..., 2n) (real, imaginary pairs), returned in the same form. n must be
+        a power of two, 2 <= n <= min(1024, max-compute-invocations-per-workgroup)."""
+        signal = as_array("signal", signal, (np.complex64, np.float32), tuple(range(1, 33)))
+        complex_input = signal.dtype == np.complex64
+        last = signal.shape[-1]
+        if not complex_input and last % 2:
+            raise ValueError(
+                f"signal: expected interleaved float32 (..., 2n) with an even last axis, got shape {signal.shape}"
+            )
+        n = last if complex_input else last // 2
+        max_n = min(1024, self.profile.limit("max-compute-invocations-per-workgroup"))
+        if n < 2 or n > max_n or n & (n - 1):
+            form = "n" if complex_input else "2n"
+            raise ValueError(
+                f"signal: expected a last axis of {form} with n a power of two in 2..{max_n}, "
+                f"got shape {signal.shape} (n={n})"
+            )
+        batch = signal.size // last
+        self._check_input_limits("fft", {"signal": signal})
+        points = np.ascontiguousarray(signal).view(np.float32)
+        y = self._run("fft", {"n": n, "batch": batch}, {"x": points.reshape(batch, n, 2)})["y"]
+        if complex_input:
+            return y.reshape(-1).view(np.complex64).reshape(signal.shape)
+        return y.reshape(signal.shape)

@@ -1,0 +1,158 @@
+"""Search strategies: plain functions over (space, evaluate, budget, rng).
+
+`evaluate(batch of Schedule) -> list[TrialResult]` runs a batch (on however many workers)
+and returns one result per schedule; failures come back as results with a non-ok status
+and count as infinitely slow. The `Budget` is one object shared with the caller: a
+strategy may not evaluate more schedules than it has left, and `spend` raises when asked
+to. Every strategy returns all the results it evaluated, in evaluation order, and is
+deterministic given `rng` and the results it gets back (which is what makes a resumed
+campaign, replaying recorded results, follow the same path).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from farm.schedule import Schedule
+from farm.trial import TrialResult
+
+Evaluate = Callable[[list[Schedule]], list[TrialResult]]
+
+
+class BudgetSpent(RuntimeError):
+    """A strategy asked for more trials than the budget has left."""
+
+
+@dataclass
+class Budget:
+    """At most `max_trials` schedules evaluated (None = no limit)."""
+
+    max_trials: int | None = None
+    spent: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_trials is not None and self.max_trials < 1:
+            raise ValueError(f"budget must be >= 1 trials, got {self.max_trials}")
+
+    @property
+    def remaining(self) -> int:
+        return sys.maxsize if self.max_trials is None else self.max_trials - self.spent
+
+    def spend(self, count: int) -> None:
+        if count > self.remaining:
+            raise BudgetSpent(f"asked for {count} trials with {self.remaining} of {self.max_trials} left")
+        self.spent += count
+
+
+def _evaluate(batch: list[Schedule], evaluate: Evaluate, budget: Budget) -> list[TrialResult]:
+    budget.spend(len(batch))
+    results = evaluate(batch)
+    if len(results) != len(batch):
+        raise ValueError(f"evaluate returned {len(results)} results for {len(batch)} schedules")
+    return results
+
+
+def exhaustive(space: list[Schedule], evaluate: Evaluate, budget: Budget, rng: random.Random | None = None):
+    """Every schedule in space order (the first `budget.remaining` of them), as one batch."""
+    batch = space[: min(len(space), budget.remaining)]
+    return _evaluate(batch, evaluate, budget) if batch else []
+
+
+def random_search(space: list[Schedule], evaluate: Evaluate, budget: Budget, rng: random.Random):
+    """A uniform sample without replacement of `budget.remaining` schedules, as one batch."""
+    batch = rng.sample(space, min(len(space), budget.remaining))
+    return _evaluate(batch, evaluate, budget) if batch else []
+
+
+def model_based(
+    space: list[Schedule],
+    evaluate: Evaluate,
+    budget: Budget,
+    rng: random.Random,
+    batch_size: int = 8,
+    explore: float = 0.2,
+) -> list[TrialResult]:
+    """A k-nearest-neighbour surrogate over log2 knob values.
+
+    A random quarter of the budget (at least 4) seeds the model; then each round predicts
+    log(time) for every unevaluated schedule from its nearest evaluated neighbours
+    (failures count as slower than the slowest success, so the model learns the invalid
+    regions), takes the `batch_size` best predictions (an `explore` share of each batch
+    is drawn at random), evaluates them, and refits.
+    """
+    total = min(len(space), budget.remaining)
+    if total <= 0:
+        return []
+    features = knob_features(space)
+    order = list(range(len(space)))
+    rng.shuffle(order)
+    seed_count = min(total, max(4, total // 4))
+    seen: list[int] = order[:seed_count]
+    results = _evaluate([space[i] for i in seen], evaluate, budget)
+    while len(seen) < total:
+        size = min(batch_size, total - len(seen))
+        picks = _propose(features, seen, results, size, explore, rng)
+        results += _evaluate([space[i] for i in picks], evaluate, budget)
+        seen += picks
+    return results
+
+
+def _propose(
+    features: np.ndarray, seen: list[int], results: list[TrialResult], size: int, explore: float, rng: random.Random
+) -> list[int]:
+    targets = _targets(results)
+    seen_set = set(seen)
+    candidates = np.array([i for i in range(len(features)) if i not in seen_set])
+    predicted = knn_predict(features[seen], targets, features[candidates])
+    ranked = [int(c) for c in candidates[np.argsort(predicted, kind="stable")]]
+    random_count = min(size - 1, int(round(size * explore))) if size > 1 else 0
+    picks = ranked[: size - random_count]
+    rest = [c for c in ranked if c not in set(picks)]
+    picks += rng.sample(rest, min(random_count, len(rest)))
+    return picks
+
+
+def _targets(results: list[TrialResult]) -> np.ndarray:
+    """log(median time) per result; failures at log(4x) the slowest success."""
+    times = [math.log(r.median_ns) for r in results if r.ok and r.median_ns]
+    penalty = (max(times) if times else 0.0) + math.log(4.0)
+    return np.array([math.log(r.median_ns) if r.ok and r.median_ns else penalty for r in results])
+
+
+def knob_features(space: list[Schedule]) -> np.ndarray:
+    """One row per schedule: log2(1 + knob value) per knob name, scaled to [0, 1]."""
+    names = sorted({name for s in space for name in s.as_dict()})
+    raw = np.array([[math.log2(1 + max(s.get(n, 0), 0)) for n in names] for s in space], dtype=np.float64)
+    span = raw.max(axis=0) - raw.min(axis=0)
+    span[span == 0] = 1.0
+    return (raw - raw.min(axis=0)) / span
+
+
+def knn_predict(known: np.ndarray, targets: np.ndarray, query: np.ndarray, k: int = 5) -> np.ndarray:
+    """Inverse-distance-weighted mean of the `k` nearest known targets for each query row."""
+    k = min(k, len(known))
+    distances = np.sqrt(((query[:, None, :] - known[None, :, :]) ** 2).sum(axis=2))
+    nearest = np.argsort(distances, axis=1, kind="stable")[:, :k]
+    d = np.take_along_axis(distances, nearest, axis=1)
+    weights = 1.0 / (d + 1e-3)
+    return (weights * targets[nearest]).sum(axis=1) / weights.sum(axis=1)
+
+
+STRATEGIES: dict[str, Callable[..., list[TrialResult]]] = {
+    "exhaustive": exhaustive,
+    "random": random_search,
+    "model": model_based,
+}
+
+
+def strategy(name: str) -> Callable[..., list[TrialResult]]:
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise ValueError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}") from None

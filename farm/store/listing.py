@@ -1,0 +1,38 @@
+"""Text tables of what is stored, for `farm winners` and the end of `farm tune`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from farm.store.records import WinnerRecord
+
+
+def format_winners(records: Sequence[WinnerRecord], current_source_hash: Callable[[str], str | None]) -> str:
+    """A fixed-width table: kernel, problem, schedule, median, default, speedup, topology, stale.
+
+    `current_source_hash(kernel)` gives the catalog's hash now (None for a kernel the
+    catalog doesn't know); a winner tuned against another source is marked stale.
+    """
+    if not records:
+        return "no winners stored yet: run `farm tune` first"
+    header = ("kernel", "problem", "schedule", "median_us", "default_us", "speedup", "topology", "device", "stale")
+    rows = [header] + [_winner_cells(r, current_source_hash(r.kernel)) for r in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _winner_cells(record: WinnerRecord, current: str | None) -> tuple[str, ...]:
+    stale = "unknown kernel" if current is None else ("yes" if record.is_stale(current) else "no")
+    return (
+        record.kernel,
+        record.problem_key,
+        str(record.schedule),
+        f"{record.median_ns / 1000:.2f}",
+        "-" if record.default_median_ns is None else f"{record.default_median_ns / 1000:.2f}",
+        "-" if record.speedup is None else f"{record.speedup:.2f}x",
+        record.topology_hash[:12],
+        record.device_name,
+        stale,
+    )

@@ -1,0 +1,108 @@
+"""Alembic, driven from code: the same migrations from a checkout (db/migrations) and an
+installed package (farm.migrations), with no alembic.ini needed.
+
+Upgrades are serialized between processes that start at once: a PostgreSQL
+transaction-level advisory lock, or an exclusive `flock` on `<db file>.migrate-lock`
+for SQLite. The loser waits, then finds the schema already at head and does nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, text
+
+from farm.store.database import create_store_engine, database_url, normalize_url, sqlite_path
+
+# Any fixed 64-bit number works; it only has to be the same in every farm process.
+PG_MIGRATION_LOCK_KEY = 0x6661726D_6D696772  # "farmmigr"
+
+
+def migrations_dir() -> Path:
+    """The directory holding env.py and versions/: the installed `farm.migrations` package, or
+    db/migrations when farm runs from a source tree that was never installed (PYTHONPATH=.)."""
+    try:
+        import farm.migrations
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[2] / "db" / "migrations"
+    return Path(farm.migrations.__file__).resolve().parent
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """An Alembic Config built in code, pointing at the packaged migrations and `database_url(url)`."""
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    config.set_main_option("sqlalchemy.url", database_url(url).replace("%", "%%"))
+    return config
+
+
+def head_revision() -> str:
+    heads = ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads()
+    if len(heads) != 1:
+        raise RuntimeError(f"migrations have {len(heads)} heads ({heads}); merge them into one")
+    return heads[0]
+
+
+def upgrade(url: str | None = None, revision: str = "head", engine: Engine | None = None) -> None:
+    """Migrate the database at `url` up to `revision` (default: the newest)."""
+    _run_locked(url, engine, lambda config: command.upgrade(config, revision))
+
+
+def downgrade(url: str | None = None, revision: str = "-1", engine: Engine | None = None) -> None:
+    """Migrate the database at `url` down to `revision` ("base" drops every farm table)."""
+    _run_locked(url, engine, lambda config: command.downgrade(config, revision))
+
+
+def current(url: str | None = None, engine: Engine | None = None) -> str | None:
+    """The revision the database is at, or None when it was never migrated."""
+    own = engine is None
+    engine = engine or create_store_engine(database_url(url))
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        if own:
+            engine.dispose()
+
+
+def _run_locked(url: str | None, engine: Engine | None, action: Callable[[Config], None]) -> None:
+    resolved = database_url(url)
+    own = engine is None
+    engine = engine or create_store_engine(resolved)
+    try:
+        with _migration_lock(resolved), engine.begin() as connection:
+            _lock_postgres(connection)
+            config = alembic_config(resolved)
+            config.attributes["connection"] = connection
+            action(config)
+    finally:
+        if own:
+            engine.dispose()
+
+
+def _lock_postgres(connection: Connection) -> None:
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK_KEY})
+
+
+@contextmanager
+def _migration_lock(url: str) -> Iterator[None]:
+    """An exclusive file lock beside a SQLite database file; nothing for other databases."""
+    path = sqlite_path(normalize_url(url))
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".migrate-lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

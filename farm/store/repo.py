@@ -1,0 +1,302 @@
+"""Repository functions: every query the farm, runtime and dashboard run lives here.
+
+Reads return plain dicts (one per row, column names as keys) or `WinnerRecord`s; writes
+are short transactions retried on lock errors (`write_transaction`). Timestamps are
+timezone-aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, func, select, update
+from sqlalchemy.sql import Select
+
+from farm.schedule import Status
+from farm.store.database import Store
+from farm.store.models import CAMPAIGN_STATUSES, Campaign, Topology, Trial, Winner, utcnow
+from farm.store.records import WinnerRecord
+from farm.store.transactions import dialect_insert, write_transaction
+from farm.trial import TrialResult
+
+if TYPE_CHECKING:
+    from farm.gpu import HardwareProfile
+
+TRIAL_KEY = ("topology_hash", "kernel", "source_hash", "problem", "schedule")
+WINNER_KEY = ("topology_hash", "kernel", "problem")
+INSERT_CHUNK = 500  # rows per INSERT statement: well under SQLite's and PostgreSQL's bind limits
+
+
+# ---------------------------------------------------------------- topologies
+
+
+@write_transaction
+def upsert_topology(store: Store, profile: HardwareProfile) -> str:
+    """Record an adapter's profile under its topology hash (first one wins); returns the hash."""
+    topology_hash = profile.topology_hash()
+    row = {
+        "hash": topology_hash,
+        "device_name": profile.device_name,
+        "backend": profile.backend,
+        "adapter_type": profile.adapter_type,
+        "vendor_id": profile.vendor_id,
+        "device_id": profile.device_id,
+        "driver_description": profile.driver_description,
+        "profile_json": profile.to_dict(),
+        "first_seen": utcnow(),
+    }
+    stmt = dialect_insert(store, Topology.__table__).values(row).on_conflict_do_nothing(index_elements=["hash"])
+    with store.engine.begin() as conn:
+        conn.execute(stmt)
+    return topology_hash
+
+
+def topologies(store: Store) -> list[dict]:
+    """Every known topology, oldest first; `profile_json` is the HardwareProfile as a dict."""
+    return fetch_rows(store, select(Topology.__table__).order_by(Topology.first_seen, Topology.hash))
+
+
+def require_topologies(conn: Connection, hashes: set[str]) -> None:
+    known = set(conn.scalars(select(Topology.hash).where(Topology.hash.in_(sorted(hashes)))))
+    missing = sorted(hashes - known)
+    if missing:
+        raise ValueError(f"unknown topology hash(es) {missing}: call upsert_topology(store, profile) first")
+
+
+# ---------------------------------------------------------------- campaigns
+
+
+@write_transaction
+def start_campaign(store: Store, command: str, strategy: str, budget: int | None, reps: int, total: int) -> int:
+    """Create a running campaign and return its id."""
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    if total < 0:
+        raise ValueError(f"total must be >= 0, got {total}")
+    if budget is not None and budget < 1:
+        raise ValueError(f"budget must be >= 1 or None, got {budget}")
+    row = Campaign.__table__.insert().values(
+        started_at=utcnow(),
+        status="running",
+        command=command,
+        strategy=strategy,
+        budget=budget,
+        reps=reps,
+        host=socket.gethostname(),
+        total=total,
+        done=0,
+        failures=0,
+    )
+    with store.engine.begin() as conn:
+        return int(conn.execute(row).inserted_primary_key[0])
+
+
+@write_transaction
+def update_campaign(store: Store, campaign_id: int, done: int, failures: int) -> None:
+    """Set a campaign's progress counters (absolute values, not increments)."""
+    if done < 0 or failures < 0 or failures > done:
+        raise ValueError(f"need 0 <= failures <= done, got done={done} failures={failures}")
+    _update_campaign(store, campaign_id, done=done, failures=failures)
+
+
+@write_transaction
+def finish_campaign(store: Store, campaign_id: int, status: str) -> None:
+    """Mark a campaign `done` or `failed` and stamp finished_at."""
+    if status not in CAMPAIGN_STATUSES or status == "running":
+        raise ValueError(f"finish status must be 'done' or 'failed', got {status!r}")
+    _update_campaign(store, campaign_id, status=status, finished_at=utcnow())
+
+
+def _update_campaign(store: Store, campaign_id: int, **values: Any) -> None:
+    stmt = update(Campaign).where(Campaign.id == campaign_id).values(**values)
+    with store.engine.begin() as conn:
+        if conn.execute(stmt).rowcount != 1:
+            raise ValueError(f"no campaign with id {campaign_id!r}")
+
+
+def campaigns(store: Store, limit: int | None = None) -> list[dict]:
+    """Campaigns, newest first."""
+    return fetch_rows(store, _paged(select(Campaign.__table__).order_by(Campaign.id.desc()), limit, 0))
+
+
+def campaign(store: Store, campaign_id: int) -> dict:
+    """One campaign as a dict; ValueError when the id is unknown."""
+    rows = fetch_rows(store, select(Campaign.__table__).where(Campaign.id == campaign_id))
+    if not rows:
+        raise ValueError(f"no campaign with id {campaign_id!r}")
+    return rows[0]
+
+
+# ---------------------------------------------------------------- trials
+
+
+@write_transaction
+def record_trials(store: Store, campaign_id: int | None, results: Sequence[TrialResult]) -> int:
+    """Insert trials, skipping trial keys already stored; returns how many rows were new.
+
+    Idempotent (INSERT .. ON CONFLICT DO NOTHING on the trial key), so concurrent
+    campaigns writing the same keys lose nothing and duplicate nothing. Rows go in key
+    order, which keeps two PostgreSQL writers from deadlocking on each other's keys.
+    """
+    rows = _trial_rows(campaign_id, results)
+    if not rows:
+        return 0
+    inserted = 0
+    with store.engine.begin() as conn:
+        require_topologies(conn, {row["topology_hash"] for row in rows})
+        for start in range(0, len(rows), INSERT_CHUNK):
+            chunk = rows[start : start + INSERT_CHUNK]
+            stmt = dialect_insert(store, Trial.__table__).values(chunk).on_conflict_do_nothing(index_elements=TRIAL_KEY)
+            inserted += len(conn.execute(stmt.returning(Trial.id)).all())  # rowcount is -1 on psycopg
+    return inserted
+
+
+def _trial_rows(campaign_id: int | None, results: Iterable[TrialResult]) -> list[dict]:
+    by_key: dict[tuple, dict] = {}
+    for index, result in enumerate(results):
+        if not isinstance(result, TrialResult):
+            raise TypeError(f"results[{index}] is {type(result).__name__}, expected TrialResult")
+        row = result.as_row()
+        row["campaign_id"] = campaign_id
+        row["finished_at"] = datetime.fromtimestamp(row["finished_at"], UTC)
+        row = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        by_key.setdefault(tuple(row[k] for k in TRIAL_KEY), row)
+    return [by_key[key] for key in sorted(by_key)]
+
+
+def recorded_schedules(
+    store: Store, topology_hash: str, kernel: str, source_hash: str, problem_key: str
+) -> dict[str, dict]:
+    """Trials already stored for one (topology, kernel, source, problem), by schedule key: resume skips these."""
+    stmt = select(Trial.__table__).where(
+        Trial.topology_hash == topology_hash,
+        Trial.kernel == kernel,
+        Trial.source_hash == source_hash,
+        Trial.problem == problem_key,
+    )
+    return {row["schedule"]: row for row in fetch_rows(store, stmt)}
+
+
+def trials(
+    store: Store,
+    topology: str | None = None,
+    kernel: str | None = None,
+    status: str | None = None,
+    campaign: int | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[dict]:
+    """Stored trials matching every given filter, in insertion order, one page at a time."""
+    stmt = _trial_filters(select(Trial.__table__), topology, kernel, status, campaign).order_by(Trial.id)
+    return fetch_rows(store, _paged(stmt, limit, offset))
+
+
+def count_trials(
+    store: Store,
+    topology: str | None = None,
+    kernel: str | None = None,
+    status: str | None = None,
+    campaign: int | None = None,
+) -> int:
+    """How many trials `trials(...)` with the same filters would return without a limit (for paging)."""
+    stmt = _trial_filters(select(func.count()).select_from(Trial), topology, kernel, status, campaign)
+    with store.engine.connect() as conn:
+        return int(conn.scalar(stmt))
+
+
+def trial_status_counts(
+    store: Store, topology: str | None = None, kernel: str | None = None, campaign: int | None = None
+) -> dict[str, int]:
+    """Trials per status (only statuses that occur), e.g. {"ok": 40, "invalid_schedule": 3}."""
+    stmt = _trial_filters(select(Trial.status, func.count()), topology, kernel, None, campaign).group_by(Trial.status)
+    with store.engine.connect() as conn:
+        return {status: int(n) for status, n in conn.execute(stmt).all()}
+
+
+def _trial_filters(stmt: Select, topology: str | None, kernel: str | None, status: str | None, campaign: int | None):
+    if status is not None:
+        Status(status)  # ValueError naming the bad status
+        stmt = stmt.where(Trial.status == status)
+    if topology is not None:
+        stmt = stmt.where(Trial.topology_hash == topology)
+    if kernel is not None:
+        stmt = stmt.where(Trial.kernel == kernel)
+    if campaign is not None:
+        stmt = stmt.where(Trial.campaign_id == campaign)
+    return stmt
+
+
+# ---------------------------------------------------------------- winners
+
+
+@write_transaction
+def save_winner(store: Store, record: WinnerRecord) -> None:
+    """Store the winner for (topology, kernel, problem), replacing the previous one."""
+    if not (isinstance(record.median_ns, int | float) and math.isfinite(record.median_ns) and record.median_ns > 0):
+        raise ValueError(f"winner median_ns must be a finite positive number, got {record.median_ns!r}")
+    values = {
+        "topology_hash": record.topology_hash,
+        "kernel": record.kernel,
+        "problem": record.problem_key,
+        "schedule": record.schedule_key,
+        "source_hash": record.source_hash,
+        "median_ns": float(record.median_ns),
+        "default_median_ns": record.default_median_ns,
+        "speedup": record.speedup,
+        "campaign_id": record.campaign_id,
+        "device_name": record.device_name,
+        "updated_at": utcnow(),
+    }
+    insert = dialect_insert(store, Winner.__table__).values(values)
+    changed = {k: insert.excluded[k] for k in values if k not in WINNER_KEY}
+    with store.engine.begin() as conn:
+        require_topologies(conn, {record.topology_hash})
+        conn.execute(insert.on_conflict_do_update(index_elements=WINNER_KEY, set_=changed))
+
+
+def winners(store: Store, kernel: str | None = None, topology: str | None = None) -> list[WinnerRecord]:
+    """Stored winners, optionally for one kernel and/or topology, ordered by kernel, problem, topology."""
+    stmt = select(Winner.__table__).order_by(Winner.kernel, Winner.problem, Winner.topology_hash)
+    if kernel is not None:
+        stmt = stmt.where(Winner.kernel == kernel)
+    if topology is not None:
+        stmt = stmt.where(Winner.topology_hash == topology)
+    return [winner_record(row) for row in fetch_rows(store, stmt)]
+
+
+def winner_record(row: dict) -> WinnerRecord:
+    return WinnerRecord(
+        topology_hash=row["topology_hash"],
+        kernel=row["kernel"],
+        problem_key=row["problem"],
+        source_hash=row["source_hash"],
+        schedule_key=row["schedule"],
+        median_ns=row["median_ns"],
+        default_median_ns=row["default_median_ns"],
+        speedup=row["speedup"],
+        campaign_id=row["campaign_id"],
+        device_name=row["device_name"],
+        updated_at=row["updated_at"],
+    )
+
+
+# ---------------------------------------------------------------- shared
+
+
+def _paged(stmt: Select, limit: int | None, offset: int) -> Select:
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0 or None, got {limit}")
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return stmt.offset(offset) if offset else stmt
+
+
+def fetch_rows(store: Store, stmt: Select) -> list[dict]:
+    with store.engine.connect() as conn:
+        return [dict(row) for row in conn.execute(stmt).mappings()]

@@ -1,0 +1,256 @@
+"""What one tuning worker does with its device, without Ray: turn jobs into trial results.
+
+`TrialBench` owns one `farm.gpu.Device` for its life. Per (kernel, problem, seed) it
+generates the inputs once, keeps them uploaded, and computes the numpy reference once;
+per trial it validates and compiles (pipelines are cached by the Device), certifies
+against the reference, then times. While one trial is being timed the next trial's
+pipeline compiles on a background thread. Failures become typed results:
+InvalidSchedule -> invalid_schedule, compile/pipeline GpuError -> compile_error, any
+other GpuError -> runtime_error, outputs outside tolerance -> wrong_result. Anything
+else is a bug in a kernel spec and propagates.
+
+`farm.cluster.GpuWorker` wraps a TrialBench in a Ray actor.
+"""
+
+from __future__ import annotations
+
+import socket
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from farm import catalog
+from farm.catalog import KernelSpec, Launch, check_launch
+from farm.gpu import Buffer, Device, GpuError, Pipeline, Timing
+from farm.launch import Prepared, compile_launch
+from farm.oracle import ErrorMetrics, certify_prepared
+from farm.schedule import InvalidSchedule, Problem, Schedule, Status
+from farm.trial import TrialKey, TrialResult
+
+
+@dataclass(frozen=True)
+class Job:
+    """One trial to run: certify `schedule` on `problem` with seed-derived inputs, then time it."""
+
+    kernel: str
+    problem: Problem
+    schedule: Schedule
+    seed: int = 0
+    warmup: int = 2
+    reps: int = 10
+
+    def __post_init__(self) -> None:
+        if self.reps < 1:
+            raise ValueError(f"job reps must be >= 1, got {self.reps}")
+        if self.warmup < 0:
+            raise ValueError(f"job warmup must be >= 0, got {self.warmup}")
+
+
+@dataclass
+class _Inputs:
+    """Generated inputs, their uploaded buffers (by array address) and the reference."""
+
+    arrays: dict[str, np.ndarray]
+    uploaded: dict[tuple[int, tuple[int, ...], str, str], Buffer]
+    outputs: dict[tuple[str, int, str], Buffer]
+    expected: dict[str, np.ndarray] | None = None
+
+
+def _array_identity(data: np.ndarray, kind: str) -> tuple[int, tuple[int, ...], str, str]:
+    return (data.__array_interface__["data"][0], data.shape, data.dtype.str, kind)
+
+
+class TrialBench:
+    """Runs jobs on one device with inputs kept uploaded; see the module docstring."""
+
+    def __init__(self, device: Device, worker_id: str = "local", compile_ahead: bool = True):
+        self.device = device
+        self.worker_id = worker_id
+        self.host = socket.gethostname()
+        self.topology_hash = device.profile.topology_hash()
+        self._inputs: dict[tuple[str, str, int], _Inputs] = {}
+        self._compiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-compile") if compile_ahead else None
+
+    # -- public API ----------------------------------------------------------------
+    def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
+        """One result per job, in order; the next job's pipeline compiles during this one's timing."""
+        results = []
+        ahead = self._compile_ahead(jobs[0]) if jobs else None
+        for index, job in enumerate(jobs):
+            current = ahead
+            ahead = self._compile_ahead(jobs[index + 1]) if index + 1 < len(jobs) else None
+            results.append(self._trial(job, current))
+        return results
+
+    def remeasure(
+        self, kernel: str, problem: Problem, schedules: list[Schedule], reps: int = 10, rounds: int = 5, seed: int = 0
+    ) -> dict[str, Timing | None]:
+        """Time `schedules` interleaved (a rotated order each round) on this device.
+
+        Returns {schedule key: Timing over the per-round medians}, None for a schedule that
+        fails to prepare or run, so drift and warm-up hit every finalist alike.
+        """
+        if rounds < 1:
+            raise ValueError(f"rounds must be >= 1, got {rounds}")
+        spec = catalog.get(kernel)
+        prepared: dict[str, Prepared] = {}
+        for schedule in schedules:
+            try:
+                prepared[schedule.key()] = self._prepare(spec, Job(kernel, problem, schedule, seed, 0, reps))
+            except (InvalidSchedule, GpuError):
+                continue
+        samples: dict[str, list[float]] = {key: [] for key in prepared}
+        failed: set[str] = set()
+        order = list(prepared)
+        for round_index in range(rounds):
+            shift = round_index % max(len(order), 1)
+            for key in order[shift:] + order[:shift]:
+                if key in failed:
+                    continue
+                try:
+                    samples[key].append(prepared[key].time(warmup=1, reps=reps).median_ns)
+                except GpuError:
+                    failed.add(key)
+        for item in prepared.values():
+            self._release_transient(item)
+        return {
+            s.key(): Timing.from_samples(samples[s.key()], "interleaved")
+            if samples.get(s.key()) and s.key() not in failed
+            else None
+            for s in schedules
+        }
+
+    def close(self) -> None:
+        if self._compiler is not None:
+            self._compiler.shutdown(wait=True)
+        for entry in self._inputs.values():
+            self.device.release(*entry.uploaded.values(), *entry.outputs.values())
+        self._inputs.clear()
+
+    # -- one trial -------------------------------------------------------------------
+    def _trial(self, job: Job, compiled: Future | None) -> TrialResult:
+        spec = catalog.get(job.kernel)
+        key = TrialKey(self.topology_hash, job.kernel, spec.source_hash(), job.problem, job.schedule)
+        try:
+            if compiled is not None:
+                compiled.result()  # re-raises the compile error, if any
+            prepared = self._prepare(spec, job)
+        except InvalidSchedule as exc:
+            return self._result(key, Status.INVALID_SCHEDULE, exc.reason)
+        except GpuError as exc:
+            status = Status.COMPILE_ERROR if exc.step in ("compile", "pipeline") else Status.RUNTIME_ERROR
+            return self._result(key, status, str(exc))
+        try:
+            return self._certify_and_time(key, prepared, job)
+        finally:
+            self._release_transient(prepared)
+
+    def _certify_and_time(self, key: TrialKey, prepared: Prepared, job: Job) -> TrialResult:
+        expected = self._expected(prepared.spec, job)
+        self._clear_outputs(prepared)
+        certification = certify_prepared(prepared, expected)
+        if not certification.ok:
+            return self._result(key, certification.status, certification.message, metrics=certification.metrics)
+        try:
+            timing = prepared.time(warmup=job.warmup, reps=job.reps)
+        except GpuError as exc:
+            return self._result(key, Status.RUNTIME_ERROR, str(exc), metrics=certification.metrics)
+        return self._result(key, Status.OK, "", timing=timing, metrics=certification.metrics)
+
+    def _result(
+        self,
+        key: TrialKey,
+        status: Status,
+        message: str,
+        timing: Timing | None = None,
+        metrics: ErrorMetrics | None = None,
+    ) -> TrialResult:
+        return TrialResult(
+            key=key,
+            status=status,
+            message=message,
+            timing=timing,
+            metrics=metrics or ErrorMetrics(),
+            host=self.host,
+            worker_id=self.worker_id,
+        )
+
+    # -- preparation with cached inputs ---------------------------------------------
+    def _compile_ahead(self, job: Job) -> Future | None:
+        """Start compiling `job`'s pipeline on the compile thread (None when disabled or invalid)."""
+        if self._compiler is None:
+            return None
+        try:
+            spec = catalog.get(job.kernel)
+            launch = self._launch(spec, job)
+        except InvalidSchedule:
+            return None  # the trial itself reports it
+        return self._compiler.submit(compile_launch, self.device, spec, job.schedule, launch)
+
+    def _launch(self, spec: KernelSpec, job: Job) -> Launch:
+        spec.check(job.schedule, job.problem, self.device.profile)
+        inputs = self._entry(spec, job).arrays
+        launch = spec.launch(job.schedule, job.problem, inputs)
+        check_launch(spec, job.schedule, launch, self.device.profile)
+        return launch
+
+    def _prepare(self, spec: KernelSpec, job: Job) -> Prepared:
+        """Like farm.launch.prepare, but input arrays the spec passes through unchanged reuse
+        buffers uploaded once per (kernel, problem, seed); outputs reuse cached buffers."""
+        launch = self._launch(spec, job)
+        pipeline: Pipeline = compile_launch(self.device, spec, job.schedule, launch)
+        entry = self._entry(spec, job)
+        buffers = [self._buffer_for(entry, arg) for arg in launch.args]
+        return Prepared(spec, job.schedule, job.problem, launch, pipeline, buffers, self.device)
+
+    def _entry(self, spec: KernelSpec, job: Job) -> _Inputs:
+        cache_key = (spec.name, job.problem.key(), job.seed)
+        entry = self._inputs.get(cache_key)
+        if entry is None:
+            entry = _Inputs(arrays=spec.generate(job.problem, job.seed), uploaded={}, outputs={})
+            self._inputs[cache_key] = entry
+        return entry
+
+    def _buffer_for(self, entry: _Inputs, arg) -> Buffer:
+        if arg.output:
+            slot = (arg.name, arg.nbytes, arg.kind)
+            if slot not in entry.outputs:
+                entry.outputs[slot] = self.device.empty(arg.nbytes, arg.kind)
+            return entry.outputs[slot]
+        if arg.data is None:
+            return _Transient.wrap(self.device.empty(arg.nbytes, arg.kind))
+        if any(arg.data is a or np.shares_memory(arg.data, a) for a in entry.arrays.values()):
+            identity = _array_identity(arg.data, arg.kind)
+            if identity not in entry.uploaded:
+                entry.uploaded[identity] = self.device.upload(arg.data, arg.kind)
+            return entry.uploaded[identity]
+        return _Transient.wrap(self.device.upload(arg.data, arg.kind))
+
+    def _expected(self, spec: KernelSpec, job: Job) -> dict[str, np.ndarray]:
+        """The reference, computed once per inputs unless the spec says it depends on the schedule."""
+        entry = self._entry(spec, job)
+        if getattr(spec, "schedule_dependent_reference", False):
+            return spec.reference(job.problem, job.schedule, entry.arrays)
+        if entry.expected is None:
+            entry.expected = spec.reference(job.problem, job.schedule, entry.arrays)
+        return entry.expected
+
+    def _clear_outputs(self, prepared: Prepared) -> None:
+        """Zero reused output buffers, so a kernel that writes nothing can't pass on stale data."""
+        encoder = self.device.device.create_command_encoder()
+        for arg, buffer in zip(prepared.launch.args, prepared.buffers, strict=True):
+            if arg.output:
+                encoder.clear_buffer(buffer.handle, 0, buffer.nbytes)
+        self.device.device.queue.submit([encoder.finish()])
+
+    def _release_transient(self, prepared: Prepared) -> None:
+        self.device.release(*(b for b in prepared.buffers if isinstance(b, _Transient)))
+
+
+class _Transient(Buffer):
+    """A per-trial buffer (params, derived data): released after the trial."""
+
+    @classmethod
+    def wrap(cls, buffer: Buffer) -> _Transient:
+        return cls(handle=buffer.handle, nbytes=buffer.nbytes, kind=buffer.kind)

@@ -1,0 +1,137 @@
+// gemm: C = A·B, row-major f32, A m×k, B k×n, C m×n.
+// Schedule knobs (template): a BM×BN tile of C per workgroup, computed by THM×THN
+// threads (WG = THM*THN), each owning a TM×TN register tile at rows ty + i*THM and
+// columns tx + j*THN (strided, so neighbouring threads touch neighbouring words:
+// coalesced C writes and conflict-free workgroup reads). BK-deep slices of A (stored
+// transposed) and B are staged in workgroup memory in NBUF buffers: with NBUF = 2 the
+// next slice is fetched into registers while the current one is multiplied, with one
+// barrier per slice. VW = 1 or 4: A and B are bound as arrays of VEC (f32 or vec4<f32>);
+// the host pads k and n to multiples of VW (zeros) so vec4 rows stay aligned. Every
+// load and store is bounds-checked. Workgroups beyond `groups` (a folded 2-D grid) exit.
+// The register tile, the staged loads and the C stores are unrolled by the host into
+// the placeholder blocks below (named scalars acc_i_j, a_next_i, b_next_i): private arrays
+// indexed in loops ended up in slow local memory on the NVIDIA Vulkan driver.
+const WG: u32 = {{WG}}u;
+const BM: u32 = {{BM}}u;
+const BN: u32 = {{BN}}u;
+const BK: u32 = {{BK}}u;
+const TM: u32 = {{TM}}u;
+const TN: u32 = {{TN}}u;
+const VW: u32 = {{VW}}u;
+const NBUF: u32 = {{NBUF}}u;
+const THM: u32 = BM / TM;
+const THN: u32 = BN / TN;
+const A_ROW_VECS: u32 = BK / VW;
+const B_ROW_VECS: u32 = BN / VW;
+const A_VECS: u32 = BM * A_ROW_VECS;
+const B_VECS: u32 = BK * B_ROW_VECS;
+
+// m, n: C's shape; kp, np: the (padded) k and n of the bound A and B; groups_n: tiles
+// along n; groups: tiles in all.
+struct Params { m: u32, n: u32, kp: u32, np: u32, groups_n: u32, groups: u32, pad0: u32, pad1: u32 }
+
+@group(0) @binding(0) var<storage, read> a: array<{{VEC}}>;
+@group(0) @binding(1) var<storage, read> b: array<{{VEC}}>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+
+var<workgroup> a_tile: array<f32, NBUF * BK * BM>;
+var<workgroup> b_tile: array<f32, NBUF * BK * BN>;
+
+// Global -> value: vector `idx` of slice `slice` of A (rows row0.., k slice*BK..), zero outside.
+fn load_a(slice: u32, row0: u32, idx: u32) -> {{VEC}} {
+    let kv = p.kp / VW;
+    let row = row0 + idx / A_ROW_VECS;
+    let kvi = slice * A_ROW_VECS + idx % A_ROW_VECS;
+    if (idx < A_VECS && row < p.m && kvi < kv) {
+        return a[row * kv + kvi];
+    }
+    return {{VEC}}();
+}
+
+// Global -> value: vector `idx` of slice `slice` of B (k slice*BK.., columns col0..), zero outside.
+fn load_b(slice: u32, col0: u32, idx: u32) -> {{VEC}} {
+    let nv = p.np / VW;
+    let krow = slice * BK + idx / B_ROW_VECS;
+    let nvi = col0 / VW + idx % B_ROW_VECS;
+    if (idx < B_VECS && krow < p.kp && nvi < nv) {
+        return b[krow * nv + nvi];
+    }
+    return {{VEC}}();
+}
+
+// Value -> workgroup buffer `buf`: A transposed (k-major), B as is.
+fn put_a(buf: u32, idx: u32, v: {{VEC}}) {
+    if (idx < A_VECS) {
+        let at = (buf * BK + (idx % A_ROW_VECS) * VW) * BM + idx / A_ROW_VECS;
+        {{PUT_A}}
+    }
+}
+
+fn put_b(buf: u32, idx: u32, v: {{VEC}}) {
+    if (idx < B_VECS) {
+        let at = (buf * BK + idx / B_ROW_VECS) * BN + (idx % B_ROW_VECS) * VW;
+        {{PUT_B}}
+    }
+}
+
+fn store_c(row: u32, col: u32, value: f32) {
+    if (row < p.m && col < p.n) {
+        c[row * p.n + col] = value;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let group = wid.x + wid.y * nwg.x;
+    if (group >= p.groups) {
+        return;
+    }
+    let row0 = (group / p.groups_n) * BM;
+    let col0 = (group % p.groups_n) * BN;
+    let tx = lid % THN;
+    let ty = lid / THN;
+    let slices = (p.kp + BK - 1u) / BK;
+    {{DECLARE}}
+
+    {
+        let slice = 0u;
+        {{FETCH}}
+        let buf = 0u;
+        {{STASH}}
+    }
+    workgroupBarrier();
+    for (var t = 0u; t < slices; t++) {
+        let more = t + 1u < slices;
+        let slice = t + 1u;
+        if (NBUF == 2u) {
+            if (more) {
+                {{FETCH}}
+            }
+            {
+                let buf = t % 2u;
+                {{MULTIPLY}}
+            }
+            if (more) {
+                let buf = slice % 2u;
+                {{STASH}}
+            }
+            workgroupBarrier();
+        } else {
+            {
+                let buf = 0u;
+                {{MULTIPLY}}
+            }
+            workgroupBarrier();
+            if (more) {
+                {{FETCH}}
+                let buf = 0u;
+                {{STASH}}
+            }
+            workgroupBarrier();
+        }
+    }
+    {{WRITE}}
+}

@@ -1,0 +1,133 @@
+//// kernel
+// recurrent: fused recurrent linear attention, one dispatch for all T steps.
+//   context[b,h,t,e] = sum_l rho[b,h,l,e] * query[b,h,t,l]      (state before the update)
+//   rho[b,h,l,e]     = (rho[b,h,l,e] + query[b,h,t,l] * value[b,vh,t,e]) * decay[h]
+// A workgroup owns one (b, h) and a block of E columns; each column's state (L rows)
+// lives in registers, split over TPC threads ("threads per column") that own rows
+// lane, lane + TPC, ... and reduce their partial context via {{REDUCE_NAME}}.
+// Knobs: WG threads, TPC threads per column, VW columns per vector (f32/vec2/vec4),
+// IPI column vectors per thread. ROWS = ceil(L / TPC) is rendered from the problem.
+// Absent rho/decay are passed as zeros/ones by the launcher (both exact).
+const WG: u32 = {{WG}}u;
+const TPC: u32 = {{TPC}}u;
+const IPI: u32 = {{IPI}}u;
+const ROWS: u32 = {{ROWS}}u;
+const SLOTS: u32 = WG / TPC;
+
+struct Params { b: u32, h: u32, vh: u32, t: u32, l: u32, ev: u32, col_blocks: u32, groups: u32 }
+
+@group(0) @binding(0) var<storage, read> query: array<f32>;
+@group(0) @binding(1) var<storage, read> value: array<{{VEC}}>;
+@group(0) @binding(2) var<storage, read> rho_in: array<{{VEC}}>;
+@group(0) @binding(3) var<storage, read> decay: array<f32>;
+@group(0) @binding(4) var<storage, read_write> context: array<{{VEC}}>;
+@group(0) @binding(5) var<storage, read_write> rho_out: array<{{VEC}}>;
+@group(0) @binding(6) var<uniform> p: Params;
+
+{{REDUCE_DECL}}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let group = wid.x + wid.y * nwg.x;
+    if (group >= p.groups) {
+        return;
+    }
+    let bh = group / p.col_blocks;
+    let blk = group % p.col_blocks;
+    let h = bh % p.h;
+    let vbh = (bh / p.h) * p.vh + h % p.vh;
+    let lane = lid % TPC;
+    let slot = lid / TPC;
+
+    var cols: array<u32, IPI>;
+    var live: array<bool, IPI>;
+    for (var i = 0u; i < IPI; i++) {
+        cols[i] = (blk * IPI + i) * SLOTS + slot;
+        live[i] = cols[i] < p.ev;
+    }
+    var r: array<{{VEC}}, ROWS * IPI>;
+    for (var k = 0u; k < ROWS; k++) {
+        let l = k * TPC + lane;
+        for (var i = 0u; i < IPI; i++) {
+            var s = {{VEC}}(0.0);
+            if (l < p.l && live[i]) {
+                s = rho_in[(bh * p.l + l) * p.ev + cols[i]];
+            }
+            r[k * IPI + i] = s;
+        }
+    }
+    let d = decay[h];
+
+    for (var t = 0u; t < p.t; t++) {
+        let qbase = (bh * p.t + t) * p.l;
+        var v: array<{{VEC}}, IPI>;
+        var acc: array<{{VEC}}, IPI>;
+        for (var i = 0u; i < IPI; i++) {
+            v[i] = value[(vbh * p.t + t) * p.ev + min(cols[i], p.ev - 1u)];
+            acc[i] = {{VEC}}(0.0);
+        }
+        for (var k = 0u; k < ROWS; k++) {
+            let l = k * TPC + lane;
+            let q = select(0.0, query[qbase + min(l, p.l - 1u)], l < p.l);
+            for (var i = 0u; i < IPI; i++) {
+                let old = r[k * IPI + i];
+                acc[i] += old * q;
+                r[k * IPI + i] = (old + q * v[i]) * d;
+            }
+        }
+{{REDUCE}}
+        if (lane == 0u) {
+            for (var i = 0u; i < IPI; i++) {
+                if (live[i]) {
+                    context[(bh * p.t + t) * p.ev + cols[i]] = acc[i];
+                }
+            }
+        }
+    }
+
+    for (var k = 0u; k < ROWS; k++) {
+        let l = k * TPC + lane;
+        for (var i = 0u; i < IPI; i++) {
+            if (l < p.l && live[i]) {
+                rho_out[(bh * p.l + l) * p.ev + cols[i]] = r[k * IPI + i];
+            }
+        }
+    }
+}
+
+//// none_decl
+//// none
+        // TPC == 1: each thread holds a whole column, nothing to reduce.
+
+//// subgroup_decl
+//// subgroup
+        // The TPC lanes of a column are adjacent in one subgroup (TPC <= 4, the
+        // smallest subgroup WebGPU allows): butterfly them, no barrier.
+        for (var s = TPC / 2u; s > 0u; s >>= 1u) {
+            for (var i = 0u; i < IPI; i++) {
+                acc[i] += subgroupShuffleXor(acc[i], s);
+            }
+        }
+
+//// workgroup_decl
+// Double-buffered by step parity, so one barrier per step suffices: a thread can only
+// overwrite this step's half after the next step's barrier, which lane 0 reaches
+// after it has read it.
+var<workgroup> partial: array<{{VEC}}, 2u * WG * IPI>;
+//// workgroup
+        let half = (t & 1u) * WG * IPI;
+        for (var i = 0u; i < IPI; i++) {
+            partial[half + lid * IPI + i] = acc[i];
+        }
+        workgroupBarrier();
+        if (lane == 0u) {
+            for (var i = 0u; i < IPI; i++) {
+                var s = {{VEC}}(0.0);
+                for (var j = 0u; j < TPC; j++) {
+                    s += partial[half + (lid + j) * IPI + i];
+                }
+                acc[i] = s;
+            }
+        }

@@ -1,0 +1,99 @@
+"""Alembic migrations: round trip on both dialects, and the models match the newest revision.
+
+Driven through Alembic's command API (pytest-alembic does not run under pytest 9).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect
+from test_store_support import store_url  # noqa: F401  (fixture)
+
+from farm.store.database import create_store_engine
+from farm.store.migrate import alembic_config, current, downgrade, head_revision, migrations_dir, upgrade
+from farm.store.models import Base
+
+FARM_TABLES = {"topologies", "campaigns", "trials", "winners", "sweep_runs", "sweep_cases", "sweep_steps"}
+
+
+def _tables(url: str) -> set[str]:
+    engine = create_store_engine(url)
+    try:
+        return set(inspect(engine).get_table_names()) - {"alembic_version"}
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_downgrade_upgrade_round_trip(store_url):  # noqa: F811
+    config = alembic_config(store_url)
+    command.upgrade(config, "head")
+    assert _tables(store_url) == FARM_TABLES
+    assert current(store_url) == head_revision()
+    command.downgrade(config, "base")
+    assert _tables(store_url) == set()
+    assert current(store_url) is None
+    command.upgrade(config, "head")
+    assert _tables(store_url) == FARM_TABLES
+    assert current(store_url) == head_revision()
+
+
+def test_locked_upgrade_and_downgrade_helpers_round_trip(store_url):  # noqa: F811
+    upgrade(store_url)
+    downgrade(store_url, "base")
+    assert _tables(store_url) == set()
+    upgrade(store_url)
+    assert _tables(store_url) == FARM_TABLES
+
+
+def test_models_match_the_newest_migration(store_url):  # noqa: F811
+    upgrade(store_url)
+    engine = create_store_engine(store_url)
+    try:
+        with engine.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
+    finally:
+        engine.dispose()
+    assert diff == []
+
+
+def test_migrations_have_one_head_and_are_found_through_the_package():
+    import farm.migrations
+
+    assert migrations_dir() == Path(farm.migrations.__file__).resolve().parent
+    assert (migrations_dir() / "env.py").exists() and (migrations_dir() / "script.py.mako").exists()
+    scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    assert scripts.get_heads() == [head_revision()]
+    assert [s.revision for s in scripts.walk_revisions()][-1] == "0001_initial"
+
+
+def test_offline_sql_renders_every_table(capsys):
+    command.upgrade(alembic_config("postgresql+psycopg://u@h/db"), "head", sql=True)
+    sql = capsys.readouterr().out
+    for table in FARM_TABLES:
+        assert f"CREATE TABLE {table}" in sql
+    assert "uq_trials_topology_hash_kernel_source_hash_problem_schedule" in sql
+
+
+def test_cli_db_commands_upgrade_report_and_downgrade(tmp_path, capsys):
+    from farm.cli import main
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["db", "upgrade", "--db", url]) == 0
+    assert capsys.readouterr().out.split()[0] == head_revision()
+    assert main(["db", "downgrade", "base", "--db", url]) == 0
+    assert "no migrations applied" in capsys.readouterr().out
+    assert _tables(url) == set()
+    assert main(["db", "current", "--db", url]) == 0
+    assert "no migrations applied" in capsys.readouterr().out
+
+
+def test_cli_db_upgrade_rejects_an_unsupported_url(capsys):
+    from farm.cli import main
+
+    assert main(["db", "upgrade", "--db", "mysql://u@h/db"]) == 2
+    assert "unsupported database 'mysql'" in capsys.readouterr().err

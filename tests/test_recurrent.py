@@ -1,0 +1,143 @@
+"""Recurrent attention: the fused catalog kernel and the op-by-op baseline against the
+float64 reference, on lavapipe-sized problems."""
+
+import numpy as np
+import pytest
+
+from farm import catalog, oracle
+from farm.catalog.recurrent import reference_recurrent, sweep_decay
+from farm.recurrent import (
+    BaselinePlan,
+    baseline_recurrent,
+    fused_recurrent,
+    stepwise_consistency,
+    strict_summary,
+)
+from farm.schedule import InvalidSchedule, Schedule, Status
+
+SPEC = catalog.get("recurrent")
+SCHEDULES = [
+    SPEC.default,
+    Schedule.of(workgroup_size=32, items_per_invocation=2, vector_width=4, threads_per_column=4, reduce=1),
+    Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=2, threads_per_column=1, reduce=0),
+    Schedule.of(workgroup_size=128, items_per_invocation=2, vector_width=1, threads_per_column=16, reduce=0),
+]
+
+
+def _inputs(heads: int, value_heads: int, with_state: bool, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((1, heads, 5, 8)).astype(np.float32)
+    v = rng.standard_normal((1, value_heads, 5, 12)).astype(np.float32)
+    rho = rng.standard_normal((1, heads, 8, 12)).astype(np.float32) if with_state else None
+    decay = sweep_decay(heads) if with_state else None
+    return q, v, rho, decay
+
+
+def test_reference_hand_checked_single_step():
+    q = np.array([[[[1.0, 2.0]]]])  # B1 H1 T1 L2
+    v = np.array([[[[3.0]]]])  # E1
+    rho = np.array([[[[10.0], [20.0]]]])
+    context, state = reference_recurrent(q, v, rho, np.array([0.5]))
+    assert context[0, 0, 0, 0] == 50.0  # 10·1 + 20·2, the state before the update
+    np.testing.assert_array_equal(state[0, 0, :, 0], [(10 + 3) * 0.5, (20 + 6) * 0.5])
+
+
+@pytest.mark.parametrize("value_heads", [1, 2], ids=["vh1", "vhH"])
+@pytest.mark.parametrize("with_state", [False, True], ids=["plain", "rho_decay"])
+def test_fused_and_baseline_match_float64_reference(device, value_heads, with_state):
+    q, v, rho, decay = _inputs(2, value_heads, with_state)
+    want_ctx, want_rho = reference_recurrent(q, v, rho, decay)
+    for got_ctx, got_rho in (
+        fused_recurrent(device, SPEC.default, q, v, rho, decay),
+        baseline_recurrent(device, q, v, rho, decay),
+    ):
+        assert got_ctx.shape == (1, 2, 5, 12) and got_rho.shape == (1, 2, 8, 12)
+        np.testing.assert_allclose(got_ctx, want_ctx, atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(got_rho, want_rho, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=str)
+def test_fused_schedules_certify(device, schedule):
+    for problem in SPEC.certify_problems():
+        result = oracle.certify(SPEC, schedule, problem, device)
+        assert result.status is Status.OK, f"{problem}: {result.message}"
+
+
+def test_decay_without_rho_starts_from_zero_state(device):
+    q, v, _, _ = _inputs(3, 1, False)
+    decay = sweep_decay(3)
+    ctx, rho = fused_recurrent(device, SPEC.default, q, v, None, decay)
+    want_ctx, want_rho = reference_recurrent(q, v, None, decay)
+    assert np.all(ctx[:, :, 0] == 0.0)  # nothing accumulated before the first step
+    np.testing.assert_allclose(rho, want_rho, atol=1e-5)
+    np.testing.assert_allclose(ctx, want_ctx, atol=1e-5)
+
+
+def test_baseline_is_one_dispatch_per_op_per_step(device):
+    q, v, rho, decay = _inputs(2, 1, True)
+    with BaselinePlan.build(device, q, v, rho, decay) as plan:
+        assert len(plan.calls) == 8 * 5
+    with BaselinePlan.build(device, q, v, rho, None) as plan:
+        assert len(plan.calls) == 7 * 5
+
+
+def test_baseline_pipelines_are_cached(device):
+    q, v, rho, decay = _inputs(2, 2, True)
+    baseline_recurrent(device, q, v, rho, decay)
+    before = device.cached_pipelines
+    baseline_recurrent(device, q, v, rho, decay)
+    assert device.cached_pipelines == before
+
+
+def test_paths_release_their_buffers(device):
+    q, v, rho, decay = _inputs(2, 1, True)
+    in_use = device.memory()["in_use"]
+    baseline_recurrent(device, q, v, rho, decay)
+    fused_recurrent(device, SPEC.default, q, v, rho, decay)
+    assert device.memory()["in_use"] == in_use
+
+
+def test_strict_pass_on_small_case(device):
+    q, v, rho, decay = _inputs(2, 1, True, seed=3)
+    steps = stepwise_consistency(device, SPEC.default, q, v, rho, decay)
+    assert [s.step for s in steps] == [0, 1, 2, 3, 4]
+    summary = strict_summary(steps)
+    assert summary["strict_pass"] is True
+    assert summary["context_max_abs"] <= 1e-3 and summary["rho_rmse_max"] <= 2e-4
+
+
+def test_strict_summary_fails_when_one_step_exceeds_a_threshold():
+    from farm.oracle import ErrorMetrics
+    from farm.recurrent import StepMetrics
+
+    ok = ErrorMetrics(1e-6, 1e-7, 1e-7, 1e-6)
+    bad_rmse = ErrorMetrics(5e-4, 3e-4, 3e-4, 1e-3)  # max_abs fine, rmse above 2e-4
+    summary = strict_summary([StepMetrics(0, ok, ok), StepMetrics(1, ok, bad_rmse)])
+    assert summary["rho_rmse_max"] == 3e-4
+    assert summary["strict_pass"] is False
+
+
+def test_bad_shapes_name_the_offending_input(device):
+    q, v, rho, _ = _inputs(2, 1, True)
+    with pytest.raises(ValueError, match=r"value shape \(1, 3, 5, 12\)"):
+        fused_recurrent(device, SPEC.default, q, np.zeros((1, 3, 5, 12), np.float32))
+    with pytest.raises(ValueError, match=r"rho must be \[B,H,L,E\].*\(1, 2, 8, 13\)"):
+        baseline_recurrent(device, q, v, np.zeros((1, 2, 8, 13), np.float32))
+    with pytest.raises(ValueError, match=r"decay must be \[H\].*\(3,\)"):
+        reference_recurrent(q, v, rho, np.ones(3))
+
+
+def test_invalid_schedules_say_which_knob(device):
+    problem = SPEC.problem(B=1, H=2, VH=1, T=5, L=8, E=12)
+    cases = {
+        "threads_per_column 3": Schedule.of(workgroup_size=64, threads_per_column=3, reduce=0),
+        "vector_width 4 must": Schedule.of(workgroup_size=64, vector_width=4, threads_per_column=1, reduce=0),
+        "subgroup reduce": Schedule.of(workgroup_size=64, threads_per_column=8, reduce=1),
+    }
+    for reason, schedule in cases.items():
+        problem_e = SPEC.problem(B=1, H=2, VH=1, T=5, L=8, E=10) if "vector" in reason else problem
+        with pytest.raises(InvalidSchedule, match=reason):
+            SPEC.check(schedule, problem_e, device.profile)
+    big_l = SPEC.problem(B=1, H=1, VH=1, T=1, L=1024, E=4)
+    with pytest.raises(InvalidSchedule, match="state floats per thread"):
+        SPEC.check(Schedule.of(workgroup_size=64, threads_per_column=1, reduce=0), big_l, device.profile)

@@ -1,0 +1,156 @@
+"""`farm sweep recurrent`: flags, case parsing, one small sweep end to end with its
+artifacts re-parsed, and the record in SQL."""
+
+import csv
+import json
+
+import pytest
+
+from farm.cli import build_parser, main
+from farm.recurrent import (
+    STEPS_HEADER,
+    SUMMARY_HEADER,
+    SweepCase,
+    SweepConfig,
+    default_cases,
+    run_case,
+    run_sweep,
+    rust_exp,
+    sweep_config_from_args,
+)
+
+# The reference sweep's summary header with raw_wgsl_* -> fused_* and core_* -> runtime_*.
+REFERENCE_HEADER = (
+    "case,embd,batch,heads,value_heads,time,latent,warmup,repetitions,extra_repetitions_applied,"
+    "sampled_gpu_utilization_pct,baseline_ms,raw_wgsl_ms,core_fused_ms,raw_speedup_x,core_speedup_x,"
+    "full_context_max_abs,full_context_mean_abs,full_context_rmse,full_context_max_rel,final_rho_max_abs,"
+    "final_rho_mean_abs,final_rho_rmse,final_rho_max_rel,step_context_max_abs,step_context_rmse_max,"
+    "step_rho_max_abs,step_rho_rmse_max,strict_consistency_pass,core_fused_mode"
+)
+RENAMES = {"raw_wgsl_ms": "fused_ms", "core_fused_ms": "runtime_ms", "raw_speedup_x": "fused_speedup_x",
+           "core_speedup_x": "runtime_speedup_x", "core_fused_mode": "runtime_mode"}
+SMALL = (SweepCase("small", 1, 2, 1, 5, 8, 12), SweepCase("small_vh", 2, 3, 3, 4, 19, 36))
+
+
+def _config(*argv: str) -> SweepConfig:
+    return sweep_config_from_args(build_parser().parse_args(["sweep", "recurrent", *argv]))
+
+
+def test_flag_defaults_match_the_issue():
+    config = _config()
+    assert (config.warmup, config.repetitions, config.extra_repetitions) == (2, 4, 3)
+    assert (config.heavy_min_embd, config.gpu_util_threshold, config.seed) == (512, 25.0, 1337)
+    assert config.allow_cpu is False and config.db is None
+    assert [c.name for c in config.cases] == [f"sweep_b1_h8_t64_l64_e{e}" for e in (96, 128, 192, 256, 384, 512,
+                                                                                      640, 768)]
+    assert {(c.batch, c.heads, c.value_heads, c.time, c.latent) for c in config.cases} == {(1, 8, 1, 64, 64)}
+    assert config.markdown_path is None and config.csv_path is None
+
+
+def test_warmup_and_repetitions_have_minimum_one():
+    config = _config("--warmup", "0", "--repetitions", "0")
+    assert (config.warmup, config.repetitions) == (1, 1)
+
+
+def test_output_dir_fills_only_missing_artifact_paths(tmp_path):
+    config = _config("--output-dir", str(tmp_path), "--artifact-csv", str(tmp_path / "mine.csv"))
+    assert config.markdown_path == str(tmp_path / "recurrent_scaling.md")
+    assert config.csv_path == str(tmp_path / "mine.csv")
+    assert config.json_path == str(tmp_path / "recurrent_scaling.json")
+    assert config.steps_csv_path == str(tmp_path / "recurrent_scaling_steps.csv")
+
+
+def test_case_flag_adds_and_replaces_by_name():
+    config = _config("--case", "sweep_b1_h8_t64_l64_e96:2,4,4,8,16,32", "--case", "tiny:1,2,1,5,8,12")
+    by_name = {c.name: c for c in config.cases}
+    assert len(config.cases) == len(default_cases()) + 1
+    assert by_name["sweep_b1_h8_t64_l64_e96"] == SweepCase("sweep_b1_h8_t64_l64_e96", 2, 4, 4, 8, 16, 32)
+    assert config.cases[0].name == "sweep_b1_h8_t64_l64_e96"  # replaced in place
+    assert config.cases[-1] == SweepCase("tiny", 1, 2, 1, 5, 8, 12)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("nocolon", "expected name:B,H,VH,T,L,E"),
+        ("x:1,2,3", "expected 6 dimensions"),
+        ("x:1,2,1,5,8,twelve", "dimensions must be integers"),
+        ("x:1,2,1,0,8,12", "every dimension must be >= 1"),
+        ("x:1,4,2,5,8,12", "VH=2 must be 1 or H=4"),
+    ],
+)
+def test_case_parse_errors_are_clear(text, message, capsys):
+    with pytest.raises(ValueError, match=message):
+        SweepCase.parse(text)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "recurrent", "--case", text])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_summary_header_is_the_reference_with_renamed_columns():
+    assert SUMMARY_HEADER.split(",") == [RENAMES.get(c, c) for c in REFERENCE_HEADER.split(",")]
+
+
+def test_rust_exponent_format():
+    assert rust_exp(1e-3, 2) == "1.00e-3"
+    assert rust_exp(0.0, 8) == "0.00000000e0"
+    assert rust_exp(123456.0, 2) == "1.23e5"
+    assert rust_exp(None, 2) == ""
+
+
+def test_run_case_refuses_cpu_adapter_without_allow_cpu(device):
+    if not device.profile.is_cpu:
+        pytest.skip("needs a CPU adapter")
+    with pytest.raises(ValueError, match="--allow-cpu"):
+        run_case(device, SMALL[0], SweepConfig(cases=SMALL))
+
+
+def test_small_sweep_writes_artifacts_that_parse_back(tmp_path, farm_home, capsys):
+    config = SweepConfig(allow_cpu=True, output_dir=str(tmp_path), warmup=1, repetitions=2, cases=SMALL)
+    report = run_sweep(config, fan_out=False)
+    printed = capsys.readouterr().out
+    markdown = (tmp_path / "recurrent_scaling.md").read_text()
+    assert markdown in printed
+    assert "strict_consistency_pass_cases: 2/2" in markdown
+    assert "| small_vh | 36 |" in markdown
+
+    with open(tmp_path / "recurrent_scaling.csv") as f:
+        header = f.readline().strip()
+        f.seek(0)
+        rows = list(csv.DictReader(f))
+    assert header == SUMMARY_HEADER
+    assert [r["case"] for r in rows] == ["small", "small_vh"]
+    assert rows[1]["value_heads"] == "3" and rows[1]["latent"] == "19" and rows[1]["embd"] == "36"
+    assert all(r["strict_consistency_pass"] == "true" for r in rows)
+    assert all(float(r["fused_ms"]) > 0 and float(r["baseline_ms"]) > 0 for r in rows)
+    assert all(r["sampled_gpu_utilization_pct"] == "" or float(r["sampled_gpu_utilization_pct"]) >= 0 for r in rows)
+
+    with open(tmp_path / "recurrent_scaling_steps.csv") as f:
+        assert f.readline().strip() == STEPS_HEADER
+        f.seek(0)
+        steps = list(csv.DictReader(f))
+    assert [(s["case"], int(s["step"])) for s in steps] == [("small", i) for i in range(5)] + [
+        ("small_vh", i) for i in range(4)
+    ]
+    assert max(float(s["context_max_abs"]) for s in steps) <= 1e-3
+
+    parsed = json.loads((tmp_path / "recurrent_scaling.json").read_text())
+    assert parsed["cases"][0]["case"] == {"name": "small", "batch": 1, "heads": 2, "value_heads": 1, "time": 5,
+                                          "latent": 8, "embd": 12}
+    assert parsed["strict_thresholds"] == {"context_max_abs": 1e-3, "context_rmse_max": 2e-4, "rho_max_abs": 1e-3,
+                                           "rho_rmse_max": 2e-4}
+    assert set(parsed["memory_before_bytes"]) == {"reserved", "in_use"}
+    assert parsed["cases"][1]["repetitions"] == 2 and parsed["cases"][1]["extra_repetitions_applied"] == 0
+    assert parsed["runtime_path_distinct"] == report["runtime_path_distinct"]
+    assert {c["runtime_mode"] for c in parsed["cases"]} <= {"measured_distinct", "runtime_path_missing"}
+
+
+def test_small_sweep_is_recorded_in_sql(tmp_path, farm_home):
+    store = pytest.importorskip("farm.store")
+    url = f"sqlite:///{tmp_path / 'sweep.db'}"
+    run_sweep(SweepConfig(allow_cpu=True, db=url, warmup=1, repetitions=1, cases=SMALL[:1]), fan_out=False)
+    opened = store.open_store(url)
+    (run,) = store.sweeps(opened)
+    assert run["cases"] == 1 and run["strict_passed"] == 1
+    assert [s["step"] for s in store.sweep_steps(opened, run["id"])] == [0, 1, 2, 3, 4]

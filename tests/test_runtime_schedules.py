@@ -1,0 +1,233 @@
+"""Where ForgeRuntime's schedule comes from: tuned → nearest → same-device → default, with a
+real SQLite database written through farm.store, stale winners skipped, one warning per
+fallback, and the `farm export` file round trip."""
+
+import dataclasses
+import logging
+
+import numpy as np
+import pytest
+
+from farm import ForgeRuntime, catalog, cli
+from farm.runtime import Candidate, choose_winner, problem_distance
+from farm.schedule import Problem, Schedule
+from farm.store import WinnerRecord, open_store, save_winner, upsert_topology, write_schedules_file
+
+GEMV = catalog.get("gemv")
+TUNED = Schedule.of(workgroup_size=128, items_per_invocation=2, vector_width=1, threads_per_row=8)
+OTHER = Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=1, threads_per_row=4)
+
+
+@pytest.fixture
+def db(tmp_path):
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    return url, open_store(url)
+
+
+def winner(profile, problem, schedule, source_hash=None, kernel="gemv"):
+    return WinnerRecord(
+        topology_hash=profile.topology_hash(),
+        kernel=kernel,
+        problem_key=problem.key(),
+        source_hash=source_hash or catalog.get(kernel).source_hash(),
+        schedule_key=schedule.key(),
+        median_ns=1000.0,
+        default_median_ns=2000.0,
+        speedup=2.0,
+        device_name=profile.device_name,
+    )
+
+
+def store_winner(store, profile, problem, schedule, **kw):
+    upsert_topology(store, profile)
+    save_winner(store, winner(profile, problem, schedule, **kw))
+
+
+def other_driver(profile):
+    """The same device under another driver: a different topology hash, the same device name."""
+    return dataclasses.replace(profile, driver_description=profile.driver_description + " (older driver)")
+
+
+def test_exact_winner_is_tuned(device, db):
+    url, store = db
+    problem = GEMV.problem(m=40, n=64)
+    store_winner(store, device.profile, problem, TUNED)
+    rt = ForgeRuntime(db=url, device=device)
+    assert rt.tuned_schedule("gemv", problem) == (TUNED, "tuned")
+    a = np.arange(40 * 64, dtype=np.float32).reshape(40, 64) / 1000
+    x = np.ones(64, np.float32)
+    np.testing.assert_allclose(rt.gemv(a, x), a.astype(np.float64) @ x, rtol=1e-5)
+
+
+def test_nearest_tuned_problem_in_log_space(device, db, caplog):
+    url, store = db
+    store_winner(store, device.profile, GEMV.problem(m=64, n=64), OTHER)
+    store_winner(store, device.profile, GEMV.problem(m=4096, n=4096), TUNED)
+    rt = ForgeRuntime(db=url, device=device)
+    with caplog.at_level(logging.WARNING, logger="farm.runtime"):
+        assert rt.tuned_schedule("gemv", GEMV.problem(m=2000, n=3000)) == (TUNED, "nearest")
+        assert rt.tuned_schedule("gemv", GEMV.problem(m=100, n=50)) == (OTHER, "nearest")
+    assert sum("nearest winner tuned for m=4096,n=4096" in r.message for r in caplog.records) == 1
+
+
+def test_same_device_under_another_driver(device, db):
+    url, store = db
+    store_winner(store, other_driver(device.profile), GEMV.problem(m=256, n=256), TUNED)
+    rt = ForgeRuntime(db=url, device=device)
+    assert rt.tuned_schedule("gemv", GEMV.problem(m=300, n=200)) == (TUNED, "same-device")
+
+
+def test_same_topology_beats_same_device(device, db):
+    url, store = db
+    problem = GEMV.problem(m=256, n=256)
+    store_winner(store, other_driver(device.profile), problem, TUNED)
+    store_winner(store, device.profile, GEMV.problem(m=8, n=8), OTHER)
+    rt = ForgeRuntime(db=url, device=device)
+    assert rt.tuned_schedule("gemv", problem) == (OTHER, "nearest")
+
+
+def test_another_device_is_never_used(device, db):
+    url, store = db
+    stranger = dataclasses.replace(device.profile, device_name="Some Other GPU", device_id=12345)
+    store_winner(store, stranger, GEMV.problem(m=256, n=256), TUNED)
+    rt = ForgeRuntime(db=url, device=device)
+    assert rt.tuned_schedule("gemv", GEMV.problem(m=256, n=256)) == (GEMV.default, "default")
+
+
+def test_stale_winner_is_skipped(device, db):
+    url, store = db
+    problem = GEMV.problem(m=256, n=256)
+    store_winner(store, device.profile, problem, TUNED, source_hash="0" * 16)  # tuned against older WGSL
+    store_winner(store, device.profile, GEMV.problem(m=512, n=512), OTHER)
+    rt = ForgeRuntime(db=url, device=device)
+    assert rt.tuned_schedule("gemv", problem) == (OTHER, "nearest")
+
+
+def test_only_stale_winners_means_default(device, db):
+    url, store = db
+    problem = GEMV.problem(m=256, n=256)
+    store_winner(store, device.profile, problem, TUNED, source_hash="0" * 16)
+    rt = ForgeRuntime(db=url, device=device)
+    assert rt.tuned_schedule("gemv", problem) == (GEMV.default, "default")
+
+
+def test_winner_invalid_for_the_call_falls_back_to_default(device, db, caplog):
+    url, store = db
+    vec4 = Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=4, threads_per_row=8)
+    store_winner(store, device.profile, GEMV.problem(m=64, n=64), vec4)
+    rt = ForgeRuntime(db=url, device=device)
+    odd = GEMV.problem(m=64, n=63)  # vector width 4 does not divide n
+    with caplog.at_level(logging.WARNING, logger="farm.runtime"):
+        assert rt.tuned_schedule("gemv", odd) == (GEMV.default, "default")
+        a = np.ones((64, 63), np.float32)
+        np.testing.assert_array_equal(rt.gemv(a, np.ones(63, np.float32)), np.full(64, 63.0))
+    assert any("vector_width 4 does not divide n=63" in r.message for r in caplog.records)
+    assert rt.tuned_schedule("gemv", GEMV.problem(m=64, n=64)) == (vec4, "tuned")
+
+
+def test_topk_winner_with_small_block_falls_back_when_k_exceeds_it(device, db):
+    url, store = db
+    topk = catalog.get("topk")
+    small = Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=1)
+    store_winner(store, device.profile, topk.problem(n=100, k=40), small, kernel="topk")
+    rt = ForgeRuntime(db=url, device=device)
+    x = np.arange(100, dtype=np.float32)
+    out = rt.topk(x, 40)  # k=40 > 32: the default block of 64 is used
+    np.testing.assert_array_equal(out[:40], np.arange(63, 23, -1))
+    assert out.shape == (80,)
+
+
+def test_empty_database_gives_defaults_with_one_warning(device, db, caplog):
+    url, _ = db
+    rt = ForgeRuntime(db=url, device=device)
+    with caplog.at_level(logging.WARNING, logger="farm.runtime"):
+        for _ in range(3):
+            rt.gemv(np.ones((2, 3), np.float32), np.ones(3, np.float32))
+    messages = [r.message for r in caplog.records]
+    assert sum("holds no winners" in m for m in messages) == 1
+    assert sum("gemv m=2,n=3: no tuned winner" in m for m in messages) == 1
+
+
+def test_unreachable_database_gives_defaults_not_an_error(device, caplog):
+    rt = ForgeRuntime(db="postgresql://farm:secret@127.0.0.1:9/farm", device=device)  # port 9: discard
+    with caplog.at_level(logging.WARNING, logger="farm.runtime"):
+        out = rt.gemv(np.ones((2, 3), np.float32), np.ones(3, np.float32))
+    np.testing.assert_array_equal(out, [3.0, 3.0])
+    assert rt.tuned_schedule("gemv", GEMV.problem(m=2, n=3)) == (GEMV.default, "default")
+    unavailable = [r.message for r in caplog.records if "unavailable" in r.message or "unreachable" in r.message]
+    assert len(unavailable) == 1 and "secret" not in unavailable[0]
+
+
+def test_default_database_comes_from_farm_home(device, farm_home):
+    store = open_store(f"sqlite:///{farm_home / 'farm.db'}")
+    problem = GEMV.problem(m=10, n=10)
+    store_winner(store, device.profile, problem, TUNED)
+    assert ForgeRuntime(device=device).tuned_schedule("gemv", problem) == (TUNED, "tuned")
+
+
+def test_winners_are_read_once_per_runtime(device, db):
+    url, store = db
+    problem = GEMV.problem(m=16, n=16)
+    rt = ForgeRuntime(db=url, device=device)
+    assert rt.tuned_schedule("gemv", problem)[1] == "default"
+    store_winner(store, device.profile, problem, TUNED)  # written after the runtime read the table
+    assert rt.tuned_schedule("gemv", GEMV.problem(m=17, n=17))[1] == "default"
+    assert ForgeRuntime(db=url, device=device).tuned_schedule("gemv", problem) == (TUNED, "tuned")
+
+
+def test_export_import_round_trip(device, db, tmp_path):
+    url, store = db
+    store_winner(store, device.profile, GEMV.problem(m=40, n=64), TUNED)
+    store_winner(
+        store,
+        device.profile,
+        catalog.get("fft").problem(n=64, batch=4),
+        Schedule.of(workgroup_size=32, items_per_invocation=2, vector_width=2),
+        kernel="fft",
+    )
+    path = tmp_path / "winners.json"
+    assert cli.main(["export", "--topology", device.profile.topology_hash(), "--out", str(path), "--db", url]) == 0
+    shipped = ForgeRuntime(schedules=path, device=device, db="postgresql://nobody@127.0.0.1:9/none")
+    assert shipped.tuned_schedule("gemv", GEMV.problem(m=40, n=64)) == (TUNED, "tuned")
+    fft_schedule, source = shipped.tuned_schedule("fft", catalog.get("fft").problem(n=64, batch=4))
+    assert (fft_schedule.items_per_invocation, fft_schedule.vector_width, source) == (2, 2, "tuned")
+    z = np.exp(2j * np.pi * np.arange(64) * 5 / 64).astype(np.complex64)[None].repeat(4, axis=0)
+    np.testing.assert_allclose(shipped.fft(z), np.fft.fft(z), atol=1e-3)
+
+
+def test_schedules_file_from_another_machine_is_never_matched(device, db, tmp_path):
+    url, store = db
+    stranger = dataclasses.replace(device.profile, device_name="Some Other GPU", device_id=12345)
+    store_winner(store, stranger, GEMV.problem(m=40, n=64), TUNED)
+    path = tmp_path / "theirs.json"
+    write_schedules_file(store, stranger.topology_hash(), path)
+    shipped = ForgeRuntime(schedules=path, device=device)
+    assert shipped.tuned_schedule("gemv", GEMV.problem(m=40, n=64)) == (GEMV.default, "default")
+
+
+def test_schedules_file_must_exist(device, tmp_path):
+    with pytest.raises(FileNotFoundError, match="absent.json"):
+        ForgeRuntime(schedules=tmp_path / "absent.json", device=device)
+
+
+def test_malformed_schedules_file_fails_at_construction(device, tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text('{"format": "something-else"}')
+    with pytest.raises(ValueError, match="farm-schedules/1"):
+        ForgeRuntime(schedules=path, device=device)
+
+
+def test_problem_distance_is_log_space_and_refuses_other_dims():
+    assert problem_distance(Problem.of(m=128, n=128), Problem.of(m=256, n=128)) == 1.0
+    assert problem_distance(Problem.of(m=4096, n=1), Problem.of(m=8192, n=1)) == 1.0
+    assert problem_distance(Problem.of(m=1, n=1), Problem.of(m=1, k=1)) == float("inf")
+
+
+def test_choose_winner_orders_sources(device):
+    profile = device.profile
+    mine = Candidate(profile.topology_hash(), "gemv", "m=8,n=8", GEMV.source_hash(), TUNED.key(), profile.device_name)
+    assert choose_winner([mine], GEMV, GEMV.problem(m=8, n=8), profile)[1] == "tuned"
+    assert choose_winner([mine], GEMV, GEMV.problem(m=9, n=8), profile)[1] == "nearest"
+    moved = dataclasses.replace(mine, topology_hash="other")
+    assert choose_winner([moved], GEMV, GEMV.problem(m=9, n=8), profile)[1] == "same-device"
+    assert choose_winner([], GEMV, GEMV.problem(m=9, n=8), profile) == (None, "default")

@@ -1,0 +1,138 @@
+"""Search strategies on a synthetic cost shaped like gemm's: register tiles and block tiles
+that interact, an invalid region (thread counts outside 64..256), and noise."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import statistics
+
+import numpy as np
+import pytest
+
+from farm.gpu import Timing
+from farm.schedule import Problem, Schedule, Status
+from farm.search import Budget, BudgetSpent, exhaustive, knn_predict, model_based, random_search, strategy
+from farm.trial import TrialKey, TrialResult
+
+PROBLEM = Problem.of(m=1024, k=1024, n=1024)
+
+
+def gemm_like_space() -> list[Schedule]:
+    space = []
+    for bm, bn, tm, tn, bk, vw, db in itertools.product(
+        (16, 32, 64, 128), (16, 32, 64, 128), (1, 2, 4, 8), (1, 2, 4, 8), (8, 16, 32), (1, 4), (0, 1)
+    ):
+        if bm % tm == 0 and bn % tn == 0:
+            space.append(
+                Schedule.of(
+                    workgroup_size=(bm // tm) * (bn // tn),
+                    vector_width=vw,
+                    tile_m=bm,
+                    tile_n=bn,
+                    reg_m=tm,
+                    reg_n=tn,
+                    tile_k=bk,
+                    double_buffer=db,
+                )
+            )
+    return space
+
+
+def gemm_like_cost(schedule: Schedule, noise: random.Random) -> float | None:
+    """ns, or None where the schedule is invalid; best near 64x64 blocks of 4x4 register tiles."""
+    threads = schedule.workgroup_size
+    if threads < 64 or threads > 256:
+        return None
+    lg = math.log2
+    distance = (
+        (lg(schedule["tile_m"]) - 6) ** 2
+        + (lg(schedule["tile_n"]) - 6) ** 2
+        + 1.5 * (lg(schedule["reg_m"]) - 2) ** 2
+        + 1.5 * (lg(schedule["reg_n"]) - 2) ** 2
+        + 0.5 * (lg(schedule["tile_k"]) - 4) ** 2
+        + 0.3 * (lg(threads) - 7) ** 2
+    )
+    speed = 1.0 + 0.6 * (schedule.vector_width == 4) + 0.2 * schedule["double_buffer"]
+    return 1e6 * math.exp(0.4 * distance) / speed * noise.uniform(0.97, 1.03)
+
+
+def synthetic_evaluate(noise: random.Random):
+    def evaluate(batch: list[Schedule]) -> list[TrialResult]:
+        out = []
+        for schedule in batch:
+            key = TrialKey("t", "gemm", "s", PROBLEM, schedule)
+            cost = gemm_like_cost(schedule, noise)
+            if cost is None:
+                out.append(TrialResult(key, Status.INVALID_SCHEDULE, "threads"))
+            else:
+                out.append(TrialResult(key, Status.OK, timing=Timing(cost, cost, cost, cost, 1, "host")))
+        return out
+
+    return evaluate
+
+
+def best_found(results: list[TrialResult]) -> float:
+    return min((r.median_ns for r in results if r.ok), default=math.inf)
+
+
+def test_model_based_beats_random_on_a_gemm_shaped_cost_at_equal_budget():
+    space = gemm_like_space()
+    optimum = min(c for s in space if (c := gemm_like_cost(s, random.Random(0))) is not None)
+    model, rand = [], []
+    for seed in range(8):
+        model.append(
+            best_found(model_based(space, synthetic_evaluate(random.Random(seed)), Budget(40), random.Random(seed)))
+        )
+        rand.append(
+            best_found(random_search(space, synthetic_evaluate(random.Random(seed)), Budget(40), random.Random(seed)))
+        )
+    print(
+        f"space {len(space)}; mean best/optimum: model {statistics.mean(model) / optimum:.2f}, "
+        f"random {statistics.mean(rand) / optimum:.2f}"
+    )
+    assert statistics.mean(model) < statistics.mean(rand)
+    assert sum(m <= r for m, r in zip(model, rand, strict=True)) >= 5
+
+
+@pytest.mark.parametrize("name", ["exhaustive", "random", "model"])
+def test_every_strategy_spends_exactly_its_budget_without_repeats(name):
+    space = gemm_like_space()
+    budget = Budget(23)
+    results = strategy(name)(space, synthetic_evaluate(random.Random(1)), budget, random.Random(1))
+    keys = [r.key.schedule.key() for r in results]
+    assert len(keys) == 23 and len(set(keys)) == 23
+    assert budget.spent == 23 and budget.remaining == 0
+
+
+def test_strategies_are_deterministic_given_the_seed_and_results():
+    space = gemm_like_space()
+    runs = [model_based(space, synthetic_evaluate(random.Random(5)), Budget(20), random.Random(7)) for _ in range(2)]
+    assert [r.key.schedule for r in runs[0]] == [r.key.schedule for r in runs[1]]
+
+
+def test_exhaustive_covers_a_small_space_in_order():
+    space = gemm_like_space()[:5]
+    results = exhaustive(space, synthetic_evaluate(random.Random(0)), Budget(None), random.Random(0))
+    assert [r.key.schedule for r in results] == space
+
+
+def test_budget_refuses_overspending_and_bad_sizes():
+    budget = Budget(3)
+    budget.spend(2)
+    with pytest.raises(BudgetSpent, match="asked for 2 trials with 1 of 3 left"):
+        budget.spend(2)
+    with pytest.raises(ValueError, match="budget must be >= 1 trials, got 0"):
+        Budget(0)
+
+
+def test_unknown_strategy_names_the_choices():
+    with pytest.raises(ValueError, match="unknown strategy 'annealing'; choose from exhaustive, random, model"):
+        strategy("annealing")
+
+
+def test_knn_predicts_the_nearest_targets():
+    known = np.array([[0.0], [1.0]])
+    predicted = knn_predict(known, np.array([10.0, 20.0]), np.array([[0.0], [1.0]]), k=1)
+    np.testing.assert_allclose(predicted, [10.0, 20.0])

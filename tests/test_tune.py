@@ -1,0 +1,111 @@
+"""Campaign planning, size parsing, progress and the winners table (no Ray needed)."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+
+import pytest
+
+from farm import catalog
+from farm.gpu import Device
+from farm.schedule import Problem, Schedule, Status
+from farm.store import WinnerRecord
+from farm.trial import TrialKey, TrialResult
+from farm.tune import CPU_BUDGET, Progress, TuneConfig, format_winners_table, parse_sizes, plan, result_from_row
+
+
+def test_parse_sizes_reads_several_kernels_and_repeats():
+    sizes = parse_sizes("gemm:m=64,k=64,n=64; gemv:m=256,n=256;gemv:m=8,n=4")
+    assert sizes == {
+        "gemm": [Problem.of(m=64, k=64, n=64)],
+        "gemv": [Problem.of(m=256, n=256), Problem.of(m=8, n=4)],
+    }
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("gemv", "'gemv' is not KERNEL:dim=value"),
+        ("gemv:m=a,n=2", "dimensions must be name=integer pairs"),
+        ("gemv:m=2", r"gemv problem needs \('m', 'n'\)"),
+        ("nope:m=2", "unknown kernel 'nope'"),
+    ],
+)
+def test_parse_sizes_names_the_bad_entry(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_sizes(text)
+
+
+def test_plan_caps_cpu_budgets_and_keeps_the_default_out_of_the_space(device):
+    profile = device.profile
+    assert profile.is_cpu
+    spec = catalog.get("gemv")
+    tasks = plan(TuneConfig(kernels=("gemv",), budget=None), "topo", profile)
+    assert [t.problem for t in tasks] == spec.default_problems(profile)
+    (task,) = tasks
+    assert spec.default not in task.space and len(task.space) == len(spec.schedules())
+    assert task.budget == CPU_BUDGET and task.capped_from == len(spec.schedules())
+    assert task.trials == 1 + CPU_BUDGET
+
+
+def test_plan_uses_given_sizes_and_small_budgets_uncapped(device):
+    config = TuneConfig(kernels=("gemv",), sizes={"gemv": [Problem.of(m=8, n=8)]}, budget=3)
+    (task,) = plan(config, "topo", device.profile)
+    assert task.problem == Problem.of(m=8, n=8) and task.budget == 3 and task.capped_from is None
+    assert task.trials == 4
+
+
+def _result(status: Status) -> TrialResult:
+    key = TrialKey("t", "gemv", "s", Problem.of(m=1, n=1), Schedule())
+    return TrialResult(key, status)
+
+
+def test_progress_writes_plain_lines_with_failures_and_resumed_counts():
+    stream = io.StringIO()
+    progress = Progress(total=3, stream=stream, every_s=3600)
+    progress.advance(_result(Status.OK), skipped=True)
+    progress.advance(_result(Status.COMPILE_ERROR))
+    progress.advance(_result(Status.OK))
+    lines = stream.getvalue().splitlines()
+    assert lines[0].endswith("1/3 trials, 0 failed, 1 resumed, ETA ?")
+    assert lines[-1].endswith("3/3 trials, 1 failed, 1 resumed, ETA 0s")
+    assert "\r" not in stream.getvalue()
+
+
+def test_winners_table_shows_median_default_and_speedup():
+    record = WinnerRecord("t", "gemv", "m=8,n=8", "s", Schedule(workgroup_size=32).key(), 2000.0, 5000.0, 2.5)
+    table = format_winners_table([record, replace(record, kernel="gemm", default_median_ns=None, speedup=None)])
+    lines = table.splitlines()
+    assert lines[0].split() == ["kernel", "problem", "schedule", "median_us", "default_us", "speedup"]
+    assert lines[2].split() == ["gemv", "m=8,n=8", "workgroup_size=32,items_per_invocation=1,vector_width=1", "2.00",
+                                "5.00", "2.50x"]  # fmt: skip
+    assert lines[3].split()[-2:] == ["-", "-"]
+
+
+def test_recorded_rows_replay_as_trial_results():
+    row = {
+        "topology_hash": "t", "kernel": "gemv", "source_hash": "s", "schedule": Schedule(workgroup_size=32).key(),
+        "status": "ok", "message": "", "median_ns": 10.0, "p20_ns": 9.0, "p80_ns": 11.0, "min_ns": 8.0, "reps": 5,
+        "timing_method": "timestamp", "max_abs": 1e-6, "mean_abs": None, "rmse": None, "max_rel": None,
+        "host": "h", "worker_id": "w0.0",
+    }  # fmt: skip
+    result = result_from_row(row, Problem.of(m=1, n=1))
+    assert result.ok and result.median_ns == 10.0 and result.timing.reps == 5
+    assert result.key.schedule == Schedule(workgroup_size=32) and result.metrics.max_abs == 1e-6
+    assert result.as_row()["worker_id"] == "w0.0"
+
+
+def test_trial_bench_reuses_uploaded_inputs_across_schedules(device: Device):
+    from farm.worker import Job, TrialBench
+
+    bench = TrialBench(device, compile_ahead=True)
+    spec = catalog.get("gemv")
+    problem = spec.problem(m=48, n=40)
+    jobs = [Job("gemv", problem, s, 0, 1, 2) for s in spec.schedules()[:4]]
+    results = bench.evaluate(jobs)
+    in_use = device.memory()["in_use"]
+    results += bench.evaluate(jobs)
+    assert all(r.status is Status.OK for r in results)
+    assert device.memory()["in_use"] == in_use  # nothing re-uploaded, nothing leaked
+    bench.close()

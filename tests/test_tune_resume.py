@@ -1,0 +1,89 @@
+"""Kill `farm tune` mid-campaign, run the same command again: it resumes (recorded trials
+skipped, none duplicated) and ends with the same trials as an uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import faulty_kernels
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def tune_command(db: Path, out: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "farm", "tune", "slow_gemv",
+        "--sizes", "slow_gemv:m=64,n=64",
+        "--strategy", "random", "--budget", "6", "--reps", "2", "--seed", "3",
+        "--allow-cpu", "--db", f"sqlite:///{db}", "--out", str(out),
+    ]  # fmt: skip
+
+
+def environment(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env |= {"FARM_HOME": str(home), "FARM_EXTRA_KERNELS": faulty_kernels.PATH, "FARM_TEST_SLOW_S": "0.4"}
+    env |= {"XDG_RUNTIME_DIR": "/tmp"}
+    env.pop("FARM_DATABASE_URL", None)
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def trial_rows(db: Path) -> list[tuple]:
+    if not db.exists():
+        return []
+    with sqlite3.connect(db) as conn:
+        try:
+            return conn.execute("SELECT schedule, status, campaign_id FROM trials ORDER BY schedule").fetchall()
+        except sqlite3.OperationalError:  # tables not migrated yet
+            return []
+
+
+def run_to_end(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def kill_after_trials(command: list[str], env: dict[str, str], db: Path, trials: int) -> None:
+    """Start the driver in its own process group and SIGKILL the group once `trials` are stored."""
+    driver = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while len(trial_rows(db)) < trials:
+            assert driver.poll() is None, "the campaign finished before it could be killed"
+            assert time.monotonic() < deadline, "no trials recorded in time"
+            time.sleep(0.2)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+
+
+def test_killed_campaign_resumes_without_duplicates_and_matches_an_uninterrupted_run(tmp_path):
+    env = environment(tmp_path / "home")
+    resumed_db, clean_db = tmp_path / "resumed.db", tmp_path / "clean.db"
+
+    kill_after_trials(tune_command(resumed_db, tmp_path / "out1"), env, resumed_db, trials=2)
+    before = trial_rows(resumed_db)
+    assert 2 <= len(before) < 7
+
+    rerun = run_to_end(tune_command(resumed_db, tmp_path / "out1"), env)
+    after = trial_rows(resumed_db)
+    clean = run_to_end(tune_command(clean_db, tmp_path / "out2"), env)
+
+    # the default + 6 sampled schedules, each stored once; the first campaign's rows kept
+    assert len(after) == 7 and len({row[0] for row in after}) == 7
+    assert set(before) <= set(after)
+    assert {row[2] for row in after} == {1, 2}
+    assert f"{len(before)} resumed" in rerun.stderr
+    assert [(s, st) for s, st, _ in after] == [(s, st) for s, st, _ in trial_rows(clean_db)]
+    assert all(status == "ok" for _, status, _ in after)
+    assert "slow_gemv  m=64,n=64" in rerun.stdout and "slow_gemv  m=64,n=64" in clean.stdout
