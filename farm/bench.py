@@ -116,10 +116,12 @@ def run_bench(kernels: list[str], out: Path | None, db: str | None, allow_cpu: b
     for name in kernels:
         spec = catalog.get(name)
         for problem in bench_problems(name, profile):
-            rows.extend(_bench_one(device, spec, problem, tuned, vendor, reps))
-            _print_rows(rows[-3:])
-    ceiling = copy_bandwidth(device, 256 << 20, reps)
-    rows.append(BenchRow("copy", "bytes=268435456", "copy", "vec4 wg256", 0.0, 0.0, ceiling, True))
+            new = _bench_one(device, spec, problem, tuned, vendor, reps)
+            _print_rows(new)
+            rows.extend(new)
+    copy_bytes = min(256 << 20, profile.limit("max-storage-buffer-binding-size"))
+    ceiling = copy_bandwidth(device, copy_bytes, reps)
+    rows.append(BenchRow("copy", f"bytes={copy_bytes}", "copy", "vec4 wg256", 0.0, 0.0, ceiling, True))
     print(f"copy kernel bandwidth: {ceiling:.0f} GB/s")
     if out is not None:
         write_results(rows, out, profile.summary, ceiling)

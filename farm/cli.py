@@ -80,8 +80,14 @@ def _add_sweep_parser(sub) -> None:
     p.add_argument("--artifact-steps-csv", default=None)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--allow-cpu", action="store_true", help="allow a CPU adapter (numbers mean little)")
-    p.add_argument("--case", action="append", type=_sweep_case, default=[], metavar="NAME:B,H,VH,T,L,E",
-                   help="add a case, or replace the default case of that name (repeatable)")
+    p.add_argument(
+        "--case",
+        action="append",
+        type=_sweep_case,
+        default=[],
+        metavar="NAME:B,H,VH,T,L,E",
+        help="add a case, or replace the default case of that name (repeatable)",
+    )
     p.add_argument("--db", default=None, help="SQLAlchemy URL for tuned winners and the sweep record")
     p.set_defaults(func=cmd_sweep_recurrent)
 
@@ -209,13 +215,34 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_TUNE_BUDGET = 64
+
+
+def _budget(text: str) -> int | None:
+    """`--budget N` (N >= 1) or `--budget all` (the whole schedule space)."""
+    if text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"budget must be a positive integer or 'all', got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"budget must be >= 1 or 'all', got {value}")
+    return value
+
+
 def _add_tune_parser(sub) -> None:
     p = sub.add_parser("tune", help="tune kernels on every GPU of a Ray cluster; store trials and winners")
     p.add_argument("kernels", nargs="*", help="kernel names (default: all, or those named in --sizes)")
     p.add_argument("--all", action="store_true", help="every kernel in the catalog")
     p.add_argument("--sizes", default=None, help="problems, e.g. 'gemm:m=64,k=64,n=64;gemv:m=256,n=256'")
     p.add_argument("--strategy", choices=("exhaustive", "random", "model"), default="model")
-    p.add_argument("--budget", type=int, default=None, help="schedules per kernel and problem (default: all)")
+    p.add_argument(
+        "--budget",
+        type=_budget,
+        default=DEFAULT_TUNE_BUDGET,
+        help=f"schedules per kernel and problem, or 'all' (default {DEFAULT_TUNE_BUDGET}; CPU adapters cap it lower)",
+    )
     p.add_argument("--reps", type=int, default=10, help="timed repetitions per trial")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs before timing")
     p.add_argument("--db", default=None, help="SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)")

@@ -216,8 +216,15 @@ class BaselinePlan:
         sum_params = self._uniform([b * h, l_dim, e, b * h * e])
         state = rho
         for step in range(t):
-            self._copy(query, q_t, (b, h, 1, l_dim), (h * t * l_dim, t * l_dim, 0, 1), step * l_dim,
-                       (h * l_dim, l_dim, 0, 1), 0)
+            self._copy(
+                query,
+                q_t,
+                (b, h, 1, l_dim),
+                (h * t * l_dim, t * l_dim, 0, 1),
+                step * l_dim,
+                (h * l_dim, l_dim, 0, 1),
+                0,
+            )
             v_head = t * e if vh == h else 0
             self._copy(value, v_t, (b, h, 1, e), (vh * t * e, v_head, 0, 1), step * e, (h * e, e, 0, 1), 0)
             self._binary("mul", state, q_t, prod, full, _contiguous(full), (h * l_dim, l_dim, 1, 0))
@@ -394,8 +401,13 @@ class SweepConfig:
             for key, filename in ARTIFACT_NAMES.items():
                 if getattr(self, key) is None:
                     paths[key] = str(Path(self.output_dir) / filename)
-        return replace(self, warmup=max(self.warmup, 1), repetitions=max(self.repetitions, 1),
-                       extra_repetitions=max(self.extra_repetitions, 0), **paths)
+        return replace(
+            self,
+            warmup=max(self.warmup, 1),
+            repetitions=max(self.repetitions, 1),
+            extra_repetitions=max(self.extra_repetitions, 0),
+            **paths,
+        )
 
 
 def sample_gpu_utilization() -> float | None:
@@ -405,7 +417,10 @@ def sample_gpu_utilization() -> float | None:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10, check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -448,8 +463,9 @@ def _stored_winner(device: Device, problem: Problem, db: str | None) -> tuple[Sc
     except ImportError:
         return spec.default, "default (farm.store missing)"
     try:
-        found = store.winners(store.open_store(db, read_only=True), kernel="recurrent",
-                              topology=device.profile.topology_hash())
+        found = store.winners(
+            store.open_store(db, read_only=True), kernel="recurrent", topology=device.profile.topology_hash()
+        )
     except Exception as exc:  # noqa: BLE001 - a missing/empty database means "no winner"
         return spec.default, f"default (no winners: {type(exc).__name__})"
     fresh = [w for w in found if w.source_hash == spec.source_hash()]
@@ -491,7 +507,8 @@ def _time_paths(device: Device, schedule: Schedule, inputs: dict, warmup: int, r
         fused = time_calls(device, fused_calls(device, prepared), warmup, reps)
         out = prepared.outputs()
     return {
-        "baseline": baseline, "fused": fused,
+        "baseline": baseline,
+        "fused": fused,
         "full_context_error": error_metrics(out["context"], base_ctx),
         "final_rho_error": error_metrics(out["rho"], base_rho),
     }
@@ -685,10 +702,15 @@ def format_markdown(report: dict) -> str:
         f"{report['gpu_util_threshold']:.1f}",
         f"runtime_path_distinct: {str(report['runtime_path_distinct']).lower()}",
         f"runtime_path_description: {report['runtime_path_description']}",
-        "strict_consistency_thresholds: " + ", ".join(
+        "strict_consistency_thresholds: "
+        + ", ".join(
             f"{label}<={rust_exp(limits[key], 2)}"
-            for label, key in (("context_max_abs", "context_max_abs"), ("context_rmse", "context_rmse_max"),
-                               ("rho_max_abs", "rho_max_abs"), ("rho_rmse", "rho_rmse_max"))
+            for label, key in (
+                ("context_max_abs", "context_max_abs"),
+                ("context_rmse", "context_rmse_max"),
+                ("rho_max_abs", "rho_max_abs"),
+                ("rho_rmse", "rho_rmse_max"),
+            )
         ),
         f"strict_consistency_pass_cases: {passed}/{len(cases)}",
         f"timing: {report['timing']}",
@@ -724,11 +746,23 @@ def format_summary_csv(report: dict) -> str:
         metrics = [c["full_context_error"][k] for k in METRIC_KEYS] + [c["final_rho_error"][k] for k in METRIC_KEYS]
         step = c["step_consistency"]
         metrics += [step["context_max_abs"], step["context_rmse_max"], step["rho_max_abs"], step["rho_rmse_max"]]
-        fields = [case["name"], case["embd"], *(case[f] for f in CASE_FIELDS[:-1]), c["warmup"], c["repetitions"],
-                  c["extra_repetitions_applied"], _fixed(util, 3), _fixed(c["baseline_ms"], 6),
-                  _fixed(c["fused_ms"], 6), _fixed(c["runtime_ms"], 6), _fixed(c["fused_speedup_x"], 6),
-                  _fixed(c["runtime_speedup_x"], 6), *(rust_exp(m, 8) for m in metrics),
-                  str(step["strict_pass"]).lower(), c["runtime_mode"]]
+        fields = [
+            case["name"],
+            case["embd"],
+            *(case[f] for f in CASE_FIELDS[:-1]),
+            c["warmup"],
+            c["repetitions"],
+            c["extra_repetitions_applied"],
+            _fixed(util, 3),
+            _fixed(c["baseline_ms"], 6),
+            _fixed(c["fused_ms"], 6),
+            _fixed(c["runtime_ms"], 6),
+            _fixed(c["fused_speedup_x"], 6),
+            _fixed(c["runtime_speedup_x"], 6),
+            *(rust_exp(m, 8) for m in metrics),
+            str(step["strict_pass"]).lower(),
+            c["runtime_mode"],
+        ]
         rows.append(",".join(str(f) for f in fields))
     return "\n".join(rows) + "\n"
 
@@ -783,21 +817,50 @@ def sql_report(report: dict) -> dict:
     cases, steps = [], []
     for c in report["cases"]:
         case = c["case"]
-        row = {"name": case["name"], "B": case["batch"], "H": case["heads"], "VH": case["value_heads"],
-               "T": case["time"], "L": case["latent"], "E": case["embd"], "baseline_ms": c["baseline_ms"],
-               "fused_ms": c["fused_ms"], "runtime_ms": c["runtime_ms"], "speedup": c["fused_speedup_x"],
-               "runtime_speedup": c["runtime_speedup_x"], "strict_pass": c["step_consistency"]["strict_pass"],
-               "reps": c["repetitions"], "gpu_util": c["sampled_gpu_utilization_pct"]}
+        row = {
+            "name": case["name"],
+            "B": case["batch"],
+            "H": case["heads"],
+            "VH": case["value_heads"],
+            "T": case["time"],
+            "L": case["latent"],
+            "E": case["embd"],
+            "baseline_ms": c["baseline_ms"],
+            "fused_ms": c["fused_ms"],
+            "runtime_ms": c["runtime_ms"],
+            "speedup": c["fused_speedup_x"],
+            "runtime_speedup": c["runtime_speedup_x"],
+            "strict_pass": c["step_consistency"]["strict_pass"],
+            "reps": c["repetitions"],
+            "gpu_util": c["sampled_gpu_utilization_pct"],
+        }
         for part, key in (("context", "full_context_error"), ("rho", "final_rho_error")):
             row |= {f"{part}_{m}": c[key][m] for m in METRIC_KEYS}
-            row |= {f"step_{part}_{m}": max((s[f"{part}_{m}"] for s in c["step_metrics"]), default=0.0)
-                    for m in METRIC_KEYS}
+            row |= {
+                f"step_{part}_{m}": max((s[f"{part}_{m}"] for s in c["step_metrics"]), default=0.0) for m in METRIC_KEYS
+            }
         cases.append(row)
         steps += [{"case": case["name"]} | s for s in c["step_metrics"]]
-    config = {k: report[k] for k in ("warmup", "repetitions", "extra_repetitions", "heavy_min_embd",
-                                     "gpu_util_threshold", "seed", "runtime_path_distinct")}
-    return {"adapter": report["adapter"], "config": config, "memory_before": report["memory_before_bytes"],
-            "memory_after": report["memory_after_bytes"], "cases": cases, "steps": steps}
+    config = {
+        k: report[k]
+        for k in (
+            "warmup",
+            "repetitions",
+            "extra_repetitions",
+            "heavy_min_embd",
+            "gpu_util_threshold",
+            "seed",
+            "runtime_path_distinct",
+        )
+    }
+    return {
+        "adapter": report["adapter"],
+        "config": config,
+        "memory_before": report["memory_before_bytes"],
+        "memory_after": report["memory_after_bytes"],
+        "cases": cases,
+        "steps": steps,
+    }
 
 
 def sweep_config_from_args(args) -> SweepConfig:

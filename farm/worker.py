@@ -230,7 +230,7 @@ class TrialBench:
     def _expected(self, spec: KernelSpec, job: Job) -> dict[str, np.ndarray]:
         """The reference, computed once per inputs unless the spec says it depends on the schedule."""
         entry = self._entry(spec, job)
-        if getattr(spec, "schedule_dependent_reference", False):
+        if spec.schedule_dependent_reference:
             return spec.reference(job.problem, job.schedule, entry.arrays)
         if entry.expected is None:
             entry.expected = spec.reference(job.problem, job.schedule, entry.arrays)

@@ -27,8 +27,13 @@ REFERENCE_HEADER = (
     "final_rho_mean_abs,final_rho_rmse,final_rho_max_rel,step_context_max_abs,step_context_rmse_max,"
     "step_rho_max_abs,step_rho_rmse_max,strict_consistency_pass,core_fused_mode"
 )
-RENAMES = {"raw_wgsl_ms": "fused_ms", "core_fused_ms": "runtime_ms", "raw_speedup_x": "fused_speedup_x",
-           "core_speedup_x": "runtime_speedup_x", "core_fused_mode": "runtime_mode"}
+RENAMES = {
+    "raw_wgsl_ms": "fused_ms",
+    "core_fused_ms": "runtime_ms",
+    "raw_speedup_x": "fused_speedup_x",
+    "core_speedup_x": "runtime_speedup_x",
+    "core_fused_mode": "runtime_mode",
+}
 SMALL = (SweepCase("small", 1, 2, 1, 5, 8, 12), SweepCase("small_vh", 2, 3, 3, 4, 19, 36))
 
 
@@ -41,8 +46,9 @@ def test_flag_defaults_match_the_issue():
     assert (config.warmup, config.repetitions, config.extra_repetitions) == (2, 4, 3)
     assert (config.heavy_min_embd, config.gpu_util_threshold, config.seed) == (512, 25.0, 1337)
     assert config.allow_cpu is False and config.db is None
-    assert [c.name for c in config.cases] == [f"sweep_b1_h8_t64_l64_e{e}" for e in (96, 128, 192, 256, 384, 512,
-                                                                                      640, 768)]
+    assert [c.name for c in config.cases] == [
+        f"sweep_b1_h8_t64_l64_e{e}" for e in (96, 128, 192, 256, 384, 512, 640, 768)
+    ]
     assert {(c.batch, c.heads, c.value_heads, c.time, c.latent) for c in config.cases} == {(1, 8, 1, 64, 64)}
     assert config.markdown_path is None and config.csv_path is None
 
@@ -136,10 +142,21 @@ def test_small_sweep_writes_artifacts_that_parse_back(tmp_path, farm_home, capsy
     assert max(float(s["context_max_abs"]) for s in steps) <= 1e-3
 
     parsed = json.loads((tmp_path / "recurrent_scaling.json").read_text())
-    assert parsed["cases"][0]["case"] == {"name": "small", "batch": 1, "heads": 2, "value_heads": 1, "time": 5,
-                                          "latent": 8, "embd": 12}
-    assert parsed["strict_thresholds"] == {"context_max_abs": 1e-3, "context_rmse_max": 2e-4, "rho_max_abs": 1e-3,
-                                           "rho_rmse_max": 2e-4}
+    assert parsed["cases"][0]["case"] == {
+        "name": "small",
+        "batch": 1,
+        "heads": 2,
+        "value_heads": 1,
+        "time": 5,
+        "latent": 8,
+        "embd": 12,
+    }
+    assert parsed["strict_thresholds"] == {
+        "context_max_abs": 1e-3,
+        "context_rmse_max": 2e-4,
+        "rho_max_abs": 1e-3,
+        "rho_rmse_max": 2e-4,
+    }
     assert set(parsed["memory_before_bytes"]) == {"reserved", "in_use"}
     assert parsed["cases"][1]["repetitions"] == 2 and parsed["cases"][1]["extra_repetitions_applied"] == 0
     assert parsed["runtime_path_distinct"] == report["runtime_path_distinct"]

@@ -109,3 +109,16 @@ def test_trial_bench_reuses_uploaded_inputs_across_schedules(device: Device):
     assert all(r.status is Status.OK for r in results)
     assert device.memory()["in_use"] == in_use  # nothing re-uploaded, nothing leaked
     bench.close()
+
+
+def test_trial_bench_certifies_topk_against_each_schedules_own_block_size(device: Device):
+    """topk's reference depends on the block (= workgroup_size): one cached reference for the
+    problem would fail every schedule but the first."""
+    from farm.worker import Job, TrialBench
+
+    bench = TrialBench(device, compile_ahead=False)
+    problem = catalog.get("topk").problem(n=1000, k=4)
+    schedules = [Schedule.of(workgroup_size=wg, items_per_invocation=1, vector_width=1) for wg in (32, 64, 128)]
+    results = bench.evaluate([Job("topk", problem, s, 0, 1, 2) for s in schedules])
+    assert [r.status for r in results] == [Status.OK] * 3, [r.message for r in results]
+    bench.close()

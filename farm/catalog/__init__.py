@@ -93,6 +93,9 @@ class KernelSpec:
     space: dict[str, tuple[int, ...]] = {}
     default: Schedule = DEFAULT_SCHEDULE
     exact: bool = False
+    # True when reference() depends on the schedule (topk: block = workgroup_size), so
+    # workers must not reuse one reference across schedules of a problem.
+    schedule_dependent_reference: bool = False
     atol: float = 1e-4
     rtol: float = 1e-4
 

@@ -51,6 +51,7 @@ class TopK(KernelSpec):
         "vector_width": (1, 4),
     }
     exact = True
+    schedule_dependent_reference = True  # the block size is the workgroup size
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
         if profile.is_cpu:
