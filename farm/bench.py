@@ -203,10 +203,10 @@ def _vendor_fn(torch, name, problem, t, schedule):
         return (lambda: torch.topk(xp.view(-1, block), k, dim=1).values.reshape(-1)), "out"
     if name == "p64_project":
         words = t["records"].view(-1, 16)
-        return (lambda: (words.to(torch.int64) & 0xFFFFFFFF).to(torch.float32) @ t["weights"]), "out"
+        return (lambda: words.to(torch.int64).to(torch.float32) @ t["weights"]), "out"
     if name == "ternary_gemv":
         m, k = problem["m"], problem["k"]
-        w = t["w"].view(m, -1)
+        w = t["w_packed"].view(m, -1)
         shifts = torch.arange(0, 32, 2, device=w.device, dtype=torch.int64)
 
         def ternary():

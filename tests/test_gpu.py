@@ -1,0 +1,128 @@
+"""The executor: adapter choice, topology hash, folding, timing and step-named errors."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from farm.gpu import Device, GpuError, HardwareProfile, NoAdapterError, choose_adapter, fold_groups
+
+
+def test_topology_hash_is_stable_across_processes(device):
+    code = "from farm.gpu import Device; print(Device().profile.topology_hash())"
+    env = dict(os.environ, XDG_RUNTIME_DIR="/tmp")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == device.profile.topology_hash()
+    assert len(device.profile.topology_hash()) == 64
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"driver_description": "Mesa 99.0"},
+        {"device_name": "other gpu"},
+        {"backend": "Metal"},
+        {"device_id": 1234},
+        {"features": ("timestamp-query",)},
+    ],
+    ids=lambda c: next(iter(c)),
+)
+def test_topology_hash_changes_with_identity_and_features(device, change):
+    other = dataclasses.replace(device.profile, **change)
+    assert other.topology_hash() != device.profile.topology_hash()
+
+
+def test_topology_hash_changes_with_a_schedule_relevant_limit(device):
+    limits = tuple((k, v * 2 if k == "max-compute-workgroup-storage-size" else v) for k, v in device.profile.limits)
+    assert dataclasses.replace(device.profile, limits=limits).topology_hash() != device.profile.topology_hash()
+
+
+def test_profile_round_trips_through_a_dict(device):
+    again = HardwareProfile.from_dict(device.profile.to_dict())
+    assert again == device.profile and again.topology_hash() == device.profile.topology_hash()
+
+
+def test_farm_adapter_selects_by_substring_and_index(monkeypatch):
+    monkeypatch.delenv("FARM_ADAPTER", raising=False)
+    first = choose_adapter()
+    monkeypatch.setenv("FARM_ADAPTER", "0")
+    assert choose_adapter().summary == first.summary  # the preferred adapter is index 0
+    monkeypatch.setenv("FARM_ADAPTER", first.summary.split()[0])
+    assert first.summary.split()[0].lower() in choose_adapter().summary.lower()
+    monkeypatch.setenv("FARM_ADAPTER", "no-such-gpu-anywhere")
+    with pytest.raises(NoAdapterError, match="no-such-gpu-anywhere"):
+        choose_adapter()
+    monkeypatch.setenv("FARM_ADAPTER", "99")
+    with pytest.raises(NoAdapterError, match="index 99 out of range"):
+        choose_adapter()
+
+
+@pytest.mark.parametrize(
+    "count,grid",
+    [(1, (1, 1, 1)), (65535, (65535, 1, 1)), (65536, (32768, 2, 1)), (200_001, (50001, 4, 1))],
+)
+def test_fold_groups_covers_every_workgroup_within_the_cap(count, grid):
+    folded = fold_groups(count)
+    assert folded == grid
+    assert max(folded) <= 65535 and folded[0] * folded[1] >= count
+
+
+def test_fold_groups_rejects_empty_and_impossible_counts():
+    with pytest.raises(ValueError, match="must be >= 1"):
+        fold_groups(0)
+    with pytest.raises(ValueError, match="exceeds"):
+        fold_groups(65535 * 65535 + 1)
+
+
+def test_compile_error_names_the_step_and_kernel(device):
+    with pytest.raises(GpuError) as err:
+        device.pipeline("@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }", label="broken[wg=1]")
+    assert err.value.step == "compile"
+    assert "broken[wg=1]" in str(err.value) and "compile failed" in str(err.value)
+
+
+def test_bind_error_names_the_step(device):
+    source = """
+    @group(0) @binding(0) var<storage, read_write> out: array<f32>;
+    @compute @workgroup_size(1) fn main() { out[0] = 1.0; }
+    """
+    pipeline = device.pipeline(source, label="one-binding")
+    extra = [device.empty(4), device.empty(4)]
+    with pytest.raises(GpuError) as err:
+        device.dispatch(pipeline, extra, 1)
+    device.release(*extra)
+    assert err.value.step == "bind" and "one-binding" in str(err.value)
+
+
+def test_timing_reports_ordered_quantiles_over_reps(device):
+    source = """
+    @group(0) @binding(0) var<storage, read_write> out: array<f32>;
+    @compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+        if (g.x < arrayLength(&out)) { out[g.x] = f32(g.x) * 2.0; }
+    }
+    """
+    pipeline = device.pipeline(source, label="double")
+    buf = device.empty(4 * 1000)
+    timing = device.time(pipeline, [buf], groups=16, warmup=1, reps=7)
+    out = device.read(buf, np.float32, 1000)
+    device.release(buf)
+    assert timing.reps == 7 and timing.method in ("timestamp", "host")
+    assert 0 < timing.min_ns <= timing.p20_ns <= timing.median_ns <= timing.p80_ns
+    np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32) * 2)
+
+
+def test_buffers_are_accounted_and_released(device):
+    before = device.memory()["in_use"]
+    bufs = [device.upload(np.ones(100, np.float32)), device.empty(1000)]
+    assert device.memory()["in_use"] == before + 400 + 1000
+    device.release(*bufs)
+    device.release(*bufs)  # releasing twice is harmless
+    assert device.memory()["in_use"] == before
+
+
+def test_a_second_device_is_independent():
+    d = Device()
+    assert d.profile.topology_hash() == Device().profile.topology_hash()

@@ -1,0 +1,79 @@
+"""Error metrics and the differential oracle's verdicts."""
+
+import numpy as np
+import pytest
+
+from farm import catalog, oracle
+from farm.oracle import error_metrics
+from farm.schedule import InvalidSchedule, Schedule, Status
+
+
+def test_error_metrics_hand_checked():
+    m = error_metrics(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.5, 2.0]))
+    assert m.max_abs == 1.0
+    assert m.mean_abs == pytest.approx(0.5)
+    assert m.rmse == pytest.approx(np.sqrt((0.25 + 1.0) / 3))
+    assert m.max_rel == pytest.approx(0.5)
+
+
+def test_error_metrics_float32_path_matches_float64():
+    rng = np.random.default_rng(0)
+    b = rng.standard_normal(10_000).astype(np.float32)
+    a = (b + rng.standard_normal(10_000).astype(np.float32) * 1e-4).astype(np.float32)
+    fast = error_metrics(a, b)
+    slow = error_metrics(a.astype(np.float64), b.astype(np.float64))
+    for field in ("max_abs", "mean_abs", "rmse"):
+        assert getattr(fast, field) == pytest.approx(getattr(slow, field), rel=1e-6)
+
+
+def test_matching_nan_and_inf_are_equal_and_mismatches_are_infinite():
+    same = error_metrics(np.array([np.nan, np.inf, -np.inf, 1.0]), np.array([np.nan, np.inf, -np.inf, 1.0]))
+    assert same.max_abs == 0.0 and same.max_rel == 0.0
+    bad = error_metrics(np.array([np.nan, 1.0], np.float32), np.array([1.0, 1.0], np.float32))
+    assert bad.max_abs == np.inf
+    assert error_metrics(np.array([np.inf]), np.array([-np.inf])).max_abs == np.inf
+
+
+def test_error_metrics_refuses_mismatched_shapes():
+    with pytest.raises(ValueError, match=r"shape mismatch: actual \(3,\) vs expected \(2,\)"):
+        error_metrics(np.zeros(3), np.zeros(2))
+
+
+def test_certify_rejects_an_over_limit_schedule_before_compiling(device):
+    spec = catalog.get("gemv")
+    too_big = Schedule.of(workgroup_size=4096, items_per_invocation=1, vector_width=1, threads_per_row=1)
+    result = oracle.certify(spec, too_big, spec.problem(m=8, n=8), device)
+    assert result.status is Status.INVALID_SCHEDULE
+    assert "max-compute-invocations-per-workgroup" in result.message
+
+
+def test_unknown_knob_is_an_invalid_schedule(device):
+    spec = catalog.get("gemv")
+    with pytest.raises(InvalidSchedule, match="unknown knob 'tile_q'"):
+        spec.check(Schedule.of(workgroup_size=64, tile_q=2), spec.problem(m=4, n=4), device.profile)
+
+
+def test_a_wrong_reference_does_not_certify(device):
+    class Off(type(catalog.get("gemv"))):
+        def reference(self, problem, schedule, inputs):
+            out = super().reference(problem, schedule, inputs)
+            out["y"][0] += 1.0
+            return out
+
+    result = oracle.certify(Off(), Off().default, Off().problem(m=5, n=7), device)
+    assert result.status is Status.WRONG_RESULT and result.metrics.max_abs >= 0.99
+
+
+def test_generated_inputs_are_deterministic_bytes():
+    for spec in catalog.all_specs():
+        problem = spec.certify_problems()[-1]
+        first, again = spec.generate(problem, 7), spec.generate(problem, 7)
+        other = spec.generate(problem, 8)
+        assert all(first[k].tobytes() == again[k].tobytes() for k in first), spec.name
+        assert any(first[k].tobytes() != other[k].tobytes() for k in first), spec.name
+
+
+def test_every_default_schedule_is_workgroup_size_64():
+    assert {spec.name: spec.default.workgroup_size for spec in catalog.all_specs()} == {
+        name: 64 for name in catalog.names()
+    }
