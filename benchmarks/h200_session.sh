@@ -11,8 +11,10 @@ LOG="$OUT/session.log"
 step() { local t=$1; shift; echo "=== $(date -u +%FT%TZ) $* (limit ${t}s)" | tee -a "$LOG"
          local s=$SECONDS; timeout "$t" "$@" 2>&1 | tee -a "$LOG"; echo "=== rc=${PIPESTATUS[0]} in $((SECONDS - s))s" | tee -a "$LOG"; }
 nvidia-smi -L | tee -a "$LOG"
-step 30  python3 -m farm adapters
-step 100 python3 -m farm certify --all --schedules 4
+if [ -z "${SKIP_CERTIFY:-}" ]; then
+  step 30  python3 -m farm adapters
+  step 100 python3 -m farm certify --all --schedules 4
+fi
 step ${TUNE_LIMIT:-300} python3 -m farm tune --all --db "$DB" --out "$W/artifacts" ${TUNE_ARGS:-}
 step 120 python3 -m farm bench --db "$DB" --out "$W/bench"
 step 120 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
