@@ -246,6 +246,9 @@ class Device:
         except Exception as exc:  # noqa: BLE001 - any wgpu failure becomes a GpuError
             raise GpuError("device", str(exc)) from exc
         self.timestamps = "timestamp-query" in features
+        # Seconds of warm-up before timing on a GPU (clocks ramp up from idle); a CPU
+        # adapter has no such ramp, and tests on lavapipe stay fast.
+        self.warm_s = 0.0 if self.profile.is_cpu else 0.05
         self._pipelines: dict[str, Pipeline] = {}
         self.bytes_in_use = 0
         self.bytes_peak = 0
@@ -395,18 +398,25 @@ class Device:
         reps: int = 10,
         schedule: Any = None,
     ) -> Timing:
-        """Median/p20/p80/min per-dispatch time after `warmup` runs, from GPU timestamps
-        when the adapter has them, host wall time around each synchronous dispatch otherwise."""
+        """Median/p20/p80/min per-dispatch time of one kernel; see `time_calls`."""
+        calls = [(pipeline, self.bind(pipeline, buffers, schedule), groups)]
+        return self.time_calls(calls, warmup, reps, schedule)
+
+    def time_calls(self, calls: list, warmup: int = 2, reps: int = 10, schedule: Any = None) -> Timing:
+        """Time a submission of (pipeline, bind_group, groups) passes, one submission per rep.
+
+        Warm-up is `warmup` submissions and then, on GPUs, more until `warm_s` seconds have
+        passed: a GPU idle between trials drops to idle clocks, and a few microsecond-long
+        warm-up dispatches would not bring it back (seen on the H200: 4x slower trials).
+        With timestamp queries the sample is GPU time from the start of the first pass to
+        the end of the last ("timestamp"); otherwise host wall time around a synchronous
+        submission ("host").
+        """
         if reps < 1:
             raise ValueError(f"reps must be >= 1, got {reps}")
-        bind_group = self.bind(pipeline, buffers, schedule)
-        calls = [(pipeline, bind_group, groups)]
-        for _ in range(max(warmup, 0)):
-            self.dispatch_many(calls, schedule)
+        self._warm_up(calls, warmup, schedule)
         if self.timestamps:
-            return Timing.from_samples(
-                self._timestamp_samples(pipeline, bind_group, groups, reps, schedule), "timestamp"
-            )
+            return Timing.from_samples(self._timestamp_samples(calls, reps, schedule), "timestamp")
         samples = []
         for _ in range(reps):
             start = time.perf_counter_ns()
@@ -414,21 +424,34 @@ class Device:
             samples.append(float(time.perf_counter_ns() - start))
         return Timing.from_samples(samples, "host")
 
-    def _timestamp_samples(self, pipeline, bind_group, groups, reps, schedule) -> list[float]:
+    def _warm_up(self, calls: list, warmup: int, schedule: Any) -> None:
+        for _ in range(max(warmup, 0)):
+            self.dispatch_many(calls, schedule)
+        start, batch = time.perf_counter(), 1
+        while time.perf_counter() - start < self.warm_s:
+            self.dispatch_many(calls * batch, schedule)
+            batch = min(batch * 2, 64)
+
+    def _timestamp_samples(self, calls: list, reps: int, schedule: Any) -> list[float]:
         wgpu = self._wgpu
+        label = calls[0][0].label if calls else ""
+        last = len(calls) - 1
         try:
             query_set = self.device.create_query_set(type="timestamp", count=2 * reps)
             resolve = self.device.create_buffer(
                 size=16 * reps, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
             )
+            for rep in range(reps):
+                encoder = self.device.create_command_encoder()
+                for index, (pipeline, bind_group, groups) in enumerate(calls):
+                    writes = {"query_set": query_set}
+                    if index == 0:
+                        writes["beginning_of_pass_write_index"] = 2 * rep
+                    if index == last:
+                        writes["end_of_pass_write_index"] = 2 * rep + 1
+                    self._encode_pass(encoder, pipeline, bind_group, groups, writes if len(writes) > 1 else None)
+                self.device.queue.submit([encoder.finish()])
             encoder = self.device.create_command_encoder()
-            for i in range(reps):
-                writes = {
-                    "query_set": query_set,
-                    "beginning_of_pass_write_index": 2 * i,
-                    "end_of_pass_write_index": 2 * i + 1,
-                }
-                self._encode_pass(encoder, pipeline, bind_group, groups, writes)
             encoder.resolve_query_set(query_set, 0, 2 * reps, resolve, 0)
             self.device.queue.submit([encoder.finish()])
             stamps = np.frombuffer(bytes(self.device.queue.read_buffer(resolve)), dtype=np.uint64)
@@ -437,7 +460,7 @@ class Device:
         except GpuError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise GpuError("dispatch", f"timed dispatch: {exc}", pipeline.label, schedule) from exc
+            raise GpuError("dispatch", f"timed dispatch: {exc}", label, schedule) from exc
         deltas = stamps[1::2].astype(np.int64) - stamps[0::2].astype(np.int64)
         return [float(max(d, 0)) for d in deltas]
 

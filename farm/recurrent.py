@@ -40,7 +40,6 @@ __all__ = [
     "recurrent_problem",
     "stepwise_consistency",
     "sweep_decay",
-    "time_calls",
 ]
 
 OPS_FILE = "recurrent_ops.wgsl"
@@ -51,57 +50,6 @@ def recurrent_problem(query: np.ndarray, value: np.ndarray, rho=None, decay=None
     """The catalog problem (B, H, VH, T, L, E) for these inputs; ValueError on bad shapes."""
     b, h, vh, t, l_dim, e = check_shapes(query, value, rho, decay)
     return catalog.get("recurrent").problem(B=b, H=h, VH=vh, T=t, L=l_dim, E=e)
-
-
-# -- timing ----------------------------------------------------------------------------
-def time_calls(device: Device, calls: list, warmup: int, reps: int) -> Timing:
-    """Time a whole submission of (pipeline, bind_group, groups) passes, one submission per rep.
-
-    With timestamp queries: GPU time from the beginning of the first pass to the end of
-    the last ("timestamp"); otherwise host wall time around each synchronous submission
-    ("host"). The fused kernel (one pass) and the baseline (many) are timed alike.
-    """
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
-    for _ in range(max(warmup, 0)):
-        device.dispatch_many(calls)
-    if not device.timestamps:
-        samples = []
-        for _ in range(reps):
-            start = time.perf_counter_ns()
-            device.dispatch_many(calls)
-            samples.append(float(time.perf_counter_ns() - start))
-        return Timing.from_samples(samples, "host")
-    return Timing.from_samples(_timestamp_samples(device, calls, reps), "timestamp")
-
-
-def _timestamp_samples(device: Device, calls: list, reps: int) -> list[float]:
-    wgpu = device._wgpu
-    query_set = device.device.create_query_set(type="timestamp", count=2 * reps)
-    resolve = device.device.create_buffer(
-        size=16 * reps, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
-    )
-    try:
-        for rep in range(reps):
-            encoder = device.device.create_command_encoder()
-            last = len(calls) - 1
-            for index, (pipeline, bind_group, groups) in enumerate(calls):
-                writes = {"query_set": query_set}
-                if index == 0:
-                    writes["beginning_of_pass_write_index"] = 2 * rep
-                if index == last:
-                    writes["end_of_pass_write_index"] = 2 * rep + 1
-                device._encode_pass(encoder, pipeline, bind_group, groups, writes if len(writes) > 1 else None)
-            device.device.queue.submit([encoder.finish()])
-        encoder = device.device.create_command_encoder()
-        encoder.resolve_query_set(query_set, 0, 2 * reps, resolve, 0)
-        device.device.queue.submit([encoder.finish()])
-        stamps = np.frombuffer(bytes(device.device.queue.read_buffer(resolve)), dtype=np.uint64)
-    finally:
-        resolve.destroy()
-        query_set.destroy()
-    deltas = stamps[1::2].astype(np.int64) - stamps[0::2].astype(np.int64)
-    return [float(max(d, 0)) for d in deltas]
 
 
 # -- fused -----------------------------------------------------------------------------
@@ -128,7 +76,7 @@ def fused_recurrent(
 
 
 def fused_calls(device: Device, prepared: Prepared) -> list:
-    """The fused launch as a one-pass call list for `time_calls`."""
+    """The fused launch as a one-pass call list for `Device.time_calls`."""
     return [(prepared.pipeline, device.bind(prepared.pipeline, prepared.buffers), prepared.launch.groups)]
 
 
@@ -248,7 +196,7 @@ class BaselinePlan:
         return context, rho
 
     def time(self, warmup: int, reps: int) -> Timing:
-        return time_calls(self.device, self.calls, warmup, reps)
+        return self.device.time_calls(self.calls, warmup, reps)
 
     def release(self) -> None:
         self.device.release(*self.inputs, *self.scratch, *self.uniforms)
@@ -504,7 +452,7 @@ def _time_paths(device: Device, schedule: Schedule, inputs: dict, warmup: int, r
         baseline = plan.time(warmup, reps)
         base_ctx, base_rho = plan.outputs()
     with prepare_fused(device, schedule, **inputs) as prepared:
-        fused = time_calls(device, fused_calls(device, prepared), warmup, reps)
+        fused = device.time_calls(fused_calls(device, prepared), warmup, reps)
         out = prepared.outputs()
     return {
         "baseline": baseline,

@@ -126,3 +126,27 @@ def test_buffers_are_accounted_and_released(device):
 def test_a_second_device_is_independent():
     d = Device()
     assert d.profile.topology_hash() == Device().profile.topology_hash()
+
+
+def test_gpu_warm_up_runs_for_warm_s_before_timing(device, monkeypatch):
+    """GPUs idle between trials sit at low clocks: timing starts only after warm_s of work."""
+    import time
+
+    source = """
+    @group(0) @binding(0) var<storage, read_write> out: array<f32>;
+    @compute @workgroup_size(1) fn main() { out[0] = out[0] + 1.0; }
+    """
+    pipeline = device.pipeline(source, label="counter")
+    buf = device.upload(np.zeros(1, np.float32), "storage")
+    monkeypatch.setattr(device, "warm_s", 0.2)
+    start = time.perf_counter()
+    device.time(pipeline, [buf], 1, warmup=1, reps=3)
+    elapsed = time.perf_counter() - start
+    count = device.read(buf, np.float32, 1)[0]
+    device.release(buf)
+    assert elapsed >= 0.2
+    assert count > 1 + 3 + 1  # the warm-up kept dispatching beyond the counted warm-up runs
+
+
+def test_only_gpus_get_the_timed_warm_up(device):
+    assert device.warm_s == (0.0 if device.profile.is_cpu else 0.05)
