@@ -50,14 +50,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep_recurrent(args: argparse.Namespace) -> int:
-    from farm.recurrent import run_sweep, sweep_config_from_args
+    from farm.sweep import run_sweep, sweep_config_from_args
 
     report = run_sweep(sweep_config_from_args(args))
     return 0 if all(c["step_consistency"]["strict_pass"] for c in report["cases"]) else 1
 
 
 def _sweep_case(text: str):
-    from farm.recurrent import SweepCase
+    from farm.sweep import SweepCase
 
     try:
         return SweepCase.parse(text)

@@ -19,14 +19,13 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from farm import catalog
+from farm import catalog, nvidia
 from farm.gpu import Device, HardwareProfile, Timing, enumerate_adapters
 from farm.schedule import Problem, Schedule, Status
 from farm.trial import TrialKey, TrialResult
@@ -34,6 +33,7 @@ from farm.worker import Job, TrialBench
 
 FORWARDED_ENV = ("FARM_EXTRA_KERNELS", "FARM_ADAPTER")
 _POLL_S = 0.5
+NVIDIA_SMI_TIMEOUT_S = 20.0
 
 
 class CpuAdapterRefused(ValueError):
@@ -75,23 +75,13 @@ def pick_adapter(gpu_ids: list, allow_cpu: bool) -> tuple[Any, dict]:
 
 
 def _nvidia_smi_crosscheck(index: int, adapter_name: str) -> dict:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,pci.bus_id,uuid,name", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {"nvidia_smi": None}
-    rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines()]
-    row = next((r for r in rows if r and r[0] == str(index)), None)
+    gpus = nvidia.query_gpus(("index", "pci.bus_id", "uuid", "name"), timeout_s=NVIDIA_SMI_TIMEOUT_S)
+    row = next((g for g in gpus or [] if g["index"] == str(index)), None)
     if row is None:
         return {"nvidia_smi": None}
-    name = row[3]
+    name = row["name"]
     return {
-        "nvidia_smi": {"index": row[0], "pci_bus_id": row[1], "uuid": row[2], "name": name},
+        "nvidia_smi": {"index": row["index"], "pci_bus_id": row["pci.bus_id"], "uuid": row["uuid"], "name": name},
         "name_matches": name.lower().replace("nvidia ", "") in adapter_name.lower(),
     }
 
@@ -102,17 +92,10 @@ def _placement(mapping: dict) -> dict:
     expected = (mapping.get("nvidia_smi") or {}).get("uuid")
     if not expected:
         return {}
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
+    apps = nvidia.compute_apps(("pid", "gpu_uuid"), timeout_s=NVIDIA_SMI_TIMEOUT_S)
+    if apps is None:
         return {"placement_uuid": None}
-    mine = [line.split(",")[1].strip() for line in out.splitlines() if line.split(",")[0].strip() == str(os.getpid())]
+    mine = [app["gpu_uuid"] for app in apps if app["pid"] == str(os.getpid())]
     return {"placement_uuids": mine, "placement_ok": mine == [expected] if mine else None}
 
 

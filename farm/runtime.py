@@ -4,23 +4,16 @@ tuned for this machine.
 Everything else in farm proves kernels correct (farm.oracle) and tunes their schedules
 (farm.tune, winners in SQL). The runtime is the consumer half: a program hands over its
 numpy arrays and gets the answer computed by the exact certified kernel. Each method
-validates its arguments (before anything touches the GPU), builds the kernel's Problem
-and inputs dict and goes through `farm.launch.run` — the same `spec.launch()` wiring the
-oracle certifies. The only differences from the certified path are where the input
-bytes come from and that there is no CPU check.
+validates its arguments (farm.validation, before anything touches the GPU), builds the
+kernel's Problem and inputs dict and goes through `farm.launch.run` — the same
+`spec.launch()` wiring the oracle certifies. The only differences from the certified path
+are where the input bytes come from and that there is no CPU check.
 
-Schedule lookup (`ForgeRuntime.tuned_schedule`), in order, skipping stale winners (whose
-kernel source hash differs from the current kernel's):
-  1. "tuned": the winner for (this adapter's topology hash, kernel, problem);
-  2. "nearest": the winner of the nearest tuned problem for the same topology
-     (Euclidean distance between the log2 of the problem dimensions);
-  3. "same-device": a winner for the same device name under another driver/topology
-     (exact problem if present, else the nearest);
-  4. "default": the kernel's documented default (workgroup_size 64).
-Each fallback logs one warning (module logger `farm.runtime`) per kernel and problem. A
-winner that is invalid for the call's problem (e.g. a vector width that doesn't divide
-n) falls back to the default with a warning; it never fails the call. An unreachable or
-empty database gives defaults with a warning, not an error. Winners are read once per
+Schedules (`ForgeRuntime.tuned_schedule`) come from farm.winners: tuned → nearest →
+same-device → default, stale winners skipped. Each fallback logs one warning (module
+logger `farm.runtime`) per kernel and problem. A winner that is invalid for the call's
+problem falls back to the default with a warning; it never fails the call. An unreachable
+or empty database gives defaults with a warning, not an error. Winners are read once per
 runtime.
 
 Input policy: arrays must be numpy arrays of the kernel's dtype (float32; uint32 for
@@ -33,194 +26,21 @@ argument, the expected and the actual shape. NaN/Inf propagate as in numpy.
 from __future__ import annotations
 
 import logging
-import math
-import operator
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from farm import catalog
-from farm.catalog import KernelSpec, check_launch
-from farm.gpu import Device, HardwareProfile, choose_adapter
+from farm.catalog import check_launch
+from farm.gpu import Device, choose_adapter
 from farm.launch import run
-from farm.schedule import InvalidSchedule, Problem, Schedule
+from farm.schedule import Problem, Schedule
+from farm.validation import as_array, as_count, check_input_limits, check_output_limits, expect_shape
+from farm.winners import Candidate, load_candidates, lookup_schedule
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("tuned", "nearest", "same-device", "default")
 _MAX_CACHED_LOOKUPS = 4096
-# Kernels whose output depends on the schedule (topk: block size = workgroup_size).
-SCHEDULE_DEFINES_RESULT = frozenset({"topk"})
-
-
-# -- schedule lookup: plain functions over winner records ------------------------------
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A stored winner as the lookup sees it (a subset of farm.store.WinnerRecord)."""
-
-    topology_hash: str
-    kernel: str
-    problem_key: str
-    source_hash: str
-    schedule_key: str
-    device_name: str = ""
-
-    @classmethod
-    def of(cls, record: object) -> Candidate:
-        """From a WinnerRecord, or a dict with the same fields (an exported JSON row)."""
-        get = record.get if isinstance(record, dict) else lambda name, default="": getattr(record, name, default)
-        return cls(
-            topology_hash=str(get("topology_hash", "")),
-            kernel=str(get("kernel", "")),
-            problem_key=str(get("problem_key", "")),
-            source_hash=str(get("source_hash", "")),
-            schedule_key=str(get("schedule_key", "")),
-            device_name=str(get("device_name", "") or ""),
-        )
-
-
-def problem_distance(a: Problem, b: Problem) -> float:
-    """Euclidean distance between log2 of the dimensions; inf when the dimension names differ.
-
-    Log space makes 128→256 as far as 4096→8192: schedules track orders of magnitude.
-    """
-    da, db = a.as_dict(), b.as_dict()
-    if list(da) != list(db):
-        return math.inf
-    return math.sqrt(sum((math.log2(max(da[d], 1)) - math.log2(max(db[d], 1))) ** 2 for d in da))
-
-
-def nearest(candidates: Iterable[Candidate], problem: Problem) -> Candidate | None:
-    """The candidate whose problem is nearest to `problem` (ties: smallest problem key)."""
-    best: tuple[float, str, Candidate] | None = None
-    for cand in candidates:
-        try:
-            dist = problem_distance(problem, Problem.from_key(cand.problem_key))
-        except ValueError:
-            continue
-        if math.isinf(dist):
-            continue
-        if best is None or (dist, cand.problem_key) < best[:2]:
-            best = (dist, cand.problem_key, cand)
-    return best[2] if best else None
-
-
-def choose_winner(
-    candidates: Iterable[Candidate], spec: KernelSpec, problem: Problem, profile: HardwareProfile
-) -> tuple[Candidate | None, str]:
-    """Apply the lookup order to `candidates`; returns (winner or None, source)."""
-    current = spec.source_hash()
-    fresh = [c for c in candidates if c.kernel == spec.name and c.source_hash == current]
-    topology = profile.topology_hash()
-    mine = [c for c in fresh if c.topology_hash == topology]
-    for cand in mine:
-        if cand.problem_key == problem.key():
-            return cand, "tuned"
-    near = nearest(mine, problem)
-    if near is not None:
-        return near, "nearest"
-    same_device = [c for c in fresh if c.topology_hash != topology and c.device_name == profile.device_name]
-    exact = [c for c in same_device if c.problem_key == problem.key()]
-    near = exact[0] if exact else nearest(same_device, problem)
-    if near is not None:
-        return near, "same-device"
-    return None, "default"
-
-
-# -- where winners come from ------------------------------------------------------------
-
-
-def load_candidates(db: str | None, schedules: str | Path | None) -> tuple[list[Candidate], str]:
-    """Winners from an exported JSON file (when given) or the database; (records, problem).
-
-    Never raises for a missing, unreachable or empty database (a malformed schedules file
-    does raise ValueError): the second item says what went wrong ("" when winners were
-    read) so the caller can warn.
-    """
-    if schedules is not None:
-        return _candidates_from_file(Path(schedules))
-    return _candidates_from_db(db)
-
-
-def _candidates_from_file(path: Path) -> tuple[list[Candidate], str]:
-    """Winners from a `farm export` JSON file (farm-schedules/1; ValueError if malformed)."""
-    from farm.store import load_schedules_file
-
-    records = [Candidate.of(r) for r in load_schedules_file(path)]
-    return records, "" if records else f"schedules file {path} holds no winners"
-
-
-def _candidates_from_db(db: str | None) -> tuple[list[Candidate], str]:
-    from farm.store import database_url, open_store, winners
-
-    url = database_url(db)
-    try:
-        store = open_store(url, read_only=True)
-    except Exception as exc:  # noqa: BLE001 - a missing or unreachable database means "use defaults"
-        return [], f"database {_redact(url)} is unavailable ({type(exc).__name__}: {exc})"
-    try:
-        records = [Candidate.of(r) for r in winners(store)]
-    except Exception as exc:  # noqa: BLE001
-        return [], f"database {_redact(url)} is unreachable ({type(exc).__name__}: {exc})"
-    finally:
-        store.engine.dispose()
-    return records, "" if records else f"database {_redact(url)} holds no winners"
-
-
-def _redact(url: str) -> str:
-    """`url` without its password, for log messages."""
-    if "@" not in url or "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
-
-
-# -- argument validation (no GPU) ---------------------------------------------------------
-
-
-def as_array(name: str, value: object, dtypes: tuple[type, ...], ndim: tuple[int, ...]) -> np.ndarray:
-    """`value` as an ndarray of one of `dtypes` with one of the ranks in `ndim`, non-empty.
-
-    TypeError when it's not an ndarray of an accepted dtype (no silent casts); ValueError
-    for a wrong rank or an empty array.
-    """
-    expected = " or ".join(np.dtype(d).name for d in dtypes)
-    if not isinstance(value, np.ndarray):
-        raise TypeError(f"{name}: expected a numpy array of {expected}, got {type(value).__name__}")
-    if value.dtype not in [np.dtype(d) for d in dtypes]:
-        raise TypeError(f"{name}: expected dtype {expected}, got {value.dtype} (cast it yourself: no silent casts)")
-    if value.ndim not in ndim:
-        ranks = " or ".join(f"{r}-D" for r in ndim)
-        raise ValueError(f"{name}: expected a {ranks} array, got shape {value.shape}")
-    if value.size == 0:
-        raise ValueError(f"{name}: expected a non-empty array, got shape {value.shape}")
-    return value
-
-
-def as_count(name: str, value: object, low: int = 1, high: int | None = None) -> int:
-    """A Python/numpy integer in [low, high]; TypeError for non-integers, ValueError out of range."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected an integer, got bool")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}") from None
-    if number < low or (high is not None and number > high):
-        span = f"{low}..{high}" if high is not None else f">= {low}"
-        raise ValueError(f"{name}: expected an integer in {span}, got {number}")
-    return number
-
-
-def expect_shape(name: str, array: np.ndarray, shape: tuple[int, ...], why: str) -> None:
-    if array.shape != shape:
-        raise ValueError(f"{name}: expected shape {shape} ({why}), got {array.shape}")
-
-
-# -- the runtime ------------------------------------------------------------------------
 
 
 class ForgeRuntime:
@@ -275,55 +95,14 @@ class ForgeRuntime:
         key = (spec.name, problem.key())
         cached = self._lookups.get(key)
         if cached is None:
-            cached = self._lookup(spec, problem)
+            lookup = lookup_schedule(self.winners(), spec, problem, self.profile)
+            if lookup.warning:
+                self._warn(key, lookup.warning)
+            cached = (lookup.schedule, lookup.source)
             if len(self._lookups) >= _MAX_CACHED_LOOKUPS:
                 self._lookups.clear()
             self._lookups[key] = cached
         return cached
-
-    def _lookup(self, spec: KernelSpec, problem: Problem) -> tuple[Schedule, str]:
-        winner, source = choose_winner(self.winners(), spec, problem, self.profile)
-        if winner is None:
-            default = self._default_for(spec, problem)
-            self._warn(
-                (spec.name, problem.key()),
-                f"{spec.name} {problem}: no tuned winner for this adapter; using the default schedule {default}",
-            )
-            return default, "default"
-        schedule = Schedule.from_key(winner.schedule_key)
-        reason = self._invalid_reason(spec, schedule, problem)
-        if reason:
-            default = self._default_for(spec, problem)
-            self._warn(
-                (spec.name, problem.key()),
-                f"{spec.name} {problem}: {source} schedule {schedule} is invalid here ({reason}); "
-                f"using the default {default}",
-            )
-            return default, "default"
-        if source != "tuned":
-            self._warn(
-                (spec.name, problem.key()),
-                f"{spec.name} {problem}: no winner tuned for this problem on this adapter; "
-                f"using the {source} winner tuned for {winner.problem_key}: {schedule}",
-            )
-        return schedule, source
-
-    def _default_for(self, spec: KernelSpec, problem: Problem) -> Schedule:
-        """`spec.default`, or, when that can't run `problem` (e.g. recurrent with a large L),
-        the first valid schedule of the space. Not for kernels whose result depends on the
-        schedule (topk's block size): there the default stands and the call reports why."""
-        if spec.name in SCHEDULE_DEFINES_RESULT or not self._invalid_reason(spec, spec.default, problem):
-            return spec.default
-        return next((s for s in spec.schedules() if not self._invalid_reason(spec, s, problem)), spec.default)
-
-    def _invalid_reason(self, spec: KernelSpec, schedule: Schedule, problem: Problem) -> str:
-        try:
-            spec.check(schedule, problem, self.profile)
-        except InvalidSchedule as exc:
-            return exc.reason
-        except (KeyError, ValueError) as exc:
-            return str(exc)
-        return ""
 
     def _warn(self, key: tuple[str, ...], message: str) -> None:
         if key not in self._warned:
@@ -335,36 +114,18 @@ class ForgeRuntime:
         self, kernel: str, dims: dict[str, int], inputs: dict[str, np.ndarray], schedule: Schedule | None = None
     ) -> dict[str, np.ndarray]:
         """Check buffer limits, then `farm.launch.run` with the tuned (or given) schedule."""
-        self._check_input_limits(kernel, inputs)
+        check_input_limits(kernel, inputs, self._binding_limit())
         spec = catalog.get(kernel)
         problem = spec.problem(**dims)
         if schedule is None:
             schedule, _ = self.tuned_schedule(kernel, problem)
         launch = spec.launch(schedule, problem, inputs)
-        self._check_output_limits(kernel, launch)
+        check_output_limits(kernel, launch, self._binding_limit())
         check_launch(spec, schedule, launch, self.profile)
         return run(self.device, spec, schedule, problem, inputs)
 
     def _binding_limit(self) -> int:
         return self.profile.limit("max-storage-buffer-binding-size")
-
-    def _check_input_limits(self, kernel: str, inputs: dict[str, np.ndarray]) -> None:
-        limit = self._binding_limit()
-        for name, array in inputs.items():
-            if array.nbytes > limit:
-                raise ValueError(
-                    f"{kernel}: {name} of shape {array.shape} ({array.nbytes} bytes) exceeds this adapter's "
-                    f"max-storage-buffer-binding-size of {limit} bytes"
-                )
-
-    def _check_output_limits(self, kernel: str, launch) -> None:
-        limit = self._binding_limit()
-        for arg in launch.args:
-            if arg.output and arg.nbytes > limit:
-                raise ValueError(
-                    f"{kernel}: output {arg.name} of shape {arg.shape} ({arg.nbytes} bytes) exceeds this "
-                    f"adapter's max-storage-buffer-binding-size of {limit} bytes"
-                )
 
     # -- kernels ------------------------------------------------------------------------
     def gemv(self, a: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -469,7 +230,7 @@ class ForgeRuntime:
             array = as_array("records", records, (np.uint32, np.uint64), (2,))
             per_record = 16 if array.dtype == np.uint32 else 8
             expect_shape("records", array, (array.shape[0], per_record), f"{per_record} {array.dtype} words per record")
-            self._check_input_limits("p64_project", {"records": array})
+            check_input_limits("p64_project", {"records": array}, self._binding_limit())
             words = array if per_record == 16 else array.astype("<u8", copy=False).view("<u4").reshape(-1, 16)
         weights = as_array("weights", weights, (np.float32,), (1,))
         expect_shape("weights", weights, (16,), "one weight per record word")
@@ -497,7 +258,7 @@ class ForgeRuntime:
                 f"got shape {signal.shape} (n={n})"
             )
         batch = signal.size // last
-        self._check_input_limits("fft", {"signal": signal})
+        check_input_limits("fft", {"signal": signal}, self._binding_limit())
         points = np.ascontiguousarray(signal).view(np.float32)
         y = self._run("fft", {"n": n, "batch": batch}, {"x": points.reshape(batch, n, 2)})["y"]
         if complex_input:

@@ -56,7 +56,6 @@ class Launch:
     groups: int | tuple[int, int, int]
     constants: dict[str, float] = field(default_factory=dict)
     entry_point: str = "main"
-    workgroup_bytes: int = 0  # workgroup memory the schedule declares
 
 
 def kernels_dir() -> Path:
@@ -153,6 +152,18 @@ class KernelSpec:
                 else f"workgroup_size {wg} < 1",
             )
         self.check_knobs(schedule, problem, profile)
+        need = self.workgroup_bytes(schedule, problem)
+        storage = profile.limit("max-compute-workgroup-storage-size")
+        if need > storage:
+            raise InvalidSchedule(
+                self.name,
+                schedule,
+                f"needs {need} bytes of workgroup storage > max-compute-workgroup-storage-size {storage}",
+            )
+
+    def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
+        """Bytes of workgroup memory `schedule` declares; `check` holds it to the adapter's limit."""
+        return 0
 
     def check_knobs(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
         """Kernel-specific checks (divisibility, feature needs); base has none."""
@@ -185,13 +196,6 @@ def rng_for(seed: int, *salt: object) -> np.random.Generator:
 
 def check_launch(spec: KernelSpec, schedule: Schedule, launch: Launch, profile: HardwareProfile) -> None:
     """Limits every launch must respect, checked before compiling."""
-    storage = profile.limit("max-compute-workgroup-storage-size")
-    if launch.workgroup_bytes > storage:
-        raise InvalidSchedule(
-            spec.name,
-            schedule,
-            f"needs {launch.workgroup_bytes} bytes of workgroup storage > max-compute-workgroup-storage-size {storage}",
-        )
     max_binding = profile.limit("max-storage-buffer-binding-size")
     for arg in launch.args:
         if arg.kind != "uniform" and arg.nbytes > max_binding:

@@ -89,14 +89,9 @@ class Fft(KernelSpec):
             raise InvalidSchedule(self.name, schedule, f"vector_width {schedule.vector_width} not in (1, 2)")
         if schedule.items_per_invocation < 1:
             raise InvalidSchedule(self.name, schedule, f"items_per_invocation {schedule.items_per_invocation} < 1")
-        need = workgroup_bytes(n, schedule.items_per_invocation)
-        limit = profile.limit("max-compute-workgroup-storage-size")
-        if need > limit:
-            raise InvalidSchedule(
-                self.name,
-                schedule,
-                f"needs {need} bytes of workgroup storage > max-compute-workgroup-storage-size {limit}",
-            )
+
+    def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
+        return workgroup_bytes(problem["n"], schedule.items_per_invocation)
 
     # -- data ----------------------------------------------------------------------
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
@@ -133,7 +128,6 @@ class Fft(KernelSpec):
                 Arg("params", "uniform", np.array([batch, groups, 0, 0], np.uint32)),
             ],
             groups=groups,
-            workgroup_bytes=workgroup_bytes(n, items),
         )
 
     def work(self, problem: Problem) -> tuple[float, float]:

@@ -129,14 +129,10 @@ class Gemm(KernelSpec):
         reject = _first_problem(k, bm, bn, tm, tn, bk)
         if reject:
             raise InvalidSchedule(self.name, schedule, reject)
-        limit = profile.limit("max-compute-workgroup-storage-size")
-        need = workgroup_bytes(bm, bn, bk, k["double_buffer"])
-        if need > limit:
-            raise InvalidSchedule(
-                self.name,
-                schedule,
-                f"needs {need} bytes of workgroup storage > max-compute-workgroup-storage-size {limit}",
-            )
+
+    def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
+        k = self.knobs(schedule)
+        return workgroup_bytes(k["tile_m"], k["tile_n"], k["tile_k"], k["double_buffer"])
 
     # -- data ----------------------------------------------------------------------
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
@@ -186,7 +182,6 @@ class Gemm(KernelSpec):
                 Arg("params", "uniform", np.array([m, n, kp, np_, groups_n, groups, 0, 0], np.uint32)),
             ],
             groups=groups,
-            workgroup_bytes=workgroup_bytes(bm, bn, bk, db),
         )
 
     def work(self, problem: Problem) -> tuple[float, float]:

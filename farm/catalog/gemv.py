@@ -43,6 +43,9 @@ class Gemv(KernelSpec):
                 self.name, schedule, f"vector_width {schedule.vector_width} does not divide n={problem['n']}"
             )
 
+    def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
+        return 4 * schedule.workgroup_size  # one partial sum per thread
+
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
         rng = rng_for(seed, self.name, problem.key())
         a = rng.standard_normal((problem["m"], problem["n"]), dtype=np.float32)
@@ -75,7 +78,6 @@ class Gemv(KernelSpec):
                 Arg("params", "uniform", np.array([m, n, groups, 0], np.uint32)),
             ],
             groups=groups,
-            workgroup_bytes=4 * wg,
         )
 
     def work(self, problem: Problem) -> tuple[float, float]:

@@ -89,7 +89,6 @@ class P64Project(KernelSpec):
                 Arg("params", "uniform", np.array([n, groups, 0, 0], np.uint32)),
             ],
             groups=groups,
-            workgroup_bytes=0,
         )
 
     def work(self, problem: Problem) -> tuple[float, float]:

@@ -134,6 +134,12 @@ class Recurrent(KernelSpec):
                 self.name, schedule, f"{floats} state floats per thread > {MAX_REGISTER_FLOATS} (L={problem['L']})"
             )
 
+    def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
+        tpc = schedule.get("threads_per_column", 1)
+        if tpc == 1 or REDUCE_MODES[schedule.get("reduce", 0)] != "workgroup":
+            return 0
+        return 2 * schedule.workgroup_size * schedule.items_per_invocation * schedule.vector_width * 4
+
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
         rng = rng_for(seed, self.name, problem.key())
         b, h, vh, t, l_dim, e = (problem[d] for d in self.dims)
@@ -173,7 +179,6 @@ class Recurrent(KernelSpec):
                 Arg("params", "uniform", np.array([b, h, vh, t, l_dim, ev, col_blocks, groups], np.uint32)),
             ],
             groups=groups,
-            workgroup_bytes=(2 * wg * ipi * vw * 4) if mode == "workgroup" else 0,
         )
 
     def render_source(self, wg: int, tpc: int, ipi: int, vw: int, rows: int, mode: str) -> str:

@@ -98,6 +98,9 @@ class TernaryGemv(KernelSpec):
         """Whether generated inputs keep every f32 partial sum exact (then tolerance is 0)."""
         return problem["k"] <= EXACT_K
 
+    def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
+        return 4 * schedule.workgroup_size  # one partial sum per thread
+
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
         rng = rng_for(seed, self.name, problem.key())
         m, k = problem["m"], problem["k"]
@@ -151,7 +154,6 @@ class TernaryGemv(KernelSpec):
                 Arg("params", "uniform", np.array([m, k, kw, groups], np.uint32)),
             ],
             groups=groups,
-            workgroup_bytes=4 * wg,
         )
 
     def work(self, problem: Problem) -> tuple[float, float]:

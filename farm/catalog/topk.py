@@ -80,6 +80,9 @@ class TopK(KernelSpec):
         if n % vw:
             raise InvalidSchedule(self.name, schedule, f"vector_width {vw} does not divide n={n}")
 
+    def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
+        return 4 * schedule.workgroup_size * schedule.items_per_invocation  # ipi blocks of f32 keys
+
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
         """Normal values with ties and ~1% specials: NaNs (negative, with payloads), ±Inf, ±0."""
         rng = rng_for(seed, self.name, problem.key())
@@ -110,7 +113,6 @@ class TopK(KernelSpec):
                 Arg("params", "uniform", np.array([n, k, groups, blocks], np.uint32)),
             ],
             groups=groups,
-            workgroup_bytes=4 * block * ipi,
         )
 
     def work(self, problem: Problem) -> tuple[float, float]:

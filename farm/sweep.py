@@ -1,0 +1,538 @@
+"""The recurrent-attention scaling sweep (`farm sweep recurrent`).
+
+Per case: time the op-by-op baseline, the fused kernel and the runtime path (all from
+`farm.recurrent`), compare full outputs and stepwise states, then write Markdown, CSVs
+and JSON in the reference sweep's layouts (its raw_wgsl_* columns are our fused_*, its
+core_* our runtime_*) and record the run in SQL. `run_case(device, case, config)` is the
+unit farm.cluster fans out; `run_sweep(config)` drives the whole sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from farm import catalog, nvidia
+from farm.catalog.recurrent import sweep_decay
+from farm.gpu import Device
+from farm.oracle import error_metrics
+from farm.recurrent import (
+    STRICT_THRESHOLDS,
+    BaselinePlan,
+    fused_calls,
+    prepare_fused,
+    recurrent_problem,
+    stepwise_consistency,
+    strict_summary,
+)
+from farm.runtime import ForgeRuntime
+from farm.schedule import Schedule
+
+__all__ = [
+    "SweepCase",
+    "SweepConfig",
+    "build_report",
+    "default_cases",
+    "format_markdown",
+    "merge_cases",
+    "run_case",
+    "run_sweep",
+    "sql_report",
+    "sweep_config_from_args",
+    "write_artifacts",
+]
+
+BENCHMARK = "farm recurrent scaling sweep"
+DEFAULT_EMBDS = (96, 128, 192, 256, 384, 512, 640, 768)
+ARTIFACT_NAMES = {
+    "markdown_path": "recurrent_scaling.md",
+    "csv_path": "recurrent_scaling.csv",
+    "json_path": "recurrent_scaling.json",
+    "steps_csv_path": "recurrent_scaling_steps.csv",
+}
+CASE_TIMEOUT_S = 600.0
+CASE_FIELDS = ("batch", "heads", "value_heads", "time", "latent", "embd")
+
+
+@dataclass(frozen=True)
+class SweepCase:
+    """One sweep shape: query [batch, heads, time, latent], value [batch, value_heads, time, embd]."""
+
+    name: str
+    batch: int
+    heads: int
+    value_heads: int
+    time: int
+    latent: int
+    embd: int
+
+    def as_dict(self) -> dict:
+        return {"name": self.name} | {f: getattr(self, f) for f in CASE_FIELDS}
+
+    @classmethod
+    def parse(cls, text: str) -> SweepCase:
+        """`name:B,H,VH,T,L,E` (as given to --case); ValueError naming the bad part."""
+        name, sep, dims = text.partition(":")
+        if not sep or not name.strip():
+            raise ValueError(f"--case {text!r}: expected name:B,H,VH,T,L,E")
+        parts = [p.strip() for p in dims.split(",")]
+        if len(parts) != 6:
+            raise ValueError(f"--case {text!r}: expected 6 dimensions B,H,VH,T,L,E, got {len(parts)}")
+        try:
+            values = [int(p) for p in parts]
+        except ValueError:
+            raise ValueError(f"--case {text!r}: dimensions must be integers, got {dims!r}") from None
+        case = cls(name.strip(), *values)
+        if min(values) < 1:
+            raise ValueError(f"--case {text!r}: every dimension must be >= 1")
+        if case.value_heads not in (1, case.heads):
+            raise ValueError(f"--case {text!r}: VH={case.value_heads} must be 1 or H={case.heads}")
+        return case
+
+
+def default_cases() -> list[SweepCase]:
+    return [SweepCase(f"sweep_b1_h8_t64_l64_e{e}", 1, 8, 1, 64, 64, e) for e in DEFAULT_EMBDS]
+
+
+def merge_cases(base: list[SweepCase], extra: list[SweepCase]) -> list[SweepCase]:
+    """`extra` cases replace same-named ones in place, and the rest are appended."""
+    merged = {c.name: c for c in base}
+    for case in extra:
+        merged[case.name] = case
+    return list(merged.values())
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """The sweep's settings; `normalized()` applies the minimums and artifact defaults."""
+
+    warmup: int = 2
+    repetitions: int = 4
+    extra_repetitions: int = 3
+    heavy_min_embd: int = 512
+    gpu_util_threshold: float = 25.0
+    seed: int = 1337
+    allow_cpu: bool = False
+    db: str | None = None
+    output_dir: str | None = None
+    markdown_path: str | None = None
+    csv_path: str | None = None
+    json_path: str | None = None
+    steps_csv_path: str | None = None
+    cases: tuple[SweepCase, ...] = field(default_factory=lambda: tuple(default_cases()))
+
+    def normalized(self) -> SweepConfig:
+        paths = {}
+        if self.output_dir:
+            for key, filename in ARTIFACT_NAMES.items():
+                if getattr(self, key) is None:
+                    paths[key] = str(Path(self.output_dir) / filename)
+        return replace(
+            self,
+            warmup=max(self.warmup, 1),
+            repetitions=max(self.repetitions, 1),
+            extra_repetitions=max(self.extra_repetitions, 0),
+            **paths,
+        )
+
+
+def case_inputs(case: SweepCase, seed: int) -> dict[str, np.ndarray]:
+    """query, value ~ N(0,1) from the seed; rho zeros; decay[h] = 0.85 + 0.1·h/H."""
+    rng = catalog.rng_for(seed, "recurrent_sweep", case.name)
+    return {
+        "query": rng.standard_normal((case.batch, case.heads, case.time, case.latent), dtype=np.float32),
+        "value": rng.standard_normal((case.batch, case.value_heads, case.time, case.embd), dtype=np.float32),
+        "rho": np.zeros((case.batch, case.heads, case.latent, case.embd), np.float32),
+        "decay": sweep_decay(case.heads),
+    }
+
+
+def _repetitions(case: SweepCase, config: SweepConfig, util: float | None) -> int:
+    heavy = case.embd >= config.heavy_min_embd and util is not None and util <= config.gpu_util_threshold
+    return config.extra_repetitions if heavy and config.extra_repetitions > 0 else 0
+
+
+def _time_paths(device: Device, schedule: Schedule, inputs: dict, warmup: int, reps: int) -> dict:
+    with BaselinePlan.build(device, **inputs) as plan:
+        baseline = plan.time(warmup, reps)
+        base_ctx, base_rho = plan.outputs()
+    with prepare_fused(device, schedule, **inputs) as prepared:
+        fused = device.time_calls(fused_calls(device, prepared), warmup, reps)
+        out = prepared.outputs()
+    return {
+        "baseline": baseline,
+        "fused": fused,
+        "full_context_error": error_metrics(out["context"], base_ctx),
+        "final_rho_error": error_metrics(out["rho"], base_rho),
+    }
+
+
+def _time_runtime(rt: ForgeRuntime, inputs: dict, warmup: int, reps: int) -> tuple[float, str]:
+    """Median host wall ms per call of `rt.recurrent_attention` (a ForgeRuntime on the same
+    device; uploads and readback included: what a caller sees)."""
+    for _ in range(warmup):
+        rt.recurrent_attention(**inputs)
+    samples = []
+    for _ in range(reps):
+        start = time.perf_counter_ns()
+        rt.recurrent_attention(**inputs)
+        samples.append((time.perf_counter_ns() - start) / 1e6)
+    return float(np.median(samples)), "measured_distinct"
+
+
+def run_case(device: Device, case: SweepCase, config: SweepConfig) -> dict:
+    """One sweep case on `device` (pure w.r.t. the device: everything it allocates is
+    released). Returns the case's JSON record (the reference layout plus our extras)."""
+    if device.profile.is_cpu and not config.allow_cpu:
+        raise ValueError(f"refusing CPU adapter {device.profile.summary} (pass --allow-cpu)")
+    memory_before = dict(device.memory())
+    inputs = case_inputs(case, config.seed)
+    problem = recurrent_problem(inputs["query"], inputs["value"], inputs["rho"], inputs["decay"])
+    # The fused path uses the runtime's schedule (tuned winner for this topology, else the
+    # nearest tuned problem, else the default), so the fused and runtime columns agree.
+    rt = ForgeRuntime(db=config.db, device=device)
+    schedule, source = rt.tuned_schedule("recurrent", problem)
+    source = f"runtime:{source}"
+    util = nvidia.gpu_utilization()
+    extra = _repetitions(case, config, util)
+    reps = config.repetitions + extra
+    timed = _time_paths(device, schedule, inputs, config.warmup, reps)
+    runtime_ms, runtime_mode = _time_runtime(rt, inputs, config.warmup, reps)
+    steps = stepwise_consistency(device, schedule, **inputs)
+    baseline_ms, fused_ms = timed["baseline"].median_ns / 1e6, timed["fused"].median_ns / 1e6
+    return {
+        "case": case.as_dict(),
+        "warmup": config.warmup,
+        "repetitions": reps,
+        "extra_repetitions_applied": extra,
+        "sampled_gpu_utilization_pct": util,
+        "baseline_ms": baseline_ms,
+        "fused_ms": fused_ms,
+        "runtime_ms": runtime_ms,
+        "fused_speedup_x": baseline_ms / fused_ms if fused_ms > 0 else None,
+        "runtime_speedup_x": baseline_ms / runtime_ms if runtime_ms else None,
+        "runtime_mode": runtime_mode,
+        "full_context_error": timed["full_context_error"].as_dict(),
+        "final_rho_error": timed["final_rho_error"].as_dict(),
+        "step_consistency": strict_summary(steps),
+        "step_metrics": [s.as_dict() for s in steps],
+        "fused_schedule": schedule.key(),
+        "schedule_source": source,
+        "timing_method": timed["fused"].method,
+        "topology_hash": device.profile.topology_hash(),
+        "topology_profile": device.profile.to_dict(),
+        "memory_before_bytes": memory_before,
+        "memory_after_bytes": dict(device.memory()),
+    }
+
+
+def _run_case_item(device: Device, item: tuple[SweepCase, SweepConfig]) -> dict:
+    """WorkerPool.map entry point: picklable, top-level."""
+    case, config = item
+    return run_case(device, case, config)
+
+
+def adapter_line(device: Device) -> str:
+    p = device.profile
+    return f"name={p.device_name} backend={p.backend} type={p.adapter_type} vendor={p.vendor_id} device={p.device_id}"
+
+
+def _fan_out(config: SweepConfig) -> tuple[list[dict], str, dict, dict] | None:
+    """Cases over farm.cluster.WorkerPool when it exists; None means run locally."""
+    import importlib.util
+
+    if importlib.util.find_spec("farm.cluster") is None:
+        return None
+    from farm.cluster import WorkerPool
+
+    # One case in flight per worker: two cases sharing a GPU would skew each other's timings.
+    with WorkerPool(allow_cpu=config.allow_cpu, trial_timeout_s=CASE_TIMEOUT_S, max_in_flight=1) as pool:
+        adapter = "; ".join(sorted({p.summary for p in pool.profiles().values()}))
+        print(f"adapter: {adapter}")
+        results = list(pool.map(_run_case_item, [(case, config) for case in config.cases]))
+    order = {c.name: i for i, c in enumerate(config.cases)}
+    results.sort(key=lambda r: order[r["case"]["name"]])
+    before = results[0]["memory_before_bytes"] if results else {"reserved": 0, "in_use": 0}
+    after = results[-1]["memory_after_bytes"] if results else {"reserved": 0, "in_use": 0}
+    return results, adapter, before, after
+
+
+def _run_local(config: SweepConfig) -> tuple[list[dict], str, dict, dict]:
+    device = Device()
+    adapter = adapter_line(device)
+    print(f"adapter: {adapter}")
+    if device.profile.is_cpu and not config.allow_cpu:
+        raise ValueError(f"refusing CPU adapter ({adapter}); pass --allow-cpu to run on it")
+    before = dict(device.memory())
+    results = [run_case(device, case, config) for case in config.cases]
+    return results, adapter, before, dict(device.memory())
+
+
+def run_sweep(config: SweepConfig, fan_out: bool = True) -> dict:
+    """Run every case (over the worker pool when farm.cluster exists and `fan_out`),
+    build the report, print the Markdown, write the artifacts, record to SQL when
+    farm.store has record_sweep. Returns the report (the JSON artifact's content)."""
+    config = config.normalized()
+    ran = _fan_out(config) if fan_out else None
+    results, adapter, before, after = ran if ran is not None else _run_local(config)
+    report = build_report(config, adapter, results, before, after)
+    markdown = format_markdown(report)
+    print(markdown)
+    write_artifacts(config, report, markdown)
+    record_report(config, report)
+    return report
+
+
+def build_report(config: SweepConfig, adapter: str, results: list[dict], before: dict, after: dict) -> dict:
+    distinct = bool(results) and all(r["runtime_mode"] == "measured_distinct" for r in results)
+    description = (
+        "ForgeRuntime.recurrent_attention measured distinctly (host wall time per call, uploads and readback included)"
+    )
+    return {
+        "benchmark": BENCHMARK,
+        "adapter": adapter,
+        "warmup": config.warmup,
+        "repetitions": config.repetitions,
+        "extra_repetitions": config.extra_repetitions,
+        "heavy_min_embd": config.heavy_min_embd,
+        "gpu_util_threshold": config.gpu_util_threshold,
+        "seed": config.seed,
+        "runtime_path_distinct": distinct,
+        "runtime_path_description": description,
+        "timing": "median per call; GPU timestamps from the first pass's start to the last pass's end when the "
+        "adapter has them ('timestamp'), else host wall time around a synchronous submission ('host')",
+        "strict_thresholds": dict(STRICT_THRESHOLDS),
+        "memory_before_bytes": {"reserved": before["reserved"], "in_use": before["in_use"]},
+        "memory_after_bytes": {"reserved": after["reserved"], "in_use": after["in_use"]},
+        "topology_hash": results[0]["topology_hash"] if results else None,
+        "topology_profile": results[0]["topology_profile"] if results else None,
+        "cases": results,
+    }
+
+
+# -- artifacts (the reference sweep's exact layouts) ---------------------------------------
+SUMMARY_HEADER = (
+    "case,embd,batch,heads,value_heads,time,latent,warmup,repetitions,extra_repetitions_applied,"
+    "sampled_gpu_utilization_pct,baseline_ms,fused_ms,runtime_ms,fused_speedup_x,runtime_speedup_x,"
+    "full_context_max_abs,full_context_mean_abs,full_context_rmse,full_context_max_rel,"
+    "final_rho_max_abs,final_rho_mean_abs,final_rho_rmse,final_rho_max_rel,"
+    "step_context_max_abs,step_context_rmse_max,step_rho_max_abs,step_rho_rmse_max,"
+    "strict_consistency_pass,runtime_mode"
+)
+STEPS_HEADER = (
+    "case,embd,step,context_max_abs,context_mean_abs,context_rmse,context_max_rel,"
+    "rho_max_abs,rho_mean_abs,rho_rmse,rho_max_rel"
+)
+METRIC_KEYS = ("max_abs", "mean_abs", "rmse", "max_rel")
+
+
+def rust_exp(value: float | None, digits: int) -> str:
+    """Rust's `{:.Ne}` (e.g. 1.53e-5, no exponent padding), which the reference layouts use."""
+    if value is None:
+        return ""
+    if not np.isfinite(value):
+        return "inf" if value > 0 else ("-inf" if value < 0 else "NaN")
+    mantissa, exponent = f"{value:.{digits}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _fixed(value: float | None, digits: int) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def format_markdown(report: dict) -> str:
+    cases = report["cases"]
+    limits = report["strict_thresholds"]
+    passed = sum(1 for c in cases if c["step_consistency"]["strict_pass"])
+    lines = [
+        report["benchmark"],
+        f"adapter: {report['adapter']}",
+        f"warmup: {report['warmup']}, repetitions: {report['repetitions']}, extra_repetitions: "
+        f"{report['extra_repetitions']}, heavy_min_embd: {report['heavy_min_embd']}, gpu_util_threshold_pct: "
+        f"{report['gpu_util_threshold']:.1f}",
+        f"runtime_path_distinct: {str(report['runtime_path_distinct']).lower()}",
+        f"runtime_path_description: {report['runtime_path_description']}",
+        "strict_consistency_thresholds: "
+        + ", ".join(
+            f"{label}<={rust_exp(limits[key], 2)}"
+            for label, key in (
+                ("context_max_abs", "context_max_abs"),
+                ("context_rmse", "context_rmse_max"),
+                ("rho_max_abs", "rho_max_abs"),
+                ("rho_rmse", "rho_rmse_max"),
+            )
+        ),
+        f"strict_consistency_pass_cases: {passed}/{len(cases)}",
+        f"timing: {report['timing']}",
+        "fused_schedules: " + "; ".join(sorted({f"{c['fused_schedule']} ({c['schedule_source']})" for c in cases})),
+        "",
+        "| case | embd | baseline_ms | fused_ms | runtime_ms | fused_speedup_x | runtime_speedup_x | "
+        "step_ctx_max_abs | step_rho_max_abs | strict_pass | reps | gpu_util_pct | runtime_mode |",
+        "| :-- | --: | --: | --: | --: | --: | --: | --: | --: | :--: | --: | --: | :-- |",
+    ]
+    for c in cases:
+        util = c["sampled_gpu_utilization_pct"]
+        step = c["step_consistency"]
+        lines.append(
+            f"| {c['case']['name']} | {c['case']['embd']} | {c['baseline_ms']:.3f} | {c['fused_ms']:.3f} | "
+            f"{_fixed(c['runtime_ms'], 3) or 'n/a'} | {_fixed(c['fused_speedup_x'], 2) or 'n/a'} | "
+            f"{_fixed(c['runtime_speedup_x'], 2) or 'n/a'} | {rust_exp(step['context_max_abs'], 2)} | "
+            f"{rust_exp(step['rho_max_abs'], 2)} | {'pass' if step['strict_pass'] else 'fail'} | "
+            f"{c['repetitions']} | {'n/a' if util is None else f'{util:.1f}'} | {c['runtime_mode']} |"
+        )
+    before, after = report["memory_before_bytes"], report["memory_after_bytes"]
+    lines += [
+        "",
+        f"memory_before_bytes: reserved={before['reserved']} in_use={before['in_use']}",
+        f"memory_after_bytes: reserved={after['reserved']} in_use={after['in_use']}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def format_summary_csv(report: dict) -> str:
+    rows = [SUMMARY_HEADER]
+    for c in report["cases"]:
+        case, util = c["case"], c["sampled_gpu_utilization_pct"]
+        metrics = [c["full_context_error"][k] for k in METRIC_KEYS] + [c["final_rho_error"][k] for k in METRIC_KEYS]
+        step = c["step_consistency"]
+        metrics += [step["context_max_abs"], step["context_rmse_max"], step["rho_max_abs"], step["rho_rmse_max"]]
+        fields = [
+            case["name"],
+            case["embd"],
+            *(case[f] for f in CASE_FIELDS[:-1]),
+            c["warmup"],
+            c["repetitions"],
+            c["extra_repetitions_applied"],
+            _fixed(util, 3),
+            _fixed(c["baseline_ms"], 6),
+            _fixed(c["fused_ms"], 6),
+            _fixed(c["runtime_ms"], 6),
+            _fixed(c["fused_speedup_x"], 6),
+            _fixed(c["runtime_speedup_x"], 6),
+            *(rust_exp(m, 8) for m in metrics),
+            str(step["strict_pass"]).lower(),
+            c["runtime_mode"],
+        ]
+        rows.append(",".join(str(f) for f in fields))
+    return "\n".join(rows) + "\n"
+
+
+def format_steps_csv(report: dict) -> str:
+    rows = [STEPS_HEADER]
+    names = [f"{part}_{k}" for part in ("context", "rho") for k in METRIC_KEYS]
+    for c in report["cases"]:
+        for step in c["step_metrics"]:
+            values = ",".join(rust_exp(step[n], 8) for n in names)
+            rows.append(f"{c['case']['name']},{c['case']['embd']},{step['step']},{values}")
+    return "\n".join(rows) + "\n"
+
+
+def write_artifacts(config: SweepConfig, report: dict, markdown: str) -> list[str]:
+    """Write whichever artifact paths are set; returns the paths written."""
+    contents = {
+        "markdown_path": (markdown, "markdown artifact"),
+        "csv_path": (format_summary_csv(report), "csv artifact"),
+        "steps_csv_path": (format_steps_csv(report), "step csv artifact"),
+        "json_path": (json.dumps(report, indent=2), "json artifact"),
+    }
+    written = []
+    for key, (text, label) in contents.items():
+        path = getattr(config, key)
+        if path is None:
+            continue
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+        print(f"wrote {label} to {path}", file=sys.stderr)
+        written.append(path)
+    return written
+
+
+def record_report(config: SweepConfig, report: dict) -> int | None:
+    """Record the sweep in SQL via farm.store.record_sweep when it exists; the run id or None."""
+    try:
+        from farm import store
+    except ImportError:
+        return None
+    if not hasattr(store, "record_sweep") or not report["topology_hash"]:
+        return None
+    from farm.gpu import HardwareProfile
+
+    opened = store.open_store(config.db)
+    store.upsert_topology(opened, HardwareProfile.from_dict(report["topology_profile"]))
+    return store.record_sweep(opened, report["topology_hash"], sql_report(report))
+
+
+def sql_report(report: dict) -> dict:
+    """The report in farm.store.record_sweep's layout (flat cases, top-level steps)."""
+    cases, steps = [], []
+    for c in report["cases"]:
+        case = c["case"]
+        row = {
+            "name": case["name"],
+            "B": case["batch"],
+            "H": case["heads"],
+            "VH": case["value_heads"],
+            "T": case["time"],
+            "L": case["latent"],
+            "E": case["embd"],
+            "baseline_ms": c["baseline_ms"],
+            "fused_ms": c["fused_ms"],
+            "runtime_ms": c["runtime_ms"],
+            "speedup": c["fused_speedup_x"],
+            "runtime_speedup": c["runtime_speedup_x"],
+            "strict_pass": c["step_consistency"]["strict_pass"],
+            "reps": c["repetitions"],
+            "gpu_util": c["sampled_gpu_utilization_pct"],
+        }
+        for part, key in (("context", "full_context_error"), ("rho", "final_rho_error")):
+            row |= {f"{part}_{m}": c[key][m] for m in METRIC_KEYS}
+            row |= {
+                f"step_{part}_{m}": max((s[f"{part}_{m}"] for s in c["step_metrics"]), default=0.0) for m in METRIC_KEYS
+            }
+        cases.append(row)
+        steps += [{"case": case["name"]} | s for s in c["step_metrics"]]
+    config = {
+        k: report[k]
+        for k in (
+            "warmup",
+            "repetitions",
+            "extra_repetitions",
+            "heavy_min_embd",
+            "gpu_util_threshold",
+            "seed",
+            "runtime_path_distinct",
+        )
+    }
+    return {
+        "adapter": report["adapter"],
+        "config": config,
+        "memory_before": report["memory_before_bytes"],
+        "memory_after": report["memory_after_bytes"],
+        "cases": cases,
+        "steps": steps,
+    }
+
+
+def sweep_config_from_args(args) -> SweepConfig:
+    """The SweepConfig for parsed `farm sweep recurrent` flags (minimums applied)."""
+    return SweepConfig(
+        warmup=args.warmup,
+        repetitions=args.repetitions,
+        extra_repetitions=args.extra_repetitions,
+        heavy_min_embd=args.heavy_min_embd,
+        gpu_util_threshold=args.gpu_util_threshold,
+        seed=args.seed,
+        allow_cpu=args.allow_cpu,
+        db=args.db,
+        output_dir=args.output_dir,
+        markdown_path=args.artifact_md,
+        csv_path=args.artifact_csv,
+        json_path=args.artifact_json,
+        steps_csv_path=args.artifact_steps_csv,
+        cases=tuple(merge_cases(default_cases(), list(args.case))),
+    ).normalized()
