@@ -453,18 +453,21 @@ def write_artifacts(config: SweepConfig, report: dict, markdown: str) -> list[st
 
 
 def record_report(config: SweepConfig, report: dict) -> int | None:
-    """Record the sweep in SQL via farm.store.record_sweep when it exists; the run id or None."""
-    try:
-        from farm import store
-    except ImportError:
-        return None
-    if not hasattr(store, "record_sweep") or not report["topology_hash"]:
-        return None
+    """Record the sweep in SQL (farm.store.record_sweep) and as Parquet (cases and steps,
+    partitioned by topology) under `<output dir>/parquet`, or `$FARM_HOME/artifacts` without
+    an output dir; returns the SQL run id (None for a report without a topology)."""
+    from farm import artifacts, store
     from farm.gpu import HardwareProfile
 
+    if not report["topology_hash"]:
+        return None
+    rows = sql_report(report)
+    out = Path(config.output_dir) / "parquet" if config.output_dir else store.farm_home() / "artifacts"
+    paths = artifacts.write_sweep_parquet(out, report["topology_hash"], rows["cases"], rows["steps"])
+    print(f"wrote sweep parquet to {paths['cases'].parent.parent.parent}", file=sys.stderr)
     opened = store.open_store(config.db)
     store.upsert_topology(opened, HardwareProfile.from_dict(report["topology_profile"]))
-    return store.record_sweep(opened, report["topology_hash"], sql_report(report))
+    return store.record_sweep(opened, report["topology_hash"], rows)
 
 
 def sql_report(report: dict) -> dict:

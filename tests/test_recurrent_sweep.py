@@ -163,11 +163,22 @@ def test_small_sweep_writes_artifacts_that_parse_back(tmp_path, farm_home, capsy
     assert {c["runtime_mode"] for c in parsed["cases"]} == {"measured_distinct"}
 
 
-def test_small_sweep_is_recorded_in_sql(tmp_path, farm_home):
-    store = pytest.importorskip("farm.store")
+def test_small_sweep_is_recorded_in_sql_and_parquet(tmp_path, farm_home):
+    import pandas as pd
+
+    from farm import store
+
     url = f"sqlite:///{tmp_path / 'sweep.db'}"
-    run_sweep(SweepConfig(allow_cpu=True, db=url, warmup=1, repetitions=1, cases=SMALL[:1]), fan_out=False)
+    report = run_sweep(SweepConfig(allow_cpu=True, db=url, warmup=1, repetitions=1, cases=SMALL[:1]), fan_out=False)
     opened = store.open_store(url)
     (run,) = store.sweeps(opened)
     assert run["cases"] == 1 and run["strict_passed"] == 1
     assert [s["step"] for s in store.sweep_steps(opened, run["id"])] == [0, 1, 2, 3, 4]
+
+    # Without --output-dir the Parquet goes under $FARM_HOME/artifacts, partitioned by topology.
+    sweeps = farm_home / "artifacts" / "sweeps"
+    cases = pd.read_parquet(sweeps / "cases")
+    steps = pd.read_parquet(sweeps / "steps")
+    assert list(cases["name"]) == ["small"] and bool(cases["strict_pass"].iloc[0])
+    assert set(cases["topology"].astype(str)) == {report["topology_hash"]}
+    assert sorted(steps["step"]) == [0, 1, 2, 3, 4]

@@ -122,3 +122,56 @@ def test_trial_bench_certifies_topk_against_each_schedules_own_block_size(device
     results = bench.evaluate([Job("topk", problem, s, 0, 1, 2) for s in schedules])
     assert [r.status for r in results] == [Status.OK] * 3, [r.message for r in results]
     bench.close()
+
+
+class TwoTopologyPool:
+    """Two workers that report different GPUs (the second profile is this adapter renamed),
+    both backed by the local device: what a campaign sees on a mixed cluster."""
+
+    def __init__(self, device: Device):
+        from farm.worker import TrialBench
+
+        self.bench = TrialBench(device, compile_ahead=False)
+        other = replace(device.profile, device_name="Other GPU 9000", driver_description="other 1.0")
+        self._profiles = {"w0": device.profile, "w1": other}
+        self.streamed: dict[str, int] = {}
+
+    def profiles(self):
+        return dict(self._profiles)
+
+    def topologies(self):
+        return {p.topology_hash(): [slot] for slot, p in self._profiles.items()}
+
+    def _restamp(self, result: TrialResult, topology: str) -> TrialResult:
+        return replace(
+            result, key=replace(result.key, topology_hash=topology), worker_id=self.topologies()[topology][0]
+        )
+
+    def stream(self, jobs, topology=None, batch_size=None):
+        self.streamed[topology] = self.streamed.get(topology, 0) + len(jobs)
+        for result in self.bench.evaluate(jobs):
+            yield self._restamp(result, topology)
+
+    def remeasure(self, slot, kernel, problem, schedules, reps, rounds, seed=0):
+        return self.bench.remeasure(kernel, problem, schedules, reps, rounds, seed)
+
+
+def test_a_campaign_tunes_each_topology_separately_and_stores_winners_per_topology(device: Device, tmp_path):
+    from farm import store
+    from farm.tune import Campaign
+
+    pool = TwoTopologyPool(device)
+    db = store.open_store(f"sqlite:///{tmp_path}/farm.db")
+    config = TuneConfig(kernels=("gemv",), sizes={"gemv": [Problem.of(m=40, n=24)]}, budget=3, reps=2, rounds=1)
+    winners = Campaign(config, pool, db, tmp_path / "artifacts", "farm tune gemv").run()
+
+    hashes = set(pool.topologies())
+    assert len(hashes) == 2
+    assert {w.topology_hash for w in winners} == hashes
+    assert {w.device_name for w in winners} == {device.profile.device_name, "Other GPU 9000"}
+    assert set(pool.streamed) == hashes and all(n >= 4 for n in pool.streamed.values())  # default + 3 each
+    for topology in hashes:
+        rows = store.trials(db, topology=topology, kernel="gemv")
+        assert len(rows) == 4 and {r["topology_hash"] for r in rows} == {topology}
+    assert {w.topology_hash for w in store.winners(db, kernel="gemv")} == hashes
+    pool.bench.close()
