@@ -263,7 +263,10 @@ def _kernel_names(args: argparse.Namespace) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="farm", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="farm",
+        description="A tuning farm for WebGPU compute kernels: certify, tune on a Ray cluster, serve the winners.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("adapters", help="list wgpu adapters, the chosen one and its topology hash")

@@ -330,4 +330,28 @@ def tune(
     db = store.open_store(db_url)
     out = config.out or store.farm_home() / "artifacts"
     with WorkerPool(ray_address, allow_cpu=allow_cpu, trial_timeout_s=trial_timeout_s) as pool:
+        print(format_workers(pool.reports()), file=sys.stderr)
         return Campaign(config, pool, db, Path(out), command).run()
+
+
+def format_workers(reports: dict[str, dict]) -> str:
+    """One line per worker: where it runs and which GPU it holds (Ray GPU id -> wgpu
+    adapter index, nvidia-smi's UUID for it, and whether the process really sits there)."""
+    lines = []
+    for slot, report in sorted(reports.items()):
+        mapping = report.get("mapping", {})
+        smi = mapping.get("nvidia_smi") or {}
+        gpu = (
+            f"ray GPU {','.join(mapping['ray_gpu_ids'])} -> adapter {mapping['adapter_index']}"
+            if mapping.get("ray_gpu_ids")
+            else "no Ray GPU"
+        )
+        placed = {True: "placement ok", False: "PLACEMENT MISMATCH", None: "placement unchecked"}[
+            mapping.get("placement_ok")
+        ]
+        uuid = f" {smi['uuid']}" if smi.get("uuid") else ""
+        lines.append(
+            f"worker {slot} on {report.get('host', '?')} pid {report.get('pid', '?')}: {mapping.get('adapter', '?')};"
+            f" {gpu}{uuid}; {placed}; topology {report['topology_hash'][:16]}"
+        )
+    return "\n".join(lines)

@@ -175,3 +175,34 @@ def test_a_campaign_tunes_each_topology_separately_and_stores_winners_per_topolo
         assert len(rows) == 4 and {r["topology_hash"] for r in rows} == {topology}
     assert {w.topology_hash for w in store.winners(db, kernel="gemv")} == hashes
     pool.bench.close()
+
+
+def test_format_workers_names_each_workers_gpu_and_placement():
+    from farm.tune import format_workers
+
+    reports = {
+        "gpu1": {
+            "host": "h",
+            "pid": 11,
+            "topology_hash": "b" * 64,
+            "mapping": {
+                "adapter": "NVIDIA H200 (DiscreteGPU) via Vulkan",
+                "ray_gpu_ids": ["1"],
+                "adapter_index": 1,
+                "nvidia_smi": {"uuid": "GPU-2"},
+                "placement_ok": True,
+            },
+        },
+        "cpu0": {
+            "host": "h",
+            "pid": 10,
+            "topology_hash": "a" * 64,
+            "mapping": {"adapter": "llvmpipe", "ray_gpu_ids": []},
+        },
+    }
+    lines = format_workers(reports).splitlines()
+    assert lines[0] == "worker cpu0 on h pid 10: llvmpipe; no Ray GPU; placement unchecked; topology aaaaaaaaaaaaaaaa"
+    assert lines[1] == (
+        "worker gpu1 on h pid 11: NVIDIA H200 (DiscreteGPU) via Vulkan; ray GPU 1 -> adapter 1 GPU-2;"
+        " placement ok; topology bbbbbbbbbbbbbbbb"
+    )
