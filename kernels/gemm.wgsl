@@ -10,7 +10,11 @@
 // load and store is bounds-checked. Workgroups beyond `groups` (a folded 2-D grid) exit.
 // The register tile, the staged loads and the C stores are unrolled by the host into
 // the placeholder blocks below (named scalars acc_i_j, a_next_i, b_next_i): private arrays
-// indexed in loops ended up in slow local memory on the NVIDIA Vulkan driver.
+// indexed in loops ended up in slow local memory on the NVIDIA Vulkan driver. The host
+// also emits the thread layout (tx, ty: row-major, or warp tiles), the tile declarations
+// (f32, or vec4<f32> for vec4 reads from workgroup memory, where each thread owns groups
+// of 4 contiguous rows and columns) and the stores into them. A's k-rows in workgroup
+// memory are AS = BM + PAD floats apart (PAD > 0 spreads the transposing stores over banks).
 const WG: u32 = {{WG}}u;
 const BM: u32 = {{BM}}u;
 const BN: u32 = {{BN}}u;
@@ -19,6 +23,8 @@ const TM: u32 = {{TM}}u;
 const TN: u32 = {{TN}}u;
 const VW: u32 = {{VW}}u;
 const NBUF: u32 = {{NBUF}}u;
+const PAD: u32 = {{PAD}}u;
+const AS: u32 = BM + PAD;
 const THM: u32 = BM / TM;
 const THN: u32 = BN / TN;
 const A_ROW_VECS: u32 = BK / VW;
@@ -35,8 +41,7 @@ struct Params { m: u32, n: u32, kp: u32, np: u32, groups_n: u32, groups: u32, pa
 @group(0) @binding(2) var<storage, read_write> c: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
 
-var<workgroup> a_tile: array<f32, NBUF * BK * BM>;
-var<workgroup> b_tile: array<f32, NBUF * BK * BN>;
+{{TILES}}
 
 // Global -> value: vector `idx` of slice `slice` of A (rows row0.., k slice*BK..), zero outside.
 fn load_a(slice: u32, row0: u32, idx: u32) -> {{VEC}} {
@@ -63,7 +68,7 @@ fn load_b(slice: u32, col0: u32, idx: u32) -> {{VEC}} {
 // Value -> workgroup buffer `buf`: A transposed (k-major), B as is.
 fn put_a(buf: u32, idx: u32, v: {{VEC}}) {
     if (idx < A_VECS) {
-        let at = (buf * BK + (idx % A_ROW_VECS) * VW) * BM + idx / A_ROW_VECS;
+        let at = (buf * BK + (idx % A_ROW_VECS) * VW) * AS + idx / A_ROW_VECS;
         {{PUT_A}}
     }
 }
@@ -91,8 +96,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     }
     let row0 = (group / p.groups_n) * BM;
     let col0 = (group % p.groups_n) * BN;
-    let tx = lid % THN;
-    let ty = lid / THN;
+    {{LAYOUT}}
     let slices = (p.kp + BK - 1u) / BK;
     {{DECLARE}}
 

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -123,3 +125,134 @@ def test_fft_rejects_workgroup_storage_over_the_adapter_limit(device):
     result = oracle.certify(SPEC, schedule, SPEC.problem(n=1024, batch=8), device)
     assert result.status is Status.INVALID_SCHEDULE
     assert "needs 65536 bytes of workgroup storage" in result.message
+
+
+# -- Stockham variants (stockham = radix 2, 4, 8 or 16; swizzle) ---------------------
+
+STOCKHAM_SCHEDULES = [
+    Schedule.of(workgroup_size=256, items_per_invocation=2, vector_width=2, stockham=4, swizzle=2),
+    Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=1, stockham=16, swizzle=1),
+    Schedule.of(workgroup_size=128, items_per_invocation=2, vector_width=2, stockham=8, swizzle=2),
+    Schedule.of(workgroup_size=32, items_per_invocation=3, vector_width=2, stockham=2, swizzle=0),
+    Schedule.of(workgroup_size=1024, items_per_invocation=1, vector_width=1, stockham=16, swizzle=0),
+    Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=1, stockham=8, swizzle=1),
+]
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("schedule", STOCKHAM_SCHEDULES, ids=str)
+def test_fft_stockham_certifies_for_every_power_of_two_length(device, schedule, n):
+    # batch 5 with 2 or 3 transforms per workgroup leaves the last workgroup partial.
+    problem = SPEC.problem(n=n, batch=5)
+    result = oracle.certify(SPEC, schedule, problem, device)
+    if SPEC.workgroup_bytes(schedule, problem) > device.profile.limit("max-compute-workgroup-storage-size"):
+        assert result.status is Status.INVALID_SCHEDULE, result.message
+    else:
+        assert result.status is Status.OK, result.message
+
+
+@pytest.mark.parametrize("schedule", STOCKHAM_SCHEDULES[:3], ids=str)
+def test_fft_stockham_keeps_each_transform_separate(device, schedule):
+    n, batch = 64, 5
+    x = np.zeros((batch, n, 2), np.float32)
+    x[np.arange(batch), 3 * np.arange(batch), 0] = 1.0
+    out = run(device, SPEC, schedule, SPEC.problem(n=n, batch=batch), {"x": x})["y"]
+    f = np.arange(n)
+    for b in range(batch):
+        want = np.exp(-2j * np.pi * f * 3 * b / n)
+        np.testing.assert_allclose(out[b, :, 0] + 1j * out[b, :, 1], want, atol=2e-6)
+
+
+@pytest.mark.parametrize("schedule", STOCKHAM_SCHEDULES[:3], ids=str)
+def test_fft_stockham_of_an_impulse_is_exactly_all_ones(device, schedule):
+    x = np.zeros((2, 1024, 2), np.float32)
+    x[:, 0, 0] = 1.0
+    out = run(device, SPEC, schedule, SPEC.problem(n=1024, batch=2), {"x": x})["y"]
+    np.testing.assert_array_equal(out[..., 0], np.ones((2, 1024)))
+    np.testing.assert_array_equal(out[..., 1], np.zeros((2, 1024)))
+
+
+@pytest.mark.parametrize(
+    "knobs,reason",
+    [
+        ({"swizzle": 1}, r"swizzle 1 needs stockham > 0 \(the radix-2 kernel has no swizzled layout\)"),
+        ({"stockham": 32}, r"stockham 32 not in \(0, 2, 4, 8, 16\)"),
+        ({"stockham": 4, "swizzle": 3}, r"swizzle 3 not in \(0, 1, 2\)"),
+    ],
+    ids=["swizzle_without_stockham", "stockham_radix", "swizzle_value"],
+)
+def test_fft_rejects_bad_speed_knobs_naming_the_knob(device, knobs, reason):
+    schedule = Schedule.of(workgroup_size=64, **knobs)
+    with pytest.raises(InvalidSchedule, match=reason):
+        SPEC.check(schedule, SPEC.problem(n=64, batch=2), device.profile)
+
+
+@pytest.mark.parametrize(
+    "n,radix,stages",
+    [
+        (1024, 4, [4, 4, 4, 4, 4]),
+        (512, 4, [4, 4, 4, 4, 2]),
+        (2, 4, [2]),
+        (16, 2, [2, 2, 2, 2]),
+        (1024, 16, [16, 16, 4]),
+        (128, 16, [16, 8]),
+        (1024, 8, [8, 8, 8, 2]),
+        (8, 16, [8]),
+    ],
+)
+def test_fft_stockham_stages_and_barriers(n, radix, stages):
+    from farm.catalog.fft import stage_radices
+
+    assert stage_radices(n, radix) == stages
+    problem = SPEC.problem(n=n, batch=1)
+    schedule = Schedule.of(workgroup_size=256, stockham=radix)
+    launch = SPEC.launch(schedule, problem, SPEC.generate(problem, 0))
+    body = launch.source.split("fn main_stockham")[1]
+    assert launch.entry_point == "main_stockham"
+    assert body.count("workgroupBarrier()") == len(stages) - 1
+    assert SPEC.workgroup_bytes(schedule, problem) == (0 if len(stages) == 1 else 16 * n)
+
+
+def test_fft_stockham_workgroup_storage_is_two_buffers(device):
+    problem = SPEC.problem(n=1024, batch=4)
+    fits = Schedule.of(workgroup_size=256, items_per_invocation=2, stockham=4)
+    too_big = Schedule.of(workgroup_size=256, items_per_invocation=4, stockham=4)
+    assert SPEC.workgroup_bytes(fits, problem) == 2 * 8 * 1024 * 2
+    SPEC.check(fits, problem, device.profile)
+    assert device.profile.limit("max-compute-workgroup-storage-size") < 65536
+    with pytest.raises(InvalidSchedule, match="needs 65536 bytes of workgroup storage"):
+        SPEC.check(too_big, problem, device.profile)
+
+
+@pytest.mark.parametrize("swizzle", [0, 1, 2])
+def test_fft_swizzle_permutes_the_points_of_a_transform(swizzle):
+    from farm.catalog.fft import swizzle_expr
+
+    # The emitted WGSL expression read as Python (u32 literals and countOneBits mapped over).
+    expr = re.sub(r"(\d+)u\b", r"\1", swizzle_expr(swizzle)).replace("countOneBits", "popcount")
+    positions = [eval(expr, {"i": i, "popcount": lambda v: bin(v).count("1")}) for i in range(1024)]
+    assert sorted(positions) == list(range(1024))
+    assert sorted(positions[:16]) == list(range(16))
+    assert (positions == list(range(1024))) == (swizzle == 0)
+
+
+def test_fft_space_keeps_the_original_schedules_and_adds_stockham(device):
+    schedules = SPEC.schedules()
+    assert len(schedules) == 336 == len(set(schedules))
+    assert SPEC.default in schedules
+    original = [s for s in schedules if s.knobs == ()]
+    assert len(original) == 48
+    problem = SPEC.problem(n=256, batch=2)
+    for schedule in schedules:
+        SPEC.check_knobs(schedule, problem, device.profile)
+    knobs = {(s.get("stockham", 0), s.get("swizzle", 0)) for s in schedules}
+    assert knobs == {(0, 0), (4, 0), (4, 2), (8, 0), (8, 2), (16, 0), (16, 1)}
+
+
+def test_fft_speed_knobs_at_zero_emit_the_original_kernel():
+    problem = SPEC.problem(n=64, batch=2)
+    inputs = SPEC.generate(problem, 0)
+    zeros = Schedule.of(workgroup_size=64, stockham=0, swizzle=0)
+    original = SPEC.launch(SPEC.default, problem, inputs)
+    assert SPEC.launch(zeros, problem, inputs).source == original.source
+    assert "main_stockham" not in original.source and original.entry_point == "main"

@@ -9,8 +9,9 @@ from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 SPEC = catalog.get("gemm")
 
 
-def gemm_schedule(bm, bn, tm, tn, bk=8, db=0, vw=1, threads=None, items=None) -> Schedule:
+def gemm_schedule(bm, bn, tm, tn, bk=8, db=0, vw=1, threads=None, items=None, **speed) -> Schedule:
     return Schedule.of(
+        **speed,
         workgroup_size=threads if threads is not None else (bm // tm) * (bn // tn),
         items_per_invocation=items if items is not None else tm * tn,
         vector_width=vw,
@@ -49,7 +50,15 @@ def test_gemm_register_tiled_vec4_schedule_matches_numpy(device, m, k, n):
     assert result.status is Status.OK, result.message
 
 
-@pytest.mark.parametrize("schedule", [SPEC.default, gemm_schedule(64, 64, 4, 4, bk=16, db=1, vw=4)], ids=str)
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        SPEC.default,
+        gemm_schedule(64, 64, 4, 4, bk=16, db=1, vw=4),
+        gemm_schedule(64, 64, 8, 8, vw=4, shared_vec4=1, pad_shared=1),
+    ],
+    ids=str,
+)
 def test_gemm_hand_checked_2x3_times_3x2(device, schedule):
     a = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
     b = np.array([[7, 8], [9, 10], [11, 12]], np.float32)
@@ -87,8 +96,38 @@ def test_gemm_rejects_workgroup_storage_over_the_adapter_limit(device):
         (gemm_schedule(64, 64, 4, 4, items=4), "items_per_invocation 4 != reg_m*reg_n = 16"),
         (gemm_schedule(64, 64, 4, 4, vw=2), "vector_width 2 not in (1, 4)"),
         (gemm_schedule(64, 6, 4, 1, vw=4), "vector_width 4 does not divide tile_n 6"),
+        (
+            gemm_schedule(64, 64, 8, 2, vw=4, shared_vec4=1),
+            "shared_vec4 needs reg_m and reg_n multiples of 4 (reg_m=8, reg_n=2)",
+        ),
+        (gemm_schedule(64, 64, 8, 8, shared_vec4=2), "shared_vec4 2 not in (0, 1)"),
+        (gemm_schedule(64, 64, 8, 8, pad_shared=4), "pad_shared 4 not in (0, 1)"),
+        (gemm_schedule(64, 64, 8, 8, warp_cols=6), "warp_cols 6 not in (0, 4, 8, 16)"),
+        (gemm_schedule(8, 8, 2, 2, warp_cols=4), "warp_cols 4 needs workgroup_size 16 a multiple of 32"),
+        (
+            gemm_schedule(64, 32, 2, 8, warp_cols=8),
+            "warp_cols 8 needs tile_n/reg_n = 4 divisible by 8 and tile_m/reg_m = 32 divisible by 4",
+        ),
+        (
+            gemm_schedule(16, 128, 4, 4, warp_cols=4),
+            "warp_cols 4 needs tile_n/reg_n = 32 divisible by 4 and tile_m/reg_m = 4 divisible by 8",
+        ),
     ],
-    ids=["reg_m", "reg_n", "threads", "items", "vector_width", "vec4_tile_n"],
+    ids=[
+        "reg_m",
+        "reg_n",
+        "threads",
+        "items",
+        "vector_width",
+        "vec4_tile_n",
+        "shared_vec4_reg",
+        "shared_vec4_value",
+        "pad_shared",
+        "warp_cols_value",
+        "warp_cols_threads",
+        "warp_cols_grid",
+        "warp_cols_rows",
+    ],
 )
 def test_gemm_rejects_inconsistent_knobs_naming_the_knob(device, schedule, reason):
     with pytest.raises(InvalidSchedule) as info:
@@ -99,12 +138,13 @@ def test_gemm_rejects_inconsistent_knobs_naming_the_knob(device, schedule, reaso
 def test_gemm_space_holds_only_consistent_schedules(device):
     schedules = SPEC.schedules()
     assert 200 <= len(schedules) <= 1000
+    assert len(set(schedules)) == len(schedules)
     assert SPEC.default in schedules
     problem = SPEC.problem(m=37, k=129, n=65)
     storage_limit = device.profile.limit("max-compute-workgroup-storage-size")
     for schedule in schedules:
         assert schedule.items_per_invocation == schedule["reg_m"] * schedule["reg_n"]
-        need = workgroup_bytes(schedule["tile_m"], schedule["tile_n"], schedule["tile_k"], schedule["double_buffer"])
+        need = SPEC.workgroup_bytes(schedule, problem)
         if need <= storage_limit:
             SPEC.check(schedule, problem, device.profile)
         else:
@@ -136,3 +176,87 @@ def test_gemm_wrong_reference_does_not_certify(device, monkeypatch):
     monkeypatch.setattr(SPEC, "reference", off_by_one_term)
     result = oracle.certify(SPEC, SPEC.default, problem, device)
     assert result.status is Status.WRONG_RESULT
+
+
+# -- speed knobs (shared_vec4, pad_shared, warp_cols) ---------------------------------
+
+# Every 3rd speed schedule (79 of 236: each knob combination, both buffer modes), plus
+# accepted schedules outside the space: scalar global loads, warp_cols 4 and 16.
+SPEED_SAMPLE = SPEC.speed_schedules()[::3] + [
+    gemm_schedule(32, 32, 4, 4, vw=1, shared_vec4=1),
+    gemm_schedule(64, 64, 4, 8, bk=16, db=1, vw=1, shared_vec4=1, pad_shared=1),
+    gemm_schedule(64, 64, 4, 4, bk=8, vw=4, shared_vec4=1, warp_cols=4),
+    gemm_schedule(64, 128, 4, 8, bk=8, db=1, vw=4, shared_vec4=1, pad_shared=1, warp_cols=16),
+    gemm_schedule(64, 64, 2, 2, bk=32, vw=1, pad_shared=1, warp_cols=8),
+]
+
+
+@pytest.mark.parametrize("m,k,n", [(37, 129, 65), (1, 1, 1)])
+@pytest.mark.parametrize("schedule", SPEED_SAMPLE, ids=str)
+def test_gemm_speed_variants_certify_at_odd_sizes(device, schedule, m, k, n):
+    problem = SPEC.problem(m=m, k=k, n=n)
+    result = oracle.certify(SPEC, schedule, problem, device)
+    limit = device.profile.limit("max-compute-workgroup-storage-size")
+    if SPEC.workgroup_bytes(schedule, problem) > limit:
+        assert result.status is Status.INVALID_SCHEDULE, result.message
+    else:
+        assert result.status is Status.OK, result.message
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        gemm_schedule(64, 64, 4, 4, bk=8, db=1, vw=4, shared_vec4=1, pad_shared=1, warp_cols=8),
+        gemm_schedule(64, 64, 4, 4, bk=16, vw=4, shared_vec4=1, warp_cols=16),
+    ],
+    ids=str,
+)
+def test_gemm_warp_tiled_schedule_covers_several_workgroups_each_way(device, schedule):
+    # 3×3 workgroups, the last row and column partial: every thread's rows and columns
+    # under the warp-tile layout must land on distinct C elements.
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=150, k=33, n=140), device)
+    assert result.status is Status.OK, result.message
+
+
+def test_gemm_speed_knobs_at_zero_emit_the_original_kernel():
+    problem = SPEC.problem(m=37, k=129, n=65)
+    inputs = SPEC.generate(problem, 0)
+    plain = gemm_schedule(64, 64, 8, 8, vw=4)
+    zeros = gemm_schedule(64, 64, 8, 8, vw=4, shared_vec4=0, pad_shared=0, warp_cols=0)
+    assert SPEC.launch(zeros, problem, inputs).source == SPEC.launch(plain, problem, inputs).source
+    assert "var<workgroup> a_tile: array<f32, NBUF * BK * AS>;" in SPEC.launch(plain, problem, inputs).source
+
+
+def test_gemm_shared_vec4_reads_vec4s_from_workgroup_memory():
+    problem = SPEC.problem(m=64, k=64, n=64)
+    inputs = SPEC.generate(problem, 0)
+    scalar = SPEC.launch(gemm_schedule(64, 64, 8, 8, vw=4), problem, inputs).source
+    vec4 = SPEC.launch(gemm_schedule(64, 64, 8, 8, vw=4, shared_vec4=1), problem, inputs).source
+    # Per k step: TM + TN = 16 scalar reads, against TM/4 + TN/4 = 4 vec4 reads.
+    assert scalar.count("= a_tile[a_base") + scalar.count("= b_tile[b_base") == 16 * 2  # both buffer paths
+    assert vec4.count("= a_tile[a_base") + vec4.count("= b_tile[b_base") == 4 * 2
+    assert "var<workgroup> a_tile: array<vec4<f32>, NBUF * BK * AS / 4u>;" in vec4
+    assert "b_tile[at / 4u] = v;" in vec4  # vec4 global loads land with one vec4 store
+
+
+@pytest.mark.parametrize(
+    "speed,pad",
+    [({}, 0), ({"pad_shared": 1}, 1), ({"shared_vec4": 1}, 0), ({"shared_vec4": 1, "pad_shared": 1}, 4)],
+)
+def test_gemm_pad_shared_widens_each_a_row_in_workgroup_memory(speed, pad):
+    schedule = gemm_schedule(64, 32, 8, 4, bk=16, db=1, vw=4, **speed)
+    problem = SPEC.problem(m=64, k=64, n=64)
+    assert SPEC.workgroup_bytes(schedule, problem) == workgroup_bytes(64, 32, 16, 1, pad) == 2 * 16 * (96 + pad) * 4
+    assert f"const PAD: u32 = {pad}u;" in SPEC.launch(schedule, problem, SPEC.generate(problem, 0)).source
+
+
+def test_gemm_speed_space_uses_each_knob_and_only_valid_layouts(device):
+    speed = SPEC.speed_schedules()
+    assert 150 <= len(speed) <= 300
+    assert not set(speed) & set(SPEC.schedules()[: -len(speed)])
+    combos = {(s.get("shared_vec4", 0), s.get("pad_shared", 0), s.get("warp_cols", 0)) for s in speed}
+    assert combos == {(1, 0, 0), (1, 1, 0), (0, 1, 0), (1, 1, 8)}
+    for schedule in speed:
+        if schedule.get("warp_cols", 0):
+            assert schedule["tile_n"] // schedule["reg_n"] > schedule["warp_cols"]
+        SPEC.check_knobs(schedule, SPEC.problem(m=37, k=129, n=65), device.profile)

@@ -121,3 +121,62 @@ def test_ternary_gemv_folds_more_than_65535_workgroups(device):
     result = oracle.certify(SPEC, schedule, problem, device)
     assert result.status is Status.OK, result.message
     assert result.metrics.max_abs == 0.0
+
+
+STAGED = [
+    Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=1, threads_per_row=1, stage_x=1),
+    Schedule.of(workgroup_size=128, items_per_invocation=4, vector_width=1, threads_per_row=8, stage_x=1),
+    Schedule.of(workgroup_size=256, items_per_invocation=2, vector_width=1, threads_per_row=32, stage_x=1),
+]
+STAGED_VEC4 = Schedule.of(workgroup_size=64, items_per_invocation=4, vector_width=4, threads_per_row=4, stage_x=1)
+
+
+@pytest.mark.parametrize("schedule", STAGED, ids=str)
+@pytest.mark.parametrize("m,k", [(1, 1), (1000, 777), (3, 4097), (130, 8193)])
+def test_ternary_gemv_staged_matches_numpy_exactly(device, schedule, m, k):
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k), device)
+    assert result.status is Status.OK, result.message
+    assert result.metrics.max_abs == 0.0
+
+
+@pytest.mark.parametrize("m,k", [(333, 1020), (67, 4160), (5, 64)])
+def test_ternary_gemv_staged_vec4_decodes_64_codes_per_load_exactly(device, m, k):
+    result = oracle.certify(SPEC, STAGED_VEC4, SPEC.problem(m=m, k=k), device)
+    assert result.status is Status.OK, result.message
+    assert result.metrics.max_abs == 0.0
+
+
+def test_ternary_gemv_staged_float_data_within_tolerance_for_large_k(device):
+    problem = SPEC.problem(m=3, k=EXACT_K + 17)
+    result = oracle.certify(SPEC, STAGED[1], problem, device)
+    assert result.status is Status.OK, result.message
+    assert 0 < result.metrics.max_abs < SPEC.tolerance(problem)[0]
+
+
+@pytest.mark.parametrize("schedule", [STAGED[0], STAGED[2]], ids=str)
+def test_ternary_gemv_staged_hand_checked_code_three_and_codes_past_k(device, schedule):
+    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55, 0xAA], [2, 10], 2, 4, schedule), [20, -100])
+    row0 = 3 | (1 << 2) | (3 << 4) | (2 << 6)
+    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [row0, 0xFF], [1, 1], 2, 4, schedule), [-2, 0])
+    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55555555], [1], 1, 4, schedule), [10])
+
+
+def test_ternary_gemv_staged_declares_its_x_tile_in_workgroup_bytes():
+    staged = Schedule.of(workgroup_size=256, stage_x=1)
+    assert SPEC.workgroup_bytes(staged, SPEC.problem(m=8, k=65536)) == 4 * 256 + 64 * 256  # 4096 x values
+    assert SPEC.workgroup_bytes(staged, SPEC.problem(m=8, k=17)) == 4 * 256 + 64 * 4  # 2 words, rounded to 4
+    assert SPEC.workgroup_bytes(Schedule.of(workgroup_size=256), SPEC.problem(m=8, k=65536)) == 4 * 256
+
+
+def test_ternary_gemv_rejects_unknown_stage_x(device):
+    result = oracle.certify(SPEC, Schedule.of(workgroup_size=64, stage_x=2), SPEC.problem(m=10, k=64), device)
+    assert result.status is Status.INVALID_SCHEDULE
+    assert "stage_x 2 not in (0, 1)" in result.message
+
+
+def test_ternary_gemv_schedules_keep_direct_keys_and_add_staged():
+    schedules = SPEC.schedules()
+    direct = [s for s in schedules if s.get("stage_x", 0) == 0]
+    staged = [s for s in schedules if s.get("stage_x", 0) == 1]
+    assert len(direct) == 4 * 3 * 2 * 4 and all(dict(s.knobs).keys() == {"threads_per_row"} for s in direct)
+    assert len(staged) == 3 * 3 * 2 * 4 and min(s.workgroup_size for s in staged) == 64

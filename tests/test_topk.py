@@ -124,3 +124,79 @@ def test_topk_folds_more_than_65535_workgroups(device):
     assert launch.groups == 65_537 and fold_groups(launch.groups) == (32_769, 2, 1)
     result = oracle.certify(SPEC, schedule, problem, device)
     assert result.status is Status.OK, result.message
+
+
+SELECT = [
+    Schedule.of(workgroup_size=32, algorithm=1, threads_per_block=1),
+    Schedule.of(workgroup_size=64, vector_width=4, algorithm=1, threads_per_block=4),
+    Schedule.of(workgroup_size=128, items_per_invocation=2, algorithm=1, threads_per_block=2),
+    Schedule.of(workgroup_size=1024, vector_width=4, algorithm=1, threads_per_block=4),
+]
+
+
+@pytest.mark.parametrize("schedule", SELECT, ids=str)
+@pytest.mark.parametrize("n,k", [(1, 1), (1000, 5), (3001, 3), (4100, 32), (4096, 8)])
+def test_topk_select_matches_numpy_bit_for_bit(device, schedule, n, k):
+    result = oracle.certify(SPEC, schedule, SPEC.problem(n=n, k=k), device)
+    if n % schedule.vector_width:
+        assert result.status is Status.INVALID_SCHEDULE and "vector_width 4 does not divide" in result.message
+        return
+    assert result.status is Status.OK, result.message
+    assert result.metrics.max_abs == 0.0
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_topk_select_nan_inf_and_signed_zero_order_like_the_reference(device, threads):
+    negative_nan = np.array([0xFFC00001], np.uint32).view(np.float32)[0]
+    x = np.array([1.0, negative_nan, np.inf, -np.inf, -0.0, 2.0, 0.0, -1.0], np.float32)
+    schedule = Schedule.of(workgroup_size=32, vector_width=4, algorithm=1, threads_per_block=threads)
+    out = topk(device, x, 32, schedule)
+    expected = np.array([np.inf, 2.0, 1.0, 0.0, -0.0, -1.0], np.float32)
+    assert out.view(np.uint32)[0] == 0x7FC00000  # the canonical quiet NaN, first
+    np.testing.assert_array_equal(out[1:7].view(np.uint32), expected.view(np.uint32))  # +0.0 before -0.0
+    assert out[-1] == -np.inf
+    np.testing.assert_array_equal(out.view(np.uint32), topk_blocks(x, 32, 32).view(np.uint32))
+
+
+def test_topk_select_hand_checked_blocks_and_ties(device):
+    schedule = Schedule.of(workgroup_size=32, algorithm=1, threads_per_block=2)
+    out = topk(device, np.arange(34, dtype=np.float32), 3, schedule)
+    np.testing.assert_array_equal(out, [31.0, 30.0, 29.0, 33.0, 32.0, PAD])
+    out = topk(device, [2.0, 7.0, 7.0, 1.0, 7.0], 4, schedule)
+    np.testing.assert_array_equal(out, [7.0, 7.0, 7.0, 2.0])
+
+
+def test_topk_select_agrees_with_bitonic_on_adversarial_orders(device):
+    ascending = np.arange(4096, dtype=np.float32)
+    for x in (ascending, ascending[::-1].copy(), np.full(4096, 1.5, np.float32)):
+        bitonic = topk(device, x, 16, Schedule.of(workgroup_size=256))
+        select = topk(device, x, 16, Schedule.of(workgroup_size=256, algorithm=1, threads_per_block=4))
+        np.testing.assert_array_equal(select.view(np.uint32), bitonic.view(np.uint32))
+
+
+@pytest.mark.parametrize(
+    "schedule,k,reason",
+    [
+        (Schedule.of(workgroup_size=64, algorithm=1), 33, "algorithm 1 (select) keeps k <= 32 in registers; got k=33"),
+        (Schedule.of(workgroup_size=64, algorithm=1, threads_per_block=8), 4, "threads_per_block 8 must be a power"),
+        (Schedule.of(workgroup_size=64, algorithm=1, threads_per_block=3), 4, "threads_per_block 3 must be a power"),
+        (Schedule.of(workgroup_size=64, threads_per_block=2), 4, "threads_per_block 2 applies to algorithm 1 only"),
+        (Schedule.of(workgroup_size=64, algorithm=2), 4, "algorithm 2 not in (0, 1)"),
+    ],
+)
+def test_topk_select_rejects_impossible_combinations_naming_the_knob(device, schedule, k, reason):
+    result = oracle.certify(SPEC, schedule, SPEC.problem(n=1000, k=k), device)
+    assert result.status is Status.INVALID_SCHEDULE
+    assert reason in result.message
+
+
+def test_topk_schedules_keep_the_bitonic_keys_and_add_select_without_workgroup_memory():
+    schedules = SPEC.schedules()
+    bitonic = [s for s in schedules if s.get("algorithm", 0) == 0]
+    select = [s for s in schedules if s.get("algorithm", 0) == 1]
+    assert len(bitonic) == 6 * 4 * 2 and all(not s.knobs for s in bitonic)
+    assert SPEC.default in bitonic
+    assert len(select) == 6 * 3 * 2 * 2 and len(set(select)) == len(select)
+    problem = SPEC.problem(n=4096, k=8)
+    assert {SPEC.workgroup_bytes(s, problem) for s in select} == {0}
+    assert SPEC.workgroup_bytes(Schedule.of(workgroup_size=256, items_per_invocation=2), problem) == 2048

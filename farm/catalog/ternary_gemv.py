@@ -9,17 +9,31 @@ f32), 3 = out (m f32), 4 = params uniform (m, k, kw, groups).
 Test vectors: for k <= EXACT_K the generator draws x as small integers and scales
 as powers of two, so every partial sum is exact in f32 and certification demands
 bit equality; larger k uses normal x and a summation-error tolerance.
+
+Kernels (knob `stage_x`):
+- 0 (default, absent from the original schedules' keys): each thread reads x from the
+  storage buffer for every code and decodes t(c) through int->float conversions;
+  items_per_invocation = row groups per workgroup, one after another.
+- 1: x is staged in workgroup memory in tiles of STAGE_TILE_WORDS packed words (shared
+  by every row of the workgroup), items_per_invocation rows per thread are accumulated
+  together (each x read serves all of them), codes decode by bit tests into two sums
+  (no conversions), and vector_width 4 loads 64 codes per vec4<u32>.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
+from functools import cache
+
 import numpy as np
 
-from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for
+from farm.catalog import Arg, KernelSpec, Launch, read_source, register, render, rng_for
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
 CODES_PER_WORD = 16
+STAGE_TILE_WORDS = 256  # packed words per staged x tile: 4096 x values, 16 KiB of workgroup memory
 EXACT_K = 65536  # |x| <= 8 keeps |partial sums| <= 8 * 65536 = 2**19 < 2**24: exact in f32
 
 
@@ -59,7 +73,25 @@ class TernaryGemv(KernelSpec):
         "items_per_invocation": (1, 2, 4),
         "vector_width": (1, 4),
         "threads_per_row": (1, 4, 8, 32),
+        "stage_x": (0, 1),
     }
+
+    def schedules(self) -> list[Schedule]:
+        """The original direct space (without `stage_x`, so its keys and winners carry over)
+        plus the staged kernel at 64-256 threads."""
+        out = []
+        for stage in self.space["stage_x"]:
+            sizes = self.space["workgroup_size"] if stage == 0 else (64, 128, 256)
+            for wg, ipi, vw, tpr in itertools.product(
+                sizes, self.space["items_per_invocation"], self.space["vector_width"], self.space["threads_per_row"]
+            ):
+                knobs = {"stage_x": 1} if stage else {}
+                out.append(
+                    Schedule.of(
+                        workgroup_size=wg, items_per_invocation=ipi, vector_width=vw, threads_per_row=tpr, **knobs
+                    )
+                )
+        return out
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
         if profile.is_cpu:
@@ -93,13 +125,18 @@ class TernaryGemv(KernelSpec):
             raise InvalidSchedule(
                 self.name, schedule, f"vector_width {vw} does not divide the row word count ceil(k/16)={row_words(k)}"
             )
+        if schedule.get("stage_x", 0) not in self.space["stage_x"]:
+            raise InvalidSchedule(self.name, schedule, f"stage_x {schedule.get('stage_x', 0)} not in (0, 1)")
 
     def exact_data(self, problem: Problem) -> bool:
         """Whether generated inputs keep every f32 partial sum exact (then tolerance is 0)."""
         return problem["k"] <= EXACT_K
 
     def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
-        return 4 * schedule.workgroup_size  # one partial sum per thread
+        partial = 4 * schedule.workgroup_size  # one partial sum per thread
+        if schedule.get("stage_x", 0) == 1:
+            return partial + 64 * tile_words(row_words(problem["k"]))  # 16 f32 of x per packed word
+        return partial
 
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
         rng = rng_for(seed, self.name, problem.key())
@@ -132,18 +169,7 @@ class TernaryGemv(KernelSpec):
         wg, ipi, vw = schedule.workgroup_size, schedule.items_per_invocation, schedule.vector_width
         tpr = schedule.get("threads_per_row", 1)
         groups = -(-m // ((wg // tpr) * ipi))
-        source = render(
-            self.template(),
-            {
-                "WG": wg,
-                "TPR": tpr,
-                "IPI": ipi,
-                "VW": vw,
-                "VEC": "u32" if vw == 1 else "vec4<u32>",
-                "ACCUMULATE": _accumulate(vw),
-                "UNROLLED": _UNROLLED,
-            },
-        )
+        source = (staged_source if schedule.get("stage_x", 0) == 1 else direct_source)(wg, tpr, ipi, vw, kw)
         return Launch(
             source=source,
             args=[
@@ -159,6 +185,88 @@ class TernaryGemv(KernelSpec):
     def work(self, problem: Problem) -> tuple[float, float]:
         m, k = problem["m"], problem["k"]
         return (2.0 * m * k, 4.0 * (m * row_words(k) + k + 2 * m))
+
+
+_SECTION = re.compile(r"^//// (\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def sections() -> dict[str, str]:
+    """ternary_gemv.wgsl's `//// name` sections: the direct and the staged kernel."""
+    parts = _SECTION.split(read_source(TernaryGemv.source_file))
+    return {parts[i]: parts[i + 1].strip("\n") + "\n" for i in range(1, len(parts), 2)}
+
+
+def tile_words(kw: int) -> int:
+    """Packed words per staged x tile: STAGE_TILE_WORDS, or kw rounded up to 4 when smaller."""
+    return min(STAGE_TILE_WORDS, -(-kw // 4) * 4)
+
+
+def direct_source(wg: int, tpr: int, ipi: int, vw: int, kw: int) -> str:
+    """The original kernel (x read from storage per code, ipi row groups in turn)."""
+    return render(
+        sections()["direct"],
+        {
+            "WG": wg,
+            "TPR": tpr,
+            "IPI": ipi,
+            "VW": vw,
+            "VEC": "u32" if vw == 1 else "vec4<u32>",
+            "ACCUMULATE": _accumulate(vw),
+            "UNROLLED": _UNROLLED,
+        },
+    )
+
+
+def staged_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
+    """The staged kernel: x tiles in workgroup memory, `rows` rows per thread at once."""
+    return render(
+        sections()["staged"],
+        {
+            "WG": wg,
+            "TPR": tpr,
+            "R": rows,
+            "VW": vw,
+            "VEC": "u32" if vw == 1 else "vec4<u32>",
+            "TILE_WORDS": tile_words(kw),
+            "SWIZZLE_SHIFT": 2 if vw == 1 else 4,
+            "ROWS": _lines(_row_setup(rows), 4),
+            "BODY": _lines(_staged_body(rows, vw), 12),
+            "REDUCE": _lines((f"finish(row{r}, pos{r} - neg{r}, lid, lane);" for r in range(rows)), 4),
+        },
+    )
+
+
+def _lines(lines, spaces: int) -> str:
+    return "\n".join(" " * spaces + line for line in lines)
+
+
+def _row_setup(rows: int) -> list[str]:
+    """Row indices (rows past m read row m-1 and are not written) and the two sums per row."""
+    out = []
+    for r in range(rows):
+        out += [
+            f"let row{r} = group * SLOTS * R + {r}u * SLOTS + slot;",
+            f"let wrow{r} = min(row{r}, p.m - 1u) * nv;",
+            f"var pos{r} = 0.0;",
+            f"var neg{r} = 0.0;",
+        ]
+    return out
+
+
+def _staged_body(rows: int, vw: int) -> list[str]:
+    """One weight vector (vw words) per row: load x once, decode every row's codes."""
+    lines = ["let xb = c * (4u * VW);"]
+    lines += [f"let x{q} = xs[swz(xb + {q}u)];" for q in range(4 * vw)]
+    for r in range(rows):
+        lines.append(f"let v{r} = w[wrow{r} + t0 / VW + c];")
+        words = [f"v{r}"] if vw == 1 else [f"v{r}.{lane}" for lane in "xyzw"]
+        for i, word in enumerate(words):
+            for j in range(CODES_PER_WORD):
+                value = f"x{4 * i + j // 4}.{'xyzw'[j % 4]}"
+                lines.append(f"if (({word} & 0x{1 << 2 * j:x}u) != 0u) {{ pos{r} += {value}; }}")
+                lines.append(f"if (({word} & 0x{2 << 2 * j:x}u) != 0u) {{ neg{r} += {value}; }}")
+    return lines
 
 
 def _check_inputs(inputs: dict[str, np.ndarray], m: int, k: int) -> None:

@@ -9,19 +9,36 @@ NaN rule (the kernel and reference agree bit for bit): every NaN counts as +NaN 
 sorts above +Inf; a NaN in the output is the canonical quiet NaN 0x7fc00000. Otherwise values
 are ordered as numbers (the kernel uses IEEE-754 total order, so -0.0 sorts just
 below +0.0, which compares equal). -Inf sorts below the -FLT_MAX padding.
+
+Algorithms (knob `algorithm`; both produce the same bits):
+- 0 (default, absent from the original schedules' keys): the workgroup loads
+  items_per_invocation blocks into workgroup memory and bitonic-sorts each block.
+- 1, selection (needs k <= 32): `threads_per_block` (1, 2 or 4) adjacent threads read
+  one block, each streaming contiguous chunks and keeping a running top-K (K = next
+  power of two >= k) in registers; the lists are merged with subgroup shuffles. No
+  workgroup memory, no barriers: the kernel streams x once at register speed.
+  items_per_invocation = blocks per thread group, one after another.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
+from functools import cache
+
 import numpy as np
 
-from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for
+from farm.catalog import Arg, KernelSpec, Launch, read_source, register, render, rng_for
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
 PAD = np.float32(-3.4028234663852886e38)  # -FLT_MAX
 CANONICAL_NAN_BITS = np.uint32(0x7FC00000)  # the default quiet NaN
 # NaN, -NaN, NaN with a payload, +Inf, -Inf, +0, -0 (as f32 bit patterns).
+ALGORITHMS = {0: "bitonic", 1: "select"}
+MAX_SELECT_K = 32  # the selection variant keeps K <= 32 keys per thread in registers
+MIN_SUBGROUP_SIZE = 4  # the smallest subgroup size WebGPU allows
+MIN_CHUNK = 16  # elements a select thread loads per iteration (64 bytes), at least
 SPECIAL_BITS = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0x7F800000, 0xFF800000, 0x00000000, 0x80000000], np.uint32)
 
 
@@ -49,6 +66,8 @@ class TopK(KernelSpec):
         "workgroup_size": (32, 64, 128, 256, 512, 1024),
         "items_per_invocation": (1, 2, 4, 8),
         "vector_width": (1, 4),
+        "algorithm": tuple(ALGORITHMS),
+        "threads_per_block": (1, 2, 4),
     }
     exact = True
     schedule_dependent_reference = True  # the block size is the workgroup size
@@ -62,6 +81,24 @@ class TopK(KernelSpec):
 
     def certify_problems(self) -> list[Problem]:
         return [self.problem(n=1, k=1), self.problem(n=1000, k=5), self.problem(n=4100, k=32)]
+
+    def schedules(self) -> list[Schedule]:
+        """The original bitonic space (without the new knobs, so its keys and winners carry
+        over) plus the selection variant over block size, threads per block, vector width
+        and one or two blocks per thread group."""
+        bitonic = [
+            Schedule.of(workgroup_size=wg, items_per_invocation=ipi, vector_width=vw)
+            for wg, ipi, vw in itertools.product(
+                self.space["workgroup_size"], self.space["items_per_invocation"], self.space["vector_width"]
+            )
+        ]
+        select = [
+            Schedule.of(workgroup_size=wg, items_per_invocation=ipi, vector_width=vw, algorithm=1, threads_per_block=t)
+            for wg, t, vw, ipi in itertools.product(
+                self.space["workgroup_size"], self.space["threads_per_block"], self.space["vector_width"], (1, 2)
+            )
+        ]
+        return bitonic + select
 
     def check_knobs(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
         block, k, n = schedule.workgroup_size, problem["k"], problem["n"]
@@ -79,8 +116,35 @@ class TopK(KernelSpec):
             raise InvalidSchedule(self.name, schedule, f"vector_width {vw} not in (1, 4)")
         if n % vw:
             raise InvalidSchedule(self.name, schedule, f"vector_width {vw} does not divide n={n}")
+        self._check_algorithm(schedule, problem, profile)
+
+    def _check_algorithm(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
+        algorithm, t = schedule.get("algorithm", 0), schedule.get("threads_per_block", 1)
+        if algorithm not in ALGORITHMS:
+            raise InvalidSchedule(self.name, schedule, f"algorithm {algorithm} not in {tuple(ALGORITHMS)}")
+        if algorithm == 0:
+            if t != 1:
+                raise InvalidSchedule(self.name, schedule, f"threads_per_block {t} applies to algorithm 1 only")
+            return
+        k, block, vw = problem["k"], schedule.workgroup_size, schedule.vector_width
+        if k > MAX_SELECT_K:
+            raise InvalidSchedule(
+                self.name, schedule, f"algorithm 1 (select) keeps k <= {MAX_SELECT_K} in registers; got k={k}"
+            )
+        if t < 1 or t & (t - 1) or t > MIN_SUBGROUP_SIZE:
+            raise InvalidSchedule(
+                self.name, schedule, f"threads_per_block {t} must be a power of two <= {MIN_SUBGROUP_SIZE}"
+            )
+        if t > 1 and not profile.has("subgroup"):
+            raise InvalidSchedule(self.name, schedule, f"threads_per_block {t} > 1 needs the subgroup feature")
+        if block < t * vw:
+            raise InvalidSchedule(
+                self.name, schedule, f"threads_per_block {t} x vector_width {vw} exceeds the block of {block}"
+            )
 
     def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
+        if schedule.get("algorithm", 0) == 1:
+            return 0  # registers and subgroup shuffles only
         return 4 * schedule.workgroup_size * schedule.items_per_invocation  # ipi blocks of f32 keys
 
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
@@ -100,11 +164,16 @@ class TopK(KernelSpec):
         n, k = problem["n"], problem["k"]
         block, ipi, vw = schedule.workgroup_size, schedule.items_per_invocation, schedule.vector_width
         blocks = -(-n // block)
-        groups = -(-blocks // ipi)
-        source = render(
-            self.template(),
-            {"WG": block, "IPI": ipi, "VW": vw, "VEC": "u32" if vw == 1 else "vec4<u32>", "LOAD": _load_body(vw)},
-        )
+        if schedule.get("algorithm", 0) == 1:
+            t = schedule.get("threads_per_block", 1)
+            groups = -(-blocks // ((block // t) * ipi))
+            source = select_source(block, t, ipi, vw, k)
+        else:
+            groups = -(-blocks // ipi)
+            source = render(
+                sections()["bitonic"],
+                {"WG": block, "IPI": ipi, "VW": vw, "VEC": "u32" if vw == 1 else "vec4<u32>", "LOAD": _load_body(vw)},
+            )
         return Launch(
             source=source,
             args=[
@@ -129,6 +198,133 @@ def _load_body(vw: int) -> str:
     fill = " ".join(f"keys[e - base + {i}u] = to_key(q.{c});" for i, c in enumerate(lanes))
     pad = " ".join(f"keys[e - base + {i}u] = PAD_KEY;" for i in range(4))
     return f"if (e < p.n) {{ let q = x[first + v]; {fill} }} else {{ {pad} }}"
+
+
+_SECTION = re.compile(r"^//// (\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def sections() -> dict[str, str]:
+    """topk.wgsl's `//// name` sections: the bitonic and the select kernel templates."""
+    parts = _SECTION.split(read_source(TopK.source_file))
+    return {parts[i]: parts[i + 1].strip("\n") + "\n" for i in range(1, len(parts), 2)}
+
+
+def select_source(block: int, t: int, ipi: int, vw: int, k: int) -> str:
+    """The selection kernel for blocks of `block`, `t` threads per block, top `k` (<= 32)."""
+    top = 1 << (k - 1).bit_length()  # K: the list length, a power of two
+    per_thread = block // t
+    chunk = min(per_thread, max(top, MIN_CHUNK, vw))
+    group = min(top, chunk)
+    keys_of = "to_key" if vw == 1 else "keys4"
+    return render(
+        sections()["select"],
+        {
+            "WG": block,
+            "TPB": t,
+            "IPI": ipi,
+            "C": chunk,
+            "KOUT": k,
+            "VW": vw,
+            "VEC": "u32" if vw == 1 else "vec4<u32>",
+            "OUT": "vec4<u32>" if k % 4 == 0 else "u32",
+            "KEYS_OF": keys_of,
+            "LIST": _indent(f"var l{i} = 0u;" for i in range(top)),
+            "CHUNK": _indent(_chunk_body(chunk, group, top, vw), 12),
+            "LANES": _indent(_lane_merge(t, top)),
+            "STORE": _indent(_store(k), 12),
+        },
+    )
+
+
+def _indent(lines, spaces: int = 8) -> str:
+    return "\n".join(" " * spaces + line for line in lines)
+
+
+def _exchange(high: str, low: str) -> str:
+    """Leave the larger key in `high`, the smaller in `low`."""
+    return f"{{ let hi = max({high}, {low}); {low} = min({high}, {low}); {high} = hi; }}"
+
+
+def _bitonic_sort(names: list[str]) -> list[str]:
+    """An unrolled bitonic network sorting `names` (a power of two of them) descending."""
+    n, lines, size = len(names), [], 2
+    while size <= n:
+        stride = size // 2
+        while stride:
+            for i in range(n):
+                j = i ^ stride
+                if j > i:
+                    a, b = (names[i], names[j]) if i & size == 0 else (names[j], names[i])
+                    lines.append(_exchange(a, b))
+            stride //= 2
+        size *= 2
+    return lines
+
+
+def _merge(into: list[str], other: list[str]) -> list[str]:
+    """Top len(into) of two descending lists into `into` (other may be shorter): pairwise
+    max against `other` reversed gives a bitonic sequence; a bitonic clean sorts it."""
+    top = len(into)
+    lines = [f"{into[i]} = max({into[i]}, {other[top - 1 - i]});" for i in range(top) if top - 1 - i < len(other)]
+    stride = top // 2
+    while stride:
+        lines += [_exchange(into[i], into[i ^ stride]) for i in range(top) if i ^ stride > i]
+        stride //= 2
+    return lines
+
+
+def _chunk_body(chunk: int, group: int, top: int, vw: int) -> list[str]:
+    """Load `chunk` keys from `start`, sort them in groups of `group`, merge into the list."""
+    keys = [f"c{i}" for i in range(chunk)]
+    lines = [f"var {name}: u32;" for name in keys]
+    lines += ["if (start + C <= p.n) {", *(f"    {line}" for line in _loads(chunk, vw, fast=True))]
+    lines += ["} else {", *(f"    {line}" for line in _loads(chunk, vw, fast=False)), "}"]
+    listed = [f"l{i}" for i in range(top)]
+    for g in range(chunk // group):
+        members = keys[g * group : (g + 1) * group]
+        lines += _bitonic_sort(members)
+        merge = _merge(listed, members)
+        if g == 0:
+            init = [f"{listed[i]} = {members[i]};" for i in range(group)]
+            lines += ["if (ch == 0u) {", *(f"    {x}" for x in init), "} else {", *(f"    {x}" for x in merge), "}"]
+        else:
+            lines += merge
+    return lines
+
+
+def _loads(chunk: int, vw: int, fast: bool) -> list[str]:
+    """Assignments of the chunk's keys; the fast path skips the bounds checks."""
+    if vw == 1:
+        return [f"c{i} = " + (f"to_key(x[start + {i}u]);" if fast else f"keys_at(start + {i}u);") for i in range(chunk)]
+    lines = []
+    for q in range(chunk // 4):
+        load = f"keys4(x[start / 4u + {q}u])" if fast else f"keys_at(start + {4 * q}u)"
+        lines.append(f"let q{q} = {load};")
+        lines += [f"c{4 * q + i} = q{q}.{lane};" for i, lane in enumerate("xyzw")]
+    return lines
+
+
+def _lane_merge(t: int, top: int) -> list[str]:
+    """Butterfly the T lists of a block through subgroup shuffles: every lane ends with the
+    block's top K."""
+    listed, lines, mask = [f"l{i}" for i in range(top)], [], 1
+    while mask < t:
+        others = [f"o{i}_{mask}" for i in range(top)]
+        lines += [f"let {o} = subgroupShuffleXor({key}, {mask}u);" for o, key in zip(others, listed, strict=True)]
+        lines += _merge(listed, others)
+        mask *= 2
+    return lines
+
+
+def _store(k: int) -> list[str]:
+    """Lane 0 writes the k keys as floats (vec4 stores when 4 divides k)."""
+    if k % 4:
+        return [f"out[block * KOUT + {i}u] = from_key(l{i});" for i in range(k)]
+    return [
+        f"out[block * (KOUT / 4u) + {q}u] = vec4<u32>({', '.join(f'from_key(l{4 * q + i})' for i in range(4))});"
+        for q in range(k // 4)
+    ]
 
 
 register(TopK())
