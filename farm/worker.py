@@ -4,7 +4,8 @@
 generates the inputs once, keeps them uploaded, and computes the numpy reference once;
 per trial it validates and compiles (pipelines are cached by the Device), certifies
 against the reference, then times. While one trial is being timed the next trial's
-pipeline compiles on a background thread. Failures become typed results:
+pipeline compiles on a background thread, and this trial's outputs are compared with the
+reference on another (timings of a schedule that fails the comparison are discarded). Failures become typed results:
 InvalidSchedule -> invalid_schedule, compile/pipeline GpuError -> compile_error, any
 other GpuError -> runtime_error, outputs outside tolerance -> wrong_result. Anything
 else is a bug in a kernel spec and propagates.
@@ -24,7 +25,7 @@ from farm import catalog
 from farm.catalog import KernelSpec, Launch, check_launch
 from farm.gpu import Buffer, Device, GpuError, Pipeline, Timing
 from farm.launch import Prepared, compile_launch
-from farm.oracle import ErrorMetrics, certify_prepared
+from farm.oracle import ErrorMetrics, compare
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 from farm.trial import TrialKey, TrialResult
 
@@ -71,6 +72,7 @@ class TrialBench:
         self.topology_hash = device.profile.topology_hash()
         self._inputs: dict[tuple[str, str, int], _Inputs] = {}
         self._compiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-compile") if compile_ahead else None
+        self._checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-check")
 
     # -- public API ----------------------------------------------------------------
     def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
@@ -124,6 +126,7 @@ class TrialBench:
     def close(self) -> None:
         if self._compiler is not None:
             self._compiler.shutdown(wait=True)
+        self._checker.shutdown(wait=True)
         for entry in self._inputs.values():
             self.device.release(*entry.uploaded.values(), *entry.outputs.values())
         self._inputs.clear()
@@ -147,15 +150,25 @@ class TrialBench:
             self._release_transient(prepared)
 
     def _certify_and_time(self, key: TrialKey, prepared: Prepared, job: Job) -> TrialResult:
+        """Run once and read back, then compare with the reference on the checker thread
+        while the GPU is being timed: on large outputs the comparison is CPU work of the same
+        order as the timing. A schedule that fails the comparison is never a winner: its
+        timing is discarded and the trial is wrong_result."""
         expected = self._expected(prepared.spec, job)
         self._clear_outputs(prepared)
-        certification = certify_prepared(prepared, expected)
-        if not certification.ok:
-            return self._result(key, certification.status, certification.message, metrics=certification.metrics)
+        try:
+            prepared.run()
+            outputs = prepared.outputs()
+        except GpuError as exc:
+            return self._result(key, Status.RUNTIME_ERROR, str(exc))
+        verdict = self._checker.submit(compare, prepared.spec, prepared.problem, outputs, expected)
         try:
             timing = prepared.time(warmup=job.warmup, reps=job.reps)
         except GpuError as exc:
-            return self._result(key, Status.RUNTIME_ERROR, str(exc), metrics=certification.metrics)
+            return self._result(key, Status.RUNTIME_ERROR, str(exc), metrics=verdict.result().metrics)
+        certification = verdict.result()
+        if not certification.ok:
+            return self._result(key, certification.status, certification.message, metrics=certification.metrics)
         return self._result(key, Status.OK, "", timing=timing, metrics=certification.metrics)
 
     def _result(
