@@ -16,6 +16,7 @@ import itertools
 import os
 import random
 import sys
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -83,8 +84,9 @@ def render(template: str, values: dict[str, object]) -> str:
     return out
 
 
-class KernelSpec:
-    """Base class; each kernel module subclasses it and registers an instance."""
+class KernelSpec(ABC):
+    """Base class; each kernel module subclasses it (implementing the abstract methods) and
+    registers an instance."""
 
     name: str = ""
     source_file: str = ""
@@ -114,13 +116,13 @@ class KernelSpec:
             raise ValueError(f"{self.name} problem needs {self.dims}; got {tuple(dims)}")
         return Problem.of(**{d: dims[d] for d in self.dims})
 
+    @abstractmethod
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
         """Sizes `farm tune --all` uses: small on CPU adapters, realistic on GPUs."""
-        raise NotImplementedError
 
+    @abstractmethod
     def certify_problems(self) -> list[Problem]:
         """A few sizes for `farm certify`, including ones that are not tile multiples."""
-        raise NotImplementedError
 
     # -- schedules -------------------------------------------------------------
     def schedules(self) -> list[Schedule]:
@@ -166,18 +168,21 @@ class KernelSpec:
         return 0
 
     def check_knobs(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
-        """Kernel-specific checks (divisibility, feature needs); base has none."""
+        """Kernel-specific checks (divisibility, feature needs); the base class has none."""
+        return None
 
     # -- data ------------------------------------------------------------------
+    @abstractmethod
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
         """Deterministic inputs: the same seed gives the same bytes on any machine."""
-        raise NotImplementedError
 
+    @abstractmethod
     def reference(self, problem: Problem, schedule: Schedule, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        raise NotImplementedError
+        """The expected outputs by name, from numpy (float64 where it matters, cast like the GPU's)."""
 
+    @abstractmethod
     def launch(self, schedule: Schedule, problem: Problem, inputs: dict[str, np.ndarray]) -> Launch:
-        raise NotImplementedError
+        """The rendered source, bindings (in binding order) and workgroup count for one run."""
 
     def tolerance(self, problem: Problem) -> tuple[float, float]:
         """(atol, rtol) for `problem`; ignored when `exact`."""
