@@ -7,17 +7,8 @@ import json
 import pytest
 
 from farm.cli import build_parser, main
-from farm.sweep import (
-    STEPS_HEADER,
-    SUMMARY_HEADER,
-    SweepCase,
-    SweepConfig,
-    default_cases,
-    run_case,
-    run_sweep,
-    rust_exp,
-    sweep_config_from_args,
-)
+from farm.sweep import SweepCase, SweepConfig, default_cases, run_case, run_sweep, sweep_config_from_args
+from farm.sweep_report import STEPS_HEADER, SUMMARY_HEADER, rust_exp
 
 # The reference sweep's summary header with raw_wgsl_* -> fused_* and core_* -> runtime_*.
 REFERENCE_HEADER = (
