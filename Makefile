@@ -5,12 +5,16 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export XDG_RUNTIME_DIR ?= /tmp
 
-.PHONY: run test setup system-deps lint
+.PHONY: run test setup system-deps test-deps lint
 
 setup: system-deps $(VENV)/.installed
 
+# Vulkan (lavapipe when there is no GPU driver) for everyone; PostgreSQL and chromium only for the tests.
 system-deps:
-	@scripts/install-system-deps
+	@FARM_TEST_DEPS=0 scripts/install-system-deps
+
+test-deps:
+	@FARM_TEST_DEPS=1 scripts/install-system-deps
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -18,10 +22,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
+# --allow-cpu: without a GPU the farm tunes on lavapipe (small sizes, capped budget, with a notice).
 run: setup
 	$(VENV)/bin/farm tune --all --allow-cpu
 
-test: setup
+test: test-deps setup
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q tests
 
