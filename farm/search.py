@@ -58,13 +58,16 @@ def _evaluate(batch: list[Schedule], evaluate: Evaluate, budget: Budget) -> list
     return results
 
 
-def exhaustive(space: list[Schedule], evaluate: Evaluate, budget: Budget, rng: random.Random | None = None):
-    """Every schedule in space order (the first `budget.remaining` of them), as one batch."""
+def exhaustive(
+    space: list[Schedule], evaluate: Evaluate, budget: Budget, rng: random.Random | None = None, workers: int = 1
+):
+    """Every schedule in space order (the first `budget.remaining` of them), as one batch
+    (one batch keeps any number of `workers` busy)."""
     batch = space[: min(len(space), budget.remaining)]
     return _evaluate(batch, evaluate, budget) if batch else []
 
 
-def random_search(space: list[Schedule], evaluate: Evaluate, budget: Budget, rng: random.Random):
+def random_search(space: list[Schedule], evaluate: Evaluate, budget: Budget, rng: random.Random, workers: int = 1):
     """A uniform sample without replacement of `budget.remaining` schedules, as one batch."""
     batch = rng.sample(space, min(len(space), budget.remaining))
     return _evaluate(batch, evaluate, budget) if batch else []
@@ -75,7 +78,8 @@ def model_based(
     evaluate: Evaluate,
     budget: Budget,
     rng: random.Random,
-    batch_size: int = 4,
+    workers: int = 1,
+    batch_size: int | None = None,
     explore: float = 0.25,
 ) -> list[TrialResult]:
     """Two cheap surrogates voting: k-nearest neighbours over log2 knob values (smooth
@@ -86,13 +90,18 @@ def model_based(
     log(time) for every unevaluated schedule (failures count as slower than the slowest
     success, so the models learn the invalid regions), ranks candidates by the sum of the
     two models' ranks, takes the `batch_size` best (an `explore` share of each batch drawn
-    at random from the rest), evaluates them, and refits. On the H200 gemm trials replayed
+    at random from the rest), evaluates them, and refits. `batch_size` defaults to
+    max(4, 2 x workers): small batches refit often (the better search), but every worker
+    of the topology needs work in flight. On the H200 gemm trials replayed
     as a landscape and on the synthetic gemm-shaped cost this beat the k-NN model alone
     (benchmarks/NOTES.md).
     """
     total = min(len(space), budget.remaining)
     if total <= 0:
         return []
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    batch_size = batch_size or max(4, 2 * workers)
     features, onehot = knob_features(space), onehot_features(space)
     order = list(range(len(space)))
     rng.shuffle(order)

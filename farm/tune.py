@@ -194,7 +194,8 @@ class Campaign:
         evaluate = self._evaluator(task, recorded)
         evaluate([spec.default])
         rng = random.Random(f"{self.config.seed}:{task.kernel}:{task.problem.key()}")
-        strategy(self.config.strategy)(task.space, evaluate, Budget(task.budget), rng)
+        workers = len(self.pool.topologies()[task.topology])
+        strategy(self.config.strategy)(task.space, evaluate, Budget(task.budget), rng, workers=workers)
         self._flush()
         return self._winner(task, profiles)
 

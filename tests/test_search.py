@@ -173,3 +173,22 @@ def test_model_based_beats_random_on_measured_h200_gemm_timings(problem_key):
         model.append(best_found(model_based(space, evaluate, Budget(16), random.Random(seed))) / optimum)
         rand.append(best_found(random_search(space, evaluate, Budget(16), random.Random(seed))) / optimum)
     assert statistics.mean(model) < statistics.mean(rand)
+
+
+@pytest.mark.parametrize("workers, batches", [(1, 4), (8, 16)])
+def test_model_batches_keep_every_worker_busy(workers, batches):
+    sizes = []
+    base = synthetic_evaluate(random.Random(0))
+
+    def evaluate(batch):
+        sizes.append(len(batch))
+        return base(batch)
+
+    model_based(gemm_like_space(), evaluate, Budget(60), random.Random(0), workers=workers)
+    assert sum(sizes) == 60
+    assert max(sizes[1:-1]) == batches  # after the random seed batch, before the remainder
+
+
+def test_model_rejects_a_worker_count_below_one():
+    with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
+        model_based(gemm_like_space(), synthetic_evaluate(random.Random(0)), Budget(8), random.Random(0), workers=0)
