@@ -18,9 +18,10 @@ fi
 step ${TUNE_LIMIT:-300} python3 -m farm tune --all --db "$DB" --out "$W/artifacts" ${TUNE_ARGS:-}
 step 120 python3 -m farm bench --db "$DB" --out "$W/bench"
 step 120 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
+step 90  python3 benchmarks/variants.py --out "$W/variants"
 step 60  python3 benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --schedules 32 --out "$W/overhead"
 cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
 cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null
 cp "$W"/overhead/*.json "$OUT"/overhead.json 2>/dev/null
-cp "$W"/farm.db "$OUT"/farm.db 2>/dev/null
+cp "$W"/variants/variants.json "$OUT"/ 2>/dev/null
 ls -la "$OUT"

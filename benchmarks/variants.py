@@ -1,0 +1,189 @@
+"""Time the schedule variants added on 2026-11-30 without a GPU against the schedules that
+won on the H200 that day (benchmarks/NOTES.md, "Added after the device time ran out").
+
+Each schedule is certified against the reference, then timed (TrialBench: inputs resident,
+time-based warm-up). Prints one table and writes variants.json under --out. A benchmark,
+not a test; refuses a CPU adapter unless --allow-cpu (then with small sizes).
+
+    python benchmarks/variants.py --out benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from farm import catalog
+from farm.gpu import Device
+from farm.schedule import Problem, Schedule
+from farm.worker import Job, TrialBench
+
+
+def s(**knobs: int) -> Schedule:
+    return Schedule.of(**knobs)
+
+
+# (kernel, GPU problem, CPU problem, [(label, schedule)]): the 2026-11-30 winner first.
+CASES = [
+    (
+        "topk",
+        Problem.of(n=2**26, k=8),
+        Problem.of(n=4096, k=8),
+        [
+            ("winner 11-30", s(workgroup_size=64, items_per_invocation=8, vector_width=1)),
+            *(
+                (
+                    f"select T{t} wg{wg}",
+                    s(workgroup_size=wg, items_per_invocation=1, vector_width=4, algorithm=1, threads_per_block=t),
+                )
+                for wg in (256, 1024)
+                for t in (2, 4)
+            ),
+        ],
+    ),
+    (
+        "ternary_gemv",
+        Problem.of(m=65536, k=16384),
+        Problem.of(m=256, k=1024),
+        [
+            ("winner 11-30", s(workgroup_size=64, items_per_invocation=1, vector_width=1, threads_per_row=4)),
+            *(
+                (
+                    f"staged tpr{tpr}",
+                    s(workgroup_size=256, items_per_invocation=4, vector_width=4, threads_per_row=tpr, stage_x=1),
+                )
+                for tpr in (8, 32)
+            ),
+        ],
+    ),
+    (
+        "gemm",
+        Problem.of(m=4096, k=4096, n=4096),
+        Problem.of(m=64, k=64, n=64),
+        [
+            (
+                "winner 11-30",
+                s(
+                    workgroup_size=64,
+                    items_per_invocation=64,
+                    vector_width=4,
+                    double_buffer=0,
+                    reg_m=8,
+                    reg_n=8,
+                    tile_k=8,
+                    tile_m=64,
+                    tile_n=64,
+                ),
+            ),
+            (
+                "+shared_vec4",
+                s(
+                    workgroup_size=64,
+                    items_per_invocation=64,
+                    vector_width=4,
+                    double_buffer=0,
+                    reg_m=8,
+                    reg_n=8,
+                    tile_k=8,
+                    tile_m=64,
+                    tile_n=64,
+                    shared_vec4=1,
+                ),
+            ),
+            (
+                "+shared_vec4+pad",
+                s(
+                    workgroup_size=64,
+                    items_per_invocation=64,
+                    vector_width=4,
+                    double_buffer=0,
+                    reg_m=8,
+                    reg_n=8,
+                    tile_k=8,
+                    tile_m=64,
+                    tile_n=64,
+                    shared_vec4=1,
+                    pad_shared=1,
+                ),
+            ),
+            (
+                "128x128 warp8",
+                s(
+                    workgroup_size=256,
+                    items_per_invocation=64,
+                    vector_width=4,
+                    double_buffer=1,
+                    reg_m=8,
+                    reg_n=8,
+                    tile_k=8,
+                    tile_m=128,
+                    tile_n=128,
+                    shared_vec4=1,
+                    pad_shared=1,
+                    warp_cols=8,
+                ),
+            ),
+        ],
+    ),
+    (
+        "fft",
+        Problem.of(n=1024, batch=16384),
+        Problem.of(n=256, batch=16),
+        [
+            ("winner 11-30", s(workgroup_size=256, items_per_invocation=1, vector_width=2)),
+            ("stockham16 sw1", s(workgroup_size=64, items_per_invocation=1, vector_width=2, stockham=16, swizzle=1)),
+            ("stockham4 sw2", s(workgroup_size=256, items_per_invocation=1, vector_width=2, stockham=4, swizzle=2)),
+            ("stockham8 sw2", s(workgroup_size=128, items_per_invocation=1, vector_width=2, stockham=8, swizzle=2)),
+        ],
+    ),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--allow-cpu", action="store_true")
+    args = parser.parse_args(argv)
+    device = Device()
+    if device.profile.is_cpu and not args.allow_cpu:
+        print(f"refusing CPU adapter {device.profile.summary}; pass --allow-cpu", file=sys.stderr)
+        return 2
+    bench = TrialBench(device, "variants")
+    rows = []
+    print(f"{'kernel':<13} {'variant':<18} {'status':<16} {'median_us':>10} {'vs winner':>9}")
+    for kernel, gpu_problem, cpu_problem, variants in CASES:
+        problem = cpu_problem if device.profile.is_cpu else gpu_problem
+        catalog.get(kernel)  # fail early on an unknown kernel
+        results = bench.evaluate([Job(kernel, problem, schedule, 0, 2, args.reps) for _, schedule in variants])
+        base = results[0].median_ns
+        for (label, schedule), result in zip(variants, results, strict=True):
+            ratio = base / result.median_ns if base and result.median_ns else None
+            rows.append(
+                {
+                    "kernel": kernel,
+                    "problem": problem.key(),
+                    "variant": label,
+                    "schedule": schedule.key(),
+                    "status": result.status.value,
+                    "message": result.message[:200],
+                    "median_ns": result.median_ns,
+                    "speedup_vs_winner": ratio,
+                }
+            )
+            median = f"{result.median_ns / 1e3:10.1f}" if result.median_ns else f"{'-':>10}"
+            speed = f"{ratio:8.2f}x" if ratio else f"{'-':>9}"
+            print(f"{kernel:<13} {label:<18} {result.status.value:<16} {median} {speed}")
+    bench.close()
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / "variants.json"
+        path.write_text(json.dumps({"device": device.profile.summary, "rows": rows}, indent=2) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
