@@ -132,13 +132,15 @@ class TrialBench:
         self._inputs.clear()
 
     # -- one trial -------------------------------------------------------------------
-    def _trial(self, job: Job, compiled: Future | None) -> TrialResult:
+    def _trial(self, job: Job, ahead: tuple[Launch, Future] | None) -> TrialResult:
         spec = catalog.get(job.kernel)
         key = TrialKey(self.topology_hash, job.kernel, spec.source_hash(), job.problem, job.schedule)
         try:
-            if compiled is not None:
+            launch = None
+            if ahead is not None:
+                launch, compiled = ahead
                 compiled.result()  # re-raises the compile error, if any
-            prepared = self._prepare(spec, job)
+            prepared = self._prepare(spec, job, launch)
         except InvalidSchedule as exc:
             return self._result(key, Status.INVALID_SCHEDULE, exc.reason)
         except GpuError as exc:
@@ -190,8 +192,9 @@ class TrialBench:
         )
 
     # -- preparation with cached inputs ---------------------------------------------
-    def _compile_ahead(self, job: Job) -> Future | None:
-        """Start compiling `job`'s pipeline on the compile thread (None when disabled or invalid)."""
+    def _compile_ahead(self, job: Job) -> tuple[Launch, Future] | None:
+        """Build `job`'s launch and start compiling its pipeline on the compile thread; the
+        trial reuses both (None when disabled or the schedule is invalid)."""
         if self._compiler is None:
             return None
         try:
@@ -199,7 +202,7 @@ class TrialBench:
             launch = self._launch(spec, job)
         except InvalidSchedule:
             return None  # the trial itself reports it
-        return self._compiler.submit(compile_launch, self.device, spec, job.schedule, launch)
+        return launch, self._compiler.submit(compile_launch, self.device, spec, job.schedule, launch)
 
     def _launch(self, spec: KernelSpec, job: Job) -> Launch:
         spec.check(job.schedule, job.problem, self.device.profile)
@@ -208,10 +211,11 @@ class TrialBench:
         check_launch(spec, job.schedule, launch, self.device.profile)
         return launch
 
-    def _prepare(self, spec: KernelSpec, job: Job) -> Prepared:
+    def _prepare(self, spec: KernelSpec, job: Job, launch: Launch | None = None) -> Prepared:
         """Like farm.launch.prepare, but input arrays the spec passes through unchanged reuse
-        buffers uploaded once per (kernel, problem, seed); outputs reuse cached buffers."""
-        launch = self._launch(spec, job)
+        buffers uploaded once per (kernel, problem, seed); outputs reuse cached buffers.
+        `launch` is the one built when the pipeline was compiled ahead, if it was."""
+        launch = launch if launch is not None else self._launch(spec, job)
         pipeline: Pipeline = compile_launch(self.device, spec, job.schedule, launch)
         entry = self._entry(spec, job)
         buffers = [self._buffer_for(entry, arg) for arg in launch.args]

@@ -206,3 +206,23 @@ def test_format_workers_names_each_workers_gpu_and_placement():
         "worker gpu1 on h pid 11: NVIDIA H200 (DiscreteGPU) via Vulkan; ray GPU 1 -> adapter 1 GPU-2;"
         " placement ok; topology bbbbbbbbbbbbbbbb"
     )
+
+
+def test_trial_bench_builds_each_launch_once_when_compiling_ahead(device: Device, monkeypatch):
+    from farm.worker import Job, TrialBench
+
+    spec = catalog.get("gemv")
+    calls = []
+    original = type(spec).launch
+
+    def counted(self, schedule, problem, inputs):
+        calls.append(schedule)
+        return original(self, schedule, problem, inputs)
+
+    monkeypatch.setattr(type(spec), "launch", counted)
+    bench = TrialBench(device, compile_ahead=True)
+    schedules = spec.schedules()[:3]
+    results = bench.evaluate([Job("gemv", spec.problem(m=16, n=8), s, 0, 1, 2) for s in schedules])
+    bench.close()
+    assert all(r.status is Status.OK for r in results)
+    assert calls == schedules
