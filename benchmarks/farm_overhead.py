@@ -21,7 +21,7 @@ from pathlib import Path
 
 from farm import artifacts, catalog, store
 from farm.cluster import WorkerPool
-from farm.gpu import Buffer, Device
+from farm.gpu import Buffer, CpuAdapterRefused, Device, refuse_cpu
 from farm.launch import compile_launch
 from farm.schedule import Problem
 from farm.tune import FLUSH_EVERY
@@ -106,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
 
     spec = catalog.get(args.kernel)
     device = Device()
-    if device.profile.is_cpu and not args.allow_cpu:
-        print(f"refusing CPU adapter {device.profile.summary}; pass --allow-cpu", file=sys.stderr)
+    try:
+        refuse_cpu(device.profile, args.allow_cpu, "benchmark")
+    except CpuAdapterRefused as exc:
+        print(exc, file=sys.stderr)
         return 2
     problem = Problem.from_key(args.size) if args.size else spec.default_problems(device.profile)[0]
     del device

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from farm import catalog
-from farm.gpu import Device
+from farm.gpu import CpuAdapterRefused, Device, refuse_cpu
 from farm.search import Budget, model_based, random_search
 from farm.trial import TrialResult
 from farm.worker import Job, TrialBench
@@ -49,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     device = Device()
-    if device.profile.is_cpu and not args.allow_cpu:
-        print(f"refusing CPU adapter {device.profile.summary}; pass --allow-cpu", file=sys.stderr)
+    try:
+        refuse_cpu(device.profile, args.allow_cpu, "benchmark")
+    except CpuAdapterRefused as exc:
+        print(exc, file=sys.stderr)
         return 2
     spec = catalog.get("gemm")
     problem = spec.problem(m=args.size, k=args.size, n=args.size)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from farm import catalog
-from farm.gpu import Device
+from farm.gpu import CpuAdapterRefused, Device, refuse_cpu
 from farm.schedule import Problem, Schedule
 from farm.worker import Job, TrialBench
 
@@ -148,8 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-cpu", action="store_true")
     args = parser.parse_args(argv)
     device = Device()
-    if device.profile.is_cpu and not args.allow_cpu:
-        print(f"refusing CPU adapter {device.profile.summary}; pass --allow-cpu", file=sys.stderr)
+    try:
+        refuse_cpu(device.profile, args.allow_cpu, "benchmark")
+    except CpuAdapterRefused as exc:
+        print(exc, file=sys.stderr)
         return 2
     bench = TrialBench(device, "variants")
     rows = []

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from farm import catalog, oracle
-from farm.gpu import Device
+from farm.gpu import Device, refuse_cpu
 from farm.launch import prepare
 from farm.schedule import Problem, Schedule
 
@@ -107,8 +107,7 @@ def tuned_schedules(db: str | None, topology: str) -> dict[tuple[str, str], Sche
 def run_bench(kernels: list[str], out: Path | None, db: str | None, allow_cpu: bool, reps: int) -> list[BenchRow]:
     device = Device()
     profile = device.profile
-    if profile.is_cpu and not allow_cpu:
-        raise ValueError(f"refusing to benchmark on CPU adapter {profile.summary!r}; pass --allow-cpu")
+    refuse_cpu(profile, allow_cpu, "benchmark")
     print(f"adapter: {profile.summary}  topology {profile.topology_hash()[:16]}")
     tuned = tuned_schedules(db, profile.topology_hash())
     vendor = _vendor()

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from farm import catalog, nvidia
-from farm.gpu import Device, HardwareProfile, Timing, enumerate_adapters
+from farm.gpu import CpuAdapterRefused, Device, HardwareProfile, Timing, enumerate_adapters, refuse_cpu
 from farm.schedule import Problem, Schedule, Status
 from farm.trial import TrialKey, TrialResult
 from farm.worker import Job, TrialBench
@@ -34,10 +34,6 @@ from farm.worker import Job, TrialBench
 FORWARDED_ENV = ("FARM_EXTRA_KERNELS", "FARM_ADAPTER")
 _POLL_S = 0.5
 NVIDIA_SMI_TIMEOUT_S = 20.0
-
-
-class CpuAdapterRefused(ValueError):
-    """Tuning on a CPU adapter (e.g. lavapipe) without `allow_cpu`."""
 
 
 class WorkerFailure(RuntimeError):
@@ -69,8 +65,7 @@ def pick_adapter(gpu_ids: list, allow_cpu: bool) -> tuple[Any, dict]:
     from farm.gpu import choose_adapter
 
     adapter = choose_adapter()
-    if adapter.info.get("adapter_type") == "CPU" and not allow_cpu:
-        raise CpuAdapterRefused(f"worker got CPU adapter {adapter.summary}; pass allow_cpu to tune on it")
+    refuse_cpu(HardwareProfile.from_adapter(adapter), allow_cpu, "tune")
     return adapter, {"ray_gpu_ids": [], "adapter_index": None, "gpu_adapters": len(gpus)}
 
 
@@ -228,8 +223,7 @@ class WorkerPool:
         if not ready:
             raise WorkerFailure(f"worker {slot.worker_id} did not start within {self.startup_timeout_s:.0f} s")
         slot.report = self._ray.get(ref)
-        if slot.profile.is_cpu and not self.allow_cpu:
-            raise CpuAdapterRefused(f"worker {slot.worker_id} has CPU adapter {slot.profile.summary}; pass --allow-cpu")
+        refuse_cpu(slot.profile, self.allow_cpu, f"tune with worker {slot.worker_id}")
 
     def _replace(self, slot: _Slot) -> None:
         """Kill `slot`'s actor (if still alive) and start a fresh one in its place."""

@@ -54,6 +54,16 @@ class NoAdapterError(RuntimeError):
     pass
 
 
+class CpuAdapterRefused(ValueError):
+    """Work whose numbers mean nothing on a CPU adapter (lavapipe), asked for without --allow-cpu."""
+
+
+def refuse_cpu(profile: HardwareProfile, allow_cpu: bool, what: str) -> None:
+    """Raise CpuAdapterRefused when `profile` is a CPU adapter and `allow_cpu` is false."""
+    if profile.is_cpu and not allow_cpu:
+        raise CpuAdapterRefused(f"refusing to {what} on CPU adapter {profile.summary}; pass --allow-cpu")
+
+
 def _configure_instance() -> None:
     """Ask for ns-normalized timestamps; must run before the first adapter request."""
     global _instance_configured

@@ -17,7 +17,7 @@ import numpy as np
 
 from farm import catalog, nvidia
 from farm.catalog.recurrent import sweep_decay
-from farm.gpu import Device
+from farm.gpu import Device, refuse_cpu
 from farm.oracle import error_metrics
 from farm.recurrent import (
     STRICT_THRESHOLDS,
@@ -183,8 +183,7 @@ def _time_runtime(rt: ForgeRuntime, inputs: dict, warmup: int, reps: int) -> tup
 def run_case(device: Device, case: SweepCase, config: SweepConfig) -> dict:
     """One sweep case on `device` (pure w.r.t. the device: everything it allocates is
     released). Returns the case's JSON record (the reference layout plus our extras)."""
-    if device.profile.is_cpu and not config.allow_cpu:
-        raise ValueError(f"refusing CPU adapter {device.profile.summary} (pass --allow-cpu)")
+    refuse_cpu(device.profile, config.allow_cpu, "run the recurrent sweep")
     memory_before = dict(device.memory())
     inputs = case_inputs(case, config.seed)
     problem = recurrent_problem(inputs["query"], inputs["value"], inputs["rho"], inputs["decay"])
@@ -261,8 +260,6 @@ def _run_local(config: SweepConfig) -> tuple[list[dict], str, dict, dict]:
     device = Device()
     adapter = adapter_line(device)
     print(f"adapter: {adapter}")
-    if device.profile.is_cpu and not config.allow_cpu:
-        raise ValueError(f"refusing CPU adapter ({adapter}); pass --allow-cpu to run on it")
     before = dict(device.memory())
     results = [run_case(device, case, config) for case in config.cases]
     return results, adapter, before, dict(device.memory())

@@ -150,3 +150,14 @@ def test_gpu_warm_up_runs_for_warm_s_before_timing(device, monkeypatch):
 
 def test_only_gpus_get_the_timed_warm_up(device):
     assert device.warm_s == (0.0 if device.profile.is_cpu else 0.05)
+
+
+def test_refuse_cpu_names_the_work_and_the_adapter(device):
+    from farm.gpu import CpuAdapterRefused, refuse_cpu
+
+    cpu = dataclasses.replace(device.profile, adapter_type="CPU")
+    with pytest.raises(CpuAdapterRefused) as refused:
+        refuse_cpu(cpu, False, "benchmark")
+    assert str(refused.value) == f"refusing to benchmark on CPU adapter {cpu.summary}; pass --allow-cpu"
+    refuse_cpu(cpu, True, "benchmark")
+    refuse_cpu(dataclasses.replace(device.profile, adapter_type="DiscreteGPU"), False, "benchmark")
