@@ -25,6 +25,19 @@ def s(**knobs: int) -> Schedule:
     return Schedule.of(**knobs)
 
 
+# The 4096^3 winner of 2026-11-30 on the H200.
+GEMM_WINNER = dict(
+    workgroup_size=64,
+    items_per_invocation=64,
+    vector_width=4,
+    double_buffer=0,
+    reg_m=8,
+    reg_n=8,
+    tile_k=8,
+    tile_m=64,
+    tile_n=64,
+)
+
 # (kernel, GPU problem, CPU problem, [(label, schedule)]): the 2026-11-30 winner first.
 CASES = [
     (
@@ -63,63 +76,13 @@ CASES = [
         Problem.of(m=4096, k=4096, n=4096),
         Problem.of(m=64, k=64, n=64),
         [
-            (
-                "winner 11-30",
-                s(
-                    workgroup_size=64,
-                    items_per_invocation=64,
-                    vector_width=4,
-                    double_buffer=0,
-                    reg_m=8,
-                    reg_n=8,
-                    tile_k=8,
-                    tile_m=64,
-                    tile_n=64,
-                ),
-            ),
-            (
-                "+shared_vec4",
-                s(
-                    workgroup_size=64,
-                    items_per_invocation=64,
-                    vector_width=4,
-                    double_buffer=0,
-                    reg_m=8,
-                    reg_n=8,
-                    tile_k=8,
-                    tile_m=64,
-                    tile_n=64,
-                    shared_vec4=1,
-                ),
-            ),
-            (
-                "+shared_vec4+pad",
-                s(
-                    workgroup_size=64,
-                    items_per_invocation=64,
-                    vector_width=4,
-                    double_buffer=0,
-                    reg_m=8,
-                    reg_n=8,
-                    tile_k=8,
-                    tile_m=64,
-                    tile_n=64,
-                    shared_vec4=1,
-                    pad_shared=1,
-                ),
-            ),
+            ("winner 11-30", s(**GEMM_WINNER)),
+            ("+shared_vec4", s(**GEMM_WINNER, shared_vec4=1)),
+            ("+shared_vec4+pad", s(**GEMM_WINNER, shared_vec4=1, pad_shared=1)),
             (
                 "128x128 warp8",
                 s(
-                    workgroup_size=256,
-                    items_per_invocation=64,
-                    vector_width=4,
-                    double_buffer=1,
-                    reg_m=8,
-                    reg_n=8,
-                    tile_k=8,
-                    tile_m=128,
-                    tile_n=128,
+                    **GEMM_WINNER | dict(workgroup_size=256, double_buffer=1, tile_m=128, tile_n=128),
                     shared_vec4=1,
                     pad_shared=1,
                     warp_cols=8,
