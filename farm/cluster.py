@@ -33,6 +33,7 @@ from farm.worker import Job, TrialBench
 
 FORWARDED_ENV = ("FARM_EXTRA_KERNELS", "FARM_ADAPTER")
 _POLL_S = 0.5
+DEATH_SETTLE_S = 10.0  # how long a dead actor's earlier batches may take to resolve
 NVIDIA_SMI_TIMEOUT_S = 20.0
 
 
@@ -339,7 +340,10 @@ class WorkerPool:
         while slot.fifo:
             batch = slot.fifo[0]
             try:
-                results = ray.get(batch.ref, timeout=0)
+                # Not timeout=0: a batch that finished just before the death may not have
+                # its result here yet, and would be blamed for the crash. With the actor
+                # dead every ref resolves promptly, to its results or to the death.
+                results = ray.get(batch.ref, timeout=DEATH_SETTLE_S)
             except Exception:  # noqa: BLE001 - this batch died with the actor
                 break
             slot.fifo.popleft()
