@@ -104,6 +104,58 @@ CASES = [
 ]
 
 
+# The recurrent winners of 2026-11-30 (sweep E=256 and E=768) against the chunked kernel
+# (q/v staged in workgroup memory CT steps at a time, subgroup reductions up to 32 lanes).
+CHUNKED = [
+    (
+        "chunk16 tpc8 sg vw4",
+        s(workgroup_size=64, items_per_invocation=1, vector_width=4, threads_per_column=8, reduce=1, chunk=16),
+    ),
+    (
+        "chunk16 tpc16 sg vw2",
+        s(workgroup_size=128, items_per_invocation=1, vector_width=2, threads_per_column=16, reduce=1, chunk=16),
+    ),
+    (
+        "chunk32 tpc4 sg vw4",
+        s(workgroup_size=64, items_per_invocation=1, vector_width=4, threads_per_column=4, reduce=1, chunk=32),
+    ),
+    (
+        "chunk32 tpc2 sg vw2",
+        s(workgroup_size=32, items_per_invocation=1, vector_width=2, threads_per_column=2, reduce=1, chunk=32),
+    ),
+    (
+        "chunk8 tpc16 sg vw4",
+        s(workgroup_size=256, items_per_invocation=1, vector_width=4, threads_per_column=16, reduce=1, chunk=8),
+    ),
+    (
+        "chunk16 tpc8 wg vw4",
+        s(workgroup_size=64, items_per_invocation=1, vector_width=4, threads_per_column=8, reduce=0, chunk=16),
+    ),
+]
+RECURRENT_CPU = Problem.of(B=1, H=2, VH=1, T=8, L=16, E=32)
+CASES += [
+    (
+        "recurrent",
+        Problem.of(B=1, H=8, VH=1, T=64, L=64, E=256),
+        RECURRENT_CPU,
+        [
+            (
+                "winner 11-30",
+                s(workgroup_size=64, items_per_invocation=1, vector_width=2, threads_per_column=16, reduce=0),
+            )
+        ]
+        + CHUNKED,
+    ),
+    (
+        "recurrent",
+        Problem.of(B=1, H=8, VH=1, T=64, L=64, E=768),
+        RECURRENT_CPU,
+        [("winner 11-30", s(workgroup_size=32, items_per_invocation=2, vector_width=1, threads_per_column=4, reduce=0))]
+        + CHUNKED,
+    ),
+]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=20)

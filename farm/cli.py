@@ -43,7 +43,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from farm.bench import run_bench
 
-    kernels = args.kernels or [k for k in catalog.names() if k != "recurrent"]
+    kernels = args.kernels or catalog.names()
     out = Path(args.out) if args.out else None
     rows = run_bench(kernels, out, args.db, args.allow_cpu, args.reps)
     return 0 if all(r.certified for r in rows if r.variant != "vendor" and r.note != "no winner stored") else 1
@@ -210,7 +210,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         out=args.out and Path(args.out),
     )
     command = "farm tune " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["tune"] else [])
-    winners = tune(config, args.db, args.ray_address, args.allow_cpu, args.trial_timeout, command.strip())
+    winners = tune(config, args.db, args.ray_address, args.allow_cpu, args.trial_timeout, command.strip(), args.gpus)
     print(format_winners_table(winners))
     return 0
 
@@ -228,6 +228,16 @@ def _budget(text: str) -> int | None:
         raise argparse.ArgumentTypeError(f"budget must be a positive integer or 'all', got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"budget must be >= 1 or 'all', got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
 
 
@@ -250,6 +260,9 @@ def _add_tune_parser(sub) -> None:
     p.add_argument("--allow-cpu", action="store_true", help="tune on a CPU adapter (lavapipe) when there is no GPU")
     p.add_argument("--out", default=None, help="artifacts directory (default: $FARM_HOME/artifacts)")
     p.add_argument("--trial-timeout", type=float, default=60.0, help="seconds per trial before its worker is replaced")
+    p.add_argument(
+        "--gpus", type=_positive_int, default=None, help="use at most this many of the cluster's GPUs (default: all)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_tune)
 
@@ -280,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_certify)
 
     p = sub.add_parser("bench", help="default vs tuned vs vendor library (torch) at realistic sizes")
-    p.add_argument("--kernels", nargs="*", default=None, help="kernel names (default: all but recurrent)")
+    p.add_argument("--kernels", nargs="*", default=None, help="kernel names (default: all)")
     p.add_argument("--out", default=None, help="directory for bench.md and bench.json")
     p.add_argument("--db", default=None, help="SQLAlchemy URL holding the tuned winners")
     p.add_argument("--reps", type=int, default=20)

@@ -173,13 +173,14 @@ class WorkerPool:
         num_cpus: int | None = None,
         compile_ahead: bool = True,
         startup_timeout_s: float = 300.0,
+        gpus: int | None = None,
     ):
         import ray
 
-        if trial_timeout_s <= 0 or max_in_flight < 1 or max_retries < 0 or cpu_workers < 1:
+        if trial_timeout_s <= 0 or max_in_flight < 1 or max_retries < 0 or cpu_workers < 1 or (gpus or 1) < 1:
             raise ValueError(
                 f"bad pool settings: trial_timeout_s={trial_timeout_s}, max_in_flight={max_in_flight}, "
-                f"max_retries={max_retries}, cpu_workers={cpu_workers}"
+                f"max_retries={max_retries}, cpu_workers={cpu_workers}, gpus={gpus}"
             )
         self._ray = ray
         self.allow_cpu = allow_cpu
@@ -191,6 +192,8 @@ class WorkerPool:
         self._owns_ray = _init_ray(ray_address, num_cpus)
         resources = ray.cluster_resources()
         self.gpus = int(resources.get("GPU", 0))
+        if gpus is not None and self.gpus > gpus:
+            self.gpus = gpus  # use only `gpus` of the cluster's GPUs (scaling measurements)
         if self.gpus == 0 and not allow_cpu:
             self.shutdown()
             raise CpuAdapterRefused(

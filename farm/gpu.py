@@ -129,6 +129,10 @@ class HardwareProfile:
     driver_description: str
     limits: tuple[tuple[str, int], ...]
     features: tuple[str, ...]
+    # The smallest subgroup the adapter may run (0: unknown). Not part of the topology
+    # hash: the device and driver above determine it, and hashes stored before it existed
+    # must keep matching.
+    subgroup_min_size: int = 0
 
     @classmethod
     def from_adapter(cls, adapter) -> HardwareProfile:
@@ -143,10 +147,14 @@ class HardwareProfile:
             driver_description=str(info.get("description", "")),
             limits=tuple((k, int(limits[k])) for k in TOPOLOGY_LIMITS if k in limits),
             features=tuple(sorted(f for f in adapter.features if f in TOPOLOGY_FEATURES)),
+            # wgpu-py 0.32 spells the key "stackgroup_min_size"; later versions fix it.
+            subgroup_min_size=int(info.get("subgroup_min_size", info.get("stackgroup_min_size", 0)) or 0),
         )
 
     def topology_hash(self) -> str:
-        payload = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        identity = self.to_dict()
+        identity.pop("subgroup_min_size")
+        payload = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()
 
     def limit(self, name: str) -> int:
@@ -177,7 +185,15 @@ class HardwareProfile:
             driver_description=data["driver_description"],
             limits=tuple(sorted(data["limits"].items(), key=lambda kv: TOPOLOGY_LIMITS.index(kv[0]))),
             features=tuple(sorted(data["features"])),
+            subgroup_min_size=int(data.get("subgroup_min_size", 0)),
         )
+
+    def subgroup_lanes(self) -> int:
+        """Lanes guaranteed to share a subgroup: the adapter's minimum subgroup size when
+        it has the subgroup feature (WebGPU's floor of 4 when the size is unknown), else 0."""
+        if not self.has("subgroup"):
+            return 0
+        return max(4, self.subgroup_min_size)
 
 
 @dataclass(frozen=True)

@@ -326,11 +326,13 @@ def tune(
     allow_cpu: bool = False,
     trial_timeout_s: float = 60.0,
     command: str = "farm tune",
+    gpus: int | None = None,
 ) -> list[WinnerRecord]:
-    """Run one campaign end to end (pool up, tune, winners stored, pool down)."""
+    """Run one campaign end to end (pool up, tune, winners stored, pool down); `gpus`
+    caps the workers at that many of the cluster's GPUs (default: all)."""
     db = store.open_store(db_url)
     out = config.out or store.farm_home() / "artifacts"
-    with WorkerPool(ray_address, allow_cpu=allow_cpu, trial_timeout_s=trial_timeout_s) as pool:
+    with WorkerPool(ray_address, allow_cpu=allow_cpu, trial_timeout_s=trial_timeout_s, gpus=gpus) as pool:
         print(format_workers(pool.reports()), file=sys.stderr)
         return Campaign(config, pool, db, Path(out), command).run()
 

@@ -161,3 +161,14 @@ def test_refuse_cpu_names_the_work_and_the_adapter(device):
     assert str(refused.value) == f"refusing to benchmark on CPU adapter {cpu.summary}; pass --allow-cpu"
     refuse_cpu(cpu, True, "benchmark")
     refuse_cpu(dataclasses.replace(device.profile, adapter_type="DiscreteGPU"), False, "benchmark")
+
+
+def test_subgroup_size_is_known_but_not_part_of_the_topology_hash(device):
+    profile = device.profile
+    assert profile.subgroup_lanes() >= 4 if profile.has("subgroup") else profile.subgroup_lanes() == 0
+    other = dataclasses.replace(profile, subgroup_min_size=profile.subgroup_min_size + 32)
+    assert other.topology_hash() == profile.topology_hash()
+    assert HardwareProfile.from_dict(other.to_dict()) == other
+    legacy = profile.to_dict()
+    del legacy["subgroup_min_size"]  # a profile stored before the field existed
+    assert HardwareProfile.from_dict(legacy).subgroup_min_size == 0

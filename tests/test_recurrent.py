@@ -21,7 +21,33 @@ SCHEDULES = [
     Schedule.of(workgroup_size=32, items_per_invocation=2, vector_width=4, threads_per_column=4, reduce=1),
     Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=2, threads_per_column=1, reduce=0),
     Schedule.of(workgroup_size=128, items_per_invocation=2, vector_width=1, threads_per_column=16, reduce=0),
+    # chunked: q rows and value columns staged in workgroup memory CT steps at a time
+    # (certify problems have T = 1, 5, 7: partial and single chunks).
+    Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=4, threads_per_column=4, reduce=1, chunk=8),
+    Schedule.of(workgroup_size=64, items_per_invocation=2, vector_width=1, threads_per_column=8, reduce=0, chunk=16),
+    Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=1, threads_per_column=1, reduce=0, chunk=32),
 ]
+
+
+def test_chunked_kernel_over_many_chunks_matches_reference(device):
+    """T = 37 with CT = 8: four full chunks and a partial one, VH = H, odd L."""
+    problem = SPEC.problem(B=2, H=3, VH=3, T=37, L=19, E=36)
+    for schedule in (
+        Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=4, threads_per_column=2, reduce=1, chunk=8),
+        Schedule.of(workgroup_size=32, items_per_invocation=2, vector_width=2, threads_per_column=4, reduce=0, chunk=8),
+    ):
+        result = oracle.certify(SPEC, schedule, problem, device)
+        assert result.status is Status.OK, f"{schedule}: {result.message}"
+
+
+def test_chunk_staging_counts_against_workgroup_storage(device):
+    problem = SPEC.problem(B=1, H=8, VH=1, T=64, L=64, E=768)
+    plain = Schedule.of(workgroup_size=256, vector_width=4, threads_per_column=1, reduce=0)
+    chunked = Schedule.of(workgroup_size=256, vector_width=4, threads_per_column=1, reduce=0, chunk=32)
+    assert SPEC.workgroup_bytes(plain, problem) == 0
+    assert SPEC.workgroup_bytes(chunked, problem) == 4 * 32 * (64 + 256 * 4)
+    with pytest.raises(InvalidSchedule, match="chunk 12"):
+        SPEC.check(Schedule.of(workgroup_size=64, threads_per_column=1, reduce=0, chunk=12), problem, device.profile)
 
 
 def _inputs(heads: int, value_heads: int, with_state: bool, seed: int = 0):
@@ -132,7 +158,9 @@ def test_invalid_schedules_say_which_knob(device):
     cases = {
         "threads_per_column 3": Schedule.of(workgroup_size=64, threads_per_column=3, reduce=0),
         "vector_width 4 must": Schedule.of(workgroup_size=64, vector_width=4, threads_per_column=1, reduce=0),
-        "subgroup reduce": Schedule.of(workgroup_size=64, threads_per_column=8, reduce=1),
+        "subgroup reduce": Schedule.of(
+            workgroup_size=64, threads_per_column=2 * max(4, device.profile.subgroup_lanes()), reduce=1
+        ),
     }
     for reason, schedule in cases.items():
         problem_e = SPEC.problem(B=1, H=2, VH=1, T=5, L=8, E=10) if "vector" in reason else problem

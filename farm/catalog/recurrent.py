@@ -93,6 +93,7 @@ class Recurrent(KernelSpec):
         "vector_width": (1, 2, 4),
         "threads_per_column": (1, 2, 4, 8, 16),
         "reduce": (0, 1),
+        "chunk": (0, 8, 16, 32),
     }
     # Best across E = 96..768 (B1 H8 T64 L64) in an exhaustive tune on an H200: the per-step
     # latency chain, not bandwidth, bounds this kernel, so 16 lanes per column win.
@@ -104,7 +105,8 @@ class Recurrent(KernelSpec):
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
         if profile.is_cpu:
             return [self.problem(B=1, H=2, VH=1, T=8, L=16, E=32)]
-        return [self.problem(B=1, H=8, VH=1, T=64, L=64, E=e) for e in (96, 256, 512, 768)]
+        # The recurrent sweep's eight default cases, so each gets its own tuned winner.
+        return [self.problem(B=1, H=8, VH=1, T=64, L=64, E=e) for e in (96, 128, 192, 256, 384, 512, 640, 768)]
 
     def certify_problems(self) -> list[Problem]:
         return [
@@ -125,9 +127,16 @@ class Recurrent(KernelSpec):
             raise InvalidSchedule(self.name, schedule, reason)
         if reduce not in REDUCE_MODES:
             raise InvalidSchedule(self.name, schedule, f"reduce {reduce} not in {sorted(REDUCE_MODES)}")
-        if reduce == 1 and tpc > 1 and (tpc > MIN_SUBGROUP_SIZE or not profile.has("subgroup")):
-            reason = f"subgroup reduce needs the subgroup feature and threads_per_column <= {MIN_SUBGROUP_SIZE}"
+        lanes = profile.subgroup_lanes()
+        if reduce == 1 and tpc > 1 and tpc > lanes:
+            reason = (
+                f"subgroup reduce needs the subgroup feature and threads_per_column {tpc} <= "
+                f"the adapter's smallest subgroup ({lanes or 'no subgroups'})"
+            )
             raise InvalidSchedule(self.name, schedule, reason)
+        chunk = schedule.get("chunk", 0)
+        if chunk not in self.space["chunk"]:
+            raise InvalidSchedule(self.name, schedule, f"chunk {chunk} not in {list(self.space['chunk'])}")
         floats = -(-problem["L"] // tpc) * ipi * vw
         if floats > MAX_REGISTER_FLOATS:
             raise InvalidSchedule(
@@ -136,9 +145,12 @@ class Recurrent(KernelSpec):
 
     def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
         tpc = schedule.get("threads_per_column", 1)
+        wg, ipi, vw = schedule.workgroup_size, schedule.items_per_invocation, schedule.vector_width
+        chunk = schedule.get("chunk", 0)
+        staged = 4 * chunk * (problem["L"] + (wg // tpc) * ipi * vw)  # q rows + value columns
         if tpc == 1 or REDUCE_MODES[schedule.get("reduce", 0)] != "workgroup":
-            return 0
-        return 2 * schedule.workgroup_size * schedule.items_per_invocation * schedule.vector_width * 4
+            return staged
+        return staged + 2 * wg * ipi * vw * 4
 
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
         rng = rng_for(seed, self.name, problem.key())
@@ -162,7 +174,7 @@ class Recurrent(KernelSpec):
         ev = e // vw
         col_blocks = -(-ev // ((wg // tpc) * ipi))
         groups = b * h * col_blocks
-        source = self.render_source(wg, tpc, ipi, vw, -(-l_dim // tpc), mode)
+        source = self.render_source(wg, tpc, ipi, vw, -(-l_dim // tpc), mode, schedule.get("chunk", 0), l_dim)
         rho = inputs.get("rho")
         rho = np.zeros((b, h, l_dim, e), np.float32) if rho is None else np.ascontiguousarray(rho, np.float32)
         decay = inputs.get("decay")
@@ -181,14 +193,19 @@ class Recurrent(KernelSpec):
             groups=groups,
         )
 
-    def render_source(self, wg: int, tpc: int, ipi: int, vw: int, rows: int, mode: str) -> str:
+    def render_source(
+        self, wg: int, tpc: int, ipi: int, vw: int, rows: int, mode: str, chunk: int = 0, l_dim: int = 0
+    ) -> str:
+        """WGSL for one schedule; chunk > 0 stages CT steps of q/v in workgroup memory."""
         parts = sections(self.source_file)
         vec = _VEC[vw]
         reduce = render(parts[mode], {"VEC": vec})
         decl = render(parts[f"{mode}_decl"], {"VEC": vec})
         return render(
-            parts["kernel"],
+            parts["chunked" if chunk else "kernel"],
             {
+                "CT": chunk,
+                "L": l_dim,
                 "WG": wg,
                 "TPC": tpc,
                 "IPI": ipi,
