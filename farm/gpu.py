@@ -36,6 +36,12 @@ TOPOLOGY_LIMITS = (
 TOPOLOGY_FEATURES = ("timestamp-query", "subgroup", "shader-f16", "shader-f64")
 
 _instance_configured = False
+# GPU warm-up (Device._warm_up): idle gaps after which clocks have dropped, the agreement
+# between consecutive warm-up rounds that counts as steady, and the least round length.
+HOT_GAP_S = 0.05
+LONG_IDLE_S = 0.5
+WARM_STEADY = 0.03
+WARM_ROUND_S = 0.01
 
 
 class GpuError(RuntimeError):
@@ -272,9 +278,16 @@ class Device:
         except Exception as exc:  # noqa: BLE001 - any wgpu failure becomes a GpuError
             raise GpuError("device", str(exc)) from exc
         self.timestamps = "timestamp-query" in features
-        # Seconds of warm-up before timing on a GPU (clocks ramp up from idle); a CPU
-        # adapter has no such ramp, and tests on lavapipe stay fast.
-        self.warm_s = 0.0 if self.profile.is_cpu else 0.05
+        # Warm-up before timing on a GPU, whose clocks drop while it idles (the CPU
+        # certifying, computing a reference) and take a while to come back: at least
+        # warm_s of work after a short idle gap, warm_idle_s after a long one, then until two
+        # consecutive rounds agree, at most warm_max_s. A CPU adapter has no such ramp,
+        # and tests on lavapipe stay fast.
+        gpu = not self.profile.is_cpu
+        self.warm_s = 0.05 if gpu else 0.0
+        self.warm_idle_s = 0.25 if gpu else 0.0
+        self.warm_max_s = 1.0 if gpu else 0.0
+        self._busy_until = 0.0  # time.perf_counter() when timed work last finished
         self._pipelines: dict[str, Pipeline] = {}
         self.bytes_in_use = 0
         self.bytes_peak = 0
@@ -431,9 +444,12 @@ class Device:
     def time_calls(self, calls: list, warmup: int = 2, reps: int = 10, schedule: Any = None) -> Timing:
         """Time a submission of (pipeline, bind_group, groups) passes, one submission per rep.
 
-        Warm-up is `warmup` submissions and then, on GPUs, more until `warm_s` seconds have
-        passed: a GPU idle between trials drops to idle clocks, and a few microsecond-long
-        warm-up dispatches would not bring it back (seen on the H200: 4x slower trials).
+        Warm-up is `warmup` submissions and then, on GPUs, rounds of growing batches until two
+        consecutive rounds agree within WARM_STEADY, after at least warm_s (idle since the
+        last timing over HOT_GAP_S) or warm_idle_s (idle over LONG_IDLE_S) and at most
+        warm_max_s: a GPU idle between trials drops to idle clocks, and a few short warm-up
+        dispatches would not bring it back (seen on the H200: 2.5-5x slower trials, also
+        after 50 ms of warm-up when the GPU had idled for seconds).
         With timestamp queries the sample is GPU time from the start of the first pass to
         the end of the last ("timestamp"); otherwise host wall time around a synchronous
         submission ("host").
@@ -441,22 +457,40 @@ class Device:
         if reps < 1:
             raise ValueError(f"reps must be >= 1, got {reps}")
         self._warm_up(calls, warmup, schedule)
-        if self.timestamps:
-            return Timing.from_samples(self._timestamp_samples(calls, reps, schedule), "timestamp")
-        samples = []
-        for _ in range(reps):
-            start = time.perf_counter_ns()
-            self.dispatch_many(calls, schedule)
-            samples.append(float(time.perf_counter_ns() - start))
-        return Timing.from_samples(samples, "host")
+        try:
+            if self.timestamps:
+                return Timing.from_samples(self._timestamp_samples(calls, reps, schedule), "timestamp")
+            samples = []
+            for _ in range(reps):
+                start = time.perf_counter_ns()
+                self.dispatch_many(calls, schedule)
+                samples.append(float(time.perf_counter_ns() - start))
+            return Timing.from_samples(samples, "host")
+        finally:
+            self._busy_until = time.perf_counter()
 
     def _warm_up(self, calls: list, warmup: int, schedule: Any) -> None:
         for _ in range(max(warmup, 0)):
             self.dispatch_many(calls, schedule)
-        start, batch = time.perf_counter(), 1
-        while time.perf_counter() - start < self.warm_s:
+        if self.warm_s <= 0:
+            return
+        start = time.perf_counter()
+        idle = start - self._busy_until
+        least = 0.0 if idle < HOT_GAP_S else self.warm_s if idle < LONG_IDLE_S else self.warm_idle_s
+        batch, previous = 1, None
+        while True:
+            t0 = time.perf_counter()
             self.dispatch_many(calls * batch, schedule)
-            batch = min(batch * 2, 64)
+            now = time.perf_counter()
+            per_call = (now - t0) / batch
+            if now - start >= self.warm_max_s:
+                return
+            steady = previous is not None and abs(per_call - previous) <= WARM_STEADY * previous
+            if now - start >= least and steady:
+                return
+            previous = per_call
+            if now - t0 < WARM_ROUND_S:
+                batch = min(batch * 2, 4096)
 
     def _timestamp_samples(self, calls: list, reps: int, schedule: Any) -> list[float]:
         wgpu = self._wgpu

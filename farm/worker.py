@@ -3,9 +3,13 @@
 `TrialBench` owns one `farm.gpu.Device` for its life. Per (kernel, problem, seed) it
 generates the inputs once, keeps them uploaded, and computes the numpy reference once;
 per trial it validates and compiles (pipelines are cached by the Device), certifies
-against the reference, then times. While one trial is being timed the next trial's
-pipeline compiles on a background thread, and this trial's outputs are compared with the
-reference on another (timings of a schedule that fails the comparison are discarded). Failures become typed results:
+against the reference, then times. The GPU is kept busy: the next COMPILE_AHEAD trials'
+pipelines compile on background threads, and each trial's outputs are compared with the
+reference on a pool of checker threads while the GPU goes on timing this trial and the
+next ones (at most MAX_PENDING comparisons outstanding; a batch's results are returned
+once all of its comparisons are in, and the timing of a schedule that fails its
+comparison is discarded). An idle GPU drops its clocks, so a CPU-bound loop of
+compare-then-time would measure slow clocks and waste the GPU. Failures become typed results:
 InvalidSchedule -> invalid_schedule, compile/pipeline GpuError -> compile_error, any
 other GpuError -> runtime_error, outputs outside tolerance -> wrong_result. Anything
 else is a bug in a kernel spec and propagates.
@@ -15,7 +19,9 @@ else is a bug in a kernel spec and propagates.
 
 from __future__ import annotations
 
+import os
 import socket
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -25,9 +31,13 @@ from farm import catalog
 from farm.catalog import KernelSpec, Launch, check_launch
 from farm.gpu import Buffer, Device, GpuError, Pipeline, Timing
 from farm.launch import Prepared, compile_launch
-from farm.oracle import ErrorMetrics, compare
+from farm.oracle import Certification, ErrorMetrics, compare
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 from farm.trial import TrialKey, TrialResult
+
+COMPILE_AHEAD = 2  # trials whose pipelines compile while the current one runs
+MAX_PENDING = 4  # trials timed but not yet certified (each holds its outputs in memory)
+CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per worker
 
 
 @dataclass(frozen=True)
@@ -71,19 +81,29 @@ class TrialBench:
         self.host = socket.gethostname()
         self.topology_hash = device.profile.topology_hash()
         self._inputs: dict[tuple[str, str, int], _Inputs] = {}
-        self._compiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-compile") if compile_ahead else None
-        self._checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-check")
+        self._compiler = (
+            ThreadPoolExecutor(max_workers=COMPILE_AHEAD, thread_name_prefix="farm-compile") if compile_ahead else None
+        )
+        self._checker = ThreadPoolExecutor(max_workers=CHECKERS, thread_name_prefix="farm-check")
 
     # -- public API ----------------------------------------------------------------
     def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
-        """One result per job, in order; the next job's pipeline compiles during this one's timing."""
-        results = []
-        ahead = self._compile_ahead(jobs[0]) if jobs else None
+        """One result per job, in order; later jobs' pipelines compile and earlier jobs'
+        outputs are compared while the GPU times the current one."""
+        depth = COMPILE_AHEAD if self._compiler is not None else 0
+        ahead = {i: self._compile_ahead(jobs[i]) for i in range(min(depth, len(jobs)))}
+        outcomes: list[TrialResult | _Pending] = []
+        pending: deque[_Pending] = deque()
         for index, job in enumerate(jobs):
-            current = ahead
-            ahead = self._compile_ahead(jobs[index + 1]) if index + 1 < len(jobs) else None
-            results.append(self._trial(job, current))
-        return results
+            if depth and index + depth < len(jobs):
+                ahead[index + depth] = self._compile_ahead(jobs[index + depth])
+            outcome = self._trial(job, ahead.pop(index, None))
+            outcomes.append(outcome)
+            if isinstance(outcome, _Pending):
+                pending.append(outcome)
+                while len(pending) > MAX_PENDING:
+                    pending.popleft().verdict.result()
+        return [o.result() if isinstance(o, _Pending) else o for o in outcomes]
 
     def remeasure(
         self, kernel: str, problem: Problem, schedules: list[Schedule], reps: int = 10, rounds: int = 5, seed: int = 0
@@ -132,7 +152,7 @@ class TrialBench:
         self._inputs.clear()
 
     # -- one trial -------------------------------------------------------------------
-    def _trial(self, job: Job, ahead: tuple[Launch, Future] | None) -> TrialResult:
+    def _trial(self, job: Job, ahead: tuple[Launch, Future] | None) -> TrialResult | _Pending:
         spec = catalog.get(job.kernel)
         key = TrialKey(self.topology_hash, job.kernel, spec.source_hash(), job.problem, job.schedule)
         try:
@@ -151,11 +171,11 @@ class TrialBench:
         finally:
             self._release_transient(prepared)
 
-    def _certify_and_time(self, key: TrialKey, prepared: Prepared, job: Job) -> TrialResult:
-        """Run once and read back, then compare with the reference on the checker thread
-        while the GPU is being timed: on large outputs the comparison is CPU work of the same
-        order as the timing. A schedule that fails the comparison is never a winner: its
-        timing is discarded and the trial is wrong_result."""
+    def _certify_and_time(self, key: TrialKey, prepared: Prepared, job: Job) -> TrialResult | _Pending:
+        """Run once and read back, then compare with the reference on a checker thread
+        while the GPU is being timed (and goes on to the next trials): on large outputs the
+        comparison is CPU work of the same order as the timing. A schedule that fails the
+        comparison is never a winner: its timing is discarded and the trial is wrong_result."""
         expected = self._expected(prepared.spec, job)
         self._clear_outputs(prepared)
         try:
@@ -168,10 +188,7 @@ class TrialBench:
             timing = prepared.time(warmup=job.warmup, reps=job.reps)
         except GpuError as exc:
             return self._result(key, Status.RUNTIME_ERROR, str(exc), metrics=verdict.result().metrics)
-        certification = verdict.result()
-        if not certification.ok:
-            return self._result(key, certification.status, certification.message, metrics=certification.metrics)
-        return self._result(key, Status.OK, "", timing=timing, metrics=certification.metrics)
+        return _Pending(self, key, verdict, timing)
 
     def _result(
         self,
@@ -263,6 +280,24 @@ class TrialBench:
 
     def _release_transient(self, prepared: Prepared) -> None:
         self.device.release(*(b for b in prepared.buffers if isinstance(b, _Transient)))
+
+
+@dataclass
+class _Pending:
+    """A trial timed on the GPU whose comparison with the reference is still running."""
+
+    bench: TrialBench
+    key: TrialKey
+    verdict: Future
+    timing: Timing
+
+    def result(self) -> TrialResult:
+        certification: Certification = self.verdict.result()
+        if not certification.ok:
+            return self.bench._result(
+                self.key, certification.status, certification.message, metrics=certification.metrics
+            )
+        return self.bench._result(self.key, Status.OK, "", timing=self.timing, metrics=certification.metrics)
 
 
 class _Transient(Buffer):

@@ -128,28 +128,57 @@ def test_a_second_device_is_independent():
     assert d.profile.topology_hash() == Device().profile.topology_hash()
 
 
-def test_gpu_warm_up_runs_for_warm_s_before_timing(device, monkeypatch):
-    """GPUs idle between trials sit at low clocks: timing starts only after warm_s of work."""
+COUNTER = """
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(1) fn main() { out[0] = out[0] + 1.0; }
+"""
+
+
+def _warm_settings(device, monkeypatch, least, idle, most):
+    monkeypatch.setattr(device, "warm_s", least)
+    monkeypatch.setattr(device, "warm_idle_s", idle)
+    monkeypatch.setattr(device, "warm_max_s", most)
+
+
+def test_gpu_warm_up_after_a_long_idle_runs_warm_idle_s_before_timing(device, monkeypatch):
+    """GPUs idle between trials sit at low clocks: timing starts only after enough work."""
     import time
 
-    source = """
-    @group(0) @binding(0) var<storage, read_write> out: array<f32>;
-    @compute @workgroup_size(1) fn main() { out[0] = out[0] + 1.0; }
-    """
-    pipeline = device.pipeline(source, label="counter")
+    pipeline = device.pipeline(COUNTER, label="counter")
     buf = device.upload(np.zeros(1, np.float32), "storage")
-    monkeypatch.setattr(device, "warm_s", 0.2)
+    _warm_settings(device, monkeypatch, 0.05, 0.2, 2.0)
+    monkeypatch.setattr(device, "_busy_until", time.perf_counter() - 10)  # idle for 10 s
     start = time.perf_counter()
     device.time(pipeline, [buf], 1, warmup=1, reps=3)
     elapsed = time.perf_counter() - start
     count = device.read(buf, np.float32, 1)[0]
     device.release(buf)
-    assert elapsed >= 0.2
+    assert 0.2 <= elapsed < 2.0
     assert count > 1 + 3 + 1  # the warm-up kept dispatching beyond the counted warm-up runs
 
 
+def test_gpu_warm_up_is_short_when_the_gpu_just_worked_and_capped_at_warm_max_s(device, monkeypatch):
+    import time
+
+    pipeline = device.pipeline(COUNTER, label="counter")
+    buf = device.upload(np.zeros(1, np.float32), "storage")
+    _warm_settings(device, monkeypatch, 0.3, 0.3, 0.6)
+    device.time(pipeline, [buf], 1, warmup=0, reps=1)
+    start = time.perf_counter()
+    device.time(pipeline, [buf], 1, warmup=0, reps=1)  # hot: just timed, no least time
+    hot = time.perf_counter() - start
+    monkeypatch.setattr("farm.gpu.WARM_STEADY", -1.0)  # rounds never agree: the cap ends it
+    start = time.perf_counter()
+    device.time(pipeline, [buf], 1, warmup=0, reps=1)
+    capped = time.perf_counter() - start
+    device.release(buf)
+    assert hot < 0.3
+    assert 0.6 <= capped < 1.5
+
+
 def test_only_gpus_get_the_timed_warm_up(device):
-    assert device.warm_s == (0.0 if device.profile.is_cpu else 0.05)
+    gpu = not device.profile.is_cpu
+    assert (device.warm_s, device.warm_idle_s, device.warm_max_s) == ((0.05, 0.25, 1.0) if gpu else (0.0, 0.0, 0.0))
 
 
 def test_refuse_cpu_names_the_work_and_the_adapter(device):
