@@ -38,6 +38,13 @@ GEMM_WINNER = dict(
     tile_n=64,
 )
 
+STAGED_TPR32 = s(workgroup_size=256, items_per_invocation=4, vector_width=4, threads_per_row=32, stage_x=1)
+# ternary_gemv's pair-lookup-table kernel (stage_x=2): the layouts predicted fastest.
+LUT_CANDIDATES = [
+    (f"wg{wg} r{r} tpr{t}", dict(workgroup_size=wg, items_per_invocation=r, vector_width=4, threads_per_row=t))
+    for wg, r, t in ((512, 1, 2), (256, 2, 2), (512, 2, 4), (128, 2, 1), (512, 1, 4), (256, 1, 2), (512, 2, 8))
+]
+
 # (kernel, GPU problem, CPU problem, [(label, schedule)]): the 2026-11-30 winner first.
 CASES = [
     (
@@ -62,13 +69,18 @@ CASES = [
         Problem.of(m=256, k=1024),
         [
             ("winner 11-30", s(workgroup_size=64, items_per_invocation=1, vector_width=1, threads_per_row=4)),
-            *(
-                (
-                    f"staged tpr{tpr}",
-                    s(workgroup_size=256, items_per_invocation=4, vector_width=4, threads_per_row=tpr, stage_x=1),
-                )
-                for tpr in (8, 32)
-            ),
+            ("staged tpr32", STAGED_TPR32),
+            *((f"lut {label}", s(**knobs, stage_x=2)) for label, knobs in LUT_CANDIDATES),
+        ],
+    ),
+    (
+        "ternary_gemv",
+        Problem.of(m=16384, k=65536),
+        Problem.of(m=64, k=4096),
+        [
+            ("winner 11-30", s(workgroup_size=64, items_per_invocation=1, vector_width=1, threads_per_row=8)),
+            ("staged tpr32", STAGED_TPR32),
+            *((f"lut {label}", s(**knobs, stage_x=2)) for label, knobs in LUT_CANDIDATES),
         ],
     ),
     (

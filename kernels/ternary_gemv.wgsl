@@ -171,3 +171,103 @@ fn finish(row: u32, acc: f32, lid: u32, lane: u32) {
     }
     workgroupBarrier();
 }
+
+//// lut
+// ternary_gemv, pair-lookup-table variant (schedule knob stage_x=2): the same sums with
+// one table read per code pair. k is processed in tiles of TILE_WORDS packed words
+// (8 * TILE_WORDS code pairs). Per tile the workgroup first builds, for every pair p of
+// the tile and every 4-bit nibble n = c0 | (c1 << 2) of two codes,
+// tbl[p][n] = t(c0) * x[2p] + t(c1) * x[2p + 1] in workgroup memory (x past k reads 0,
+// so pairs past k hold zeros; code 3 has t = 0 like everywhere), one entry per thread per
+// step with the nibble fixed per thread (WG % 16 == 0). Each thread then adds, per packed
+// word, the 8 entries its nibbles (word >> 4j) & 15 select: ~3 ops per 2 codes instead of
+// ~6 per code. R rows per thread, TPR threads per row (interleaved weight vectors,
+// partial sums reduced in workgroup memory at the end), VW = 1 or 4 (vec4<u32> weight
+// loads). A thread's weight vectors of a tile are loaded before the build so the loads
+// overlap it; vector indices past a row's end clamp to its last vector, whose lookups then
+// read the zero entries of pairs past k (so every tile runs the full unrolled body).
+// Layout: tbl[g] holds the 8 * VW pairs of the tile's weight vector g, word q's pair j
+// at q * 128 + j * 16, in GROUP = 128 * VW (+ 16 when TPR > 1) floats. Banks: with
+// TPR = 1 the lanes of a subgroup are rows reading one 16-entry block (16 consecutive
+// banks: conflict-free); with TPR > 1 neighbouring lanes read neighbouring vectors, and
+// the 16 floats of padding put those in opposite bank halves: TPR = 2 conflict-free,
+// TPR = 4 or 8 at most TPR/2-way (TPR blocks of 16 entries on 32 banks can do no better;
+// a stride of 17 per pair would overlap TPR = 2's two blocks on 8 banks).
+const WG: u32 = {{WG}}u;
+const TPR: u32 = {{TPR}}u;
+const R: u32 = {{R}}u;
+const VW: u32 = {{VW}}u;
+const SLOTS: u32 = WG / TPR;
+const TILE_WORDS: u32 = {{TILE_WORDS}}u;
+const ENTRIES: u32 = TILE_WORDS * 128u;
+const GROUPS: u32 = TILE_WORDS / VW;
+const GROUP: u32 = {{GROUP}}u;
+
+struct Params { m: u32, k: u32, kw: u32, groups: u32 }
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<{{VEC}}>;
+@group(0) @binding(2) var<storage, read> scale: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<uniform> p: Params;
+
+var<workgroup> tbl: array<array<f32, GROUP>, GROUPS>;
+var<workgroup> partial: array<f32, WG>;
+
+fn x_at(e: u32) -> f32 {
+    if (e < p.k) {
+        return x[e];
+    }
+    return 0.0;
+}
+
+// The table of the tile starting at packed word t0: entry e is nibble e & 15 of the
+// tile's pair e >> 4; this thread's nibble weighs x[2p] by ta and x[2p + 1] by tb.
+fn build(t0: u32, lid: u32, ta: f32, tb: f32) {
+    for (var e = lid; e < ENTRIES; e += WG) {
+        let i = t0 * 16u + 2u * (e >> 4u);
+        tbl[e / (128u * VW)][e % (128u * VW)] = ta * x_at(i) + tb * x_at(i + 1u);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let group = wid.x + wid.y * nwg.x;
+    if (group >= p.groups) {
+        return;
+    }
+    let lane = lid % TPR;
+    let slot = lid / TPR;
+    let nv = p.kw / VW;
+    let n = lid & 15u;
+    let ta = f32(n & 1u) - f32((n >> 1u) & 1u);
+    let tb = f32((n >> 2u) & 1u) - f32(n >> 3u);
+{{ROWS}}
+    for (var t0 = 0u; t0 < p.kw; t0 += TILE_WORDS) {
+        let c = t0 / VW + lane;
+{{LOADS}}
+        workgroupBarrier();
+        build(t0, lid, ta, tb);
+        workgroupBarrier();
+{{LOOKUPS}}
+    }
+{{REDUCE}}
+}
+
+// Sum the TPR lanes' partial sums of one row and write scale * sum from lane 0.
+fn finish(row: u32, acc: f32, lid: u32, lane: u32) {
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
+        if (lane < s) {
+            partial[lid] += partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    if (lane == 0u && row < p.m) {
+        out[row] = scale[row] * partial[lid];
+    }
+    workgroupBarrier();
+}

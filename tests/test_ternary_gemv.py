@@ -169,9 +169,9 @@ def test_ternary_gemv_staged_declares_its_x_tile_in_workgroup_bytes():
 
 
 def test_ternary_gemv_rejects_unknown_stage_x(device):
-    result = oracle.certify(SPEC, Schedule.of(workgroup_size=64, stage_x=2), SPEC.problem(m=10, k=64), device)
+    result = oracle.certify(SPEC, Schedule.of(workgroup_size=64, stage_x=3), SPEC.problem(m=10, k=64), device)
     assert result.status is Status.INVALID_SCHEDULE
-    assert "stage_x 2 not in (0, 1)" in result.message
+    assert "stage_x 3 not in (0, 1, 2)" in result.message
 
 
 def test_ternary_gemv_schedules_keep_direct_keys_and_add_staged():
@@ -180,3 +180,78 @@ def test_ternary_gemv_schedules_keep_direct_keys_and_add_staged():
     staged = [s for s in schedules if s.get("stage_x", 0) == 1]
     assert len(direct) == 4 * 3 * 2 * 4 and all(dict(s.knobs).keys() == {"threads_per_row"} for s in direct)
     assert len(staged) == 3 * 3 * 2 * 4 and min(s.workgroup_size for s in staged) == 64
+
+
+def lut(wg: int, rows: int, vw: int, tpr: int) -> Schedule:
+    return Schedule.of(workgroup_size=wg, items_per_invocation=rows, vector_width=vw, threads_per_row=tpr, stage_x=2)
+
+
+# The pair-table kernel (stage_x=2): TPR 1 and > 1, R 1 and > 1, a padded table for TPR > 1.
+LUT = [lut(64, 1, 1, 1), lut(128, 2, 1, 2), lut(256, 1, 1, 4), lut(128, 4, 1, 8)]
+LUT_VEC4 = [lut(128, 1, 4, 1), lut(64, 2, 4, 2), lut(128, 4, 4, 8), lut(512, 1, 4, 4)]
+
+
+@pytest.mark.parametrize("schedule", LUT, ids=str)
+@pytest.mark.parametrize("m,k", [(1, 1), (1000, 777), (129, 1024), (3, 4097), (130, 8193)])
+def test_ternary_gemv_pair_table_matches_numpy_exactly(device, schedule, m, k):
+    # k = 777, 4097, 8193: not multiples of 16 nor of the 512-value tile (the last tile is
+    # partial); m = 1000, 129, 130: not multiples of the 64-128 rows per workgroup.
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k), device)
+    assert result.status is Status.OK, result.message
+    assert result.metrics.max_abs == 0.0
+
+
+@pytest.mark.parametrize("schedule", LUT_VEC4, ids=str)
+@pytest.mark.parametrize("m,k", [(333, 1020), (67, 4160), (5, 64), (129, 1024)])
+def test_ternary_gemv_pair_table_vec4_matches_numpy_exactly(device, schedule, m, k):
+    # 4160 = 260 words: 8 full tiles and a 4-word one, whose lanes past the row end clamp.
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k), device)
+    assert result.status is Status.OK, result.message
+    assert result.metrics.max_abs == 0.0
+
+
+def test_ternary_gemv_pair_table_float_data_within_tolerance_for_large_k(device):
+    problem = SPEC.problem(m=3, k=EXACT_K + 17)
+    result = oracle.certify(SPEC, LUT[1], problem, device)
+    assert result.status is Status.OK, result.message
+    assert 0 < result.metrics.max_abs < SPEC.tolerance(problem)[0]
+
+
+@pytest.mark.parametrize("schedule", [LUT[0], LUT[2]], ids=str)
+def test_ternary_gemv_pair_table_hand_checked_code_three_and_codes_past_k(device, schedule):
+    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55, 0xAA], [2, 10], 2, 4, schedule), [20, -100])
+    row0 = 3 | (1 << 2) | (3 << 4) | (2 << 6)
+    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [row0, 0xFF], [1, 1], 2, 4, schedule), [-2, 0])
+    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55555555], [1], 1, 4, schedule), [10])
+
+
+@pytest.mark.parametrize(
+    "schedule,reason",
+    [
+        (lut(40, 1, 1, 1), "workgroup_size 40 is not a multiple of 16"),
+        (lut(256, 1, 4, 16), "threads_per_row 16 x vector_width 4 exceeds the 32 packed words of a stage_x=2 tile"),
+        (lut(64, 4, 1, 1), "items_per_invocation 4 with threads_per_row 1 holds 128 weight words per thread"),
+        (lut(64, 1, 4, 3), "threads_per_row 3 is not a power of two"),
+    ],
+)
+def test_ternary_gemv_pair_table_rejects_impossible_layouts_naming_the_knob(device, schedule, reason):
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=10, k=1024), device)
+    assert result.status is Status.INVALID_SCHEDULE
+    assert reason in result.message
+
+
+def test_ternary_gemv_pair_table_declares_its_table_in_workgroup_bytes():
+    problem = SPEC.problem(m=8, k=65536)
+    assert SPEC.workgroup_bytes(lut(256, 1, 1, 1), problem) == 4 * 256 + 4 * 4096  # 256 pairs x 16 entries
+    assert SPEC.workgroup_bytes(lut(64, 2, 1, 2), problem) == 4 * 64 + 4 * 32 * (128 + 16)  # padded per word
+    assert SPEC.workgroup_bytes(lut(64, 2, 4, 2), problem) == 4 * 64 + 4 * 8 * (512 + 16)  # padded per vec4
+
+
+def test_ternary_gemv_pair_table_space_is_valid_for_the_default_problems(device):
+    schedules = [s for s in SPEC.schedules() if s.get("stage_x", 0) == 2]
+    assert 30 <= len(schedules) <= 60 and len(set(schedules)) == len(schedules)
+    for schedule in schedules:
+        rows = schedule.workgroup_size * schedule.items_per_invocation // schedule.get("threads_per_row", 1)
+        assert 64 <= rows <= 512, schedule
+        for problem in (SPEC.problem(m=65536, k=16384), SPEC.problem(m=16384, k=65536)):
+            SPEC.check(schedule, problem, device.profile)

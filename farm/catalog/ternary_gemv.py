@@ -18,10 +18,22 @@ Kernels (knob `stage_x`):
   by every row of the workgroup), items_per_invocation rows per thread are accumulated
   together (each x read serves all of them), codes decode by bit tests into two sums
   (no conversions), and vector_width 4 loads 64 codes per vec4<u32>.
+- 2: a pair lookup table. Per tile of LUT_TILE_WORDS packed words (256 code pairs, 512 x
+  values) the workgroup builds, for every pair p and 4-bit nibble n = c0 | (c1 << 2),
+  tbl[p][n] = t(c0) * x[2p] + t(c1) * x[2p+1] in workgroup memory (16 KiB, plus 16 floats
+  of padding per weight vector when threads_per_row > 1: neighbouring lanes then read
+  opposite bank halves); each thread then adds one entry per code pair, indexed by
+  (word >> 4j) & 15 (~3 ops per 2 codes instead of ~6 per code). items_per_invocation
+  rows per thread, threads_per_row lanes per row (interleaved weight vectors),
+  vector_width 1 or 4; a thread's weights of a tile are loaded before the build so the
+  loads overlap it. The build costs 8 table entries per x value per workgroup, so the
+  schedules keep 64-512 rows per workgroup (LUT_SPACE, 55 schedules).
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import itertools
 import re
 from functools import cache
@@ -34,6 +46,21 @@ from farm.schedule import InvalidSchedule, Problem, Schedule
 
 CODES_PER_WORD = 16
 STAGE_TILE_WORDS = 256  # packed words per staged x tile: 4096 x values, 16 KiB of workgroup memory
+LUT_TILE_WORDS = 32  # packed words per pair-table tile: 256 pairs * 16 entries = 16 KiB of f32
+LUT_PAD = 16  # floats after each weight vector's table block when threads_per_row > 1 (bank halves)
+LUT_MAX_WORDS = 64  # weight words a stage_x=2 thread holds in registers per tile (R * 32 / TPR)
+# stage_x=2 schedules: (workgroup_size, items_per_invocation, vector_width, threads_per_row)
+# that check_knobs accepts, with 64-512 rows per workgroup (the table build is amortized
+# over the rows; fewer rows leave it dominant, more leave too few workgroups for the SMs);
+# 512 threads only with vec4 loads and <= 32 weight words per thread (<= 128 registers).
+LUT_SPACE = tuple(
+    (wg, rows, vw, tpr)
+    for wg, rows, vw, tpr in itertools.product((64, 128, 256, 512), (1, 2, 4), (1, 4), (1, 2, 4, 8))
+    if tpr * vw <= LUT_TILE_WORDS
+    and rows * LUT_TILE_WORDS // tpr <= LUT_MAX_WORDS
+    and 64 <= wg * rows // tpr <= 512
+    and (wg < 512 or (vw == 4 and rows * LUT_TILE_WORDS // tpr <= 32))
+)
 EXACT_K = 65536  # |x| <= 8 keeps |partial sums| <= 8 * 65536 = 2**19 < 2**24: exact in f32
 
 
@@ -73,14 +100,14 @@ class TernaryGemv(KernelSpec):
         "items_per_invocation": (1, 2, 4),
         "vector_width": (1, 4),
         "threads_per_row": (1, 4, 8, 32),
-        "stage_x": (0, 1),
-    }
+        "stage_x": (0, 1, 2),
+    }  # stage_x=2 also takes threads_per_row 2 and workgroup_size 512 (LUT_SPACE)
 
     def schedules(self) -> list[Schedule]:
-        """The original direct space (without `stage_x`, so its keys and winners carry over)
-        plus the staged kernel at 64-256 threads."""
+        """The original direct space (without `stage_x`, so its keys and winners carry over),
+        the staged kernel at 64-256 threads, and the pair-table kernel over LUT_SPACE."""
         out = []
-        for stage in self.space["stage_x"]:
+        for stage in (0, 1):
             sizes = self.space["workgroup_size"] if stage == 0 else (64, 128, 256)
             for wg, ipi, vw, tpr in itertools.product(
                 sizes, self.space["items_per_invocation"], self.space["vector_width"], self.space["threads_per_row"]
@@ -91,7 +118,21 @@ class TernaryGemv(KernelSpec):
                         workgroup_size=wg, items_per_invocation=ipi, vector_width=vw, threads_per_row=tpr, **knobs
                     )
                 )
+        for wg, rows, vw, tpr in LUT_SPACE:
+            out.append(
+                Schedule.of(
+                    workgroup_size=wg, items_per_invocation=rows, vector_width=vw, threads_per_row=tpr, stage_x=2
+                )
+            )
         return out
+
+    def source_hash(self) -> str:
+        """Hash of the template and of the host code that unrolls the staged and pair-table
+        bodies: a change to either changes the WGSL schedules emit, so old winners go stale."""
+        host = [_row_setup, _staged_body, _lut_loads, _lut_lookups, _entry, _accumulate, tile_words, lut_group]
+        consts = repr((STAGE_TILE_WORDS, LUT_TILE_WORDS, LUT_PAD, _UNROLLED))
+        text = self.template() + "".join(inspect.getsource(f) for f in host) + consts
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
         if profile.is_cpu:
@@ -125,8 +166,36 @@ class TernaryGemv(KernelSpec):
             raise InvalidSchedule(
                 self.name, schedule, f"vector_width {vw} does not divide the row word count ceil(k/16)={row_words(k)}"
             )
-        if schedule.get("stage_x", 0) not in self.space["stage_x"]:
-            raise InvalidSchedule(self.name, schedule, f"stage_x {schedule.get('stage_x', 0)} not in (0, 1)")
+        stage = schedule.get("stage_x", 0)
+        if stage not in self.space["stage_x"]:
+            raise InvalidSchedule(self.name, schedule, f"stage_x {stage} not in {self.space['stage_x']}")
+        if stage == 2:
+            self._check_lut(schedule, tpr, vw)
+
+    def _check_lut(self, schedule: Schedule, tpr: int, vw: int) -> None:
+        """The pair-table kernel's layout rules (stage_x=2)."""
+        wg, rows = schedule.workgroup_size, schedule.items_per_invocation
+        if wg % 16:
+            raise InvalidSchedule(
+                self.name,
+                schedule,
+                f"workgroup_size {wg} is not a multiple of 16 (stage_x=2 builds one table nibble per thread)",
+            )
+        if tpr * vw > LUT_TILE_WORDS:
+            raise InvalidSchedule(
+                self.name,
+                schedule,
+                f"threads_per_row {tpr} x vector_width {vw} exceeds the {LUT_TILE_WORDS} packed words "
+                "of a stage_x=2 tile",
+            )
+        held = rows * LUT_TILE_WORDS // tpr
+        if held > LUT_MAX_WORDS:
+            raise InvalidSchedule(
+                self.name,
+                schedule,
+                f"items_per_invocation {rows} with threads_per_row {tpr} holds {held} weight words per thread "
+                f"per stage_x=2 tile (> {LUT_MAX_WORDS} registers)",
+            )
 
     def exact_data(self, problem: Problem) -> bool:
         """Whether generated inputs keep every f32 partial sum exact (then tolerance is 0)."""
@@ -134,8 +203,12 @@ class TernaryGemv(KernelSpec):
 
     def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
         partial = 4 * schedule.workgroup_size  # one partial sum per thread
-        if schedule.get("stage_x", 0) == 1:
+        stage = schedule.get("stage_x", 0)
+        if stage == 1:
             return partial + 64 * tile_words(row_words(problem["k"]))  # 16 f32 of x per packed word
+        if stage == 2:
+            vw, tpr = schedule.vector_width, schedule.get("threads_per_row", 1)
+            return partial + 4 * (LUT_TILE_WORDS // vw) * lut_group(vw, tpr)
         return partial
 
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
@@ -169,7 +242,7 @@ class TernaryGemv(KernelSpec):
         wg, ipi, vw = schedule.workgroup_size, schedule.items_per_invocation, schedule.vector_width
         tpr = schedule.get("threads_per_row", 1)
         groups = -(-m // ((wg // tpr) * ipi))
-        source = (staged_source if schedule.get("stage_x", 0) == 1 else direct_source)(wg, tpr, ipi, vw, kw)
+        source = (direct_source, staged_source, lut_source)[schedule.get("stage_x", 0)](wg, tpr, ipi, vw, kw)
         return Launch(
             source=source,
             args=[
@@ -192,7 +265,7 @@ _SECTION = re.compile(r"^//// (\w+)\s*$", re.MULTILINE)
 
 @cache
 def sections() -> dict[str, str]:
-    """ternary_gemv.wgsl's `//// name` sections: the direct and the staged kernel."""
+    """ternary_gemv.wgsl's `//// name` sections: the direct, the staged and the pair-table kernel."""
     parts = _SECTION.split(read_source(TernaryGemv.source_file))
     return {parts[i]: parts[i + 1].strip("\n") + "\n" for i in range(1, len(parts), 2)}
 
@@ -237,19 +310,78 @@ def staged_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     )
 
 
+def lut_group(vw: int, tpr: int) -> int:
+    """Floats per weight vector in the pair table: 16 per pair, 8 * vw pairs, padded by
+    LUT_PAD when threads_per_row > 1 so neighbouring lanes' vectors sit in opposite bank halves."""
+    return 128 * vw + (LUT_PAD if tpr > 1 else 0)
+
+
+def lut_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
+    """The pair-table kernel: per tile a workgroup-built table of pair sums, one lookup per code pair."""
+    return render(
+        sections()["lut"],
+        {
+            "WG": wg,
+            "TPR": tpr,
+            "R": rows,
+            "VW": vw,
+            "VEC": "u32" if vw == 1 else "vec4<u32>",
+            "TILE_WORDS": LUT_TILE_WORDS,
+            "GROUP": lut_group(vw, tpr),
+            "ROWS": _lines(_row_setup(rows, ("acc",)), 4),
+            "LOADS": _lines(_lut_loads(rows, vw, tpr), 8),
+            "LOOKUPS": _lines(_lut_lookups(rows, vw, tpr), 8),
+            "REDUCE": _lines((f"finish(row{r}, acc{r}, lid, lane);" for r in range(rows)), 4),
+        },
+    )
+
+
+def _lut_loads(rows: int, vw: int, tpr: int) -> list[str]:
+    """Every weight vector a thread needs for one tile (vector index c + i * TPR of each row;
+    indices past the row end clamp to its last vector and look up the zero entries past k)."""
+    return [
+        f"let v{r}_{i} = w[wrow{r} + min(c + {i * tpr}u, nv - 1u)];"
+        for i in range(LUT_TILE_WORDS // (vw * tpr))
+        for r in range(rows)
+    ]
+
+
+def _lut_lookups(rows: int, vw: int, tpr: int) -> list[str]:
+    """One table read per code pair: pair j of word q of vector g is entry q * 128 + j * 16 + nibble."""
+    lines = []
+    for i in range(LUT_TILE_WORDS // (vw * tpr)):
+        lines.append(f"let g{i} = lane + {i * tpr}u;")
+        for r in range(rows):
+            words = [f"v{r}_{i}"] if vw == 1 else [f"v{r}_{i}.{lane}" for lane in "xyzw"]
+            for q, word in enumerate(words):
+                terms = [f"tbl[g{i}][{_entry(q * 128 + j * 16, word, j)}]" for j in range(CODES_PER_WORD // 2)]
+                lines.append(f"acc{r} += " + " + ".join(terms) + ";")
+    return lines
+
+
+def _entry(offset: int, word: str, j: int) -> str:
+    """WGSL for table index offset + nibble j of word (no mask on the top nibble, no shift on the first)."""
+    if j == 0:
+        nibble = f"({word} & 15u)"
+    elif j == CODES_PER_WORD // 2 - 1:
+        nibble = f"({word} >> {4 * j}u)"
+    else:
+        nibble = f"(({word} >> {4 * j}u) & 15u)"
+    return f"{offset}u + {nibble}" if offset else nibble[1:-1]
+
+
 def _lines(lines, spaces: int) -> str:
     return "\n".join(" " * spaces + line for line in lines)
 
 
-def _row_setup(rows: int) -> list[str]:
-    """Row indices (rows past m read row m-1 and are not written) and the two sums per row."""
+def _row_setup(rows: int, sums: tuple[str, ...] = ("pos", "neg")) -> list[str]:
+    """Row indices (rows past m read row m-1 and are not written) and the sums per row."""
     out = []
     for r in range(rows):
         out += [
             f"let row{r} = group * SLOTS * R + {r}u * SLOTS + slot;",
             f"let wrow{r} = min(row{r}, p.m - 1u) * nv;",
-            f"var pos{r} = 0.0;",
-            f"var neg{r} = 0.0;",
+            *(f"var {name}{r} = 0.0;" for name in sums),
         ]
     return out
 
