@@ -7,6 +7,7 @@
 #   part 2: (copy part 1's farm.db to .h200/farm.db, carry [".devkit", ".h200"])
 #           source .devkit/setup.sh && PART=2 bash benchmarks/h200_session.sh
 #           recurrent sweep, configs/s at 1 and 2 GPUs, farm overhead, variants
+#   part 3: tune --all on one GPU, configs/s at 1 and 2 GPUs, bench (one call)
 # Results land flat in $OUT (the device tool brings back at most 8 files).
 set -u
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -14,7 +15,7 @@ W=/tmp/h200; mkdir -p "$W"; OUT=${OUT:-$W/out}; mkdir -p "$OUT"
 mkdir -p .h200; DB="sqlite:///$PWD/.h200/farm.db"
 LOG="$OUT/session${PART:-1}.log"
 step() { local t=$1; shift; echo "=== $(date -u +%FT%TZ) $* (limit ${t}s)" | tee -a "$LOG"
-         local s=$SECONDS; timeout "$t" "$@" 2>&1 | grep -v "Token authentication is enabled" | tee -a "$LOG"
+         local s=$SECONDS; timeout -s INT -k 20 "$t" "$@" 2>&1 | grep -v "Token authentication is enabled" | tee -a "$LOG"
          echo "=== rc=${PIPESTATUS[0]} in $((SECONDS - s))s" | tee -a "$LOG"; }
 nvidia-smi -L | tee -a "$LOG"
 if [ "${PART:-1}" = 1 ]; then
@@ -22,6 +23,12 @@ if [ "${PART:-1}" = 1 ]; then
   step 200 python3 -m farm bench --db "$DB" --out "$W/bench"
   cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
   cp .h200/farm.db "$OUT"/farm.db
+elif [ "${PART}" = 3 ]; then  # the short form: tune, configs/s, bench (fits one call)
+  step ${TUNE_LIMIT:-290} python3 -m farm tune --all --gpus 1 --db "$DB" --out "$W/artifacts" ${TUNE_ARGS:-}
+  step 150 python3 benchmarks/throughput.py --gpus 1,2 --configs ${CONFIGS:-192} --reps 7 --out "$W/tp"
+  step 130 python3 -m farm bench --db "$DB" --out "$W/bench"
+  cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
+  cp "$W"/tp/*.json "$OUT"/throughput.json 2>/dev/null
 else
   step 150 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
   step 200 python3 benchmarks/throughput.py --gpus 1,2 --configs ${CONFIGS:-288} --reps 7 --out "$W/tp"

@@ -9,7 +9,9 @@ schedules for the problem (for gemm, the register-tiled part of the space: reg_m
 count. Per GPU count it reports configs/s (pool start excluded, reported apart), the
 scaling efficiency against one GPU, each worker's GPU (Ray GPU id -> Vulkan adapter, with
 nvidia-smi's placement check), each GPU's mean utilization while tuning, the driver's CPU
-use, and the driver's time in SQL and Parquet writes (is collection the bottleneck?).
+use, the driver's time in SQL and Parquet writes (is collection the bottleneck?), and
+each worker's main-thread milliseconds per trial by stage (waiting for the compile, the
+reference, run + readback, timing incl. warm-up, waiting for certification).
 
     python benchmarks/throughput.py --gpus 1,2 --configs 288 --reps 7 --out /tmp/throughput
 
@@ -130,6 +132,7 @@ def run_at(gpus: int, kernel: str, problem: Problem, schedules, warmup: int, rep
             wall = time.perf_counter() - t1
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         reports = pool.reports()
+        stages = pool.stage_times()
     ray.shutdown()
     driver_cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     workers = []
@@ -157,6 +160,7 @@ def run_at(gpus: int, kernel: str, problem: Problem, schedules, warmup: int, rep
         "driver_parquet_s": spent["parquet_s"],
         "gpu_util_mean_pct": sampler.means(),
         "workers": workers,
+        "worker_stage_s": stages,
         "best_ns": best[0] if best else None,
         "best_schedule": best[1] if best else None,
     }
@@ -208,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         for w in row["workers"]:
             where = f"ray GPU {w['ray_gpu_ids']} -> adapter {w['adapter_index']}"
-            print(f"     {w['worker']}: {where}, placement_ok={w['placement_ok']}")
+            stages = row["worker_stage_s"].get(w["worker"], {})
+            per = stages.get("seconds", {})
+            spent = " ".join(f"{k} {1e3 * v / max(1, stages.get('trials', 1)):.0f}" for k, v in sorted(per.items()))
+            print(f"     {w['worker']}: {where}, placement_ok={w['placement_ok']}; ms/trial: {spent}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         path = args.out / f"throughput_{args.kernel}.json"

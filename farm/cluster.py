@@ -127,6 +127,9 @@ class GpuWorker:
     ) -> dict[str, Timing | None]:
         return self.bench.remeasure(kernel, problem, schedules, reps, rounds, seed)
 
+    def stage_times(self) -> dict:
+        return self.bench.stage_times()
+
     def run(self, fn: Callable[[Device, Any], Any], item: Any) -> Any:
         return fn(self.bench.device, item)
 
@@ -248,6 +251,12 @@ class WorkerPool:
     def reports(self) -> dict[str, dict]:
         """Each worker's report: host, pid, profile, topology hash and adapter mapping."""
         return {name: dict(slot.report) for name, slot in self._slots.items()}
+
+    def stage_times(self) -> dict[str, dict]:
+        """{worker slot: its TrialBench.stage_times()} for the live workers."""
+        slots = list(self._slots.values())
+        refs = [slot.actor.stage_times.remote() for slot in slots]
+        return {slot.name: times for slot, times in zip(slots, self._ray.get(refs), strict=True)}
 
     def topologies(self) -> dict[str, list[str]]:
         """{topology hash: worker slots}: a campaign tunes each topology separately."""

@@ -288,6 +288,7 @@ class Device:
         self.warm_idle_s = 0.25 if gpu else 0.0
         self.warm_max_s = 1.0 if gpu else 0.0
         self._busy_until = 0.0  # time.perf_counter() when timed work last finished
+        self.warm_spent_s = 0.0  # seconds spent warming up, all timings together
         self._pipelines: dict[str, Pipeline] = {}
         self.bytes_in_use = 0
         self.bytes_peak = 0
@@ -475,6 +476,12 @@ class Device:
         if self.warm_s <= 0:
             return
         start = time.perf_counter()
+        try:
+            self._warm_rounds(calls, schedule, start)
+        finally:
+            self.warm_spent_s += time.perf_counter() - start
+
+    def _warm_rounds(self, calls: list, schedule: Any, start: float) -> None:
         idle = start - self._busy_until
         least = 0.0 if idle < HOT_GAP_S else self.warm_s if idle < LONG_IDLE_S else self.warm_idle_s
         batch, previous = 1, None

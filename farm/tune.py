@@ -334,7 +334,25 @@ def tune(
     out = config.out or store.farm_home() / "artifacts"
     with WorkerPool(ray_address, allow_cpu=allow_cpu, trial_timeout_s=trial_timeout_s, gpus=gpus) as pool:
         print(format_workers(pool.reports()), file=sys.stderr)
-        return Campaign(config, pool, db, Path(out), command).run()
+        started = time.perf_counter()
+        try:
+            return Campaign(config, pool, db, Path(out), command).run()
+        finally:
+            print(format_stage_times(pool, time.perf_counter() - started), file=sys.stderr)
+
+
+def format_stage_times(pool: WorkerPool, wall_s: float) -> str:
+    """Where each worker's time went (main-thread ms per trial by stage), or why unknown."""
+    try:
+        stages = pool.stage_times()
+    except Exception as exc:  # noqa: BLE001 - a dead worker must not hide the campaign's outcome
+        return f"worker stage times unavailable: {exc}"
+    lines = [f"campaign wall time {wall_s:.1f} s; worker main-thread ms per trial by stage:"]
+    for slot, report in sorted(stages.items()):
+        trials = max(1, report.get("trials", 0))
+        spent = ", ".join(f"{k} {1e3 * v / trials:.0f}" for k, v in sorted(report.get("seconds", {}).items()))
+        lines.append(f"  worker {slot}: {report.get('trials', 0)} trials; {spent}")
+    return "\n".join(lines)
 
 
 def format_workers(reports: dict[str, dict]) -> str:

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,9 +37,29 @@ from farm.oracle import Certification, ErrorMetrics, compare
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 from farm.trial import TrialKey, TrialResult
 
-COMPILE_AHEAD = 2  # trials whose pipelines compile while the current one runs
+COMPILE_AHEAD = 4  # trials whose pipelines compile (on as many threads) while the current one runs
 MAX_PENDING = 4  # trials timed but not yet certified (each holds its outputs in memory)
 CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per worker
+
+
+class StageTimes:
+    """Seconds the worker's main thread spent per stage, and trials: where a worker's time
+    goes (`farm.cluster.WorkerPool.stage_times`, benchmarks/throughput.py)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.trials = 0
+
+    @contextmanager
+    def timed(self, stage: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+
+    def as_dict(self) -> dict:
+        return {"trials": self.trials, "seconds": dict(self.seconds)}
 
 
 @dataclass(frozen=True)
@@ -65,7 +87,7 @@ class _Inputs:
     arrays: dict[str, np.ndarray]
     uploaded: dict[tuple[int, tuple[int, ...], str, str], Buffer]
     outputs: dict[tuple[str, int, str], Buffer]
-    expected: dict[str, np.ndarray] | None = None
+    expected: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # by the spec's reference_key
 
 
 def _array_identity(data: np.ndarray, kind: str) -> tuple[int, tuple[int, ...], str, str]:
@@ -85,6 +107,7 @@ class TrialBench:
             ThreadPoolExecutor(max_workers=COMPILE_AHEAD, thread_name_prefix="farm-compile") if compile_ahead else None
         )
         self._checker = ThreadPoolExecutor(max_workers=CHECKERS, thread_name_prefix="farm-check")
+        self.stages = StageTimes()
 
     # -- public API ----------------------------------------------------------------
     def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
@@ -98,12 +121,15 @@ class TrialBench:
             if depth and index + depth < len(jobs):
                 ahead[index + depth] = self._compile_ahead(jobs[index + depth])
             outcome = self._trial(job, ahead.pop(index, None))
+            self.stages.trials += 1
             outcomes.append(outcome)
             if isinstance(outcome, _Pending):
                 pending.append(outcome)
-                while len(pending) > MAX_PENDING:
-                    pending.popleft().verdict.result()
-        return [o.result() if isinstance(o, _Pending) else o for o in outcomes]
+                with self.stages.timed("certify_wait"):
+                    while len(pending) > MAX_PENDING:
+                        pending.popleft().verdict.result()
+        with self.stages.timed("certify_wait"):
+            return [o.result() if isinstance(o, _Pending) else o for o in outcomes]
 
     def remeasure(
         self, kernel: str, problem: Problem, schedules: list[Schedule], reps: int = 10, rounds: int = 5, seed: int = 0
@@ -143,6 +169,13 @@ class TrialBench:
             for s in schedules
         }
 
+    def stage_times(self) -> dict:
+        """{"trials": n, "seconds": {stage: main-thread seconds}}; "time" includes the
+        GPU warm-up, also reported alone as "warm_up"."""
+        report = self.stages.as_dict()
+        report["seconds"]["warm_up"] = self.device.warm_spent_s
+        return report
+
     def close(self) -> None:
         if self._compiler is not None:
             self._compiler.shutdown(wait=True)
@@ -159,8 +192,10 @@ class TrialBench:
             launch = None
             if ahead is not None:
                 launch, compiled = ahead
-                compiled.result()  # re-raises the compile error, if any
-            prepared = self._prepare(spec, job, launch)
+                with self.stages.timed("compile_wait"):
+                    compiled.result()  # re-raises the compile error, if any
+            with self.stages.timed("prepare"):
+                prepared = self._prepare(spec, job, launch)
         except InvalidSchedule as exc:
             return self._result(key, Status.INVALID_SCHEDULE, exc.reason)
         except GpuError as exc:
@@ -177,15 +212,17 @@ class TrialBench:
         comparison is CPU work of the same order as the timing. A schedule that fails the
         comparison is never a winner: its timing is discarded and the trial is wrong_result."""
         expected = self._expected(prepared.spec, job)
-        self._clear_outputs(prepared)
         try:
-            prepared.run()
-            outputs = prepared.outputs()
+            with self.stages.timed("run_readback"):
+                self._clear_outputs(prepared)
+                prepared.run()
+                outputs = prepared.outputs()
         except GpuError as exc:
             return self._result(key, Status.RUNTIME_ERROR, str(exc))
         verdict = self._checker.submit(compare, prepared.spec, prepared.problem, outputs, expected)
         try:
-            timing = prepared.time(warmup=job.warmup, reps=job.reps)
+            with self.stages.timed("time"):
+                timing = prepared.time(warmup=job.warmup, reps=job.reps)
         except GpuError as exc:
             return self._result(key, Status.RUNTIME_ERROR, str(exc), metrics=verdict.result().metrics)
         return _Pending(self, key, verdict, timing)
@@ -216,7 +253,8 @@ class TrialBench:
             return None
         try:
             spec = catalog.get(job.kernel)
-            launch = self._launch(spec, job)
+            with self.stages.timed("launch"):
+                launch = self._launch(spec, job)
         except InvalidSchedule:
             return None  # the trial itself reports it
         return launch, self._compiler.submit(compile_launch, self.device, spec, job.schedule, launch)
@@ -262,13 +300,14 @@ class TrialBench:
         return _Transient.wrap(self.device.upload(arg.data, arg.kind))
 
     def _expected(self, spec: KernelSpec, job: Job) -> dict[str, np.ndarray]:
-        """The reference, computed once per inputs unless the spec says it depends on the schedule."""
+        """The reference, computed once per inputs and the spec's reference_key (topk: once
+        per block size; a 2^26-element topk reference is seconds of numpy)."""
         entry = self._entry(spec, job)
-        if spec.schedule_dependent_reference:
-            return spec.reference(job.problem, job.schedule, entry.arrays)
-        if entry.expected is None:
-            entry.expected = spec.reference(job.problem, job.schedule, entry.arrays)
-        return entry.expected
+        key = spec.reference_key(job.schedule)
+        if key not in entry.expected:
+            with self.stages.timed("reference"):
+                entry.expected[key] = spec.reference(job.problem, job.schedule, entry.arrays)
+        return entry.expected[key]
 
     def _clear_outputs(self, prepared: Prepared) -> None:
         """Zero reused output buffers, so a kernel that writes nothing can't pass on stale data."""

@@ -116,6 +116,11 @@ class KernelSpec(ABC):
             raise ValueError(f"{self.name} problem needs {self.dims}; got {tuple(dims)}")
         return Problem.of(**{d: dims[d] for d in self.dims})
 
+    def reference_key(self, schedule: Schedule) -> str:
+        """What of `schedule` the reference depends on ("" when nothing): workers compute one
+        reference per problem and key. Kernels with schedule_dependent_reference override it."""
+        return schedule.key() if self.schedule_dependent_reference else ""
+
     @abstractmethod
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
         """Sizes `farm tune --all` uses: small on CPU adapters, realistic on GPUs."""

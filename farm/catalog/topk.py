@@ -82,6 +82,10 @@ class TopK(KernelSpec):
     def certify_problems(self) -> list[Problem]:
         return [self.problem(n=1, k=1), self.problem(n=1000, k=5), self.problem(n=4100, k=32)]
 
+    def reference_key(self, schedule: Schedule) -> str:
+        """The reference depends on the block size alone: one per block size and problem."""
+        return f"block={schedule.workgroup_size}"
+
     def schedules(self) -> list[Schedule]:
         """The original bitonic space (without the new knobs, so its keys and winners carry
         over) plus the selection variant over block size, threads per block, vector width
