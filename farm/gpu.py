@@ -38,8 +38,8 @@ TOPOLOGY_FEATURES = ("timestamp-query", "subgroup", "shader-f16", "shader-f64")
 _instance_configured = False
 # GPU warm-up (Device._warm_up): idle gaps after which clocks have dropped, the agreement
 # between consecutive warm-up rounds that counts as steady, and the least round length.
-HOT_GAP_S = 0.05
-LONG_IDLE_S = 0.5
+HOT_GAP_S = 0.25
+LONG_IDLE_S = 1.0
 WARM_STEADY = 0.03
 WARM_ROUND_S = 0.01
 
@@ -369,8 +369,10 @@ class Device:
             raw = self.device.queue.read_buffer(buffer.handle)
         except Exception as exc:  # noqa: BLE001
             raise GpuError("readback", str(exc)) from exc
-        out = np.frombuffer(bytes(raw), dtype=dtype)
-        return out[:count].copy() if count is not None else out.copy()
+        # wgpu-py hands back a writable memoryview over its own copy of the mapped data:
+        # view it in place (a 64 MB output was copied twice more before).
+        out = np.frombuffer(raw, dtype=dtype)
+        return out[:count] if count is not None else out
 
     def write(self, buffer: Buffer, data: np.ndarray | bytes) -> None:
         raw = data if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes()
