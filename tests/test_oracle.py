@@ -34,6 +34,49 @@ def test_matching_nan_and_inf_are_equal_and_mismatches_are_infinite():
     assert error_metrics(np.array([np.inf]), np.array([-np.inf])).max_abs == np.inf
 
 
+def _noisy_pair(n: int, seed: int, specials: bool):
+    rng = np.random.default_rng(seed)
+    b = rng.standard_normal(n).astype(np.float32)
+    a = (b + rng.standard_normal(n).astype(np.float32) * np.float32(1e-5)).astype(np.float32)
+    if specials:
+        picks = rng.choice(n, 40, replace=False)
+        values = np.array([np.nan, np.inf, -np.inf, 0.0], np.float32)
+        b[picks] = values[np.arange(40) % 4]
+        a[picks[:30]] = b[picks[:30]]  # 30 matching specials, 10 mismatches
+        a[picks[30:]] = np.float32(1.0)
+    return a, b
+
+
+@pytest.mark.parametrize("specials", [False, True], ids=["finite", "nan_inf"])
+@pytest.mark.parametrize("atol", [1e-6, 1e-4])
+def test_one_pass_tolerance_agrees_with_allclose(specials, atol):
+    """compare() decides tolerance from the metrics pass; it must agree with np.allclose."""
+    for seed in range(3):
+        a, b = _noisy_pair(5000, seed, specials)
+        want = bool(np.allclose(a, b, rtol=1e-4, atol=atol, equal_nan=True))
+        _, close = oracle._measure(a, b, atol, 1e-4)
+        assert close == want
+
+
+def test_large_outputs_are_measured_in_parallel_chunks_with_the_same_result(monkeypatch):
+    a, b = _noisy_pair(3 * 1000 + 17, 7, True)
+    a[5], b[5] = np.float32(2.0), np.float32(1.0)  # one finite outlier
+    whole, whole_close = oracle._measure(a, b, 1e-3, 1e-4)
+    monkeypatch.setattr(oracle, "CHUNK", 1000)
+    monkeypatch.setattr(oracle, "PARALLEL_MIN", 1000)
+    chunked, chunked_close = oracle._measure(a, b, 1e-3, 1e-4)
+    assert chunked_close == whole_close is False
+    assert chunked.max_abs == whole.max_abs == np.inf and chunked.max_rel == whole.max_rel
+    finite_a, finite_b = _noisy_pair(3 * 1000 + 17, 8, False)
+    monkeypatch.setattr(oracle, "PARALLEL_MIN", 10**9)
+    whole = oracle.error_metrics(finite_a, finite_b)
+    monkeypatch.setattr(oracle, "PARALLEL_MIN", 1000)
+    chunked = oracle.error_metrics(finite_a, finite_b)
+    assert chunked.max_abs == whole.max_abs and chunked.max_rel == whole.max_rel
+    assert chunked.mean_abs == pytest.approx(whole.mean_abs, rel=1e-9)
+    assert chunked.rmse == pytest.approx(whole.rmse, rel=1e-9)
+
+
 def test_error_metrics_refuses_mismatched_shapes():
     with pytest.raises(ValueError, match=r"shape mismatch: actual \(3,\) vs expected \(2,\)"):
         error_metrics(np.zeros(3), np.zeros(2))
