@@ -153,27 +153,30 @@ def test_gpu_warm_up_after_a_long_idle_runs_warm_idle_s_before_timing(device, mo
     elapsed = time.perf_counter() - start
     count = device.read(buf, np.float32, 1)[0]
     device.release(buf)
-    assert 0.2 <= elapsed < 2.0
+    assert elapsed >= 0.2
     assert count > 1 + 3 + 1  # the warm-up kept dispatching beyond the counted warm-up runs
 
 
 def test_gpu_warm_up_is_short_when_the_gpu_just_worked_and_capped_at_warm_max_s(device, monkeypatch):
+    """Counted in dispatches, not seconds: a hot device with steady rounds stops after two
+    rounds; rounds that never agree stop at warm_max_s (a lower bound only: shared CI)."""
     import time
 
     pipeline = device.pipeline(COUNTER, label="counter")
     buf = device.upload(np.zeros(1, np.float32), "storage")
     _warm_settings(device, monkeypatch, 0.3, 0.3, 0.6)
+    monkeypatch.setattr("farm.gpu.WARM_STEADY", float("inf"))  # any two rounds agree
     device.time(pipeline, [buf], 1, warmup=0, reps=1)
-    start = time.perf_counter()
+    before = device.read(buf, np.float32, 1)[0]
     device.time(pipeline, [buf], 1, warmup=0, reps=1)  # hot: just timed, no least time
-    hot = time.perf_counter() - start
+    hot_dispatches = device.read(buf, np.float32, 1)[0] - before
     monkeypatch.setattr("farm.gpu.WARM_STEADY", -1.0)  # rounds never agree: the cap ends it
     start = time.perf_counter()
     device.time(pipeline, [buf], 1, warmup=0, reps=1)
     capped = time.perf_counter() - start
     device.release(buf)
-    assert hot < 0.3
-    assert 0.6 <= capped < 1.5
+    assert hot_dispatches <= 1 + 2 * 2 + 1  # two rounds (batch 1, then at most 2) and the rep
+    assert capped >= 0.6
 
 
 def test_only_gpus_get_the_timed_warm_up(device):
