@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import statistics
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -42,6 +43,7 @@ HOT_GAP_S = 0.25
 LONG_IDLE_S = 1.0
 WARM_STEADY = 0.03
 WARM_ROUND_S = 0.01
+STAGING_KEEP = 4  # readback staging buffers a Device keeps for reuse
 
 
 class GpuError(RuntimeError):
@@ -290,6 +292,8 @@ class Device:
         self._busy_until = 0.0  # time.perf_counter() when timed work last finished
         self.warm_spent_s = 0.0  # seconds spent warming up, all timings together
         self._pipelines: dict[str, Pipeline] = {}
+        self._staging_buffers: list = []  # reused readback buffers, least recently used first
+        self._staging_lock = threading.Lock()
         self.bytes_in_use = 0
         self.bytes_peak = 0
 
@@ -332,12 +336,17 @@ class Device:
     # -- buffers -----------------------------------------------------------------
     def upload(self, data: np.ndarray | bytes, kind: str = "read") -> Buffer:
         """A buffer holding `data`; `kind` is read (read-only storage), storage or uniform."""
-        raw = data if isinstance(data, (bytes, bytearray, memoryview)) else np.ascontiguousarray(data).tobytes()
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            raw = memoryview(data).cast("B")
+        else:  # no intermediate bytes copy: a 256 MB input was copied twice before
+            raw = memoryview(np.ascontiguousarray(data)).cast("B")
         nbytes = max(_align4(len(raw)), 4 if kind != "uniform" else 16)
         buffer = self.empty(nbytes, kind)
-        if raw:
+        if len(raw):
+            if len(raw) % 4:
+                raw = memoryview(bytes(raw) + bytes(4 - len(raw) % 4))
             try:
-                self.device.queue.write_buffer(buffer.handle, 0, bytes(raw))
+                self.device.queue.write_buffer(buffer.handle, 0, raw)
             except Exception as exc:  # noqa: BLE001
                 self.release(buffer)
                 raise GpuError("bind", f"upload of {len(raw)} bytes: {exc}") from exc
@@ -365,14 +374,39 @@ class Device:
             self.bytes_in_use -= buffer.nbytes
 
     def read(self, buffer: Buffer, dtype=np.float32, count: int | None = None) -> np.ndarray:
+        """The first `count` elements (all when None) of `buffer`, copied to the host through
+        a reused mappable staging buffer (wgpu-py's read_buffer allocates one per call)."""
+        dtype = np.dtype(dtype)
+        size = buffer.nbytes if count is None else min(buffer.nbytes, _align4(count * dtype.itemsize))
         try:
-            raw = self.device.queue.read_buffer(buffer.handle)
+            with self._staging_lock:
+                staging = self._staging(size)
+                encoder = self.device.create_command_encoder()
+                encoder.copy_buffer_to_buffer(buffer.handle, 0, staging, 0, size)
+                self.device.queue.submit([encoder.finish()])
+                staging.map_sync("READ", 0, size)
+                try:
+                    raw = staging.read_mapped(0, size)  # a copy, owned by the returned view
+                finally:
+                    staging.unmap()
         except Exception as exc:  # noqa: BLE001
             raise GpuError("readback", str(exc)) from exc
-        # wgpu-py hands back a writable memoryview over its own copy of the mapped data:
-        # view it in place (a 64 MB output was copied twice more before).
         out = np.frombuffer(raw, dtype=dtype)
         return out[:count] if count is not None else out
+
+    def _staging(self, size: int):
+        """A MAP_READ buffer of at least `size` bytes, reused across reads (at most
+        STAGING_KEEP kept, the least recently used destroyed first)."""
+        for index, candidate in enumerate(self._staging_buffers):
+            if candidate.size >= size:
+                self._staging_buffers.append(self._staging_buffers.pop(index))
+                return candidate
+        usage = self._wgpu.BufferUsage
+        staging = self.device.create_buffer(size=max(size, 4), usage=usage.COPY_DST | usage.MAP_READ)
+        self._staging_buffers.append(staging)
+        while len(self._staging_buffers) > STAGING_KEEP:
+            self._staging_buffers.pop(0).destroy()
+        return staging
 
     def write(self, buffer: Buffer, data: np.ndarray | bytes) -> None:
         raw = data if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes()
