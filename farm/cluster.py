@@ -180,7 +180,13 @@ class WorkerPool:
     ):
         import ray
 
-        if trial_timeout_s <= 0 or max_in_flight < 1 or max_retries < 0 or cpu_workers < 1 or (gpus or 1) < 1:
+        if (
+            trial_timeout_s <= 0
+            or max_in_flight < 1
+            or max_retries < 0
+            or cpu_workers < 1
+            or (gpus is not None and gpus < 1)
+        ):
             raise ValueError(
                 f"bad pool settings: trial_timeout_s={trial_timeout_s}, max_in_flight={max_in_flight}, "
                 f"max_retries={max_retries}, cpu_workers={cpu_workers}, gpus={gpus}"

@@ -226,3 +226,20 @@ def test_trial_bench_builds_each_launch_once_when_compiling_ahead(device: Device
     bench.close()
     assert all(r.status is Status.OK for r in results)
     assert calls == schedules
+
+
+def test_tune_gpus_flag_takes_a_positive_count(capsys):
+    from farm.cli import build_parser
+
+    assert build_parser().parse_args(["tune", "gemv", "--gpus", "2"]).gpus == 2
+    assert build_parser().parse_args(["tune", "gemv"]).gpus is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["tune", "gemv", "--gpus", "0"])
+    assert "expected a positive integer, got 0" in capsys.readouterr().err
+
+
+def test_pool_refuses_a_gpu_cap_below_one():
+    from farm.cluster import WorkerPool
+
+    with pytest.raises(ValueError, match="gpus=0"):
+        WorkerPool(allow_cpu=True, gpus=0)
