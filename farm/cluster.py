@@ -34,6 +34,7 @@ from farm.worker import Job, TrialBench
 FORWARDED_ENV = ("FARM_EXTRA_KERNELS", "FARM_ADAPTER")
 _POLL_S = 0.5
 DEATH_SETTLE_S = 10.0  # how long a dead actor's earlier batches may take to resolve
+MAX_BATCH = 8  # trials per batch sent to a worker (guided sizing shrinks it towards the end)
 NVIDIA_SMI_TIMEOUT_S = 20.0
 
 
@@ -160,6 +161,7 @@ class _Batch:
     retries: int = 0
     ref: Any = None
     started: float = 0.0
+    alone: bool = False  # a retried or split-off trial: never merged with others again
 
 
 class WorkerPool:
@@ -299,12 +301,17 @@ class WorkerPool:
         return [self._slots[n] for n in names]
 
     def _run(self, jobs: list[Job], slots: list[_Slot], batch_size: int | None) -> Iterator[tuple[int, TrialResult]]:
-        size = batch_size or max(1, min(8, len(jobs) // (len(slots) * self.max_in_flight * 2) or 1))
+        """Batches of `batch_size`, or guided: each batch takes its share of what is left,
+        ceil(left / (workers x in-flight)) clamped to 1..MAX_BATCH, so workers get large
+        batches while plenty is left and single trials at the end, where a fixed size left
+        some GPUs idle behind the last full batches."""
         indexed = list(enumerate(jobs))
+        size = batch_size or 1
         pending = deque(_Batch(indexed[i : i + size]) for i in range(0, len(indexed), size))
         owner: dict[Any, _Slot] = {}
+        guided = batch_size is None
         while pending or owner:
-            self._fill(slots, pending, owner)
+            self._fill(slots, pending, owner, guided)
             ready, _ = self._ray.wait(list(owner), num_returns=1, timeout=_POLL_S)
             for ref in ready:
                 if ref in owner:
@@ -313,14 +320,27 @@ class WorkerPool:
                 if slot.fifo and self._overdue(slot.fifo[0]):
                     yield from self._on_timeout(slot, pending, owner)
 
-    def _fill(self, slots: list[_Slot], pending: deque, owner: dict) -> None:
+    def _fill(self, slots: list[_Slot], pending: deque, owner: dict, guided: bool = False) -> None:
         for slot in slots:
             while pending and len(slot.fifo) < self.max_in_flight:
-                batch = pending.popleft()
+                batch = self._take(pending, len(slots)) if guided else pending.popleft()
                 batch.ref = slot.actor.evaluate.remote([job for _, job in batch.items])
                 batch.started = time.monotonic()
                 slot.fifo.append(batch)
                 owner[batch.ref] = slot
+
+    def _take(self, pending: deque, workers: int) -> _Batch:
+        """The next batch: single fresh trials at the head of `pending` merged up to the
+        guided size; a retried or split-off trial goes alone."""
+        first = pending.popleft()
+        if first.alone or first.retries:
+            return first
+        left = len(first.items) + sum(len(b.items) for b in pending)
+        want = max(1, min(MAX_BATCH, -(-left // (workers * self.max_in_flight))))
+        items = list(first.items)
+        while pending and len(items) < want and not pending[0].alone and not pending[0].retries:
+            items += pending.popleft().items
+        return _Batch(items)
 
     def _overdue(self, batch: _Batch) -> bool:
         return time.monotonic() - batch.started > self.trial_timeout_s * len(batch.items)
@@ -346,7 +366,7 @@ class WorkerPool:
         limit = self.trial_timeout_s * len(culprit.items)
         self._requeue_behind(slot, culprit, pending, owner)
         if len(culprit.items) > 1:
-            pending.extendleft(_Batch([item]) for item in reversed(culprit.items))
+            pending.extendleft(_Batch([item], alone=True) for item in reversed(culprit.items))
         else:
             index, job = culprit.items[0]
             yield index, self._failure(slot, job, Status.TIMEOUT, f"trial exceeded {limit:.1f} s; worker replaced")
@@ -375,9 +395,9 @@ class WorkerPool:
         lost_id = slot.worker_id
         self._replace(slot)
         if len(culprit.items) > 1:
-            pending.extendleft(_Batch([item]) for item in reversed(culprit.items))
+            pending.extendleft(_Batch([item], alone=True) for item in reversed(culprit.items))
         elif culprit.retries < self.max_retries:
-            pending.appendleft(_Batch(culprit.items, retries=culprit.retries + 1))
+            pending.appendleft(_Batch(culprit.items, retries=culprit.retries + 1, alone=True))
         else:
             index, job = culprit.items[0]
             message = f"worker {lost_id} died on this trial {culprit.retries + 1} times"
@@ -388,7 +408,7 @@ class WorkerPool:
         behind = [b for b in slot.fifo if b is not culprit]
         for batch in [culprit, *behind]:
             owner.pop(batch.ref, None)
-        pending.extendleft(_Batch(b.items, b.retries) for b in reversed(behind))
+        pending.extendleft(_Batch(b.items, b.retries, alone=True) for b in reversed(behind))
         slot.fifo.clear()
 
     def _failure(self, slot: _Slot, job: Job, status: Status, message: str) -> TrialResult:
