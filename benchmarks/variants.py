@@ -1,8 +1,10 @@
-"""Time the schedule variants added on 2026-11-30 without a GPU against the schedules that
-won on the H200 that day (benchmarks/NOTES.md, "Added after the device time ran out").
+"""Time hand-picked schedule variants against the schedules that won on the H200 in the
+first session (2026-11-30): session 1's untimed knobs (topk select, ternary staged x, gemm
+shared vec4/padding/warp layout, fft Stockham), session 2's recurrent chunked kernel and
+ternary pair lookup table (benchmarks/NOTES.md has the predictions and measurements).
 
 Each schedule is certified against the reference, then timed (TrialBench: inputs resident,
-time-based warm-up). Prints one table and writes variants.json under --out. A benchmark,
+warm-up until steady). Prints one table and writes variants.json under --out. A benchmark,
 not a test; refuses a CPU adapter unless --allow-cpu (then with small sizes).
 
     python benchmarks/variants.py --out benchmarks/results
