@@ -336,8 +336,8 @@ class WorkerPool:
         if first.alone or first.retries:
             return first
         left = len(first.items) + sum(len(b.items) for b in pending)
-        # One worker has nobody to balance with: full batches keep its GPU pipeline fed.
-        want = MAX_BATCH if workers == 1 else max(1, min(MAX_BATCH, -(-left // (workers * self.max_in_flight))))
+        # With one worker too: results stream back (progress, resume after a kill) in halves.
+        want = max(1, min(MAX_BATCH, -(-left // (workers * self.max_in_flight))))
         items = list(first.items)
         while pending and len(items) < want and not pending[0].alone and not pending[0].retries:
             items += pending.popleft().items

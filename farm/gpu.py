@@ -397,10 +397,11 @@ class Device:
     def _staging(self, size: int):
         """A MAP_READ buffer of at least `size` bytes, reused across reads (at most
         STAGING_KEEP kept, the least recently used destroyed first)."""
-        for index, candidate in enumerate(self._staging_buffers):
-            if candidate.size >= size:
-                self._staging_buffers.append(self._staging_buffers.pop(index))
-                return candidate
+        fits = [(c.size, i) for i, c in enumerate(self._staging_buffers) if c.size >= size]
+        if fits:
+            index = min(fits)[1]  # the smallest that fits
+            self._staging_buffers.append(self._staging_buffers.pop(index))
+            return self._staging_buffers[-1]
         usage = self._wgpu.BufferUsage
         staging = self.device.create_buffer(size=max(size, 4), usage=usage.COPY_DST | usage.MAP_READ)
         self._staging_buffers.append(staging)

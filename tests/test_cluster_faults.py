@@ -140,5 +140,5 @@ def test_guided_batches_shrink_towards_the_end_and_never_merge_retried_trials():
     assert sizes == sorted(sizes, reverse=True) and sizes[-3:] == [1, 1, 1]
     pending = deque([_Batch([(0, None)]), _Batch([(1, None)], alone=True), _Batch([(2, None)], retries=1)])
     pending += deque(_Batch([(i, None)]) for i in range(3, 6))
-    taken = [[i for i, _ in pool._take(pending, workers=1).items] for _ in range(4)]
-    assert taken == [[0], [1], [2], [3, 4, 5]]  # one worker: no balancing, full batches
+    taken = [[i for i, _ in pool._take(pending, workers=1).items] for _ in range(5)]
+    assert taken == [[0], [1], [2], [3, 4], [5]]  # 3 left for 1 worker x 2 in flight: 2, then 1
