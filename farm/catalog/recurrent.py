@@ -21,7 +21,6 @@ from farm.schedule import InvalidSchedule, Problem, Schedule
 
 REDUCE_MODES = {0: "workgroup", 1: "subgroup"}
 MAX_REGISTER_FLOATS = 128  # per-thread state floats beyond which the state spills
-MIN_SUBGROUP_SIZE = 4  # the smallest subgroup size WebGPU allows
 _VEC = {1: "f32", 2: "vec2<f32>", 4: "vec4<f32>"}
 _SECTION = re.compile(r"^//// (\w+)\s*$", re.MULTILINE)
 
