@@ -146,6 +146,21 @@ CHUNKED = [
         s(workgroup_size=64, items_per_invocation=1, vector_width=4, threads_per_column=8, reduce=0, chunk=16),
     ),
 ]
+# Session 2's tuned winners (E=128, E=192) with the deferred per-chunk reduction (reduce=2).
+CHUNKED += [
+    (
+        "deferred wg128 tpc8 c32",
+        s(workgroup_size=128, items_per_invocation=1, vector_width=1, threads_per_column=8, reduce=2, chunk=32),
+    ),
+    (
+        "deferred wg128 tpc16 c32 vw2",
+        s(workgroup_size=128, items_per_invocation=1, vector_width=2, threads_per_column=16, reduce=2, chunk=32),
+    ),
+    (
+        "deferred wg128 tpc16 c16 vw4",
+        s(workgroup_size=128, items_per_invocation=1, vector_width=4, threads_per_column=16, reduce=2, chunk=16),
+    ),
+]
 RECURRENT_CPU = Problem.of(B=1, H=2, VH=1, T=8, L=16, E=32)
 CASES += [
     (

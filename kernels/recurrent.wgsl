@@ -102,6 +102,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 // for CT steps at a time are staged in workgroup memory by all threads (two barriers per
 // chunk), so the T-step loop reads no global memory: per step a thread's only chain is
 // its state update, and the q/v load latency is paid once per chunk, not once per step.
+// With the deferred reduction (reduce=2) the TPC partial sums of every step go to
+// workgroup memory and are summed once per chunk (one barrier per chunk, not per step),
+// the context rows of the chunk written coalesced.
 //   context[b,h,t,e] = sum_l rho[b,h,l,e] * query[b,h,t,l]      (state before the update)
 //   rho[b,h,l,e]     = (rho[b,h,l,e] + query[b,h,t,l] * value[b,vh,t,e]) * decay[h]
 const WG: u32 = {{WG}}u;
@@ -191,14 +194,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 }
             }
 {{REDUCE}}
-            if (lane == 0u) {
-                for (var i = 0u; i < IPI; i++) {
-                    if (live[i]) {
-                        context[(bh * p.t + t) * p.ev + cols[i]] = acc[i];
-                    }
-                }
-            }
+{{STEP_WRITE}}
         }
+{{CHUNK_END}}
     }
 
     for (var k = 0u; k < ROWS; k++) {
@@ -243,5 +241,43 @@ var<workgroup> partial: array<{{VEC}}, 2u * WG * IPI>;
                     s += partial[half + (lid + j) * IPI + i];
                 }
                 acc[i] = s;
+            }
+        }
+
+//// step_write
+            if (lane == 0u) {
+                for (var i = 0u; i < IPI; i++) {
+                    if (live[i]) {
+                        context[(bh * p.t + t) * p.ev + cols[i]] = acc[i];
+                    }
+                }
+            }
+
+//// deferred_decl
+// Partial sums of one chunk: row (step s, lane) holds the COLS columns of the workgroup,
+// rows padded by one vector so a column's TPC lanes fall on different banks.
+const PCOLS: u32 = COLS + 1u;
+var<workgroup> partial: array<{{VEC}}, CT * TPC * PCOLS>;
+
+//// deferred
+            // deferred: no reduction here; the partial sums wait for the chunk's end.
+
+//// deferred_write
+            for (var i = 0u; i < IPI; i++) {
+                partial[(s * TPC + lane) * PCOLS + i * SLOTS + slot] = acc[i];
+            }
+
+//// deferred_end
+        workgroupBarrier();  // every step's partial sums of this chunk are in
+        for (var j = lid; j < n * COLS; j += WG) {
+            let s = j / COLS;
+            let c = j % COLS;
+            var sum = {{VEC}}(0.0);
+            for (var l = 0u; l < TPC; l++) {
+                sum += partial[(s * TPC + l) * PCOLS + c];
+            }
+            let col = (blk * IPI + c / SLOTS) * SLOTS + c % SLOTS;
+            if (valid && col < p.ev) {
+                context[(bh * p.t + t0 + s) * p.ev + col] = sum;
             }
         }

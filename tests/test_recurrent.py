@@ -26,6 +26,9 @@ SCHEDULES = [
     Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=4, threads_per_column=4, reduce=1, chunk=8),
     Schedule.of(workgroup_size=64, items_per_invocation=2, vector_width=1, threads_per_column=8, reduce=0, chunk=16),
     Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=1, threads_per_column=1, reduce=0, chunk=32),
+    # deferred: the chunk's partial sums reduced once per chunk
+    Schedule.of(workgroup_size=64, items_per_invocation=2, vector_width=2, threads_per_column=8, reduce=2, chunk=16),
+    Schedule.of(workgroup_size=128, items_per_invocation=1, vector_width=4, threads_per_column=16, reduce=2, chunk=8),
 ]
 
 
@@ -35,6 +38,9 @@ def test_chunked_kernel_over_many_chunks_matches_reference(device):
     for schedule in (
         Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=4, threads_per_column=2, reduce=1, chunk=8),
         Schedule.of(workgroup_size=32, items_per_invocation=2, vector_width=2, threads_per_column=4, reduce=0, chunk=8),
+        Schedule.of(
+            workgroup_size=64, items_per_invocation=1, vector_width=1, threads_per_column=16, reduce=2, chunk=8
+        ),
     ):
         result = oracle.certify(SPEC, schedule, problem, device)
         assert result.status is Status.OK, f"{schedule}: {result.message}"
@@ -46,6 +52,15 @@ def test_chunk_staging_counts_against_workgroup_storage(device):
     chunked = Schedule.of(workgroup_size=256, vector_width=4, threads_per_column=1, reduce=0, chunk=32)
     assert SPEC.workgroup_bytes(plain, problem) == 0
     assert SPEC.workgroup_bytes(chunked, problem) == 4 * 32 * (64 + 256 * 4)
+    deferred = Schedule.of(workgroup_size=128, vector_width=2, threads_per_column=8, reduce=2, chunk=16)
+    assert SPEC.workgroup_bytes(deferred, problem) == 4 * 16 * (64 + 16 * 2) + 4 * 2 * 16 * 8 * (16 + 1)
+    for bad in (dict(chunk=0, threads_per_column=8), dict(chunk=16, threads_per_column=1)):
+        with pytest.raises(InvalidSchedule, match="deferred"):
+            SPEC.check(Schedule.of(workgroup_size=64, reduce=2, **bad), problem, device.profile)
+    assert not any(
+        s.get("reduce", 0) == 2 and s.get("chunk", 0) == 0 or s.get("threads_per_column", 1) == 1 and s.get("reduce", 0)
+        for s in SPEC.schedules()
+    )
     with pytest.raises(InvalidSchedule, match="chunk 12"):
         SPEC.check(Schedule.of(workgroup_size=64, threads_per_column=1, reduce=0, chunk=12), problem, device.profile)
 

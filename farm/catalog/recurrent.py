@@ -10,6 +10,7 @@ rho [B,H,L,E], decay [H]; outputs context [B,H,T,E] and rho [B,H,L,E].
 
 from __future__ import annotations
 
+import itertools
 import re
 from functools import cache
 
@@ -19,7 +20,7 @@ from farm.catalog import Arg, KernelSpec, Launch, read_source, register, render,
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
-REDUCE_MODES = {0: "workgroup", 1: "subgroup"}
+REDUCE_MODES = {0: "workgroup", 1: "subgroup", 2: "deferred"}  # deferred: chunked kernel only
 MAX_REGISTER_FLOATS = 128  # per-thread state floats beyond which the state spills
 _VEC = {1: "f32", 2: "vec2<f32>", 4: "vec4<f32>"}
 _SECTION = re.compile(r"^//// (\w+)\s*$", re.MULTILINE)
@@ -91,7 +92,7 @@ class Recurrent(KernelSpec):
         "items_per_invocation": (1, 2),
         "vector_width": (1, 2, 4),
         "threads_per_column": (1, 2, 4, 8, 16),
-        "reduce": (0, 1),
+        "reduce": (0, 1, 2),
         "chunk": (0, 8, 16, 32),
     }
     # Best across E = 96..768 (B1 H8 T64 L64) in an exhaustive tune on an H200: the per-step
@@ -100,6 +101,20 @@ class Recurrent(KernelSpec):
     default = Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=1, threads_per_column=4, reduce=0)
     atol = 1e-3
     rtol = 1e-4
+
+    def schedules(self) -> list[Schedule]:
+        """The knob product less what is invalid or a duplicate on every problem: a reduce
+        mode with one thread per column (nothing to reduce), deferred without chunks."""
+        names = list(self.space)
+        out = []
+        for values in itertools.product(*self.space.values()):
+            knobs = dict(zip(names, values, strict=True))
+            if knobs["threads_per_column"] == 1 and knobs["reduce"] != 0:
+                continue
+            if knobs["reduce"] == 2 and knobs["chunk"] == 0:
+                continue
+            out.append(Schedule.of(**knobs))
+        return out
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
         if profile.is_cpu:
@@ -136,6 +151,9 @@ class Recurrent(KernelSpec):
         chunk = schedule.get("chunk", 0)
         if chunk not in self.space["chunk"]:
             raise InvalidSchedule(self.name, schedule, f"chunk {chunk} not in {list(self.space['chunk'])}")
+        if reduce == 2 and (chunk == 0 or tpc == 1):
+            reason = f"reduce 2 (deferred) needs chunk > 0 and threads_per_column > 1; got chunk {chunk}, tpc {tpc}"
+            raise InvalidSchedule(self.name, schedule, reason)
         floats = -(-problem["L"] // tpc) * ipi * vw
         if floats > MAX_REGISTER_FLOATS:
             raise InvalidSchedule(
@@ -147,7 +165,10 @@ class Recurrent(KernelSpec):
         wg, ipi, vw = schedule.workgroup_size, schedule.items_per_invocation, schedule.vector_width
         chunk = schedule.get("chunk", 0)
         staged = 4 * chunk * (problem["L"] + (wg // tpc) * ipi * vw)  # q rows + value columns
-        if tpc == 1 or REDUCE_MODES[schedule.get("reduce", 0)] != "workgroup":
+        mode = REDUCE_MODES.get(schedule.get("reduce", 0))
+        if tpc > 1 and mode == "deferred":
+            return staged + 4 * vw * chunk * tpc * ((wg // tpc) * ipi + 1)
+        if tpc == 1 or mode != "workgroup":
             return staged
         return staged + 2 * wg * ipi * vw * 4
 
@@ -200,21 +221,24 @@ class Recurrent(KernelSpec):
         vec = _VEC[vw]
         reduce = render(parts[mode], {"VEC": vec})
         decl = render(parts[f"{mode}_decl"], {"VEC": vec})
-        return render(
-            parts["chunked" if chunk else "kernel"],
-            {
-                "CT": chunk,
-                "L": l_dim,
-                "WG": wg,
-                "TPC": tpc,
-                "IPI": ipi,
-                "ROWS": rows,
-                "VEC": vec,
-                "REDUCE_NAME": mode,
-                "REDUCE_DECL": decl,
-                "REDUCE": reduce,
-            },
-        )
+        values = {
+            "CT": chunk,
+            "L": l_dim,
+            "WG": wg,
+            "TPC": tpc,
+            "IPI": ipi,
+            "ROWS": rows,
+            "VEC": vec,
+            "REDUCE_NAME": mode,
+            "REDUCE_DECL": decl,
+            "REDUCE": reduce,
+        }
+        if not chunk:
+            return render(parts["kernel"], values)
+        deferred = mode == "deferred"
+        values["STEP_WRITE"] = parts["deferred_write" if deferred else "step_write"].rstrip("\n")
+        values["CHUNK_END"] = render(parts["deferred_end"], {"VEC": vec}).rstrip("\n") if deferred else ""
+        return render(parts["chunked"], values)
 
     def tolerance(self, problem: Problem) -> tuple[float, float]:
         # f32 error grows with the L-term dot products and the T-step accumulation.
