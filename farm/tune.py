@@ -24,7 +24,7 @@ from farm import artifacts, catalog, store
 from farm.cluster import WorkerFailure, WorkerPool
 from farm.gpu import HardwareProfile, Timing
 from farm.oracle import ErrorMetrics
-from farm.schedule import Problem, Schedule, Status
+from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 from farm.search import Budget, strategy
 from farm.store import WinnerRecord
 from farm.trial import TrialKey, TrialResult
@@ -59,6 +59,7 @@ class Task:
     space: list[Schedule]
     budget: int | None
     capped_from: int | None = None
+    excluded: int = 0  # schedules of the kernel's space that fail its checks for this problem
 
     @property
     def trials(self) -> int:
@@ -82,17 +83,28 @@ def parse_sizes(text: str) -> dict[str, list[Problem]]:
 
 
 def plan(config: TuneConfig, topology: str, profile: HardwareProfile) -> list[Task]:
-    """Tasks for one topology; on a CPU adapter each budget is capped at CPU_BUDGET."""
+    """Tasks for one topology. Each space holds the schedules that pass the kernel's checks
+    for its problem on this adapter (budget goes to schedules that can run; `excluded`
+    counts the rest); on a CPU adapter each budget is capped at CPU_BUDGET."""
     tasks = []
     for name in config.kernels:
         spec = catalog.get(name)
-        space = [s for s in spec.schedules() if s != spec.default]
+        candidates = [s for s in spec.schedules() if s != spec.default]
         for problem in config.sizes.get(name) or spec.default_problems(profile):
+            space = [s for s in candidates if _valid(spec, s, problem, profile)]
             budget, capped = config.budget, None
             if profile.is_cpu and (budget is None or budget > CPU_BUDGET) and len(space) > CPU_BUDGET:
                 capped, budget = min(len(space), budget or len(space)), CPU_BUDGET
-            tasks.append(Task(topology, name, problem, space, budget, capped))
+            tasks.append(Task(topology, name, problem, space, budget, capped, len(candidates) - len(space)))
     return tasks
+
+
+def _valid(spec, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> bool:
+    try:
+        spec.check(schedule, problem, profile)
+    except InvalidSchedule:
+        return False
+    return True
 
 
 class Progress:
@@ -173,6 +185,10 @@ class Campaign:
             tasks += plan(self.config, topology, profile)
             _notice_cpu(profile, [t for t in tasks if t.topology == topology])
         total = sum(t.trials for t in tasks)
+        excluded = sum(t.excluded for t in tasks)
+        if excluded:
+            print(f"plan: {excluded} schedules fail their kernel's checks for their problem on this adapter; not run",
+                  file=sys.stderr)  # fmt: skip
         self.campaign_id = store.start_campaign(
             self.db, self.command, self.config.strategy, self.config.budget, self.config.reps, total
         )

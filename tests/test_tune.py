@@ -56,6 +56,16 @@ def test_plan_uses_given_sizes_and_small_budgets_uncapped(device):
     assert task.trials == 4
 
 
+def test_plan_leaves_out_schedules_invalid_for_the_problem(device):
+    spec = catalog.get("gemv")
+    problem = Problem.of(m=8, n=6)  # vector_width 4 does not divide n
+    (task,) = plan(TuneConfig(kernels=("gemv",), sizes={"gemv": [problem]}, budget=4), "topo", device.profile)
+    candidates = [s for s in spec.schedules() if s != spec.default]
+    assert task.excluded > 0 and len(task.space) + task.excluded == len(candidates)
+    for schedule in task.space:
+        spec.check(schedule, problem, device.profile)  # raises if invalid
+
+
 def _result(status: Status) -> TrialResult:
     key = TrialKey("t", "gemv", "s", Problem.of(m=1, n=1), Schedule())
     return TrialResult(key, status)
