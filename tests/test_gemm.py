@@ -260,3 +260,14 @@ def test_gemm_speed_space_uses_each_knob_and_only_valid_layouts(device):
         if schedule.get("warp_cols", 0):
             assert schedule["tile_n"] // schedule["reg_n"] > schedule["warp_cols"]
         SPEC.check_knobs(schedule, SPEC.problem(m=37, k=129, n=65), device.profile)
+
+
+def test_source_hash_covers_the_host_code_and_is_computed_once_per_spec(monkeypatch):
+    spec, other = type(catalog.get("gemm"))(), type(catalog.get("gemm"))()  # fresh: nothing cached
+    real = spec.host_source
+    calls = []
+    monkeypatch.setattr(spec, "host_source", lambda: calls.append(1) or real())
+    first = spec.source_hash()
+    assert spec.source_hash() == first == catalog.get("gemm").source_hash() and calls == [1]
+    monkeypatch.setattr(other, "host_source", lambda: real() + "# one more line of emitter code")
+    assert other.source_hash() != first

@@ -105,8 +105,18 @@ class KernelSpec(ABC):
         return read_source(self.source_file)
 
     def source_hash(self) -> str:
-        """Hash of the WGSL schedules emit from: a changed kernel makes old winners stale."""
-        return hashlib.sha256(self.template().encode()).hexdigest()[:16]
+        """Hash of what the emitted WGSL comes from, the template and `host_source()`: a
+        changed kernel makes old winners stale. Computed once per spec: workers stamp it on
+        every trial (gemm's took 12 ms a call, reading its host code with inspect)."""
+        cached = self.__dict__.get("_source_hash")
+        if cached is None:
+            text = self.template() + self.host_source()
+            cached = self.__dict__["_source_hash"] = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return cached
+
+    def host_source(self) -> str:
+        """Host code that shapes the emitted WGSL beyond the template ("" when none)."""
+        return ""
 
     # -- problems --------------------------------------------------------------
     def problem(self, **dims: int) -> Problem:
