@@ -218,27 +218,24 @@ def cmd_tune(args: argparse.Namespace) -> int:
 DEFAULT_TUNE_BUDGET = 64
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def _budget(text: str) -> int | None:
     """`--budget N` (N >= 1) or `--budget all` (the whole schedule space)."""
     if text == "all":
         return None
     try:
-        value = int(text)
-    except ValueError:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"budget must be a positive integer or 'all', got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"budget must be >= 1 or 'all', got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _add_tune_parser(sub) -> None:

@@ -245,7 +245,7 @@ def test_tune_gpus_flag_takes_a_positive_count(capsys):
     assert build_parser().parse_args(["tune", "gemv"]).gpus is None
     with pytest.raises(SystemExit):
         build_parser().parse_args(["tune", "gemv", "--gpus", "0"])
-    assert "expected a positive integer, got 0" in capsys.readouterr().err
+    assert "expected a positive integer, got '0'" in capsys.readouterr().err
 
 
 def test_pool_refuses_a_gpu_cap_below_one():
@@ -253,3 +253,14 @@ def test_pool_refuses_a_gpu_cap_below_one():
 
     with pytest.raises(ValueError, match="gpus=0"):
         WorkerPool(allow_cpu=True, gpus=0)
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "x"])
+def test_tune_budget_refuses_what_is_not_a_positive_count_or_all(text, capsys):
+    from farm.cli import build_parser
+
+    assert build_parser().parse_args(["tune", "gemv", "--budget", "all"]).budget is None
+    assert build_parser().parse_args(["tune", "gemv", "--budget", "5"]).budget == 5
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["tune", "gemv", "--budget", text])
+    assert f"budget must be a positive integer or 'all', got '{text}'" in capsys.readouterr().err
