@@ -19,12 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from farm import artifacts, catalog, store
+from farm import catalog, store
 from farm.cluster import WorkerPool
-from farm.gpu import Buffer, CpuAdapterRefused, Device, refuse_cpu
+from farm.gpu import Buffer, Device, benchmark_device
 from farm.launch import compile_launch
 from farm.schedule import Problem
-from farm.tune import FLUSH_EVERY
+from farm.tune import recorded
 from farm.worker import Job
 
 
@@ -79,16 +79,8 @@ def farm_path(spec, problem: Problem, schedules, warmup: int, reps: int, allow_c
         passes = {"workers": len(pool.profiles())}
         for name in ("cold", "warm"):
             start = time.perf_counter()
-            buffer = []
-            for result in pool.stream(jobs, topology):
-                buffer.append(result)
-                if len(buffer) >= FLUSH_EVERY:
-                    store.record_trials(db, campaign, buffer)
-                    artifacts.write_trials(Path(tmp) / "artifacts", campaign, buffer)
-                    buffer = []
-            if buffer:
-                store.record_trials(db, campaign, buffer)
-                artifacts.write_trials(Path(tmp) / "artifacts", campaign, buffer)
+            for _ in recorded(pool.stream(jobs, topology), db, campaign, Path(tmp) / "artifacts"):
+                pass
             passes[name] = (time.perf_counter() - start) / len(jobs)
         return passes
 
@@ -105,11 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     spec = catalog.get(args.kernel)
-    device = Device()
-    try:
-        refuse_cpu(device.profile, args.allow_cpu, "benchmark")
-    except CpuAdapterRefused as exc:
-        print(exc, file=sys.stderr)
+    device = benchmark_device(args.allow_cpu)
+    if device is None:
         return 2
     problem = Problem.from_key(args.size) if args.size else spec.default_problems(device.profile)[0]
     del device

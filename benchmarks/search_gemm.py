@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from farm import catalog
-from farm.gpu import CpuAdapterRefused, Device, refuse_cpu
+from farm.gpu import benchmark_device
 from farm.search import Budget, model_based, random_search
 from farm.trial import TrialResult
 from farm.worker import Job, TrialBench
@@ -48,11 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-cpu", action="store_true")
     args = parser.parse_args(argv)
 
-    device = Device()
-    try:
-        refuse_cpu(device.profile, args.allow_cpu, "benchmark")
-    except CpuAdapterRefused as exc:
-        print(exc, file=sys.stderr)
+    device = benchmark_device(args.allow_cpu)
+    if device is None:
         return 2
     spec = catalog.get("gemm")
     problem = spec.problem(m=args.size, k=args.size, n=args.size)

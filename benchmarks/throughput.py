@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import resource
 import subprocess
 import sys
@@ -30,12 +31,12 @@ import threading
 import time
 from pathlib import Path
 
-from farm import artifacts, catalog, store
+from farm import catalog, store
 from farm.cluster import WorkerPool
-from farm.gpu import CpuAdapterRefused, Device, refuse_cpu
-from farm.schedule import InvalidSchedule, Problem, Schedule
-from farm.tune import FLUSH_EVERY
-from farm.worker import Job
+from farm.gpu import benchmark_device
+from farm.schedule import Problem, Schedule
+from farm.tune import recorded
+from farm.worker import Job, format_stage_report
 
 
 class UtilSampler:
@@ -74,18 +75,13 @@ class UtilSampler:
 
 def valid_schedules(kernel: str, problem: Problem, profile, count: int, seed: int) -> list[Schedule]:
     """A seeded sample of `count` schedules that pass the kernel's checks on `profile`."""
-    import random
-
     spec = catalog.get(kernel)
-    valid = []
-    for schedule in spec.schedules():
-        if kernel == "gemm" and (schedule.get("reg_m", 1) < 2 or schedule.get("reg_n", 1) < 2):
-            continue
-        try:
-            spec.check(schedule, problem, profile)
-        except InvalidSchedule:
-            continue
-        valid.append(schedule)
+    valid = [
+        schedule
+        for schedule in spec.schedules()
+        if not (kernel == "gemm" and (schedule.get("reg_m", 1) < 2 or schedule.get("reg_n", 1) < 2))
+        and not spec.invalid_reason(schedule, problem, profile)
+    ]
     if len(valid) < count:
         print(f"note: only {len(valid)} valid schedules; using all of them", file=sys.stderr)
     return random.Random(seed).sample(valid, min(count, len(valid)))
@@ -105,30 +101,15 @@ def run_at(gpus: int, kernel: str, problem: Problem, schedules, warmup: int, rep
         campaign = store.start_campaign(db, "throughput", "random", len(schedules), reps, len(schedules))
         jobs = [Job(kernel, problem, s, 0, warmup, reps) for s in schedules]
 
-        def flush(buffer) -> None:
-            a = time.perf_counter()
-            store.record_trials(db, campaign, buffer)
-            b = time.perf_counter()
-            artifacts.write_trials(Path(tmp) / "artifacts", campaign, buffer)
-            spent["sql_s"] += b - a
-            spent["parquet_s"] += time.perf_counter() - b
-
         statuses: dict[str, int] = {}
         best = None
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         with UtilSampler() as sampler:
             t1 = time.perf_counter()
-            buffer = []
-            for result in pool.stream(jobs, topology):
+            for result in recorded(pool.stream(jobs, topology), db, campaign, Path(tmp) / "artifacts", spent):
                 statuses[result.status.value] = statuses.get(result.status.value, 0) + 1
                 if result.median_ns and (best is None or result.median_ns < best[0]):
                     best = (result.median_ns, result.key.schedule.key())
-                buffer.append(result)
-                if len(buffer) >= FLUSH_EVERY:
-                    flush(buffer)
-                    buffer = []
-            if buffer:
-                flush(buffer)
             wall = time.perf_counter() - t1
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         reports = pool.reports()
@@ -179,11 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-cpu", action="store_true")
     args = parser.parse_args(argv)
 
-    device = Device()
-    try:
-        refuse_cpu(device.profile, args.allow_cpu, "benchmark")
-    except CpuAdapterRefused as exc:
-        print(exc, file=sys.stderr)
+    device = benchmark_device(args.allow_cpu)
+    if device is None:
         return 2
     problem = catalog.get(args.kernel).problem(**Problem.from_key(args.size).as_dict())
     schedules = valid_schedules(args.kernel, problem, device.profile, args.configs, args.seed)
@@ -212,9 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for w in row["workers"]:
             where = f"ray GPU {w['ray_gpu_ids']} -> adapter {w['adapter_index']}"
-            stages = row["worker_stage_s"].get(w["worker"], {})
-            per = stages.get("seconds", {})
-            spent = " ".join(f"{k} {1e3 * v / max(1, stages.get('trials', 1)):.0f}" for k, v in sorted(per.items()))
+            spent = format_stage_report(row["worker_stage_s"].get(w["worker"], {}))
             print(f"     {w['worker']}: {where}, placement_ok={w['placement_ok']}; ms/trial: {spent}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

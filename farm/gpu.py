@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import statistics
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -70,6 +71,18 @@ def refuse_cpu(profile: HardwareProfile, allow_cpu: bool, what: str) -> None:
     """Raise CpuAdapterRefused when `profile` is a CPU adapter and `allow_cpu` is false."""
     if profile.is_cpu and not allow_cpu:
         raise CpuAdapterRefused(f"refusing to {what} on CPU adapter {profile.summary}; pass --allow-cpu")
+
+
+def benchmark_device(allow_cpu: bool) -> Device | None:
+    """The Device a benchmark script measures on, or None (the refusal printed to stderr)
+    when it is a CPU adapter and `allow_cpu` is false."""
+    device = Device()
+    try:
+        refuse_cpu(device.profile, allow_cpu, "benchmark")
+    except CpuAdapterRefused as exc:
+        print(exc, file=sys.stderr)
+        return None
+    return device
 
 
 def _configure_instance() -> None:

@@ -16,6 +16,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -24,11 +25,11 @@ from farm import artifacts, catalog, store
 from farm.cluster import WorkerFailure, WorkerPool
 from farm.gpu import HardwareProfile, Timing
 from farm.oracle import ErrorMetrics
-from farm.schedule import InvalidSchedule, Problem, Schedule, Status
+from farm.schedule import Problem, Schedule, Status
 from farm.search import Budget, strategy
 from farm.store import WinnerRecord
 from farm.trial import TrialKey, TrialResult
-from farm.worker import Job
+from farm.worker import Job, format_stage_report
 
 CPU_BUDGET = 8  # schedules per (kernel, problem) on a CPU adapter, besides the default
 FLUSH_EVERY = 16  # record buffered trials after this many results ...
@@ -82,6 +83,38 @@ def parse_sizes(text: str) -> dict[str, list[Problem]]:
     return sizes
 
 
+def record_batch(db, campaign_id: int | None, out: Path, batch: list[TrialResult]) -> tuple[float, float]:
+    """Record trials in SQL, then in Parquet under `out`; (SQL seconds, Parquet seconds)."""
+    start = time.perf_counter()
+    store.record_trials(db, campaign_id, batch)
+    middle = time.perf_counter()
+    artifacts.write_trials(out, campaign_id, batch)
+    return middle - start, time.perf_counter() - middle
+
+
+def recorded(
+    results: Iterable[TrialResult], db, campaign_id: int | None, out: Path, spent: dict[str, float] | None = None
+) -> Iterator[TrialResult]:
+    """Yield `results` as they arrive, recording them FLUSH_EVERY at a time and the rest at
+    the end; `spent` accumulates "sql_s" and "parquet_s"."""
+    buffer: list[TrialResult] = []
+
+    def flush() -> None:
+        sql_s, parquet_s = record_batch(db, campaign_id, out, buffer)
+        if spent is not None:
+            spent["sql_s"] = spent.get("sql_s", 0.0) + sql_s
+            spent["parquet_s"] = spent.get("parquet_s", 0.0) + parquet_s
+        buffer.clear()
+
+    for result in results:
+        buffer.append(result)
+        yield result
+        if len(buffer) >= FLUSH_EVERY:
+            flush()
+    if buffer:
+        flush()
+
+
 def plan(config: TuneConfig, topology: str, profile: HardwareProfile) -> list[Task]:
     """Tasks for one topology. Each space holds the schedules that pass the kernel's checks
     for its problem on this adapter (budget goes to schedules that can run; `excluded`
@@ -91,20 +124,12 @@ def plan(config: TuneConfig, topology: str, profile: HardwareProfile) -> list[Ta
         spec = catalog.get(name)
         candidates = [s for s in spec.schedules() if s != spec.default]
         for problem in config.sizes.get(name) or spec.default_problems(profile):
-            space = [s for s in candidates if _valid(spec, s, problem, profile)]
+            space = [s for s in candidates if not spec.invalid_reason(s, problem, profile)]
             budget, capped = config.budget, None
             if profile.is_cpu and (budget is None or budget > CPU_BUDGET) and len(space) > CPU_BUDGET:
                 capped, budget = min(len(space), budget or len(space)), CPU_BUDGET
             tasks.append(Task(topology, name, problem, space, budget, capped, len(candidates) - len(space)))
     return tasks
-
-
-def _valid(spec, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> bool:
-    try:
-        spec.check(schedule, problem, profile)
-    except InvalidSchedule:
-        return False
-    return True
 
 
 class Progress:
@@ -244,8 +269,7 @@ class Campaign:
         if not self.buffer:
             return
         batch, self.buffer = self.buffer, []
-        store.record_trials(self.db, self.campaign_id, batch)
-        artifacts.write_trials(self.out, self.campaign_id, batch)
+        record_batch(self.db, self.campaign_id, self.out, batch)
         store.update_campaign(self.db, self.campaign_id, self.progress.done, self.progress.failures)
 
     def _winner(self, task: Task, profiles: dict[str, HardwareProfile]) -> WinnerRecord | None:
@@ -365,9 +389,7 @@ def format_stage_times(pool: WorkerPool, wall_s: float) -> str:
         return f"worker stage times unavailable: {exc}"
     lines = [f"campaign wall time {wall_s:.1f} s; worker main-thread ms per trial by stage:"]
     for slot, report in sorted(stages.items()):
-        trials = max(1, report.get("trials", 0))
-        spent = ", ".join(f"{k} {1e3 * v / trials:.0f}" for k, v in sorted(report.get("seconds", {}).items()))
-        lines.append(f"  worker {slot}: {report.get('trials', 0)} trials; {spent}")
+        lines.append(f"  worker {slot}: {report.get('trials', 0)} trials; {format_stage_report(report)}")
     return "\n".join(lines)
 
 

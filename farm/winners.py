@@ -24,11 +24,9 @@ from pathlib import Path
 
 from farm.catalog import KernelSpec
 from farm.gpu import HardwareProfile
-from farm.schedule import InvalidSchedule, Problem, Schedule
+from farm.schedule import Problem, Schedule
 
 SOURCES = ("tuned", "nearest", "same-device", "default")
-# Kernels whose output depends on the schedule (topk: block size = workgroup_size).
-SCHEDULE_DEFINES_RESULT = frozenset({"topk"})
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,7 @@ def lookup_schedule(
             f"{spec.name} {problem}: no tuned winner for this adapter; using the default schedule {default}",
         )
     schedule = Schedule.from_key(winner.schedule_key)
-    reason = invalid_reason(spec, schedule, problem, profile)
+    reason = spec.invalid_reason(schedule, problem, profile)
     if reason:
         default = default_schedule(spec, problem, profile)
         return Lookup(
@@ -157,20 +155,9 @@ def default_schedule(spec: KernelSpec, problem: Problem, profile: HardwareProfil
     """`spec.default`, or, when that can't run `problem` (e.g. recurrent with a large L),
     the first valid schedule of the space. Not for kernels whose result depends on the
     schedule (topk's block size): there the default stands and the call reports why."""
-    if spec.name in SCHEDULE_DEFINES_RESULT or not invalid_reason(spec, spec.default, problem, profile):
+    if spec.schedule_dependent_reference or not spec.invalid_reason(spec.default, problem, profile):
         return spec.default
-    return next((s for s in spec.schedules() if not invalid_reason(spec, s, problem, profile)), spec.default)
-
-
-def invalid_reason(spec: KernelSpec, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> str:
-    """Why `schedule` can't run `problem` on `profile` ("" when it can)."""
-    try:
-        spec.check(schedule, problem, profile)
-    except InvalidSchedule as exc:
-        return exc.reason
-    except (KeyError, ValueError) as exc:
-        return str(exc)
-    return ""
+    return next((s for s in spec.schedules() if not spec.invalid_reason(s, problem, profile)), spec.default)
 
 
 # -- where winners come from -------------------------------------------------------------

@@ -62,6 +62,12 @@ class StageTimes:
         return {"trials": self.trials, "seconds": dict(self.seconds)}
 
 
+def format_stage_report(report: dict) -> str:
+    """A `TrialBench.stage_times()` report as "stage ms/trial" pairs, stages sorted."""
+    trials = max(1, report.get("trials", 0))
+    return ", ".join(f"{k} {1e3 * v / trials:.0f}" for k, v in sorted(report.get("seconds", {}).items()))
+
+
 @dataclass(frozen=True)
 class Job:
     """One trial to run: certify `schedule` on `problem` with seed-derived inputs, then time it."""

@@ -226,3 +226,13 @@ def test_reads_reuse_staging_buffers_and_return_writable_copies(device):
         device.release(big)
     assert len(device._staging_buffers) <= gpu.STAGING_KEEP
     device.release(buf, odd)
+
+
+def test_benchmark_device_refuses_a_cpu_adapter_unless_allowed(device, capsys):
+    from farm.gpu import benchmark_device
+
+    if not device.profile.is_cpu:
+        pytest.skip("only a CPU adapter is refused")
+    assert benchmark_device(allow_cpu=False) is None
+    assert "refusing to benchmark on CPU adapter" in capsys.readouterr().err
+    assert benchmark_device(allow_cpu=True).profile == device.profile

@@ -178,6 +178,16 @@ class KernelSpec(ABC):
                 f"needs {need} bytes of workgroup storage > max-compute-workgroup-storage-size {storage}",
             )
 
+    def invalid_reason(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> str:
+        """Why `schedule` can't run `problem` on `profile` ("" when it can)."""
+        try:
+            self.check(schedule, problem, profile)
+        except InvalidSchedule as exc:
+            return exc.reason
+        except (KeyError, ValueError) as exc:
+            return str(exc)
+        return ""
+
     def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
         """Bytes of workgroup memory `schedule` declares; `check` holds it to the adapter's limit."""
         return 0
