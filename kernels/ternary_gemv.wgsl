@@ -13,15 +13,7 @@ const IPI: u32 = {{IPI}}u;
 const VW: u32 = {{VW}}u;
 const SLOTS: u32 = WG / TPR;
 
-struct Params { m: u32, k: u32, kw: u32, groups: u32 }
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<{{VEC}}>;
-@group(0) @binding(2) var<storage, read> scale: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
-
-var<workgroup> partial: array<f32, WG>;
+{{COMMON}}
 
 fn ternary(word: u32, j: u32) -> f32 {
     let code = (word >> (2u * j)) & 3u;
@@ -69,18 +61,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         if (row < p.m) {
             acc = row_partial(row, lane);
         }
-        partial[lid] = acc;
-        workgroupBarrier();
-        for (var s = TPR / 2u; s > 0u; s >>= 1u) {
-            if (lane < s) {
-                partial[lid] += partial[lid + s];
-            }
-            workgroupBarrier();
-        }
-        if (lane == 0u && row < p.m) {
-            out[row] = scale[row] * partial[lid];
-        }
-        workgroupBarrier();
+        finish(row, acc, lid, lane);
     }
 }
 
@@ -103,26 +84,11 @@ const SLOTS: u32 = WG / TPR;
 const TILE_WORDS: u32 = {{TILE_WORDS}}u;
 const TILE_V4: u32 = TILE_WORDS * 4u;
 
-struct Params { m: u32, k: u32, kw: u32, groups: u32 }
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<{{VEC}}>;
-@group(0) @binding(2) var<storage, read> scale: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
-
+{{COMMON}}
 var<workgroup> xs: array<vec4<f32>, TILE_V4>;
-var<workgroup> partial: array<f32, WG>;
 
 fn swz(v: u32) -> u32 {
     return v ^ ((v >> {{SWIZZLE_SHIFT}}u) & 7u);
-}
-
-fn x_at(e: u32) -> f32 {
-    if (e < p.k) {
-        return x[e];
-    }
-    return 0.0;
 }
 
 fn stage(first_word: u32, lid: u32) {
@@ -156,22 +122,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 {{REDUCE}}
 }
 
-// Sum the TPR lanes' partial sums of one row and write scale * sum from lane 0.
-fn finish(row: u32, acc: f32, lid: u32, lane: u32) {
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
-        if (lane < s) {
-            partial[lid] += partial[lid + s];
-        }
-        workgroupBarrier();
-    }
-    if (lane == 0u && row < p.m) {
-        out[row] = scale[row] * partial[lid];
-    }
-    workgroupBarrier();
-}
-
 //// lut
 // ternary_gemv, pair-lookup-table variant (schedule knob stage_x=2): the same sums with
 // one table read per code pair. k is processed in tiles of TILE_WORDS packed words
@@ -203,23 +153,8 @@ const ENTRIES: u32 = TILE_WORDS * 128u;
 const GROUPS: u32 = TILE_WORDS / VW;
 const GROUP: u32 = {{GROUP}}u;
 
-struct Params { m: u32, k: u32, kw: u32, groups: u32 }
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<{{VEC}}>;
-@group(0) @binding(2) var<storage, read> scale: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-@group(0) @binding(4) var<uniform> p: Params;
-
+{{COMMON}}
 var<workgroup> tbl: array<array<f32, GROUP>, GROUPS>;
-var<workgroup> partial: array<f32, WG>;
-
-fn x_at(e: u32) -> f32 {
-    if (e < p.k) {
-        return x[e];
-    }
-    return 0.0;
-}
 
 // The table of the tile starting at packed word t0: entry e is nibble e & 15 of the
 // tile's pair e >> 4; this thread's nibble weighs x[2p] by ta and x[2p + 1] by tb.
@@ -254,6 +189,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 {{LOOKUPS}}
     }
 {{REDUCE}}
+}
+
+//// common
+// Shared by the three kernels: bindings, the x reader that zero-fills past k, and the
+// reduction of a row's TPR partial sums in workgroup memory.
+struct Params { m: u32, k: u32, kw: u32, groups: u32 }
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<{{VEC}}>;
+@group(0) @binding(2) var<storage, read> scale: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<uniform> p: Params;
+
+var<workgroup> partial: array<f32, WG>;
+
+fn x_at(e: u32) -> f32 {
+    if (e < p.k) {
+        return x[e];
+    }
+    return 0.0;
 }
 
 // Sum the TPR lanes' partial sums of one row and write scale * sum from lane 0.

@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import os
 import random
+import re
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -71,6 +72,17 @@ def kernels_dir() -> Path:
 @cache
 def read_source(filename: str) -> str:
     return (kernels_dir() / filename).read_text()
+
+
+_SECTION = re.compile(r"^//// (\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def sections(filename: str) -> dict[str, str]:
+    """A kernel file's `//// name` sections (kernel templates and snippets), each without
+    its surrounding blank lines and ending in one newline."""
+    parts = _SECTION.split(read_source(filename))
+    return {parts[i]: parts[i + 1].strip("\n") + "\n" for i in range(1, len(parts), 2)}
 
 
 def render(template: str, values: dict[str, object]) -> str:

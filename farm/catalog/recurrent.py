@@ -11,27 +11,16 @@ rho [B,H,L,E], decay [H]; outputs context [B,H,T,E] and rho [B,H,L,E].
 from __future__ import annotations
 
 import itertools
-import re
-from functools import cache
 
 import numpy as np
 
-from farm.catalog import Arg, KernelSpec, Launch, read_source, register, render, rng_for
+from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for, sections
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
 REDUCE_MODES = {0: "workgroup", 1: "subgroup", 2: "deferred"}  # deferred: chunked kernel only
 MAX_REGISTER_FLOATS = 128  # per-thread state floats beyond which the state spills
 _VEC = {1: "f32", 2: "vec2<f32>", 4: "vec4<f32>"}
-_SECTION = re.compile(r"^//// (\w+)\s*$", re.MULTILINE)
-
-
-@cache
-def sections(filename: str) -> dict[str, str]:
-    """Split a WGSL file into its `//// name` sections (templates and snippets)."""
-    text = read_source(filename)
-    parts = _SECTION.split(text)
-    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
 
 
 def reference_recurrent(

@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import re
-from functools import cache
 
 import numpy as np
 
-from farm.catalog import Arg, KernelSpec, Launch, read_source, register, render, rng_for
+from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for, sections
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
@@ -257,14 +255,9 @@ class TernaryGemv(KernelSpec):
         return (2.0 * m * k, 4.0 * (m * row_words(k) + k + 2 * m))
 
 
-_SECTION = re.compile(r"^//// (\w+)\s*$", re.MULTILINE)
-
-
-@cache
-def sections() -> dict[str, str]:
-    """ternary_gemv.wgsl's `//// name` sections: the direct, the staged and the pair-table kernel."""
-    parts = _SECTION.split(read_source(TernaryGemv.source_file))
-    return {parts[i]: parts[i + 1].strip("\n") + "\n" for i in range(1, len(parts), 2)}
+def _common(vw: int) -> str:
+    """The bindings, x reader and row reduction every ternary kernel shares."""
+    return render(sections(TernaryGemv.source_file)["common"], {"VEC": "u32" if vw == 1 else "vec4<u32>"})
 
 
 def tile_words(kw: int) -> int:
@@ -275,8 +268,9 @@ def tile_words(kw: int) -> int:
 def direct_source(wg: int, tpr: int, ipi: int, vw: int, kw: int) -> str:
     """The original kernel (x read from storage per code, ipi row groups in turn)."""
     return render(
-        sections()["direct"],
+        sections(TernaryGemv.source_file)["direct"],
         {
+            "COMMON": _common(vw),
             "WG": wg,
             "TPR": tpr,
             "IPI": ipi,
@@ -291,8 +285,9 @@ def direct_source(wg: int, tpr: int, ipi: int, vw: int, kw: int) -> str:
 def staged_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     """The staged kernel: x tiles in workgroup memory, `rows` rows per thread at once."""
     return render(
-        sections()["staged"],
+        sections(TernaryGemv.source_file)["staged"],
         {
+            "COMMON": _common(vw),
             "WG": wg,
             "TPR": tpr,
             "R": rows,
@@ -316,8 +311,9 @@ def lut_group(vw: int, tpr: int) -> int:
 def lut_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     """The pair-table kernel: per tile a workgroup-built table of pair sums, one lookup per code pair."""
     return render(
-        sections()["lut"],
+        sections(TernaryGemv.source_file)["lut"],
         {
+            "COMMON": _common(vw),
             "WG": wg,
             "TPR": tpr,
             "R": rows,

@@ -23,12 +23,10 @@ Algorithms (knob `algorithm`; both produce the same bits):
 from __future__ import annotations
 
 import itertools
-import re
-from functools import cache
 
 import numpy as np
 
-from farm.catalog import Arg, KernelSpec, Launch, read_source, register, render, rng_for
+from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for, sections
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
@@ -175,7 +173,7 @@ class TopK(KernelSpec):
         else:
             groups = -(-blocks // ipi)
             source = render(
-                sections()["bitonic"],
+                sections(TopK.source_file)["bitonic"],
                 {"WG": block, "IPI": ipi, "VW": vw, "VEC": "u32" if vw == 1 else "vec4<u32>", "LOAD": _load_body(vw)},
             )
         return Launch(
@@ -204,16 +202,6 @@ def _load_body(vw: int) -> str:
     return f"if (e < p.n) {{ let q = x[first + v]; {fill} }} else {{ {pad} }}"
 
 
-_SECTION = re.compile(r"^//// (\w+)\s*$", re.MULTILINE)
-
-
-@cache
-def sections() -> dict[str, str]:
-    """topk.wgsl's `//// name` sections: the bitonic and the select kernel templates."""
-    parts = _SECTION.split(read_source(TopK.source_file))
-    return {parts[i]: parts[i + 1].strip("\n") + "\n" for i in range(1, len(parts), 2)}
-
-
 def select_source(block: int, t: int, ipi: int, vw: int, k: int) -> str:
     """The selection kernel for blocks of `block`, `t` threads per block, top `k` (<= 32)."""
     top = 1 << (k - 1).bit_length()  # K: the list length, a power of two
@@ -222,7 +210,7 @@ def select_source(block: int, t: int, ipi: int, vw: int, k: int) -> str:
     group = min(top, chunk)
     keys_of = "to_key" if vw == 1 else "keys4"
     return render(
-        sections()["select"],
+        sections(TopK.source_file)["select"],
         {
             "WG": block,
             "TPB": t,
