@@ -2,17 +2,27 @@
 // recurrent: fused recurrent linear attention, one dispatch for all T steps.
 //   context[b,h,t,e] = sum_l rho[b,h,l,e] * query[b,h,t,l]      (state before the update)
 //   rho[b,h,l,e]     = (rho[b,h,l,e] + query[b,h,t,l] * value[b,vh,t,e]) * decay[h]
-// A workgroup owns one (b, h) and a block of E columns; each column's state (L rows)
-// lives in registers, split over TPC threads ("threads per column") that own rows
-// lane, lane + TPC, ... and reduce their partial context via {{REDUCE_NAME}}.
+// A workgroup owns one (b, h) and a block of COLS column vectors; each column's state
+// (L rows) lives in registers, split over TPC threads ("threads per column") that own
+// rows lane, lane + TPC, ... and reduce their partial context via {{REDUCE_NAME}}.
 // Knobs: WG threads, TPC threads per column, VW columns per vector (f32/vec2/vec4),
-// IPI column vectors per thread. ROWS = ceil(L / TPC) is rendered from the problem.
+// IPI column vectors per thread, CT steps per chunk. ROWS = ceil(L / TPC) and LQ = L are
+// rendered from the problem. Unchunked, the steps read q and v from storage; chunked
+// (CT > 0 in the schedule), the query rows and this workgroup's value columns of CT
+// steps are first staged in workgroup memory by all threads (two barriers per chunk),
+// so the step loop reads no global memory: a thread's only chain is its state update.
+// With the deferred reduction (reduce=2, chunked only) the TPC partial sums of every
+// step go to workgroup memory and are summed once per chunk (one barrier per chunk),
+// the chunk's context rows written coalesced.
 // Absent rho/decay are passed as zeros/ones by the launcher (both exact).
 const WG: u32 = {{WG}}u;
 const TPC: u32 = {{TPC}}u;
 const IPI: u32 = {{IPI}}u;
 const ROWS: u32 = {{ROWS}}u;
 const SLOTS: u32 = WG / TPC;
+const CT: u32 = {{CT}}u;  // steps per chunk; unchunked, all of them
+const LQ: u32 = {{L}}u;
+const COLS: u32 = SLOTS * IPI;
 
 struct Params { b: u32, h: u32, vh: u32, t: u32, l: u32, ev: u32, col_blocks: u32, groups: u32 }
 
@@ -24,6 +34,7 @@ struct Params { b: u32, h: u32, vh: u32, t: u32, l: u32, ev: u32, col_blocks: u3
 @group(0) @binding(5) var<storage, read_write> rho_out: array<{{VEC}}>;
 @group(0) @binding(6) var<uniform> p: Params;
 
+{{CHUNK_DECL}}
 {{REDUCE_DECL}}
 
 @compute @workgroup_size(WG)
@@ -32,7 +43,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let group = wid.x + wid.y * nwg.x;
     if (group >= p.groups) {
-        return;
+        return;  // the whole workgroup: barriers below stay uniform
     }
     let bh = group / p.col_blocks;
     let blk = group % p.col_blocks;
@@ -52,109 +63,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         let l = k * TPC + lane;
         for (var i = 0u; i < IPI; i++) {
             var s = {{VEC}}(0.0);
-            if (l < p.l && live[i]) {
-                s = rho_in[(bh * p.l + l) * p.ev + cols[i]];
-            }
-            r[k * IPI + i] = s;
-        }
-    }
-    let d = decay[h];
-
-    for (var t = 0u; t < p.t; t++) {
-        let qbase = (bh * p.t + t) * p.l;
-        var v: array<{{VEC}}, IPI>;
-        var acc: array<{{VEC}}, IPI>;
-        for (var i = 0u; i < IPI; i++) {
-            v[i] = value[(vbh * p.t + t) * p.ev + min(cols[i], p.ev - 1u)];
-            acc[i] = {{VEC}}(0.0);
-        }
-        for (var k = 0u; k < ROWS; k++) {
-            let l = k * TPC + lane;
-            let q = select(0.0, query[qbase + min(l, p.l - 1u)], l < p.l);
-            for (var i = 0u; i < IPI; i++) {
-                let old = r[k * IPI + i];
-                acc[i] += old * q;
-                r[k * IPI + i] = (old + q * v[i]) * d;
-            }
-        }
-{{REDUCE}}
-        if (lane == 0u) {
-            for (var i = 0u; i < IPI; i++) {
-                if (live[i]) {
-                    context[(bh * p.t + t) * p.ev + cols[i]] = acc[i];
-                }
-            }
-        }
-    }
-
-    for (var k = 0u; k < ROWS; k++) {
-        let l = k * TPC + lane;
-        for (var i = 0u; i < IPI; i++) {
-            if (l < p.l && live[i]) {
-                rho_out[(bh * p.l + l) * p.ev + cols[i]] = r[k * IPI + i];
-            }
-        }
-    }
-}
-
-//// chunked
-// recurrent, chunked: as `kernel`, but the query rows and this workgroup's value columns
-// for CT steps at a time are staged in workgroup memory by all threads (two barriers per
-// chunk), so the T-step loop reads no global memory: per step a thread's only chain is
-// its state update, and the q/v load latency is paid once per chunk, not once per step.
-// With the deferred reduction (reduce=2) the TPC partial sums of every step go to
-// workgroup memory and are summed once per chunk (one barrier per chunk, not per step),
-// the context rows of the chunk written coalesced.
-//   context[b,h,t,e] = sum_l rho[b,h,l,e] * query[b,h,t,l]      (state before the update)
-//   rho[b,h,l,e]     = (rho[b,h,l,e] + query[b,h,t,l] * value[b,vh,t,e]) * decay[h]
-const WG: u32 = {{WG}}u;
-const TPC: u32 = {{TPC}}u;
-const IPI: u32 = {{IPI}}u;
-const ROWS: u32 = {{ROWS}}u;
-const SLOTS: u32 = WG / TPC;
-const CT: u32 = {{CT}}u;
-const LQ: u32 = {{L}}u;
-const COLS: u32 = SLOTS * IPI;
-
-struct Params { b: u32, h: u32, vh: u32, t: u32, l: u32, ev: u32, col_blocks: u32, groups: u32 }
-
-@group(0) @binding(0) var<storage, read> query: array<f32>;
-@group(0) @binding(1) var<storage, read> value: array<{{VEC}}>;
-@group(0) @binding(2) var<storage, read> rho_in: array<{{VEC}}>;
-@group(0) @binding(3) var<storage, read> decay: array<f32>;
-@group(0) @binding(4) var<storage, read_write> context: array<{{VEC}}>;
-@group(0) @binding(5) var<storage, read_write> rho_out: array<{{VEC}}>;
-@group(0) @binding(6) var<uniform> p: Params;
-
-var<workgroup> qs: array<f32, CT * LQ>;
-var<workgroup> vs: array<{{VEC}}, CT * COLS>;
-{{REDUCE_DECL}}
-
-@compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    // Every thread runs to the end (no early return): the barriers below need them all.
-    let group = min(wid.x + wid.y * nwg.x, p.groups - 1u);
-    let valid = wid.x + wid.y * nwg.x < p.groups;
-    let bh = group / p.col_blocks;
-    let blk = group % p.col_blocks;
-    let h = bh % p.h;
-    let vbh = (bh / p.h) * p.vh + h % p.vh;
-    let lane = lid % TPC;
-    let slot = lid / TPC;
-
-    var cols: array<u32, IPI>;
-    var live: array<bool, IPI>;
-    for (var i = 0u; i < IPI; i++) {
-        cols[i] = (blk * IPI + i) * SLOTS + slot;
-        live[i] = valid && cols[i] < p.ev;
-    }
-    var r: array<{{VEC}}, ROWS * IPI>;
-    for (var k = 0u; k < ROWS; k++) {
-        let l = k * TPC + lane;
-        for (var i = 0u; i < IPI; i++) {
-            var s = {{VEC}}(0.0);
             if (l < LQ && live[i]) {
                 s = rho_in[(bh * LQ + l) * p.ev + cols[i]];
             }
@@ -164,29 +72,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let d = decay[h];
     let col0 = blk * COLS;
 
-    for (var t0 = 0u; t0 < p.t; t0 += CT) {
+    for (var t0 = 0u; t0 < p.t; ) {
         let n = min(CT, p.t - t0);
-        workgroupBarrier();  // the last chunk's readers are done with qs / vs
-        let qbase = (bh * p.t + t0) * LQ;
-        for (var j = lid; j < n * LQ; j += WG) {
-            qs[j] = query[qbase + j];
-        }
-        for (var j = lid; j < n * COLS; j += WG) {
-            let s = j / COLS;
-            vs[j] = value[(vbh * p.t + t0 + s) * p.ev + min(col0 + j % COLS, p.ev - 1u)];
-        }
-        workgroupBarrier();
+{{STAGE}}
         for (var s = 0u; s < n; s++) {
             let t = t0 + s;
             var v: array<{{VEC}}, IPI>;
             var acc: array<{{VEC}}, IPI>;
             for (var i = 0u; i < IPI; i++) {
-                v[i] = vs[s * COLS + i * SLOTS + slot];
+                v[i] = {{V_AT}};
                 acc[i] = {{VEC}}(0.0);
             }
             for (var k = 0u; k < ROWS; k++) {
                 let l = k * TPC + lane;
-                let q = select(0.0, qs[s * LQ + min(l, LQ - 1u)], l < LQ);
+                let q = select(0.0, {{Q_AT}}, l < LQ);
                 for (var i = 0u; i < IPI; i++) {
                     let old = r[k * IPI + i];
                     acc[i] += old * q;
@@ -197,6 +96,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 {{STEP_WRITE}}
         }
 {{CHUNK_END}}
+        t0 += n;
     }
 
     for (var k = 0u; k < ROWS; k++) {
@@ -208,6 +108,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
     }
 }
+
+//// chunk_decl
+var<workgroup> qs: array<f32, CT * LQ>;
+var<workgroup> vs: array<{{VEC}}, CT * COLS>;
+
+//// stage
+        workgroupBarrier();  // the last chunk's readers are done with qs / vs
+        let qbase = (bh * p.t + t0) * LQ;
+        for (var j = lid; j < n * LQ; j += WG) {
+            qs[j] = query[qbase + j];
+        }
+        for (var j = lid; j < n * COLS; j += WG) {
+            vs[j] = value[(vbh * p.t + t0 + j / COLS) * p.ev + min(col0 + j % COLS, p.ev - 1u)];
+        }
+        workgroupBarrier();
 
 //// none_decl
 //// none
@@ -277,7 +192,7 @@ var<workgroup> partial: array<{{VEC}}, CT * TPC * PCOLS>;
                 sum += partial[(s * TPC + l) * PCOLS + c];
             }
             let col = (blk * IPI + c / SLOTS) * SLOTS + c % SLOTS;
-            if (valid && col < p.ev) {
+            if (col < p.ev) {
                 context[(bh * p.t + t0 + s) * p.ev + col] = sum;
             }
         }

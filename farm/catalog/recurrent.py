@@ -21,6 +21,12 @@ from farm.schedule import InvalidSchedule, Problem, Schedule
 REDUCE_MODES = {0: "workgroup", 1: "subgroup", 2: "deferred"}  # deferred: chunked kernel only
 MAX_REGISTER_FLOATS = 128  # per-thread state floats beyond which the state spills
 _VEC = {1: "f32", 2: "vec2<f32>", 4: "vec4<f32>"}
+UNCHUNKED = 0xFFFFFFFF  # CT without chunking: one pass over all T steps
+# Where a step reads its value vector i and query row l: storage, or the staged chunk.
+_STEP_READS = {
+    False: ("value[(vbh * p.t + t) * p.ev + min(cols[i], p.ev - 1u)]", "query[(bh * p.t + t) * LQ + min(l, LQ - 1u)]"),
+    True: ("vs[s * COLS + i * SLOTS + slot]", "qs[s * LQ + min(l, LQ - 1u)]"),
+}
 
 
 def reference_recurrent(
@@ -208,26 +214,28 @@ class Recurrent(KernelSpec):
         """WGSL for one schedule; chunk > 0 stages CT steps of q/v in workgroup memory."""
         parts = sections(self.source_file)
         vec = _VEC[vw]
-        reduce = render(parts[mode], {"VEC": vec})
-        decl = render(parts[f"{mode}_decl"], {"VEC": vec})
-        values = {
-            "CT": chunk,
-            "L": l_dim,
-            "WG": wg,
-            "TPC": tpc,
-            "IPI": ipi,
-            "ROWS": rows,
-            "VEC": vec,
-            "REDUCE_NAME": mode,
-            "REDUCE_DECL": decl,
-            "REDUCE": reduce,
-        }
-        if not chunk:
-            return render(parts["kernel"], values)
         deferred = mode == "deferred"
-        values["STEP_WRITE"] = parts["deferred_write" if deferred else "step_write"].rstrip("\n")
-        values["CHUNK_END"] = render(parts["deferred_end"], {"VEC": vec}).rstrip("\n") if deferred else ""
-        return render(parts["chunked"], values)
+        return render(
+            parts["kernel"],
+            {
+                "CT": chunk or UNCHUNKED,
+                "L": l_dim,
+                "WG": wg,
+                "TPC": tpc,
+                "IPI": ipi,
+                "ROWS": rows,
+                "VEC": vec,
+                "REDUCE_NAME": mode,
+                "REDUCE_DECL": render(parts[f"{mode}_decl"], {"VEC": vec}),
+                "REDUCE": render(parts[mode], {"VEC": vec}),
+                "CHUNK_DECL": render(parts["chunk_decl"], {"VEC": vec}) if chunk else "",
+                "STAGE": parts["stage"] if chunk else "",
+                "V_AT": _STEP_READS[bool(chunk)][0],
+                "Q_AT": _STEP_READS[bool(chunk)][1],
+                "STEP_WRITE": parts["deferred_write" if deferred else "step_write"],
+                "CHUNK_END": render(parts["deferred_end"], {"VEC": vec}) if deferred else "",
+            },
+        )
 
     def tolerance(self, problem: Problem) -> tuple[float, float]:
         # f32 error grows with the L-term dot products and the T-step accumulation.
