@@ -51,3 +51,16 @@ def test_compile_errors_ahead_of_time_land_on_their_own_trial(bench):
     broken = _gemv_jobs("fault_compile", 1)
     results = bench.evaluate([ok[0], broken[0], ok[1]])
     assert [r.status for r in results] == [Status.OK, Status.COMPILE_ERROR, Status.OK]
+
+
+def test_references_are_computed_once_per_reference_key(bench, monkeypatch):
+    """topk's reference depends on the block size alone: one per block size, each right."""
+    spec = catalog.get("topk")
+    calls = []
+    real = type(spec).reference
+    monkeypatch.setattr(type(spec), "reference", lambda self, *a: calls.append(a[1].workgroup_size) or real(self, *a))
+    problem = spec.problem(n=1000, k=4)
+    schedules = [Schedule.of(workgroup_size=wg, items_per_invocation=ipi) for wg in (32, 64) for ipi in (1, 2)]
+    results = bench.evaluate([Job("topk", problem, s, 0, 0, 1) for s in schedules])
+    assert [r.status for r in results] == [Status.OK] * 4
+    assert calls == [32, 64]
