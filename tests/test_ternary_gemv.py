@@ -139,28 +139,6 @@ def test_ternary_gemv_staged_matches_numpy_exactly(device, schedule, m, k):
     assert result.metrics.max_abs == 0.0
 
 
-@pytest.mark.parametrize("m,k", [(333, 1020), (67, 4160), (5, 64)])
-def test_ternary_gemv_staged_vec4_decodes_64_codes_per_load_exactly(device, m, k):
-    result = oracle.certify(SPEC, STAGED_VEC4, SPEC.problem(m=m, k=k), device)
-    assert result.status is Status.OK, result.message
-    assert result.metrics.max_abs == 0.0
-
-
-def test_ternary_gemv_staged_float_data_within_tolerance_for_large_k(device):
-    problem = SPEC.problem(m=3, k=EXACT_K + 17)
-    result = oracle.certify(SPEC, STAGED[1], problem, device)
-    assert result.status is Status.OK, result.message
-    assert 0 < result.metrics.max_abs < SPEC.tolerance(problem)[0]
-
-
-@pytest.mark.parametrize("schedule", [STAGED[0], STAGED[2]], ids=str)
-def test_ternary_gemv_staged_hand_checked_code_three_and_codes_past_k(device, schedule):
-    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55, 0xAA], [2, 10], 2, 4, schedule), [20, -100])
-    row0 = 3 | (1 << 2) | (3 << 4) | (2 << 6)
-    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [row0, 0xFF], [1, 1], 2, 4, schedule), [-2, 0])
-    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55555555], [1], 1, 4, schedule), [10])
-
-
 def test_ternary_gemv_staged_declares_its_x_tile_in_workgroup_bytes():
     staged = Schedule.of(workgroup_size=256, stage_x=1)
     assert SPEC.workgroup_bytes(staged, SPEC.problem(m=8, k=65536)) == 4 * 256 + 64 * 256  # 4096 x values
@@ -201,30 +179,6 @@ def test_ternary_gemv_pair_table_matches_numpy_exactly(device, schedule, m, k):
     assert result.metrics.max_abs == 0.0
 
 
-@pytest.mark.parametrize("schedule", LUT_VEC4, ids=str)
-@pytest.mark.parametrize("m,k", [(333, 1020), (67, 4160), (5, 64), (129, 1024)])
-def test_ternary_gemv_pair_table_vec4_matches_numpy_exactly(device, schedule, m, k):
-    # 4160 = 260 words: 8 full tiles and a 4-word one, whose lanes past the row end clamp.
-    result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k), device)
-    assert result.status is Status.OK, result.message
-    assert result.metrics.max_abs == 0.0
-
-
-def test_ternary_gemv_pair_table_float_data_within_tolerance_for_large_k(device):
-    problem = SPEC.problem(m=3, k=EXACT_K + 17)
-    result = oracle.certify(SPEC, LUT[1], problem, device)
-    assert result.status is Status.OK, result.message
-    assert 0 < result.metrics.max_abs < SPEC.tolerance(problem)[0]
-
-
-@pytest.mark.parametrize("schedule", [LUT[0], LUT[2]], ids=str)
-def test_ternary_gemv_pair_table_hand_checked_code_three_and_codes_past_k(device, schedule):
-    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55, 0xAA], [2, 10], 2, 4, schedule), [20, -100])
-    row0 = 3 | (1 << 2) | (3 << 4) | (2 << 6)
-    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [row0, 0xFF], [1, 1], 2, 4, schedule), [-2, 0])
-    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55555555], [1], 1, 4, schedule), [10])
-
-
 @pytest.mark.parametrize(
     "schedule,reason",
     [
@@ -255,3 +209,29 @@ def test_ternary_gemv_pair_table_space_is_valid_for_the_default_problems(device)
         assert 64 <= rows <= 512, schedule
         for problem in (SPEC.problem(m=65536, k=16384), SPEC.problem(m=16384, k=65536)):
             SPEC.check(schedule, problem, device.profile)
+
+
+# -- the staged and pair-table kernels alike ----------------------------------------------
+@pytest.mark.parametrize("schedule", [STAGED_VEC4, *LUT_VEC4], ids=str)
+@pytest.mark.parametrize("m,k", [(333, 1020), (67, 4160), (5, 64), (129, 1024)])
+def test_ternary_gemv_vec4_kernels_decode_64_codes_per_load_exactly(device, schedule, m, k):
+    # 4160 = 260 words: 8 full pair-table tiles and a 4-word one, whose lanes past the row end clamp.
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k), device)
+    assert result.status is Status.OK, result.message
+    assert result.metrics.max_abs == 0.0
+
+
+@pytest.mark.parametrize("schedule", [STAGED[1], LUT[1]], ids=str)
+def test_ternary_gemv_staged_and_pair_table_float_data_within_tolerance_for_large_k(device, schedule):
+    problem = SPEC.problem(m=3, k=EXACT_K + 17)
+    result = oracle.certify(SPEC, schedule, problem, device)
+    assert result.status is Status.OK, result.message
+    assert 0 < result.metrics.max_abs < SPEC.tolerance(problem)[0]
+
+
+@pytest.mark.parametrize("schedule", [STAGED[0], STAGED[2], LUT[0], LUT[2]], ids=str)
+def test_ternary_gemv_staged_and_pair_table_hand_checked_code_three_and_codes_past_k(device, schedule):
+    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55, 0xAA], [2, 10], 2, 4, schedule), [20, -100])
+    row0 = 3 | (1 << 2) | (3 << 4) | (2 << 6)
+    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [row0, 0xFF], [1, 1], 2, 4, schedule), [-2, 0])
+    np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55555555], [1], 1, 4, schedule), [10])

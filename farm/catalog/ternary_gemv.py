@@ -255,9 +255,12 @@ class TernaryGemv(KernelSpec):
         return (2.0 * m * k, 4.0 * (m * row_words(k) + k + 2 * m))
 
 
-def _common(vw: int) -> str:
-    """The bindings, x reader and row reduction every ternary kernel shares."""
-    return render(sections(TernaryGemv.source_file)["common"], {"VEC": "u32" if vw == 1 else "vec4<u32>"})
+def _layout(wg: int, tpr: int, vw: int) -> dict[str, object]:
+    """The placeholders every ternary kernel has: threads, threads per row, weight vector
+    width and type, and the //// common section (bindings, x reader, row reduction)."""
+    vec = "u32" if vw == 1 else "vec4<u32>"
+    common = render(sections(TernaryGemv.source_file)["common"], {"VEC": vec})
+    return {"COMMON": common, "WG": wg, "TPR": tpr, "VW": vw, "VEC": vec}
 
 
 def tile_words(kw: int) -> int:
@@ -269,13 +272,9 @@ def direct_source(wg: int, tpr: int, ipi: int, vw: int, kw: int) -> str:
     """The original kernel (x read from storage per code, ipi row groups in turn)."""
     return render(
         sections(TernaryGemv.source_file)["direct"],
-        {
-            "COMMON": _common(vw),
-            "WG": wg,
-            "TPR": tpr,
+        _layout(wg, tpr, vw)
+        | {
             "IPI": ipi,
-            "VW": vw,
-            "VEC": "u32" if vw == 1 else "vec4<u32>",
             "ACCUMULATE": _accumulate(vw),
             "UNROLLED": _UNROLLED,
         },
@@ -286,13 +285,9 @@ def staged_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     """The staged kernel: x tiles in workgroup memory, `rows` rows per thread at once."""
     return render(
         sections(TernaryGemv.source_file)["staged"],
-        {
-            "COMMON": _common(vw),
-            "WG": wg,
-            "TPR": tpr,
+        _layout(wg, tpr, vw)
+        | {
             "R": rows,
-            "VW": vw,
-            "VEC": "u32" if vw == 1 else "vec4<u32>",
             "TILE_WORDS": tile_words(kw),
             "SWIZZLE_SHIFT": 2 if vw == 1 else 4,
             "ROWS": _lines(_row_setup(rows), 4),
@@ -312,13 +307,9 @@ def lut_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     """The pair-table kernel: per tile a workgroup-built table of pair sums, one lookup per code pair."""
     return render(
         sections(TernaryGemv.source_file)["lut"],
-        {
-            "COMMON": _common(vw),
-            "WG": wg,
-            "TPR": tpr,
+        _layout(wg, tpr, vw)
+        | {
             "R": rows,
-            "VW": vw,
-            "VEC": "u32" if vw == 1 else "vec4<u32>",
             "TILE_WORDS": LUT_TILE_WORDS,
             "GROUP": lut_group(vw, tpr),
             "ROWS": _lines(_row_setup(rows, ("acc",)), 4),
