@@ -261,6 +261,35 @@ def fold_groups(count: int, max_per_dim: int = MAX_GROUPS_PER_DIM) -> tuple[int,
     return (x, y, 1)
 
 
+class PendingRead:
+    """Output copies submitted to staging buffers (`Device.submit_reads`), not yet read."""
+
+    def __init__(self, device: Device, parts: list):
+        self._device = device
+        self._parts = parts
+
+    def collect(self) -> dict[str, np.ndarray]:
+        """{name: array}: waits for the copies, reads them and frees the staging buffers."""
+        out = {}
+        try:
+            for name, staging, size, dtype, count, shape in self._parts:
+                staging.map_sync("READ", 0, size)
+                try:
+                    raw = staging.read_mapped(0, size)  # a copy, owned by the returned array
+                finally:
+                    staging.unmap()
+                array = np.frombuffer(raw, dtype=dtype)
+                array = array[:count] if count is not None else array
+                out[name] = array.reshape(shape) if shape is not None else array
+        except Exception as exc:  # noqa: BLE001
+            raise GpuError("readback", str(exc)) from exc
+        finally:
+            for part in self._parts:
+                self._device._give_staging(part[1])
+            self._parts = []
+        return out
+
+
 @dataclass
 class Buffer:
     """A device buffer and its role in a binding (storage, read-only storage or uniform)."""
@@ -389,38 +418,45 @@ class Device:
     def read(self, buffer: Buffer, dtype=np.float32, count: int | None = None) -> np.ndarray:
         """The first `count` elements (all when None) of `buffer`, copied to the host through
         a reused mappable staging buffer (wgpu-py's read_buffer allocates one per call)."""
-        dtype = np.dtype(dtype)
-        size = buffer.nbytes if count is None else min(buffer.nbytes, _align4(count * dtype.itemsize))
-        try:
-            with self._staging_lock:
-                staging = self._staging(size)
-                encoder = self.device.create_command_encoder()
-                encoder.copy_buffer_to_buffer(buffer.handle, 0, staging, 0, size)
-                self.device.queue.submit([encoder.finish()])
-                staging.map_sync("READ", 0, size)
-                try:
-                    raw = staging.read_mapped(0, size)  # a copy, owned by the returned view
-                finally:
-                    staging.unmap()
-        except Exception as exc:  # noqa: BLE001
-            raise GpuError("readback", str(exc)) from exc
-        out = np.frombuffer(raw, dtype=dtype)
-        return out[:count] if count is not None else out
+        return self.submit_reads([("out", buffer, dtype, count, None)]).collect()["out"]
 
-    def _staging(self, size: int):
-        """A MAP_READ buffer of at least `size` bytes, reused across reads (at most
-        STAGING_KEEP kept, the least recently used destroyed first)."""
-        fits = [(c.size, i) for i, c in enumerate(self._staging_buffers) if c.size >= size]
-        if fits:
-            index = min(fits)[1]  # the smallest that fits
-            self._staging_buffers.append(self._staging_buffers.pop(index))
-            return self._staging_buffers[-1]
+    def submit_reads(self, reads: list, encoder=None) -> PendingRead:
+        """Copy each (name, buffer, dtype, count, shape) into its own staging buffer and
+        submit (with `encoder`'s commands before the copies, when given) without waiting;
+        `PendingRead.collect()`, from any thread, maps and reads them. The queue runs in
+        order, so work submitted later (timing) need not wait for the host's reading."""
+        parts = []
+        try:
+            encoder = encoder if encoder is not None else self.device.create_command_encoder()
+            for name, buffer, dtype, count, shape in reads:
+                dtype = np.dtype(dtype)
+                size = buffer.nbytes if count is None else min(buffer.nbytes, _align4(count * dtype.itemsize))
+                staging = self._take_staging(size)
+                parts.append((name, staging, size, dtype, count, shape))
+                encoder.copy_buffer_to_buffer(buffer.handle, 0, staging, 0, size)
+            self.device.queue.submit([encoder.finish()])
+        except Exception as exc:  # noqa: BLE001
+            for part in parts:
+                self._give_staging(part[1])
+            raise GpuError("readback", str(exc)) from exc
+        return PendingRead(self, parts)
+
+    def _take_staging(self, size: int):
+        """A MAP_READ buffer of at least `size` bytes, exclusively the caller's until
+        `_give_staging` (the smallest free one that fits, else a new one)."""
+        with self._staging_lock:
+            fits = [(c.size, i) for i, c in enumerate(self._staging_buffers) if c.size >= size]
+            if fits:
+                return self._staging_buffers.pop(min(fits)[1])
         usage = self._wgpu.BufferUsage
-        staging = self.device.create_buffer(size=max(size, 4), usage=usage.COPY_DST | usage.MAP_READ)
-        self._staging_buffers.append(staging)
-        while len(self._staging_buffers) > STAGING_KEEP:
-            self._staging_buffers.pop(0).destroy()
-        return staging
+        return self.device.create_buffer(size=max(size, 4), usage=usage.COPY_DST | usage.MAP_READ)
+
+    def _give_staging(self, staging) -> None:
+        """Back to the free list (most recently used last; at most STAGING_KEEP kept)."""
+        with self._staging_lock:
+            self._staging_buffers.append(staging)
+            while len(self._staging_buffers) > STAGING_KEEP:
+                self._staging_buffers.pop(0).destroy()
 
     def write(self, buffer: Buffer, data: np.ndarray | bytes) -> None:
         raw = data if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes()
@@ -455,7 +491,7 @@ class Device:
         try:
             encoder = self.device.create_command_encoder()
             for pipeline, bind_group, groups in calls:
-                self._encode_pass(encoder, pipeline, bind_group, groups)
+                self.encode_pass(encoder, pipeline, bind_group, groups)
             self.device.queue.submit([encoder.finish()])
             if wait:
                 self.wait_idle()
@@ -469,7 +505,7 @@ class Device:
         has a broken callback signature, so poll the device (wgpuDevicePoll, wait=True)."""
         self.device._poll_wait()
 
-    def _encode_pass(self, encoder, pipeline: Pipeline, bind_group, groups, timestamp_writes=None):
+    def encode_pass(self, encoder, pipeline: Pipeline, bind_group, groups, timestamp_writes=None):
         grid = fold_groups(groups) if isinstance(groups, int) else groups
         if max(grid) > MAX_GROUPS_PER_DIM:
             raise GpuError("dispatch", f"grid {grid} exceeds {MAX_GROUPS_PER_DIM} per dimension", pipeline.label)
@@ -495,12 +531,13 @@ class Device:
     def time_calls(self, calls: list, warmup: int = 2, reps: int = 10, schedule: Any = None) -> Timing:
         """Time a submission of (pipeline, bind_group, groups) passes, one submission per rep.
 
-        Warm-up is `warmup` submissions and then, on GPUs, rounds of growing batches until two
-        consecutive rounds agree within WARM_STEADY, after at least warm_s (idle since the
-        last timing over HOT_GAP_S) or warm_idle_s (idle over LONG_IDLE_S) and at most
-        warm_max_s: a GPU idle between trials drops to idle clocks, and a few short warm-up
-        dispatches would not bring it back (seen on the H200: 2.5-5x slower trials, also
-        after 50 ms of warm-up when the GPU had idled for seconds).
+        Warm-up is `warmup` submissions and then, on a GPU idle for HOT_GAP_S or more since
+        its last timing or `mark_busy`, rounds of growing batches until two consecutive
+        rounds agree within WARM_STEADY, after at least warm_s (warm_idle_s when idle over
+        LONG_IDLE_S) and at most warm_max_s: a GPU idle between trials drops to idle clocks,
+        and a few short warm-up dispatches would not bring it back (seen on the H200:
+        2.5-5x slower trials, also after 50 ms of warm-up when the GPU had idled for
+        seconds). A GPU busy until a moment ago is at its clocks: no rounds.
         With timestamp queries the sample is GPU time from the start of the first pass to
         the end of the last ("timestamp"); otherwise host wall time around a synchronous
         submission ("host").
@@ -511,6 +548,7 @@ class Device:
         try:
             if self.timestamps:
                 return Timing.from_samples(self._timestamp_samples(calls, reps, schedule), "timestamp")
+            self.wait_idle()  # the warm-up submissions are not part of the first sample
             samples = []
             for _ in range(reps):
                 start = time.perf_counter_ns()
@@ -520,11 +558,16 @@ class Device:
         finally:
             self._busy_until = time.perf_counter()
 
+    def mark_busy(self) -> None:
+        """Record that work was just submitted (a certification run right before timing):
+        the GPU is at its working clocks, and `time_calls` needs no warm-up rounds."""
+        self._busy_until = time.perf_counter()
+
     def _warm_up(self, calls: list, warmup: int, schedule: Any) -> None:
         for _ in range(max(warmup, 0)):
-            self.dispatch_many(calls, schedule)
-        if self.warm_s <= 0:
-            return
+            self.dispatch_many(calls, schedule, wait=False)  # the queue runs them before the timed reps
+        if self.warm_s <= 0 or time.perf_counter() - self._busy_until < HOT_GAP_S:
+            return  # busy until a moment ago: clocks are up, the timed reps can start
         start = time.perf_counter()
         try:
             self._warm_rounds(calls, schedule, start)
@@ -533,7 +576,7 @@ class Device:
 
     def _warm_rounds(self, calls: list, schedule: Any, start: float) -> None:
         idle = start - self._busy_until
-        least = 0.0 if idle < HOT_GAP_S else self.warm_s if idle < LONG_IDLE_S else self.warm_idle_s
+        least = self.warm_s if idle < LONG_IDLE_S else self.warm_idle_s
         batch, previous = 1, None
         while True:
             t0 = time.perf_counter()
@@ -566,7 +609,7 @@ class Device:
                         writes["beginning_of_pass_write_index"] = 2 * rep
                     if index == last:
                         writes["end_of_pass_write_index"] = 2 * rep + 1
-                    self._encode_pass(encoder, pipeline, bind_group, groups, writes if len(writes) > 1 else None)
+                    self.encode_pass(encoder, pipeline, bind_group, groups, writes if len(writes) > 1 else None)
                 self.device.queue.submit([encoder.finish()])
             encoder = self.device.create_command_encoder()
             encoder.resolve_query_set(query_set, 0, 2 * reps, resolve, 0)

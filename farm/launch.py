@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from farm.catalog import KernelSpec, Launch, check_launch
-from farm.gpu import Buffer, Device, Pipeline, Timing
+from farm.gpu import Buffer, Device, GpuError, PendingRead, Pipeline, Timing
 from farm.schedule import Problem, Schedule
 
 
@@ -28,12 +28,34 @@ class Prepared:
         self.device.dispatch(self.pipeline, self.buffers, self.launch.groups, self.schedule)
 
     def outputs(self) -> dict[str, np.ndarray]:
-        result = {}
-        for arg, buffer in zip(self.launch.args, self.buffers, strict=True):
-            if arg.output:
-                count = int(np.prod(arg.shape, dtype=np.int64))
-                result[arg.name] = self.device.read(buffer, arg.dtype, count).reshape(arg.shape)
-        return result
+        return self.device.submit_reads(self._reads()).collect()
+
+    def submit_run(self, clear_outputs: bool = True) -> PendingRead:
+        """One submission: zero the outputs (a kernel that writes nothing can't pass on
+        stale data), run once, copy the outputs to staging buffers. Doesn't wait: the
+        caller may queue more work (the timing) and collect the outputs afterwards."""
+        try:
+            encoder = self.device.device.create_command_encoder()
+            if clear_outputs:
+                for arg, buffer in zip(self.launch.args, self.buffers, strict=True):
+                    if arg.output:
+                        encoder.clear_buffer(buffer.handle, 0, buffer.nbytes)
+            bind_group = self.device.bind(self.pipeline, self.buffers, self.schedule)
+            self.device.encode_pass(encoder, self.pipeline, bind_group, self.launch.groups)
+        except GpuError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise GpuError("dispatch", str(exc), self.pipeline.label, self.schedule) from exc
+        pending = self.device.submit_reads(self._reads(), encoder)
+        self.device.mark_busy()
+        return pending
+
+    def _reads(self) -> list:
+        return [
+            (arg.name, buffer, arg.dtype, int(np.prod(arg.shape, dtype=np.int64)), arg.shape)
+            for arg, buffer in zip(self.launch.args, self.buffers, strict=True)
+            if arg.output
+        ]
 
     def time(self, warmup: int = 2, reps: int = 10) -> Timing:
         return self.device.time(self.pipeline, self.buffers, self.launch.groups, warmup, reps, self.schedule)

@@ -1,15 +1,17 @@
 """What one tuning worker does with its device, without Ray: turn jobs into trial results.
 
 `TrialBench` owns one `farm.gpu.Device` for its life. Per (kernel, problem, seed) it
-generates the inputs once, keeps them uploaded, and computes the numpy reference once;
-per trial it validates and compiles (pipelines are cached by the Device), certifies
-against the reference, then times. The GPU is kept busy: the next COMPILE_AHEAD trials'
-pipelines compile on background threads, and each trial's outputs are compared with the
-reference on a pool of checker threads while the GPU goes on timing this trial and the
-next ones (at most MAX_PENDING comparisons outstanding; a batch's results are returned
-once all of its comparisons are in, and the timing of a schedule that fails its
-comparison is discarded). An idle GPU drops its clocks, so a CPU-bound loop of
-compare-then-time would measure slow clocks and waste the GPU. Failures become typed results:
+generates the inputs once, keeps them uploaded, and computes the numpy reference once (on
+a thread of its own, overlapping the first trials). Per trial it validates and compiles
+(pipelines are cached by the Device), queues one run whose outputs are copied to staging
+buffers in the same submission, and times the kernel right behind it (that run is the
+first warm-up). The GPU is kept busy: the next COMPILE_AHEAD trials' pipelines compile on
+background threads, and each trial's outputs are read back and compared with the
+reference on a pool of checker threads while the GPU goes on timing the next trials (at
+most MAX_PENDING comparisons outstanding; a batch's results are returned once all of its
+comparisons are in, and the timing of a schedule that fails its comparison is discarded).
+An idle GPU drops its clocks, so a CPU-bound loop of compare-then-time would measure slow
+clocks and waste the GPU. Failures become typed results:
 InvalidSchedule -> invalid_schedule, compile/pipeline GpuError -> compile_error, any
 other GpuError -> runtime_error, outputs outside tolerance -> wrong_result. Anything
 else is a bug in a kernel spec and propagates.
@@ -31,13 +33,15 @@ import numpy as np
 
 from farm import catalog
 from farm.catalog import KernelSpec, Launch, check_launch
-from farm.gpu import Buffer, Device, GpuError, Pipeline, Timing
+from farm.gpu import Buffer, Device, GpuError, PendingRead, Pipeline, Timing
 from farm.launch import Prepared, compile_launch
 from farm.oracle import Certification, ErrorMetrics, compare
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 from farm.trial import TrialKey, TrialResult
 
-COMPILE_AHEAD = 4  # trials whose pipelines compile (on as many threads) while the current one runs
+# Trials whose pipelines compile (on as many threads) while the current one runs: a gemm
+# pipeline takes the H200's driver about as long to compile as 1-4 trials take to run.
+COMPILE_AHEAD = max(4, min(8, (os.cpu_count() or 2) // 2))
 MAX_PENDING = 4  # trials timed but not yet certified (each holds its outputs in memory)
 CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per worker
 
@@ -93,7 +97,7 @@ class _Inputs:
     arrays: dict[str, np.ndarray]
     uploaded: dict[tuple[int, tuple[int, ...], str, str], Buffer]
     outputs: dict[tuple[str, int, str], Buffer]
-    expected: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # by the spec's reference_key
+    expected: dict[str, Future] = field(default_factory=dict)  # references by the spec's reference_key
 
 
 def _array_identity(data: np.ndarray, kind: str) -> tuple[int, tuple[int, ...], str, str]:
@@ -113,6 +117,7 @@ class TrialBench:
             ThreadPoolExecutor(max_workers=COMPILE_AHEAD, thread_name_prefix="farm-compile") if compile_ahead else None
         )
         self._checker = ThreadPoolExecutor(max_workers=CHECKERS, thread_name_prefix="farm-check")
+        self._referee = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-reference")
         self.stages = StageTimes()
 
     # -- public API ----------------------------------------------------------------
@@ -186,6 +191,7 @@ class TrialBench:
         if self._compiler is not None:
             self._compiler.shutdown(wait=True)
         self._checker.shutdown(wait=True)
+        self._referee.shutdown(wait=True)
         for entry in self._inputs.values():
             self.device.release(*entry.uploaded.values(), *entry.outputs.values())
         self._inputs.clear()
@@ -213,24 +219,25 @@ class TrialBench:
             self._release_transient(prepared)
 
     def _certify_and_time(self, key: TrialKey, prepared: Prepared, job: Job) -> TrialResult | _Pending:
-        """Run once and read back, then compare with the reference on a checker thread
-        while the GPU is being timed (and goes on to the next trials): on large outputs the
-        comparison is CPU work of the same order as the timing. A schedule that fails the
+        """Queue one run with its outputs' copy to staging buffers, then time right behind
+        it (that run is the first warm-up: same kernel, same inputs, GPU at its clocks),
+        and read the outputs back and compare them with the reference on a checker thread
+        while the GPU goes on to the next trials: on large outputs reading and comparing
+        are CPU work of the same order as the timing. A schedule that fails the
         comparison is never a winner: its timing is discarded and the trial is wrong_result."""
         expected = self._expected(prepared.spec, job)
         try:
-            with self.stages.timed("run_readback"):
-                self._clear_outputs(prepared)
-                prepared.run()
-                outputs = prepared.outputs()
+            with self.stages.timed("run"):
+                pending = prepared.submit_run()
         except GpuError as exc:
             return self._result(key, Status.RUNTIME_ERROR, str(exc))
-        verdict = self._checker.submit(compare, prepared.spec, prepared.problem, outputs, expected)
         try:
             with self.stages.timed("time"):
-                timing = prepared.time(warmup=job.warmup, reps=job.reps)
+                timing = prepared.time(warmup=max(job.warmup - 1, 0), reps=job.reps)
         except GpuError as exc:
-            return self._result(key, Status.RUNTIME_ERROR, str(exc), metrics=verdict.result().metrics)
+            verdict = _read_and_compare(pending, prepared.spec, prepared.problem, expected)
+            return self._result(key, Status.RUNTIME_ERROR, str(exc), metrics=verdict.metrics)
+        verdict = self._checker.submit(_read_and_compare, pending, prepared.spec, prepared.problem, expected)
         return _Pending(self, key, verdict, timing)
 
     def _result(
@@ -305,26 +312,30 @@ class TrialBench:
             return entry.uploaded[identity]
         return _Transient.wrap(self.device.upload(arg.data, arg.kind))
 
-    def _expected(self, spec: KernelSpec, job: Job) -> dict[str, np.ndarray]:
-        """The reference, computed once per inputs and the spec's reference_key (topk: once
-        per block size; a 2^26-element topk reference is seconds of numpy)."""
+    def _expected(self, spec: KernelSpec, job: Job) -> Future:
+        """The reference (a Future), computed once per inputs and the spec's reference_key
+        (topk: once per block size) on its own thread: a 4096^3 gemm or 2^26-element topk
+        reference is seconds of numpy, which the first trials' GPU work now overlaps (the
+        checker waits for it, not the GPU)."""
         entry = self._entry(spec, job)
         key = spec.reference_key(job.schedule)
         if key not in entry.expected:
             with self.stages.timed("reference"):
-                entry.expected[key] = spec.reference(job.problem, job.schedule, entry.arrays)
+                entry.expected[key] = self._referee.submit(spec.reference, job.problem, job.schedule, entry.arrays)
         return entry.expected[key]
-
-    def _clear_outputs(self, prepared: Prepared) -> None:
-        """Zero reused output buffers, so a kernel that writes nothing can't pass on stale data."""
-        encoder = self.device.device.create_command_encoder()
-        for arg, buffer in zip(prepared.launch.args, prepared.buffers, strict=True):
-            if arg.output:
-                encoder.clear_buffer(buffer.handle, 0, buffer.nbytes)
-        self.device.device.queue.submit([encoder.finish()])
 
     def _release_transient(self, prepared: Prepared) -> None:
         self.device.release(*(b for b in prepared.buffers if isinstance(b, _Transient)))
+
+
+def _read_and_compare(pending: PendingRead, spec: KernelSpec, problem: Problem, expected: Future) -> Certification:
+    """A checker thread's work: the outputs from their staging buffers, compared with
+    the reference once it is computed."""
+    try:
+        outputs = pending.collect()
+    except GpuError as exc:
+        return Certification(Status.RUNTIME_ERROR, ErrorMetrics(), str(exc))
+    return compare(spec, problem, outputs, expected.result())
 
 
 @dataclass

@@ -157,25 +157,32 @@ def test_gpu_warm_up_after_a_long_idle_runs_warm_idle_s_before_timing(device, mo
     assert count > 1 + 3 + 1  # the warm-up kept dispatching beyond the counted warm-up runs
 
 
-def test_gpu_warm_up_is_short_when_the_gpu_just_worked_and_capped_at_warm_max_s(device, monkeypatch):
-    """Counted in dispatches, not seconds: a hot device with steady rounds stops after two
-    rounds; rounds that never agree stop at warm_max_s (a lower bound only: shared CI)."""
+def test_gpu_warm_up_is_skipped_when_the_gpu_just_worked_and_capped_at_warm_max_s(device, monkeypatch):
+    """Counted in dispatches, not seconds: a device timed or marked busy a moment ago runs
+    only the counted warm-up and the reps; after an idle gap, rounds that never agree stop
+    at warm_max_s (a lower bound only: shared CI)."""
     import time
+
+    from farm.gpu import HOT_GAP_S
 
     pipeline = device.pipeline(COUNTER, label="counter")
     buf = device.upload(np.zeros(1, np.float32), "storage")
     _warm_settings(device, monkeypatch, 0.3, 0.3, 0.6)
-    monkeypatch.setattr("farm.gpu.WARM_STEADY", float("inf"))  # any two rounds agree
     device.time(pipeline, [buf], 1, warmup=0, reps=1)
     before = device.read(buf, np.float32, 1)[0]
-    device.time(pipeline, [buf], 1, warmup=0, reps=1)  # hot: just timed, no least time
-    hot_dispatches = device.read(buf, np.float32, 1)[0] - before
+    device.time(pipeline, [buf], 1, warmup=1, reps=2)  # hot: just timed
+    assert device.read(buf, np.float32, 1)[0] - before == 1 + 2
+    monkeypatch.setattr(device, "_busy_until", time.perf_counter() - 10)
+    device.mark_busy()  # a certification run was just queued
+    before = device.read(buf, np.float32, 1)[0]
+    device.time(pipeline, [buf], 1, warmup=0, reps=1)
+    assert device.read(buf, np.float32, 1)[0] - before == 1
     monkeypatch.setattr("farm.gpu.WARM_STEADY", -1.0)  # rounds never agree: the cap ends it
+    monkeypatch.setattr(device, "_busy_until", time.perf_counter() - 2 * HOT_GAP_S)
     start = time.perf_counter()
     device.time(pipeline, [buf], 1, warmup=0, reps=1)
     capped = time.perf_counter() - start
     device.release(buf)
-    assert hot_dispatches <= 1 + 2 * 2 + 1  # two rounds (batch 1, then at most 2) and the rep
     assert capped >= 0.6
 
 
@@ -226,6 +233,28 @@ def test_reads_reuse_staging_buffers_and_return_writable_copies(device):
         device.release(big)
     assert len(device._staging_buffers) <= gpu.STAGING_KEEP
     device.release(buf, odd)
+
+
+def test_pending_reads_hold_their_own_staging_and_collect_on_another_thread(device):
+    """A run's outputs are copied in its submission and read later (a checker thread) while
+    later work is queued: each pending read owns its staging buffer until collected."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from farm.gpu import STAGING_KEEP
+
+    pipeline = device.pipeline(COUNTER, label="counter")
+    buf = device.upload(np.zeros(1, np.float32), "storage")
+    pending = []
+    for _ in range(3):
+        device.dispatch(pipeline, [buf], 1, wait=False)
+        pending.append(device.submit_reads([("count", buf, np.float32, 1, (1,))]))
+    free_before = len(device._staging_buffers)
+    with ThreadPoolExecutor(2) as pool:
+        counts = [f.result()["count"] for f in [pool.submit(p.collect) for p in reversed(pending)]]
+    assert [c.shape for c in counts] == [(1,)] * 3
+    assert [float(c[0]) for c in counts] == [3.0, 2.0, 1.0]  # each saw the queue at its copy
+    assert len(device._staging_buffers) == min(free_before + 3, STAGING_KEEP)  # all handed back
+    device.release(buf)
 
 
 def test_benchmark_device_refuses_a_cpu_adapter_unless_allowed(device, capsys):

@@ -1,0 +1,79 @@
+"""benchmarks/ternary_probe.py's smoke run on the CPU adapter: every variant of every shape
+timed, the catalog kernels certified, and its source substitutions failing loudly."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+PROBE_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "ternary_probe.py"
+
+
+@pytest.fixture(scope="module")
+def probe():
+    spec = importlib.util.spec_from_file_location("ternary_probe", PROBE_PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _planned(probe) -> set[tuple[str, str]]:
+    """(variant, schedule label) the probe times per shape."""
+    planned = {("copy", "vec4 wg256")}
+    planned |= {("load-only", f"wg128 r{r} vw{vw} tpr{tpr}") for tpr, vw, r in probe.LOAD_LAYOUTS}
+    for variant, schedule in probe.REAL:
+        label = probe._label(schedule)
+        planned |= {(variant, label), (f"{variant} compute-only", label)}
+        if variant == "lut":
+            planned |= {(part, label) for part in probe.LUT_PARTS}
+    return planned
+
+
+# slow: ~5 s with a warm Mesa shader cache, ~40 s cold (lavapipe's LLVM compiles the unrolled
+# pair-table kernel wg128 r2 tpr1 and its two derivatives for ~25 s).
+@pytest.mark.slow
+def test_probe_smoke_run_times_every_variant_and_certifies_the_catalog_kernels(probe, device, tmp_path):
+    argv = ["--allow-cpu", "--out", str(tmp_path), "--reps", "2", "--warmup", "1"]
+    assert probe.main(argv, device=device) == 0
+    data = json.loads((tmp_path / "ternary_probe.json").read_text())
+    rows = data["rows"]
+    planned = _planned(probe)
+    assert len(planned) == 1 + 20 + 5 + 5 + 6
+    shapes = {f"m={m},k={k}" for m, k in probe.CPU_SHAPES}
+    assert {r["shape"] for r in rows} == shapes
+    for shape in shapes:
+        got = [(r["variant"], r["schedule"]) for r in rows if r["shape"] == shape]
+        assert sorted(got) == sorted(planned), shape
+    for r in rows:
+        assert r["median_ns"] is not None and r["median_ns"] > 0, r
+        assert r["gbps"] > 0 and r["fraction_of_copy"] > 0, r
+        if r["variant"] in ("staged", "lut"):
+            assert r["certified"] is True, r
+        else:
+            assert r["certified"] is None, r
+        if r["variant"] == "load-only":
+            assert r["message"] == "xor of every row checked", r
+
+
+def test_probe_refuses_the_cpu_adapter_without_allow_cpu(probe, device, tmp_path, capsys):
+    if not device.profile.is_cpu:
+        pytest.skip("a GPU adapter is not refused")
+    assert probe.main(["--out", str(tmp_path)], device=device) == 2
+    assert "pass --allow-cpu" in capsys.readouterr().err
+    assert not (tmp_path / "ternary_probe.json").exists()
+
+
+def test_probe_substitutions_fail_loudly_when_the_template_changes(probe):
+    schedule = probe.REAL[2][1]  # a stage_x=2 schedule
+    problem = probe.SPEC.problem(m=64, k=1024)
+    source = probe.SPEC.launch(schedule, problem, probe.make_inputs(64, 1024)).source
+    assert "synth(" in probe.compute_only_source(source, schedule)
+    changed = source.replace("build(t0, lid, ta, tb);", "build(t0, lid, tb, ta);")
+    with pytest.raises(probe.ProbeError, match="lookup-only"):
+        probe.lut_lookup_only_source(changed, schedule)
+    with pytest.raises(probe.ProbeError, match="build-only"):
+        probe.lut_build_only_source(changed, schedule)
+    fewer_loads = source.replace("w[wrow1 + min(c + 0u, nv - 1u)]", "x[0]")
+    with pytest.raises(probe.ProbeError, match="compute-only weight loads"):
+        probe.compute_only_source(fewer_loads, schedule)
