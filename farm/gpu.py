@@ -41,10 +41,11 @@ _instance_configured = False
 # GPU warm-up (Device._warm_up): idle gaps after which clocks have dropped, the agreement
 # between consecutive warm-up rounds that counts as steady, and the least round length.
 HOT_GAP_S = 0.25
+HOT_SPAN_S = 0.02  # a timing at least this long, ended under HOT_GAP_S ago: no warm-up rounds
 LONG_IDLE_S = 1.0
 WARM_STEADY = 0.03
 WARM_ROUND_S = 0.01
-STAGING_KEEP = 4  # readback staging buffers a Device keeps for reuse
+STAGING_KEEP = 8  # free readback staging buffers a Device keeps for reuse (a worker has ~6 in flight)
 
 
 class GpuError(RuntimeError):
@@ -332,6 +333,7 @@ class Device:
         self.warm_idle_s = 0.25 if gpu else 0.0
         self.warm_max_s = 1.0 if gpu else 0.0
         self._busy_until = 0.0  # time.perf_counter() when timed work last finished
+        self._busy_span = 0.0  # seconds that timed work (warm-up and reps) lasted
         self.warm_spent_s = 0.0  # seconds spent warming up, all timings together
         self._pipelines: dict[str, Pipeline] = {}
         self._staging_buffers: list = []  # reused readback buffers, least recently used first
@@ -531,19 +533,22 @@ class Device:
     def time_calls(self, calls: list, warmup: int = 2, reps: int = 10, schedule: Any = None) -> Timing:
         """Time a submission of (pipeline, bind_group, groups) passes, one submission per rep.
 
-        Warm-up is `warmup` submissions and then, on a GPU idle for HOT_GAP_S or more since
-        its last timing or `mark_busy`, rounds of growing batches until two consecutive
-        rounds agree within WARM_STEADY, after at least warm_s (warm_idle_s when idle over
-        LONG_IDLE_S) and at most warm_max_s: a GPU idle between trials drops to idle clocks,
-        and a few short warm-up dispatches would not bring it back (seen on the H200:
-        2.5-5x slower trials, also after 50 ms of warm-up when the GPU had idled for
-        seconds). A GPU busy until a moment ago is at its clocks: no rounds.
+        Warm-up is `warmup` submissions and then, on GPUs, rounds of growing batches until two
+        consecutive rounds agree within WARM_STEADY, after at least warm_s (idle since the
+        last timing over HOT_GAP_S) or warm_idle_s (idle over LONG_IDLE_S) and at most
+        warm_max_s: a GPU idle between trials drops to idle clocks, and a few short warm-up
+        dispatches would not bring it back (seen on the H200: 2.5-5x slower trials, also
+        after 50 ms of warm-up when the GPU had idled for seconds). No rounds when the last
+        timing lasted HOT_SPAN_S or more and ended under HOT_GAP_S ago: the GPU is at its
+        clocks (gemm 4096^3 trials back to back). A GPU that ran only short kernels is not:
+        skipping the rounds after 7 reps of a 50 us kernel measured the H200 5x slow.
         With timestamp queries the sample is GPU time from the start of the first pass to
         the end of the last ("timestamp"); otherwise host wall time around a synchronous
         submission ("host").
         """
         if reps < 1:
             raise ValueError(f"reps must be >= 1, got {reps}")
+        begin = time.perf_counter()
         self._warm_up(calls, warmup, schedule)
         try:
             if self.timestamps:
@@ -557,17 +562,15 @@ class Device:
             return Timing.from_samples(samples, "host")
         finally:
             self._busy_until = time.perf_counter()
-
-    def mark_busy(self) -> None:
-        """Record that work was just submitted (a certification run right before timing):
-        the GPU is at its working clocks, and `time_calls` needs no warm-up rounds."""
-        self._busy_until = time.perf_counter()
+            self._busy_span = self._busy_until - begin
 
     def _warm_up(self, calls: list, warmup: int, schedule: Any) -> None:
         for _ in range(max(warmup, 0)):
             self.dispatch_many(calls, schedule, wait=False)  # the queue runs them before the timed reps
-        if self.warm_s <= 0 or time.perf_counter() - self._busy_until < HOT_GAP_S:
-            return  # busy until a moment ago: clocks are up, the timed reps can start
+        if self.warm_s <= 0:
+            return
+        if time.perf_counter() - self._busy_until < HOT_GAP_S and self._busy_span >= HOT_SPAN_S:
+            return  # long work that ended a moment ago: clocks are up, the timed reps can start
         start = time.perf_counter()
         try:
             self._warm_rounds(calls, schedule, start)
@@ -576,7 +579,7 @@ class Device:
 
     def _warm_rounds(self, calls: list, schedule: Any, start: float) -> None:
         idle = start - self._busy_until
-        least = self.warm_s if idle < LONG_IDLE_S else self.warm_idle_s
+        least = 0.0 if idle < HOT_GAP_S else self.warm_s if idle < LONG_IDLE_S else self.warm_idle_s
         batch, previous = 1, None
         while True:
             t0 = time.perf_counter()

@@ -46,9 +46,7 @@ class Prepared:
             raise
         except Exception as exc:  # noqa: BLE001
             raise GpuError("dispatch", str(exc), self.pipeline.label, self.schedule) from exc
-        pending = self.device.submit_reads(self._reads(), encoder)
-        self.device.mark_busy()
-        return pending
+        return self.device.submit_reads(self._reads(), encoder)
 
     def _reads(self) -> list:
         return [

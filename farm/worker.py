@@ -42,7 +42,7 @@ from farm.trial import TrialKey, TrialResult
 # Trials whose pipelines compile (on as many threads) while the current one runs: a gemm
 # pipeline takes the H200's driver about as long to compile as 1-4 trials take to run.
 COMPILE_AHEAD = max(4, min(8, (os.cpu_count() or 2) // 2))
-MAX_PENDING = 4  # trials timed but not yet certified (each holds its outputs in memory)
+MAX_PENDING = 6  # trials timed but not yet certified (each holds its outputs in memory)
 CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per worker
 
 
