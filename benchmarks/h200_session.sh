@@ -9,6 +9,7 @@
 #           recurrent sweep, configs/s at 1 and 2 GPUs, farm overhead, variants
 #   part 3: tune --all on one GPU, configs/s at 1 and 2 GPUs, bench (one call)
 #   part 4: configs/s at 1 and 2 GPUs, the ternary probe, farm overhead, tune --all
+#   part 5: (one GPU) configs/s, farm overhead, tune --all, bench, recurrent sweep
 # Results land flat in $OUT (the device tool brings back at most 8 files).
 set -u
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -38,6 +39,16 @@ elif [ "${PART}" = 4 ]; then  # farm throughput after a worker change, and the t
   cp "$W"/tp/*.json "$OUT"/throughput.json 2>/dev/null
   cp "$W"/probe/ternary_probe.json "$OUT"/ 2>/dev/null
   cp "$W"/overhead/*.json "$OUT"/overhead.json 2>/dev/null
+elif [ "${PART}" = 5 ]; then  # everything on a one-GPU machine, each result copied as it lands
+  step 90  python3 benchmarks/throughput.py --gpus 1 --configs ${CONFIGS:-192} --reps 7 --out "$W/tp"
+  cp "$W"/tp/*.json "$OUT"/throughput.json 2>/dev/null
+  step 45  python3 benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --schedules 32 --out "$W/overhead"
+  cp "$W"/overhead/*.json "$OUT"/overhead.json 2>/dev/null
+  step ${TUNE_LIMIT:-200} python3 -m farm tune --all --gpus 1 --db "$DB" --out "$W/artifacts" ${TUNE_ARGS:-}
+  step 130 python3 -m farm bench --db "$DB" --out "$W/bench"
+  cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
+  step 110 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
+  cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null
 else
   step 150 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
   step 200 python3 benchmarks/throughput.py --gpus 1,2 --configs ${CONFIGS:-288} --reps 7 --out "$W/tp"

@@ -237,6 +237,11 @@ class TrialBench:
         except GpuError as exc:
             verdict = _read_and_compare(pending, prepared.spec, prepared.problem, expected)
             return self._result(key, Status.RUNTIME_ERROR, str(exc), metrics=verdict.metrics)
+        try:
+            with self.stages.timed("map"):
+                pending.map()  # done by now (queued before the timing); see PendingRead
+        except GpuError as exc:
+            return self._result(key, Status.RUNTIME_ERROR, str(exc))
         verdict = self._checker.submit(_read_and_compare, pending, prepared.spec, prepared.problem, expected)
         return _Pending(self, key, verdict, timing)
 

@@ -253,10 +253,13 @@ def test_pending_reads_hold_their_own_staging_and_collect_on_another_thread(devi
         device.dispatch(pipeline, [buf], 1, wait=False)
         pending.append(device.submit_reads([("count", buf, np.float32, 1, (1,))]))
     free_before = len(device._staging_buffers)
+    pending[1].map()  # mapped on the submitting thread, read on a checker's
     with ThreadPoolExecutor(2) as pool:
         counts = [f.result()["count"] for f in [pool.submit(p.collect) for p in reversed(pending)]]
     assert [c.shape for c in counts] == [(1,)] * 3
     assert [float(c[0]) for c in counts] == [3.0, 2.0, 1.0]  # each saw the queue at its copy
+    counts[0][0] = -1.0  # the caller owns its copy (the staging buffer is reused)
+    assert all(c.flags.writeable for c in counts)
     assert len(device._staging_buffers) == min(free_before + 3, STAGING_KEEP)  # all handed back
     device.release(buf)
 
