@@ -38,10 +38,12 @@ def bare_loop(spec, problem: Problem, schedules, warmup: int, reps: int) -> dict
     passes = {}
     kernel_ns = []
     for name in ("cold", "warm"):
+        warm_before = device.warm_spent_s
         start = time.perf_counter()
         for schedule in schedules:
             kernel_ns.append(_time_bare(device, spec, schedule, problem, inputs, resident, warmup, reps))
         passes[name] = (time.perf_counter() - start) / len(schedules)
+        passes[f"{name}_warm_up_ms"] = (device.warm_spent_s - warm_before) * 1e3 / len(schedules)
     device.release(*resident.values())
     passes["kernel_median_ns"] = sorted(kernel_ns)[len(kernel_ns) // 2]
     passes["device"] = device.profile.summary
@@ -78,11 +80,26 @@ def farm_path(spec, problem: Problem, schedules, warmup: int, reps: int, allow_c
         jobs = [Job(spec.name, problem, s, 0, warmup, reps) for s in schedules]
         passes = {"workers": len(pool.profiles())}
         for name in ("cold", "warm"):
+            before = _stage_seconds(pool)
             start = time.perf_counter()
             for _ in recorded(pool.stream(jobs, topology), db, campaign, Path(tmp) / "artifacts"):
                 pass
             passes[name] = (time.perf_counter() - start) / len(jobs)
+            after = _stage_seconds(pool)
+            # where the workers' main threads spent this pass, ms per trial
+            passes[f"{name}_stages_ms"] = {
+                stage: round((after[stage] - before.get(stage, 0.0)) * 1e3 / len(jobs), 2) for stage in sorted(after)
+            }
         return passes
+
+
+def _stage_seconds(pool: WorkerPool) -> dict[str, float]:
+    """The workers' main-thread seconds per stage so far, summed over workers."""
+    total: dict[str, float] = {}
+    for report in pool.stage_times().values():
+        for stage, seconds in report.get("seconds", {}).items():
+            total[stage] = total.get(stage, 0.0) + seconds
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         }
         cells = f"{bare[name] * 1e3:>14.2f} {farm[name] * 1e3:>14.2f} {per_gpu * 1e3:>18.2f}"
         print(f"{name:<6} {cells} {overhead * 1e3:>12.2f}")
+    for name in ("cold", "warm"):
+        report[name]["farm_worker_stages_ms"] = farm[f"{name}_stages_ms"]
+        report[name]["bare_warm_up_ms"] = bare[f"{name}_warm_up_ms"]
+        stages = " ".join(f"{stage} {ms:g}" for stage, ms in farm[f"{name}_stages_ms"].items())
+        print(f"{name}: farm worker ms/trial: {stages}; bare loop warm-up {bare[f'{name}_warm_up_ms']:.2f}")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"farm_overhead_{spec.name}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")

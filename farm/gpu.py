@@ -591,6 +591,9 @@ class Device:
             return
         if time.perf_counter() - self._busy_until < HOT_GAP_S and self._busy_span >= HOT_SPAN_S:
             return  # long work that ended a moment ago: clocks are up, the timed reps can start
+        # Rounds compare per-call times: the queue (a certification run, the counted warm-up)
+        # must be empty first, or the first round reads slow and one more round is spent.
+        self.wait_idle()
         start = time.perf_counter()
         try:
             self._warm_rounds(calls, schedule, start)
