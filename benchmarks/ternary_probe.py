@@ -24,6 +24,14 @@ weights each) it times, on the same resident inputs:
   live). lut lookup-only: the table is built once (first tile) and never rebuilt; the
   weight loads, both barriers and all lookups remain. Not certified.
 
+- decode word / bits / pair / byte: the decode alone at the shape's m * k codes, from
+  pseudo-random words made in registers (one multiply-add per word in all four): `word`
+  is that baseline, `bits` the staged kernel's two bit tests and predicated adds per code
+  against x in registers, `pair` one read of a 16-entry block of a 16 KiB workgroup table
+  per 2 codes, `byte` one read of a 256-entry block per 4 codes. All lanes of a warp read
+  the same block with random entries (the TPR=1 access pattern): whether a byte table's
+  bank conflicts eat its 2x fewer reads. Not certified (sums of table entries).
+
 Derived variants are string substitutions in the source the spec renders
 (spec.launch(schedule, problem, inputs).source); each substitution checks how many times
 it matched, so a template change fails loudly instead of timing the wrong kernel.
@@ -145,6 +153,77 @@ fn synth(i: u32) -> {{VEC}} {
 }
 """
 ENTRY = "\n@compute @workgroup_size(WG)\n"
+
+# Decode-rate probe: the cost of turning packed codes into a sum, without weight traffic or
+# table builds. Each thread decodes WORDS pseudo-random words (an LCG per thread: one
+# multiply-add per word, in every variant) against a 16 KiB workgroup table or 16 x values
+# in registers, so all lanes of a warp read the same table block at the same time with
+# random entries, as the real kernels' TPR=1 lookups do.
+DECODE_WGSL = """
+const WORDS: u32 = {{WORDS}}u;
+
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<uniform> p: vec4<u32>;  // seed, threads, unused, unused
+
+var<workgroup> tbl: array<f32, 4096>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    for (var i = lid; i < 4096u; i += 256u) {
+        tbl[i] = f32(i % 17u) - 8.0;
+    }
+    workgroupBarrier();
+    let t = (wid.x + wid.y * nwg.x) * 256u + lid;
+    var h = (t ^ p.x) * 2654435761u;
+    var acc = 0.0;
+    var neg = 0.0;
+{{SETUP}}
+    for (var j = 0u; j < WORDS; j++) {
+        h = h * 1664525u + 1013904223u;
+        let w = h;
+{{DECODE}}
+    }
+    if (t < p.y) {
+        out[t] = acc - neg;
+    }
+}
+"""
+DECODE_WORDS = 64  # words per thread
+
+
+def decode_source(kind: str) -> str:
+    """A decode-rate kernel: `word` (the LCG alone), `bits` (the staged kernel's two bit tests
+    per code), `pair` (one 16-entry table read per 2 codes), `byte` (one 256-entry read per 4)."""
+    setup, body = [], []
+    if kind == "word":
+        body = ["acc += bitcast<f32>((w & 0x007fffffu) | 0x3f800000u);"]
+    elif kind == "bits":
+        setup = [f"let x{i} = tbl[{i * 37}u];" for i in range(16)]
+        for i in range(16):
+            body.append(f"if ((w & 0x{1 << 2 * i:x}u) != 0u) {{ acc += x{i}; }}")
+            body.append(f"if ((w & 0x{2 << 2 * i:x}u) != 0u) {{ neg += x{i}; }}")
+    elif kind == "pair":  # 32 word slots x 8 pairs x 16 entries
+        body = ["let pb = (j & 31u) * 128u;"]
+        body += [f"acc += tbl[pb + {16 * i}u + ((w >> {4 * i}u) & 15u)];" for i in range(8)]
+    elif kind == "byte":  # 4 word slots x 4 groups x 256 entries
+        body = ["let bb = (j & 3u) * 1024u;"]
+        body += [f"acc += tbl[bb + {256 * i}u + ((w >> {8 * i}u) & 255u)];" for i in range(4)]
+    else:
+        raise ValueError(f"decode kind {kind!r} not in word, bits, pair, byte")
+    return render(
+        DECODE_WGSL,
+        {
+            "WORDS": DECODE_WORDS,
+            "SETUP": "\n".join("    " + line for line in setup),
+            "DECODE": "\n".join("        " + line for line in body),
+        },
+    )
+
+
+DECODE_KINDS = ("word", "bits", "pair", "byte")
+
 LUT_BUILD = "        build(t0, lid, ta, tb);\n"
 LUT_BUILD_BARRIER = LUT_BUILD + "        workgroupBarrier();\n"
 
@@ -312,6 +391,8 @@ class Probe:
                 self._load_only(ctx, w, tpr, vw, rows)
             for variant, schedule in REAL:
                 self._catalog(ctx, variant, schedule, inputs, buffers, sample, sub_problem, expected)
+            for kind in DECODE_KINDS:
+                self._decode(ctx, kind)
         finally:
             device.release(*buffers)
 
@@ -351,6 +432,29 @@ class Probe:
             self._row(problem, "load-only", label, None, timing, ctx["nbytes"], ctx["copy"], None, note)
         except GpuError as exc:
             self._error(problem, "load-only", label, str(exc))
+        finally:
+            device.release(params, out)
+
+    def _decode(self, ctx: dict, kind: str) -> None:
+        """Decode the shape's m * k codes (rounded up to whole threads) in registers and
+        tables only; GB/s is over the shape's GEMV bytes, as for every variant."""
+        device, problem = self.device, ctx["problem"]
+        threads = -(-problem["m"] * problem["k"] // (16 * DECODE_WORDS))
+        groups = -(-threads // 256)
+        label = f"wg256 words{DECODE_WORDS}"
+        params = device.upload(np.array([12345, threads, 0, 0], np.uint32), "uniform")
+        out = device.empty(4 * threads, "storage")
+        try:
+            pipeline = device.pipeline(decode_source(kind), label=f"ternary_probe decode {kind}")
+            timing = self._time(pipeline, [out, params], groups)
+            values = device.read(out, np.float32, threads)
+            if not np.isfinite(values).all():
+                self._error(problem, f"decode {kind}", label, "non-finite sums")
+                return
+            note = f"{threads * 16 * DECODE_WORDS} codes, no weight loads, no table build"
+            self._row(problem, f"decode {kind}", label, None, timing, ctx["nbytes"], ctx["copy"], None, note)
+        except GpuError as exc:
+            self._error(problem, f"decode {kind}", label, str(exc))
         finally:
             device.release(params, out)
 

@@ -27,6 +27,7 @@ def _planned(probe) -> set[tuple[str, str]]:
         planned |= {(variant, label), (f"{variant} compute-only", label)}
         if variant == "lut":
             planned |= {(part, label) for part in probe.LUT_PARTS}
+    planned |= {(f"decode {kind}", f"wg256 words{probe.DECODE_WORDS}") for kind in probe.DECODE_KINDS}
     return planned
 
 
@@ -39,7 +40,7 @@ def test_probe_smoke_run_times_every_variant_and_certifies_the_catalog_kernels(p
     data = json.loads((tmp_path / "ternary_probe.json").read_text())
     rows = data["rows"]
     planned = _planned(probe)
-    assert len(planned) == 1 + 20 + 5 + 5 + 6
+    assert len(planned) == 1 + 20 + 5 + 5 + 6 + 4
     shapes = {f"m={m},k={k}" for m, k in probe.CPU_SHAPES}
     assert {r["shape"] for r in rows} == shapes
     for shape in shapes:
@@ -54,6 +55,8 @@ def test_probe_smoke_run_times_every_variant_and_certifies_the_catalog_kernels(p
             assert r["certified"] is None, r
         if r["variant"] == "load-only":
             assert r["message"] == "xor of every row checked", r
+        if r["variant"].startswith("decode "):
+            assert r["message"].endswith("codes, no weight loads, no table build"), r
 
 
 def test_probe_refuses_the_cpu_adapter_without_allow_cpu(probe, device, tmp_path, capsys):
