@@ -533,6 +533,20 @@ class Probe:
         """Record and print one timed row; `timing` is a Timing, or the copy's ns."""
         median = timing if isinstance(timing, float) else timing.median_ns
         gbps = nbytes / median
+        timed = {
+            "p20_ns": None if isinstance(timing, float) else timing.p20_ns,
+            "p80_ns": None if isinstance(timing, float) else timing.p80_ns,
+            "us": median / 1e3,
+            "bytes": nbytes,
+            "gbps": gbps,
+            "fraction_of_copy": gbps / copy,
+        }
+        self._record(problem, variant, label, schedule, median, certified, message[:200], timed)
+
+    def _error(self, problem, variant, label, message, schedule=None, certified=None) -> None:
+        self._record(problem, variant, label, schedule, None, certified, message[:500], {})
+
+    def _record(self, problem, variant, label, schedule, median, certified, message, timed: dict) -> None:
         row = {
             "shape": problem.key(),
             "m": problem["m"],
@@ -541,29 +555,9 @@ class Probe:
             "schedule": label,
             "schedule_key": schedule.key() if schedule is not None else None,
             "median_ns": median,
-            "p20_ns": None if isinstance(timing, float) else timing.p20_ns,
-            "p80_ns": None if isinstance(timing, float) else timing.p80_ns,
-            "us": median / 1e3,
-            "bytes": nbytes,
-            "gbps": gbps,
-            "fraction_of_copy": gbps / copy,
+            **timed,
             "certified": certified,
-            "message": message[:200],
-        }
-        self.rows.append(row)
-        print(_line(row), flush=True)
-
-    def _error(self, problem, variant, label, message, schedule=None, certified=None) -> None:
-        row = {
-            "shape": problem.key(),
-            "m": problem["m"],
-            "k": problem["k"],
-            "variant": variant,
-            "schedule": label,
-            "schedule_key": schedule.key() if schedule is not None else None,
-            "median_ns": None,
-            "certified": certified,
-            "message": message[:500],
+            "message": message,
         }
         self.rows.append(row)
         print(_line(row), flush=True)

@@ -442,6 +442,28 @@ class Device:
         a reused mappable staging buffer (wgpu-py's read_buffer allocates one per call)."""
         return self.submit_reads([("out", buffer, dtype, count, None)]).collect()["out"]
 
+    def run_and_read(
+        self,
+        pipeline: Pipeline,
+        buffers: list[Buffer],
+        groups: int | tuple[int, int, int],
+        clear: list[Buffer],
+        reads: list,
+        schedule: Any = None,
+    ) -> PendingRead:
+        """One submission: zero `clear`, run one dispatch, copy `reads` out (see
+        `submit_reads`). Doesn't wait: the caller may queue more work (the timing) first."""
+        try:
+            encoder = self.device.create_command_encoder()
+            for buffer in clear:
+                encoder.clear_buffer(buffer.handle, 0, buffer.nbytes)
+            self._encode_pass(encoder, pipeline, self.bind(pipeline, buffers, schedule), groups)
+        except GpuError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise GpuError("dispatch", str(exc), pipeline.label, schedule) from exc
+        return self.submit_reads(reads, encoder)
+
     def submit_reads(self, reads: list, encoder=None) -> PendingRead:
         """Copy each (name, buffer, dtype, count, shape) into its own staging buffer and
         submit (with `encoder`'s commands before the copies, when given) without waiting;
@@ -513,7 +535,7 @@ class Device:
         try:
             encoder = self.device.create_command_encoder()
             for pipeline, bind_group, groups in calls:
-                self.encode_pass(encoder, pipeline, bind_group, groups)
+                self._encode_pass(encoder, pipeline, bind_group, groups)
             self.device.queue.submit([encoder.finish()])
             if wait:
                 self.wait_idle()
@@ -527,7 +549,7 @@ class Device:
         has a broken callback signature, so poll the device (wgpuDevicePoll, wait=True)."""
         self.device._poll_wait()
 
-    def encode_pass(self, encoder, pipeline: Pipeline, bind_group, groups, timestamp_writes=None):
+    def _encode_pass(self, encoder, pipeline: Pipeline, bind_group, groups, timestamp_writes=None):
         grid = fold_groups(groups) if isinstance(groups, int) else groups
         if max(grid) > MAX_GROUPS_PER_DIM:
             raise GpuError("dispatch", f"grid {grid} exceeds {MAX_GROUPS_PER_DIM} per dimension", pipeline.label)
@@ -635,7 +657,7 @@ class Device:
                         writes["beginning_of_pass_write_index"] = 2 * rep
                     if index == last:
                         writes["end_of_pass_write_index"] = 2 * rep + 1
-                    self.encode_pass(encoder, pipeline, bind_group, groups, writes if len(writes) > 1 else None)
+                    self._encode_pass(encoder, pipeline, bind_group, groups, writes if len(writes) > 1 else None)
                 self.device.queue.submit([encoder.finish()])
             encoder = self.device.create_command_encoder()
             encoder.resolve_query_set(query_set, 0, 2 * reps, resolve, 0)

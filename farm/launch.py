@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from farm.catalog import KernelSpec, Launch, check_launch
-from farm.gpu import Buffer, Device, GpuError, PendingRead, Pipeline, Timing
+from farm.gpu import Buffer, Device, PendingRead, Pipeline, Timing
 from farm.schedule import Problem, Schedule
 
 
@@ -30,23 +30,13 @@ class Prepared:
     def outputs(self) -> dict[str, np.ndarray]:
         return self.device.submit_reads(self._reads()).collect()
 
-    def submit_run(self, clear_outputs: bool = True) -> PendingRead:
+    def submit_run(self) -> PendingRead:
         """One submission: zero the outputs (a kernel that writes nothing can't pass on
-        stale data), run once, copy the outputs to staging buffers. Doesn't wait: the
-        caller may queue more work (the timing) and collect the outputs afterwards."""
-        try:
-            encoder = self.device.device.create_command_encoder()
-            if clear_outputs:
-                for arg, buffer in zip(self.launch.args, self.buffers, strict=True):
-                    if arg.output:
-                        encoder.clear_buffer(buffer.handle, 0, buffer.nbytes)
-            bind_group = self.device.bind(self.pipeline, self.buffers, self.schedule)
-            self.device.encode_pass(encoder, self.pipeline, bind_group, self.launch.groups)
-        except GpuError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise GpuError("dispatch", str(exc), self.pipeline.label, self.schedule) from exc
-        return self.device.submit_reads(self._reads(), encoder)
+        stale data), run once, copy the outputs to staging buffers; doesn't wait."""
+        clear = [b for arg, b in zip(self.launch.args, self.buffers, strict=True) if arg.output]
+        return self.device.run_and_read(
+            self.pipeline, self.buffers, self.launch.groups, clear, self._reads(), self.schedule
+        )
 
     def _reads(self) -> list:
         return [

@@ -264,6 +264,17 @@ def test_pending_reads_hold_their_own_staging_and_collect_on_another_thread(devi
     device.release(buf)
 
 
+def test_run_and_read_zeroes_then_runs_once_then_copies_in_one_submission(device):
+    """The certification path: stale output data never survives into the read-back."""
+    pipeline = device.pipeline(COUNTER, label="counter")
+    buf = device.upload(np.full(4, 41.0, np.float32), "storage")
+    kept = device.run_and_read(pipeline, [buf], 1, [], [("out", buf, np.float32, 4, (2, 2))]).collect()["out"]
+    np.testing.assert_array_equal(kept, [[42.0, 41.0], [41.0, 41.0]])  # nothing cleared: counted on
+    cleared = device.run_and_read(pipeline, [buf], 1, [buf], [("out", buf, np.float32, 4, (2, 2))]).collect()["out"]
+    np.testing.assert_array_equal(cleared, [[1.0, 0.0], [0.0, 0.0]])  # zeroed, then one run
+    device.release(buf)
+
+
 def test_benchmark_device_refuses_a_cpu_adapter_unless_allowed(device, capsys):
     from farm.gpu import benchmark_device
 
