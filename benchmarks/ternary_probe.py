@@ -12,7 +12,7 @@ weights each) it times, on the same resident inputs:
   reduced over the lanes and written out (checked against numpy's XOR of each row), for
   threads_per_row 1,2,4,8,32 x vector_width 1,4 x rows per thread 1,2 (workgroup size
   --load-wg, 128 by default). Whether the access pattern alone reaches the copy bandwidth.
-- staged / lut: the catalog kernels (stage_x=1, stage_x=2) at the best known schedules,
+- staged / lut / dp4a: the catalog kernels (stage_x=1, 2, 3) at the best known schedules,
   certified against the spec's reference before they are timed (on a GPU shape the
   reference is computed for a sample of 2048 rows; every row must also be written: the
   output is NaN-filled before the certifying dispatch).
@@ -86,6 +86,13 @@ REAL = (
     ("lut", _schedule(128, 2, 4, 1, 2)),
     ("lut", _schedule(256, 2, 4, 2, 2)),
     ("lut", _schedule(512, 2, 4, 4, 2)),
+    # the integer dot-product kernel (stage_x=3): 32-128 rows per workgroup, vec4 loads
+    ("dp4a", _schedule(256, 2, 4, 8, 3)),
+    ("dp4a", _schedule(128, 2, 4, 4, 3)),
+    ("dp4a", _schedule(256, 4, 4, 8, 3)),
+    ("dp4a", _schedule(256, 1, 4, 4, 3)),
+    ("dp4a", _schedule(256, 2, 4, 16, 3)),
+    ("dp4a", _schedule(512, 2, 4, 8, 3)),
 )
 LUT_PARTS = ("lut build-only", "lut lookup-only")
 
@@ -242,9 +249,9 @@ def substitute(source: str, pattern: str, repl: str, count: int, what: str, flag
 
 def weight_loads(schedule: Schedule) -> int:
     """How many `w[...]` loads the rendered kernel of `schedule` has: one per row per body
-    for stage_x=1, one per row per held weight vector of a tile for stage_x=2."""
+    for stage_x=1 and 3, one per row per held weight vector of a tile for stage_x=2."""
     rows, vw, tpr = schedule.items_per_invocation, schedule.vector_width, schedule.get("threads_per_row", 1)
-    if schedule.get("stage_x", 0) == 1:
+    if schedule.get("stage_x", 0) in (1, 3):
         return rows
     return rows * (LUT_TILE_WORDS // (vw * tpr))
 

@@ -191,8 +191,146 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 {{REDUCE}}
 }
 
+//// dp4a
+// ternary_gemv, integer dot-product variant (schedule knob stage_x=3): the same sums with
+// one 4-lane integer dot product (dot4U8Packed / dot4I8Packed) per 4 codes and x digit plane.
+// Per tile of TILE packed words (16 * TILE x values, zero past k) the workgroup writes x in
+// block floating point: e = the exponent of the tile's largest |x|, each x becomes the
+// integer m = round(x * 2^(22 - e)) (|m| < 2^23), split into base-256 digits: plane 0 and
+// 1 unsigned bytes, plane 2 the signed top byte (m = d0 + 256 d1 + 65536 d2). Plane p of
+// word q holds four u32, one per j = 0..3, each packing the digits of x at positions
+// 16q + j + 4b for b = 0..3 (byte b): the lanes that the mask 0x03030303 << 2j selects
+// from a word of 2-bit fields. A weight word becomes U = (w & 0x55555555) + 0x55555555 -
+// ((w >> 1) & 0x55555555): every 2-bit field holds t + 1 in 0..2 (code 3: 1, t = 0), no
+// borrows. Fields j = 0 and 2 are masked in place (U & 0x03030303, (U >> 4) & 0x03030303);
+// j = 1 and 3 stay shifted by 2 bits (x4) and go to their own accumulators, divided by 4
+// exactly at the tile's end. The offset (t + 1 instead of t) is removed exactly in integers:
+// the thread subtracts the digit sums of the words it read (msum). Per tile and row the
+// three integer sums are converted once: sum += 2^(e - 22) * (D0 + 256 D1 + 65536 D2).
+// Sums are exact integers within a tile; the only rounding is the quantization of x to 23
+// bits below its tile's largest |x| and the f32 adds across tiles (x that are small
+// integers, as in the exact test data, are not rounded at all). A non-finite x makes
+// every row of its workgroup NaN; a tile whose |x| are all below 2^-104 counts as zero.
+// R rows per thread, TPR threads per row (interleaved weight vectors, partial sums reduced
+// in workgroup memory), VW = 1 or 4 (vec4<u32> weight loads; vectors past a row's end
+// clamp to its last vector and meet zero x planes). Plane slots are swizzled
+// (q + q / 8) so the lanes of a row, reading words 4 apart, hit distinct banks; the planes
+// are u32 arrays read as vec4s (one thread writes each u32: a vec4 component store could
+// be a read-modify-write of the whole vector, racing with the threads writing the others).
+const WG: u32 = {{WG}}u;
+const TPR: u32 = {{TPR}}u;
+const R: u32 = {{R}}u;
+const VW: u32 = {{VW}}u;
+const SLOTS: u32 = WG / TPR;
+const TILE: u32 = {{TILE_WORDS}}u;
+const PAD: u32 = TILE + TILE / 8u;
+
+{{COMMON}}
+var<workgroup> xp: array<u32, 12u * PAD>;
+var<workgroup> msum: array<atomic<i32>, 3u * TILE>;
+var<workgroup> tmax: array<atomic<u32>, 2>;
+
+fn slot_of(q: u32) -> u32 {
+    return q + (q >> 3u);
+}
+
+// The four plane words (j = 0..3) of a word slot, from u32 index `at` (a multiple of 4).
+fn plane(at: u32) -> vec4<u32> {
+    return vec4<u32>(xp[at], xp[at + 1u], xp[at + 2u], xp[at + 3u]);
+}
+
+// Phase 1 of a tile: the largest |x| (as bits: positive floats order like u32) into
+// tmax[parity]; clear the digit sums (read by the previous tile before the barrier).
+fn tile_max(t0: u32, lid: u32, parity: u32) {
+    var mx = 0u;
+    for (var e = lid; e < TILE * 16u; e += WG) {
+        mx = max(mx, bitcast<u32>(abs(x_at(t0 * 16u + e))));
+    }
+    atomicMax(&tmax[parity], mx);
+    for (var i = lid; i < 3u * TILE; i += WG) {
+        atomicStore(&msum[i], 0);
+    }
+}
+
+// Phase 2: the digit planes and digit sums of the tile; returns 2^(e - 22) (NaN when an x
+// is not finite). Clears the other parity's maximum for the next tile.
+fn tile_planes(t0: u32, lid: u32, parity: u32) -> f32 {
+    let bits = atomicLoad(&tmax[parity]);
+    let ebits = clamp(bits >> 23u, 23u, 254u);
+    let qscale = bitcast<f32>((276u - ebits) << 23u);
+    if (lid == 0u) {
+        atomicStore(&tmax[1u - parity], 0u);
+    }
+    for (var task = lid; task < TILE * 4u; task += WG) {
+        let q = task >> 2u;
+        let j = task & 3u;
+        var d0 = 0u;
+        var d1 = 0u;
+        var d2 = 0u;
+        var s0 = 0;
+        var s1 = 0;
+        var s2 = 0;
+        for (var b = 0u; b < 4u; b++) {
+            let m = clamp(i32(round(x_at((t0 + q) * 16u + j + 4u * b) * qscale)), -8388608, 8388607);
+            let u = bitcast<u32>(m);
+            d0 |= (u & 255u) << (8u * b);
+            d1 |= ((u >> 8u) & 255u) << (8u * b);
+            d2 |= ((u >> 16u) & 255u) << (8u * b);
+            s0 += i32(u & 255u);
+            s1 += i32((u >> 8u) & 255u);
+            s2 += m >> 16u;
+        }
+        let at = 4u * slot_of(q) + j;
+        xp[at] = d0;
+        xp[4u * PAD + at] = d1;
+        xp[8u * PAD + at] = d2;
+        atomicAdd(&msum[q], s0);
+        atomicAdd(&msum[TILE + q], s1);
+        atomicAdd(&msum[2u * TILE + q], s2);
+    }
+    if (bits >= 0x7f800000u) {
+        return bitcast<f32>(0x7fc00000u);
+    }
+    return bitcast<f32>((ebits - 22u) << 23u);
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let group = wid.x + wid.y * nwg.x;
+    if (group >= p.groups) {
+        return;
+    }
+    let lane = lid % TPR;
+    let slot = lid / TPR;
+    let nv = p.kw / VW;
+{{ROWS}}
+    if (lid == 0u) {  // not left to workgroup zero-initialization (lavapipe: a stale maximum)
+        atomicStore(&tmax[0], 0u);
+        atomicStore(&tmax[1], 0u);
+    }
+    for (var t0 = 0u; t0 < p.kw; t0 += TILE) {
+        let parity = (t0 / TILE) & 1u;
+        workgroupBarrier();
+        tile_max(t0, lid, parity);
+        workgroupBarrier();
+        let f = tile_planes(t0, lid, parity);
+        workgroupBarrier();
+        var m0 = 0;
+        var m1 = 0;
+        var m2 = 0;
+{{SUMS}}
+        for (var c = lane; c < TILE / VW; c += TPR) {
+{{BODY}}
+        }
+{{CONVERT}}
+    }
+{{REDUCE}}
+}
+
 //// common
-// Shared by the three kernels: bindings, the x reader that zero-fills past k, and the
+// Shared by the four kernels: bindings, the x reader that zero-fills past k, and the
 // reduction of a row's TPR partial sums in workgroup memory.
 struct Params { m: u32, k: u32, kw: u32, groups: u32 }
 

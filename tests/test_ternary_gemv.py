@@ -147,9 +147,9 @@ def test_ternary_gemv_staged_declares_its_x_tile_in_workgroup_bytes():
 
 
 def test_ternary_gemv_rejects_unknown_stage_x(device):
-    result = oracle.certify(SPEC, Schedule.of(workgroup_size=64, stage_x=3), SPEC.problem(m=10, k=64), device)
+    result = oracle.certify(SPEC, Schedule.of(workgroup_size=64, stage_x=4), SPEC.problem(m=10, k=64), device)
     assert result.status is Status.INVALID_SCHEDULE
-    assert "stage_x 3 not in (0, 1, 2)" in result.message
+    assert "stage_x 4 not in (0, 1, 2, 3)" in result.message
 
 
 def test_ternary_gemv_schedules_keep_direct_keys_and_add_staged():
@@ -229,7 +229,84 @@ def test_ternary_gemv_staged_and_pair_table_float_data_within_tolerance_for_larg
     assert 0 < result.metrics.max_abs < SPEC.tolerance(problem)[0]
 
 
-@pytest.mark.parametrize("schedule", [STAGED[0], STAGED[2], LUT[0], LUT[2]], ids=str)
+def dp4a(wg: int, rows: int, vw: int, tpr: int) -> Schedule:
+    return Schedule.of(workgroup_size=wg, items_per_invocation=rows, vector_width=vw, threads_per_row=tpr, stage_x=3)
+
+
+# The integer dot-product kernel (stage_x=3): TPR 1 and > 1, R 1 and > 1, vec4 loads.
+DP4A = [dp4a(64, 1, 1, 1), dp4a(128, 2, 1, 4), dp4a(64, 4, 1, 32)]
+DP4A_VEC4 = [dp4a(128, 2, 4, 8), dp4a(256, 1, 4, 2)]
+
+
+@pytest.mark.parametrize("schedule", DP4A, ids=str)
+@pytest.mark.parametrize("m,k", [(1, 1), (1000, 777), (3, 4097), (130, 8193)])
+def test_ternary_gemv_dp4a_matches_numpy_exactly(device, schedule, m, k):
+    # Small-integer x: the digit planes hold x exactly, so the sums are exact. k = 4097 and
+    # 8193 end in a partial 2048-value tile; 777 is less than one tile.
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k), device)
+    assert result.status is Status.OK, result.message
+    assert result.metrics.max_abs == 0.0
+
+
+@pytest.mark.parametrize("schedule", DP4A_VEC4, ids=str)
+@pytest.mark.parametrize("m,k", [(333, 1020), (67, 4160), (5, 64)])
+def test_ternary_gemv_dp4a_vec4_exact(device, schedule, m, k):
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k), device)
+    assert result.status is Status.OK, result.message
+    assert result.metrics.max_abs == 0.0
+
+
+def test_ternary_gemv_dp4a_float_data_within_tolerance_for_large_k(device):
+    problem = SPEC.problem(m=3, k=EXACT_K + 17)
+    result = oracle.certify(SPEC, DP4A[1], problem, device)
+    assert result.status is Status.OK, result.message
+    assert 0 < result.metrics.max_abs < SPEC.tolerance(problem)[0]
+
+
+def test_ternary_gemv_dp4a_error_is_bounded_by_each_tiles_largest_x(device):
+    # Wide dynamic range: tile 0 holds values near 1e4 and near 1e-3, tile 1 only near 1e-3.
+    # Each x is rounded to 2^-23 of its tile's largest |x| at most, so tile 1 keeps its
+    # precision whatever tile 0 holds; the sum's error is bounded by the rounding of every x.
+    rng = np.random.default_rng(1)
+    k, m = 4096, 64
+    x = (rng.standard_normal(k) * 1e-3).astype(np.float32)
+    x[:8] = 1e4
+    codes = rng.integers(0, 3, (m, k))
+    scale = np.ones(m, np.float32)
+    got = ternary_gemv(device, x, pack_codes(codes), scale, m, k, DP4A[0])
+    t = unpack_ternary(pack_codes(codes), m, k).astype(np.float64)
+    want = t @ x.astype(np.float64)
+    tile_max = np.repeat([np.abs(x[:2048]).max(), np.abs(x[2048:]).max()], 2048)
+    bound = np.abs(t) @ (tile_max * 2.0**-23) + 4 * np.abs(t) @ np.abs(x) * 2.0**-24
+    assert np.all(np.abs(got - want) <= bound), np.max(np.abs(got - want) / bound)
+    # tile 1 alone (all weights of tile 0 zero): relative error at f32 level
+    codes[:, :2048] = 0
+    got = ternary_gemv(device, x, pack_codes(codes), scale, m, k, DP4A[0])
+    want = unpack_ternary(pack_codes(codes), m, k).astype(np.float64) @ x.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-9)
+
+
+def test_ternary_gemv_dp4a_propagates_non_finite_x(device):
+    x = np.ones(64, np.float32)
+    x[5] = np.nan
+    out = ternary_gemv(device, x, np.full(4, 0x55555555, np.uint32), [1.0], 1, 64, DP4A[0])
+    assert np.isnan(out).all()
+    x[5] = np.inf
+    out = ternary_gemv(device, x, np.full(4, 0x55555555, np.uint32), [1.0], 1, 64, DP4A[0])
+    assert not np.isfinite(out).any()
+
+
+def test_ternary_gemv_dp4a_space_is_valid_for_the_default_problems(device):
+    schedules = [s for s in SPEC.schedules() if s.get("stage_x", 0) == 3]
+    assert 60 <= len(schedules) <= 100 and len(set(schedules)) == len(schedules)
+    for schedule in schedules:
+        rows = schedule.workgroup_size * schedule.items_per_invocation // schedule.get("threads_per_row", 1)
+        assert 16 <= rows <= 256, schedule
+        for problem in (SPEC.problem(m=65536, k=16384), SPEC.problem(m=16384, k=65536)):
+            SPEC.check(schedule, problem, device.profile)
+
+
+@pytest.mark.parametrize("schedule", [STAGED[0], STAGED[2], LUT[0], LUT[2], DP4A[0], DP4A[2]], ids=str)
 def test_ternary_gemv_staged_and_pair_table_hand_checked_code_three_and_codes_past_k(device, schedule):
     np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55, 0xAA], [2, 10], 2, 4, schedule), [20, -100])
     row0 = 3 | (1 << 2) | (3 << 4) | (2 << 6)

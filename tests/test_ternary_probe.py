@@ -40,7 +40,7 @@ def test_probe_smoke_run_times_every_variant_and_certifies_the_catalog_kernels(p
     data = json.loads((tmp_path / "ternary_probe.json").read_text())
     rows = data["rows"]
     planned = _planned(probe)
-    assert len(planned) == 1 + 20 + 5 + 5 + 6 + 4
+    assert len(planned) == 1 + 20 + 5 + 5 + 6 + 12 + 4  # copy, loads, staged, lut, lut parts, dp4a, decode
     shapes = {f"m={m},k={k}" for m, k in probe.CPU_SHAPES}
     assert {r["shape"] for r in rows} == shapes
     for shape in shapes:
@@ -49,7 +49,7 @@ def test_probe_smoke_run_times_every_variant_and_certifies_the_catalog_kernels(p
     for r in rows:
         assert r["median_ns"] is not None and r["median_ns"] > 0, r
         assert r["gbps"] > 0 and r["fraction_of_copy"] > 0, r
-        if r["variant"] in ("staged", "lut"):
+        if r["variant"] in ("staged", "lut", "dp4a"):
             assert r["certified"] is True, r
         else:
             assert r["certified"] is None, r

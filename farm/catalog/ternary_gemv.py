@@ -28,6 +28,16 @@ Kernels (knob `stage_x`):
   vector_width 1 or 4; a thread's weights of a tile are loaded before the build so the
   loads overlap it. The build costs 8 table entries per x value per workgroup, so the
   schedules keep 64-512 rows per workgroup (LUT_SPACE, 55 schedules).
+- 3: integer dot products (`dot4U8Packed`/`dot4I8Packed`, one instruction per 4 codes and
+  digit plane). Per tile of DP4A_TILE_WORDS packed words the workgroup writes x in block
+  floating point: one exponent per tile (its largest |x|), each x as a 24-bit integer in
+  three base-256 digit planes, packed so that the bytes of a plane word line up with the
+  2-bit fields that a byte mask selects from a weight word. The weights decode to t + 1
+  (0..2, no borrows) in 4 ops per word; the offset is removed exactly with the digit sums.
+  Integer sums are exact within a tile, so the only rounding beyond f32 adds across tiles
+  is x's quantization to 23 bits below its tile's largest |x| (relative to that element:
+  at most 2^-23 of the tile's largest |x|), inside the oracle's tolerance and exact on the
+  exact test data (small-integer x). DP4A_SPACE: 16-256 rows per workgroup.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ STAGE_TILE_WORDS = 256  # packed words per staged x tile: 4096 x values, 16 KiB 
 LUT_TILE_WORDS = 32  # packed words per pair-table tile: 256 pairs * 16 entries = 16 KiB of f32
 LUT_PAD = 16  # floats after each weight vector's table block when threads_per_row > 1 (bank halves)
 LUT_MAX_WORDS = 64  # weight words a stage_x=2 thread holds in registers per tile (R * 32 / TPR)
+DP4A_TILE_WORDS = 128  # packed words per stage_x=3 tile: 2048 x values share one exponent
 # stage_x=2 schedules: (workgroup_size, items_per_invocation, vector_width, threads_per_row)
 # that check_knobs accepts, with 64-512 rows per workgroup (the table build is amortized
 # over the rows; fewer rows leave it dominant, more leave too few workgroups for the SMs);
@@ -57,6 +68,14 @@ LUT_SPACE = tuple(
     and rows * LUT_TILE_WORDS // tpr <= LUT_MAX_WORDS
     and 64 <= wg * rows // tpr <= 512
     and (wg < 512 or (vw == 4 and rows * LUT_TILE_WORDS // tpr <= 32))
+)
+# stage_x=3 schedules: (workgroup_size, items_per_invocation, vector_width, threads_per_row)
+# with 16-256 rows per workgroup (the per-tile planes are built once per workgroup: fewer
+# rows leave them dominant; more leave too few workgroups on the 16384-row shape).
+DP4A_SPACE = tuple(
+    (wg, rows, vw, tpr)
+    for wg, rows, vw, tpr in itertools.product((64, 128, 256, 512), (1, 2, 4), (1, 4), (1, 2, 4, 8, 16, 32))
+    if tpr * vw <= DP4A_TILE_WORDS // 4 and 16 <= wg * rows // tpr <= 256 and wg % tpr == 0
 )
 EXACT_K = 65536  # |x| <= 8 keeps |partial sums| <= 8 * 65536 = 2**19 < 2**24: exact in f32
 
@@ -97,12 +116,13 @@ class TernaryGemv(KernelSpec):
         "items_per_invocation": (1, 2, 4),
         "vector_width": (1, 4),
         "threads_per_row": (1, 4, 8, 32),
-        "stage_x": (0, 1, 2),
-    }  # stage_x=2 also takes threads_per_row 2 and workgroup_size 512 (LUT_SPACE)
+        "stage_x": (0, 1, 2, 3),
+    }  # stage_x=2 and 3 also take threads_per_row 2 and workgroup_size 512 (LUT_SPACE, DP4A_SPACE)
 
     def schedules(self) -> list[Schedule]:
         """The original direct space (without `stage_x`, so its keys and winners carry over),
-        the staged kernel at 64-256 threads, and the pair-table kernel over LUT_SPACE."""
+        the staged kernel at 64-256 threads, the pair-table kernel over LUT_SPACE and the
+        integer dot-product kernel over DP4A_SPACE."""
         out = []
         for stage in (0, 1):
             sizes = self.space["workgroup_size"] if stage == 0 else (64, 128, 256)
@@ -115,18 +135,34 @@ class TernaryGemv(KernelSpec):
                         workgroup_size=wg, items_per_invocation=ipi, vector_width=vw, threads_per_row=tpr, **knobs
                     )
                 )
-        for wg, rows, vw, tpr in LUT_SPACE:
-            out.append(
-                Schedule.of(
-                    workgroup_size=wg, items_per_invocation=rows, vector_width=vw, threads_per_row=tpr, stage_x=2
+        for stage, space in ((2, LUT_SPACE), (3, DP4A_SPACE)):
+            for wg, rows, vw, tpr in space:
+                out.append(
+                    Schedule.of(
+                        workgroup_size=wg,
+                        items_per_invocation=rows,
+                        vector_width=vw,
+                        threads_per_row=tpr,
+                        stage_x=stage,
+                    )
                 )
-            )
         return out
 
     def host_source(self) -> str:
         """The host code that unrolls the staged and pair-table bodies, and its constants."""
-        host = [_row_setup, _staged_body, _lut_loads, _lut_lookups, _entry, _accumulate, tile_words, lut_group]
-        consts = repr((STAGE_TILE_WORDS, LUT_TILE_WORDS, LUT_PAD, _UNROLLED))
+        host = [
+            _row_setup,
+            _staged_body,
+            _lut_loads,
+            _lut_lookups,
+            _entry,
+            _accumulate,
+            tile_words,
+            lut_group,
+            _dp4a_body,
+            _dp4a_convert,
+        ]
+        consts = repr((STAGE_TILE_WORDS, LUT_TILE_WORDS, LUT_PAD, DP4A_TILE_WORDS, _UNROLLED))
         return "".join(inspect.getsource(f) for f in host) + consts
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
@@ -166,6 +202,13 @@ class TernaryGemv(KernelSpec):
             raise InvalidSchedule(self.name, schedule, f"stage_x {stage} not in {self.space['stage_x']}")
         if stage == 2:
             self._check_lut(schedule, tpr, vw)
+        if stage == 3 and tpr * vw > DP4A_TILE_WORDS:
+            raise InvalidSchedule(
+                self.name,
+                schedule,
+                f"threads_per_row {tpr} x vector_width {vw} exceeds the {DP4A_TILE_WORDS} packed words "
+                "of a stage_x=3 tile",
+            )
 
     def _check_lut(self, schedule: Schedule, tpr: int, vw: int) -> None:
         """The pair-table kernel's layout rules (stage_x=2)."""
@@ -204,6 +247,8 @@ class TernaryGemv(KernelSpec):
         if stage == 2:
             vw, tpr = schedule.vector_width, schedule.get("threads_per_row", 1)
             return partial + 4 * (LUT_TILE_WORDS // vw) * lut_group(vw, tpr)
+        if stage == 3:  # three digit planes (vec4 per word, swizzle padding), digit sums, two maxima
+            return partial + 3 * 16 * (DP4A_TILE_WORDS + DP4A_TILE_WORDS // 8) + 3 * 4 * DP4A_TILE_WORDS + 8
         return partial
 
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
@@ -237,7 +282,9 @@ class TernaryGemv(KernelSpec):
         wg, ipi, vw = schedule.workgroup_size, schedule.items_per_invocation, schedule.vector_width
         tpr = schedule.get("threads_per_row", 1)
         groups = -(-m // ((wg // tpr) * ipi))
-        source = (direct_source, staged_source, lut_source)[schedule.get("stage_x", 0)](wg, tpr, ipi, vw, kw)
+        source = (direct_source, staged_source, lut_source, dp4a_source)[schedule.get("stage_x", 0)](
+            wg, tpr, ipi, vw, kw
+        )
         return Launch(
             source=source,
             args=[
@@ -318,6 +365,78 @@ def lut_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
             "REDUCE": _lines((f"finish(row{r}, acc{r}, lid, lane);" for r in range(rows)), 4),
         },
     )
+
+
+def dp4a_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
+    """The integer dot-product kernel: x as three int8 digit planes per tile, 4 codes per dot."""
+    return render(
+        sections(TernaryGemv.source_file)["dp4a"],
+        _layout(wg, tpr, vw)
+        | {
+            "R": rows,
+            "TILE_WORDS": DP4A_TILE_WORDS,
+            "ROWS": _lines(_row_setup(rows, ("acc",)), 4),
+            "SUMS": _lines(
+                (f"var {n}{r}{p} = {'0' if p == 2 else '0u'};" for r in range(rows) for n in "ab" for p in range(3)), 8
+            ),
+            "BODY": _lines(_dp4a_body(rows, vw), 12),
+            "CONVERT": _lines(_dp4a_convert(rows), 8),
+            "REDUCE": _lines((f"finish(row{r}, acc{r}, lid, lane);" for r in range(rows)), 4),
+        },
+    )
+
+
+def _dp4a_body(rows: int, vw: int) -> list[str]:
+    """One weight vector (vw words) per row: per word its three plane vectors and digit sums
+    once, then per row U (t + 1 per field) and 12 dot products (4 field groups x 3 planes;
+    groups 1 and 3 are left shifted by 2 and summed in the b accumulators)."""
+    lines = ["let q0 = c * VW;"]
+    lines += [f"let v{r} = w[wrow{r} + min(t0 / VW + c, nv - 1u)];" for r in range(rows)]
+    for u in range(vw):
+        lines += [
+            "{",
+            f"    let q = q0 + {u}u;",
+            "    let s = 4u * slot_of(q);",
+            "    let pa = plane(s);",
+            "    let pb = plane(4u * PAD + s);",
+            "    let pc = plane(8u * PAD + s);",
+            "    m0 += atomicLoad(&msum[q]);",
+            "    m1 += atomicLoad(&msum[TILE + q]);",
+            "    m2 += atomicLoad(&msum[2u * TILE + q]);",
+        ]
+        for r in range(rows):
+            word = f"v{r}" if vw == 1 else f"v{r}.{'xyzw'[u]}"
+            lines += [
+                "    {",
+                f"        let t = ({word} & 0x55555555u) + 0x55555555u - (({word} >> 1u) & 0x55555555u);",
+                "        let h = t >> 4u;",
+                "        let l0 = t & 0x03030303u;",
+                "        let l1 = t & 0x0c0c0c0cu;",
+                "        let l2 = h & 0x03030303u;",
+                "        let l3 = h & 0x0c0c0c0cu;",
+                f"        a{r}0 += dot4U8Packed(l0, pa.x) + dot4U8Packed(l2, pa.z);",
+                f"        b{r}0 += dot4U8Packed(l1, pa.y) + dot4U8Packed(l3, pa.w);",
+                f"        a{r}1 += dot4U8Packed(l0, pb.x) + dot4U8Packed(l2, pb.z);",
+                f"        b{r}1 += dot4U8Packed(l1, pb.y) + dot4U8Packed(l3, pb.w);",
+                f"        a{r}2 += dot4I8Packed(l0, pc.x) + dot4I8Packed(l2, pc.z);",
+                f"        b{r}2 += dot4I8Packed(l1, pc.y) + dot4I8Packed(l3, pc.w);",
+                "    }",
+            ]
+        lines.append("}")
+    return lines
+
+
+def _dp4a_convert(rows: int) -> list[str]:
+    """A tile's integer sums to f32, per row: D_p = a + b / 4 - (digit sums read), exact."""
+    lines = []
+    for r in range(rows):
+        lines += [
+            f"let d{r}0 = i32(a{r}0 + (b{r}0 >> 2u)) - m0;",
+            f"let d{r}1 = i32(a{r}1 + (b{r}1 >> 2u)) - m1;",
+            f"let d{r}2 = a{r}2 + (b{r}2 >> 2u) - m2;",
+            f"acc{r} += f * (f32(d{r}0) + 256.0 * f32(d{r}1) + 65536.0 * f32(d{r}2));",
+        ]
+    return lines
 
 
 def _lut_loads(rows: int, vw: int, tpr: int) -> list[str]:
