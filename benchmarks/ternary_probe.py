@@ -59,7 +59,7 @@ from pathlib import Path
 import numpy as np
 
 from farm import catalog, oracle
-from farm.bench import copy_bandwidth
+from farm.bench import copy_bandwidth, settle_clocks
 from farm.catalog import check_launch, render
 from farm.catalog.ternary_gemv import LUT_TILE_WORDS, row_words
 from farm.gpu import Buffer, CpuAdapterRefused, Device, GpuError, Timing, benchmark_device, refuse_cpu
@@ -93,6 +93,8 @@ REAL = (
     ("dp4a", _schedule(256, 1, 4, 4, 3)),
     ("dp4a", _schedule(256, 2, 4, 16, 3)),
     ("dp4a", _schedule(512, 2, 4, 8, 3)),
+    ("dp4a", _schedule(256, 8, 4, 16, 3)),
+    ("dp4a", _schedule(128, 8, 4, 8, 3)),
 )
 LUT_PARTS = ("lut build-only", "lut lookup-only")
 
@@ -614,6 +616,7 @@ def main(argv: list[str] | None = None, device: Device | None = None) -> int:
     start = time.perf_counter()
     probe = Probe(device, args.warmup, args.reps, args.load_wg)
     print(f"adapter: {device.profile.summary}")
+    settle_clocks(device)  # a machine just started: its first shape read 3x slow without it
     print(HEADER)
     for m, k in shapes:
         probe.run_shape(m, k)

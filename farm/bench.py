@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import math
 import statistics
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -95,6 +96,27 @@ def copy_bandwidth(device: Device, nbytes: int, reps: int) -> float:
     return 2 * n4 * 16 / timing.median_ns
 
 
+def settle_clocks(device: Device, seconds: float = 2.0, nbytes: int = 1 << 28) -> float:
+    """Keep the GPU copying `nbytes` for `seconds` and return the seconds spent: right after
+    a machine starts, the H200 can need longer than the per-timing warm-up rounds allow to
+    reach its clocks (a probe's first shape read 3x slow, two rounds agreeing at low clocks).
+    A no-op on a CPU adapter."""
+    if device.profile.is_cpu or seconds <= 0:
+        return 0.0
+    n4 = nbytes // 16
+    src = device.empty(n4 * 16, "read")
+    dst = device.empty(n4 * 16)
+    start = time.perf_counter()
+    try:
+        pipeline = device.pipeline(COPY_WGSL, "main", label="copy")
+        calls = [(pipeline, device.bind(pipeline, [src, dst]), -(-n4 // 256))]
+        while time.perf_counter() - start < seconds:
+            device.dispatch_many(calls * 16)
+    finally:
+        device.release(src, dst)
+    return time.perf_counter() - start
+
+
 def tuned_schedules(db: str | None, topology: str) -> dict[tuple[str, str], Schedule]:
     try:
         from farm import store
@@ -109,6 +131,7 @@ def run_bench(kernels: list[str], out: Path | None, db: str | None, allow_cpu: b
     profile = device.profile
     refuse_cpu(profile, allow_cpu, "benchmark")
     print(f"adapter: {profile.summary}  topology {profile.topology_hash()[:16]}")
+    settle_clocks(device)
     tuned = tuned_schedules(db, profile.topology_hash())
     vendor = _vendor()
     rows: list[BenchRow] = []

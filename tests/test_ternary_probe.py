@@ -40,7 +40,7 @@ def test_probe_smoke_run_times_every_variant_and_certifies_the_catalog_kernels(p
     data = json.loads((tmp_path / "ternary_probe.json").read_text())
     rows = data["rows"]
     planned = _planned(probe)
-    assert len(planned) == 1 + 20 + 5 + 5 + 6 + 12 + 4  # copy, loads, staged, lut, lut parts, dp4a, decode
+    assert len(planned) == 1 + 20 + 5 + 5 + 6 + 16 + 4  # copy, loads, staged, lut, lut parts, dp4a, decode
     shapes = {f"m={m},k={k}" for m, k in probe.CPU_SHAPES}
     assert {r["shape"] for r in rows} == shapes
     for shape in shapes:
@@ -80,3 +80,26 @@ def test_probe_substitutions_fail_loudly_when_the_template_changes(probe):
     fewer_loads = source.replace("w[wrow1 + min(c + 0u, nv - 1u)]", "x[0]")
     with pytest.raises(probe.ProbeError, match="compute-only weight loads"):
         probe.compute_only_source(fewer_loads, schedule)
+
+
+def test_settle_clocks_keeps_a_gpu_busy_and_skips_a_cpu_adapter(device):
+    from farm.bench import settle_clocks
+
+    class AsGpu:  # the real device, reporting itself as a GPU
+        def __init__(self, inner):
+            self._inner = inner
+            self.profile = type("P", (), {"is_cpu": False})()
+            self.calls = 0
+
+        def dispatch_many(self, calls, *args, **kwargs):
+            self.calls += 1
+            return self._inner.dispatch_many(calls, *args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+    gpu = AsGpu(device)
+    assert settle_clocks(gpu, seconds=0.05, nbytes=1 << 16) >= 0.05
+    assert gpu.calls >= 1
+    if device.profile.is_cpu:
+        assert settle_clocks(device, seconds=5.0) == 0.0
