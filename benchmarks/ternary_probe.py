@@ -97,6 +97,8 @@ REAL = (
     ("dp4a", _schedule(128, 8, 4, 8, 3)),
 )
 LUT_PARTS = ("lut build-only", "lut lookup-only")
+DP4A_PARTS = ("dp4a no-dot", "dp4a one-load")
+PARTS = {"lut": LUT_PARTS, "dp4a": DP4A_PARTS}
 
 LOAD_WGSL = """
 // Load-only probe: the ternary kernels' weight read pattern, words XOR-folded per row.
@@ -289,6 +291,29 @@ def lut_lookup_only_source(source: str, schedule: Schedule) -> str:
     written); weight loads, both barriers per tile and every lookup remain."""
     once = "        if (t0 == 0u) {\n    " + LUT_BUILD + "        }\n"
     return substitute(source, re.escape(LUT_BUILD), lambda _: once, 1, "lookup-only build")
+
+
+DOT = r"dot4([UI])8Packed\((\w+), (\w+\.[xyzw])\)"
+
+
+def dp4a_no_dot_source(source: str, schedule: Schedule) -> str:
+    """The compute-only dp4a kernel with every dot product replaced by an XOR of its operands:
+    what the kernel costs besides its 12 dot products per word and row."""
+    count = 12 * schedule.items_per_invocation * schedule.vector_width
+
+    def xor(match: re.Match) -> str:
+        value = f"({match.group(2)} ^ {match.group(3)})"
+        return value if match.group(1) == "U" else f"bitcast<i32>{value}"
+
+    return substitute(source, DOT, xor, count, "no-dot dot products")
+
+
+def dp4a_one_load_source(source: str, schedule: Schedule) -> str:
+    """The compute-only dp4a kernel reading each plane vector with one u32 load instead of
+    four: what the per-word plane reads cost."""
+    count = 3 * schedule.vector_width
+    pattern = r"= plane\(([^;]+)\);"
+    return substitute(source, pattern, r"= vec4<u32>(xp[\1]);", count, "one-load plane reads")
 
 
 def load_only_source(wg: int, tpr: int, vw: int, rows: int) -> str:
@@ -491,6 +516,10 @@ class Probe:
             if variant == "lut":
                 sources["lut build-only"] = lut_build_only_source(launch.source, schedule)
                 sources["lut lookup-only"] = lut_lookup_only_source(launch.source, schedule)
+            if variant == "dp4a":
+                compute = sources["dp4a compute-only"]
+                sources["dp4a no-dot"] = dp4a_no_dot_source(compute, schedule)
+                sources["dp4a one-load"] = dp4a_one_load_source(compute, schedule)
             for name, source in sources.items():
                 self._timed(problem, name, schedule, source, bound, launch.groups, ctx, None)
         finally:
@@ -498,7 +527,7 @@ class Probe:
 
     @staticmethod
     def _derived(variant: str) -> list[str]:
-        return [variant, f"{variant} compute-only", *(LUT_PARTS if variant == "lut" else ())]
+        return [variant, f"{variant} compute-only", *PARTS.get(variant, ())]
 
     def _certify(self, launch, schedule, bound, sample, sub_problem, expected) -> tuple[bool, str]:
         """Run once on a NaN-filled output; every row written, the sampled rows equal to the reference."""
@@ -601,6 +630,7 @@ def main(argv: list[str] | None = None, device: Device | None = None) -> int:
     parser.add_argument("--shape", type=_shape, action="append", help="MxK, repeatable (default: per adapter)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--allow-cpu", action="store_true")
+    parser.add_argument("--settle-s", type=float, default=2.0, help="seconds of copies before the first shape")
     args = parser.parse_args(argv)
     if device is None:
         device = benchmark_device(args.allow_cpu)
@@ -616,7 +646,7 @@ def main(argv: list[str] | None = None, device: Device | None = None) -> int:
     start = time.perf_counter()
     probe = Probe(device, args.warmup, args.reps, args.load_wg)
     print(f"adapter: {device.profile.summary}")
-    settle_clocks(device)  # a machine just started: its first shape read 3x slow without it
+    settle_clocks(device, args.settle_s)  # a machine just started: its first shape read 3x slow without it
     print(HEADER)
     for m, k in shapes:
         probe.run_shape(m, k)

@@ -25,8 +25,7 @@ def _planned(probe) -> set[tuple[str, str]]:
     for variant, schedule in probe.REAL:
         label = probe._label(schedule)
         planned |= {(variant, label), (f"{variant} compute-only", label)}
-        if variant == "lut":
-            planned |= {(part, label) for part in probe.LUT_PARTS}
+        planned |= {(part, label) for part in probe.PARTS.get(variant, ())}
     planned |= {(f"decode {kind}", f"wg256 words{probe.DECODE_WORDS}") for kind in probe.DECODE_KINDS}
     return planned
 
@@ -40,7 +39,7 @@ def test_probe_smoke_run_times_every_variant_and_certifies_the_catalog_kernels(p
     data = json.loads((tmp_path / "ternary_probe.json").read_text())
     rows = data["rows"]
     planned = _planned(probe)
-    assert len(planned) == 1 + 20 + 5 + 5 + 6 + 16 + 4  # copy, loads, staged, lut, lut parts, dp4a, decode
+    assert len(planned) == 1 + 20 + 5 + 5 + 6 + 32 + 4  # copy, loads, staged, lut, lut parts, dp4a (4 rows each), decode
     shapes = {f"m={m},k={k}" for m, k in probe.CPU_SHAPES}
     assert {r["shape"] for r in rows} == shapes
     for shape in shapes:
