@@ -86,7 +86,7 @@ def farm_path(spec, problem: Problem, schedules, warmup: int, reps: int, allow_c
                 pass
             passes[name] = (time.perf_counter() - start) / len(jobs)
             after = _stage_seconds(pool)
-            # where the workers' main threads spent this pass, ms per trial
+            # where the workers' time went this pass, ms per trial (farm.worker.StageTimes)
             passes[f"{name}_stages_ms"] = {
                 stage: round((after[stage] - before.get(stage, 0.0)) * 1e3 / len(jobs), 2) for stage in sorted(after)
             }
@@ -94,7 +94,7 @@ def farm_path(spec, problem: Problem, schedules, warmup: int, reps: int, allow_c
 
 
 def _stage_seconds(pool: WorkerPool) -> dict[str, float]:
-    """The workers' main-thread seconds per stage so far, summed over workers."""
+    """The workers' seconds per stage so far, summed over workers."""
     total: dict[str, float] = {}
     for report in pool.stage_times().values():
         for stage, seconds in report.get("seconds", {}).items():

@@ -10,8 +10,8 @@ count. Per GPU count it reports configs/s (pool start excluded, reported apart),
 scaling efficiency against one GPU, each worker's GPU (Ray GPU id -> Vulkan adapter, with
 nvidia-smi's placement check), each GPU's mean utilization while tuning, the driver's CPU
 use, the driver's time in SQL and Parquet writes (is collection the bottleneck?), and
-each worker's main-thread milliseconds per trial by stage (waiting for the compile, the
-reference, run + readback, timing incl. warm-up, waiting for certification).
+each worker's milliseconds per trial by stage (waiting for the compile, run + readback,
+timing incl. warm-up, waiting for certification, for the GPU lock; farm.worker.StageTimes).
 
     python benchmarks/throughput.py --gpus 1,2 --configs 288 --reps 7 --out /tmp/throughput
 

@@ -3,13 +3,19 @@
 `WorkerPool` starts (or joins) Ray, starts one `GpuWorker` per GPU (`num_gpus=1`; on a
 cluster without GPUs, CPU-adapter workers only when `allow_cpu`), and collects each
 worker's report (HardwareProfile, adapter mapping) before any work. Jobs go out in
-small batches, at most `max_in_flight` per worker, and come back through `ray.wait`:
+small batches, at most `max_in_flight` per worker, and come back through `ray.wait`.
+A worker is a threaded actor (ACTOR_THREADS): its next batch compiles and is timed while
+the previous one finishes its comparisons (see farm.worker), so two batches may be under
+way at once and a fault can't be pinned on the oldest one by itself. The rules:
 
 - a batch running past `trial_timeout_s` per job: the actor is killed and replaced; a
   multi-job batch is split and re-run job by job, a single job is recorded `timeout`;
 - an actor process that dies: completed batches are kept, queued ones re-sent, the
   dying batch split; a single job is retried on fresh actors up to `max_retries`
-  times, then recorded `worker_lost`.
+  times, then recorded `worker_lost`;
+- a verdict (`timeout`, a retry counted) only falls on a single job that had the worker
+  to itself: one that shared it with another batch is re-run alone first. Retried and
+  split-off batches always run alone on their worker (nothing queued beside them).
 
 Any other exception from a worker is a bug and propagates.
 """
@@ -36,6 +42,11 @@ _POLL_S = 0.5
 DEATH_SETTLE_S = 10.0  # how long a dead actor's earlier batches may take to resolve
 MAX_BATCH = 8  # trials per batch sent to a worker (guided sizing shrinks it towards the end)
 NVIDIA_SMI_TIMEOUT_S = 20.0
+# Method calls a GpuWorker runs at once (a threaded actor): one batch on the GPU while
+# the next compiles ahead or the previous one drains its comparisons; the TrialBench's
+# GPU lock keeps their GPU work apart. Ray doesn't promise a threaded actor starts calls
+# in submission order, and nothing here depends on it.
+ACTOR_THREADS = 2
 
 
 class WorkerFailure(RuntimeError):
@@ -97,7 +108,8 @@ def _placement(mapping: dict) -> dict:
 
 
 class GpuWorker:
-    """Holds one Device (and its pipeline + input caches) for the actor's whole life."""
+    """Holds one Device (and its pipeline + input caches) for the actor's whole life.
+    Runs as a threaded actor: its methods may run concurrently (see ACTOR_THREADS)."""
 
     def __init__(self, worker_id: str, allow_cpu: bool = False, compile_ahead: bool = True):
         import ray
@@ -132,7 +144,8 @@ class GpuWorker:
         return self.bench.stage_times()
 
     def run(self, fn: Callable[[Device, Any], Any], item: Any) -> Any:
-        return fn(self.bench.device, item)
+        with self.bench.exclusive() as device:  # never beside another call's GPU work
+            return fn(device, item)
 
 
 # -- the pool -----------------------------------------------------------------------
@@ -223,7 +236,9 @@ class WorkerPool:
     # -- membership ------------------------------------------------------------------
     def _actor_class(self):
         options = {"num_gpus": 1, "num_cpus": 1} if self.gpus else {"num_cpus": 1}
-        return self._ray.remote(GpuWorker).options(max_restarts=0, max_task_retries=0, **options)
+        return self._ray.remote(GpuWorker).options(
+            max_restarts=0, max_task_retries=0, max_concurrency=ACTOR_THREADS, **options
+        )
 
     def _start_all(self) -> None:
         cls = self._actor_class()
@@ -322,7 +337,7 @@ class WorkerPool:
 
     def _fill(self, slots: list[_Slot], pending: deque, owner: dict, guided: bool = False) -> None:
         for slot in slots:
-            while pending and len(slot.fifo) < self.max_in_flight:
+            while pending and len(slot.fifo) < self.max_in_flight and not _kept_apart(slot, pending[0]):
                 batch = self._take(pending, len(slots)) if guided else pending.popleft()
                 batch.ref = slot.actor.evaluate.remote([job for _, job in batch.items])
                 batch.started = time.monotonic()
@@ -365,9 +380,12 @@ class WorkerPool:
     def _on_timeout(self, slot: _Slot, pending: deque, owner: dict) -> Iterator[tuple[int, TrialResult]]:
         culprit = slot.fifo[0]
         limit = self.trial_timeout_s * len(culprit.items)
+        shared = len(slot.fifo) > 1  # a batch beside it may hold the GPU: no verdict yet
         self._requeue_behind(slot, culprit, pending, owner)
         if len(culprit.items) > 1:
             pending.extendleft(_Batch([item], alone=True) for item in reversed(culprit.items))
+        elif shared:
+            pending.appendleft(_Batch(culprit.items, culprit.retries, alone=True))
         else:
             index, job = culprit.items[0]
             yield index, self._failure(slot, job, Status.TIMEOUT, f"trial exceeded {limit:.1f} s; worker replaced")
@@ -392,11 +410,14 @@ class WorkerPool:
             self._replace(slot)
             return
         culprit = slot.fifo[0]
+        shared = len(slot.fifo) > 1  # the batch beside it may have killed the worker
         self._requeue_behind(slot, culprit, pending, owner)
         lost_id = slot.worker_id
         self._replace(slot)
         if len(culprit.items) > 1:
             pending.extendleft(_Batch([item], alone=True) for item in reversed(culprit.items))
+        elif shared:
+            pending.appendleft(_Batch(culprit.items, culprit.retries, alone=True))
         elif culprit.retries < self.max_retries:
             pending.appendleft(_Batch(culprit.items, retries=culprit.retries + 1, alone=True))
         else:
@@ -481,6 +502,12 @@ class WorkerPool:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def _kept_apart(slot: _Slot, head: _Batch) -> bool:
+    """Whether `head` must wait for `slot` to empty: a retried or split-off batch runs alone
+    on its worker, and nothing joins one, so a fault during it is its own."""
+    return bool(slot.fifo) and (head.alone or any(batch.alone for batch in slot.fifo))
 
 
 def _init_ray(address: str | None, num_cpus: int | None) -> bool:

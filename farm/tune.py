@@ -382,12 +382,12 @@ def tune(
 
 
 def format_stage_times(pool: WorkerPool, wall_s: float) -> str:
-    """Where each worker's time went (main-thread ms per trial by stage), or why unknown."""
+    """Where each worker's time went (ms per trial by stage, see StageTimes), or why unknown."""
     try:
         stages = pool.stage_times()
     except Exception as exc:  # noqa: BLE001 - a dead worker must not hide the campaign's outcome
         return f"worker stage times unavailable: {exc}"
-    lines = [f"campaign wall time {wall_s:.1f} s; worker main-thread ms per trial by stage:"]
+    lines = [f"campaign wall time {wall_s:.1f} s; worker ms per trial by stage:"]
     for slot, report in sorted(stages.items()):
         lines.append(f"  worker {slot}: {report.get('trials', 0)} trials; {format_stage_report(report)}")
     return "\n".join(lines)

@@ -8,13 +8,23 @@ buffers in the same submission, and times the kernel right behind it (that run i
 first warm-up). The GPU is kept busy: the next COMPILE_AHEAD trials' pipelines compile on
 background threads, and each trial's outputs are read back and compared with the
 reference on a pool of checker threads while the GPU goes on timing the next trials (at
-most MAX_PENDING comparisons outstanding; a batch's results are returned once all of its
-comparisons are in, and the timing of a schedule that fails its comparison is discarded).
-An idle GPU drops its clocks, so a CPU-bound loop of compare-then-time would measure slow
-clocks and waste the GPU. Failures become typed results:
-InvalidSchedule -> invalid_schedule, compile/pipeline GpuError -> compile_error, any
-other GpuError -> runtime_error, outputs outside tolerance -> wrong_result. Anything
-else is a bug in a kernel spec and propagates.
+most MAX_PENDING comparisons outstanding per batch; the timing of a schedule that fails
+its comparison is discarded). An idle GPU drops its clocks, so a CPU-bound loop of
+compare-then-time would measure slow clocks and waste the GPU.
+
+Batches overlap: `evaluate` may be called from several threads (`farm.cluster.GpuWorker`
+is a threaded actor with two batches in flight). One lock (the GPU lock) serializes
+everything that uses the GPU: a batch's trial loop from its first trial to its last,
+`remeasure`, and `exclusive()` (sweep work); two timings never share the GPU. A batch
+starts compiling its first pipelines before it takes the lock, while the previous batch is
+still being timed, and waits for its own last comparisons after releasing it, while the
+next batch's trials run: the GPU does not idle at batch boundaries. Outputs are compared
+from per-trial staging buffers copied in the trial's own submission, so the next trial (of
+either batch) may overwrite the shared output buffers: the queue runs in order.
+
+Failures become typed results: InvalidSchedule -> invalid_schedule, compile/pipeline
+GpuError -> compile_error, any other GpuError -> runtime_error, outputs outside
+tolerance -> wrong_result. Anything else is a bug in a kernel spec and propagates.
 
 `farm.cluster.GpuWorker` wraps a TrialBench in a Ray actor.
 """
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -47,12 +58,19 @@ CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per 
 
 
 class StageTimes:
-    """Seconds the worker's main thread spent per stage, and trials: where a worker's time
-    goes (`farm.cluster.WorkerPool.stage_times`, benchmarks/throughput.py)."""
+    """Seconds spent per stage, summed over the threads running batches, and trials: where
+    a worker's time goes (`farm.cluster.WorkerPool.stage_times`, benchmarks/throughput.py).
+
+    Stages under the GPU lock (compile_wait, prepare, run, time, map, certify_wait, and
+    launch but for a batch's first COMPILE_AHEAD launches, built before it takes the lock)
+    are time the GPU is held; "gpu_wait" (a batch waiting for another batch's trials) and
+    "certify_drain" (a batch waiting for its last comparisons, after the lock) overlap the
+    other batch's trials, and only cost GPU time when no batch is queued behind."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
         self.trials = 0
+        self._lock = threading.Lock()
 
     @contextmanager
     def timed(self, stage: str):
@@ -60,10 +78,17 @@ class StageTimes:
         try:
             yield
         finally:
-            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            with self._lock:
+                self.seconds[stage] = self.seconds.get(stage, 0.0) + elapsed
+
+    def count_trial(self) -> None:
+        with self._lock:
+            self.trials += 1
 
     def as_dict(self) -> dict:
-        return {"trials": self.trials, "seconds": dict(self.seconds)}
+        with self._lock:
+            return {"trials": self.trials, "seconds": dict(self.seconds)}
 
 
 def format_stage_report(report: dict) -> str:
@@ -92,7 +117,9 @@ class Job:
 
 @dataclass
 class _Inputs:
-    """Generated inputs, their uploaded buffers (by array address) and the reference."""
+    """Generated inputs, their uploaded buffers (by array address) and the reference.
+    `uploaded` and `outputs` are used under the TrialBench's GPU lock only, `expected`
+    under its inputs lock."""
 
     arrays: dict[str, np.ndarray]
     uploaded: dict[tuple[int, tuple[int, ...], str, str], Buffer]
@@ -113,6 +140,11 @@ class TrialBench:
         self.host = socket.gethostname()
         self.topology_hash = device.profile.topology_hash()
         self._inputs: dict[tuple[str, str, int], _Inputs] = {}
+        # One per (kernel, problem, seed) being generated, so two batches never generate
+        # the same inputs twice and a batch needing other inputs doesn't wait for them.
+        self._generating: dict[tuple[str, str, int], threading.Lock] = {}
+        self._inputs_lock = threading.Lock()  # _generating and every entry's `expected`
+        self._gpu = threading.Lock()  # held by whatever uses the GPU; see the module docstring
         self._compiler = (
             ThreadPoolExecutor(max_workers=COMPILE_AHEAD, thread_name_prefix="farm-compile") if compile_ahead else None
         )
@@ -123,24 +155,38 @@ class TrialBench:
     # -- public API ----------------------------------------------------------------
     def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
         """One result per job, in order; later jobs' pipelines compile and earlier jobs'
-        outputs are compared while the GPU times the current one."""
+        outputs are compared while the GPU times the current one. Thread-safe: a batch
+        compiles its first pipelines while another batch holds the GPU, and compares its
+        last outputs while the next one is timed."""
         depth = COMPILE_AHEAD if self._compiler is not None else 0
         ahead = {i: self._compile_ahead(jobs[i]) for i in range(min(depth, len(jobs)))}
         outcomes: list[TrialResult | _Pending] = []
         pending: deque[_Pending] = deque()
-        for index, job in enumerate(jobs):
-            if depth and index + depth < len(jobs):
-                ahead[index + depth] = self._compile_ahead(jobs[index + depth])
-            outcome = self._trial(job, ahead.pop(index, None))
-            self.stages.trials += 1
-            outcomes.append(outcome)
-            if isinstance(outcome, _Pending):
-                pending.append(outcome)
-                with self.stages.timed("certify_wait"):
-                    while len(pending) > MAX_PENDING:
-                        pending.popleft().verdict.result()
-        with self.stages.timed("certify_wait"):
+        with self.stages.timed("gpu_wait"):
+            self._gpu.acquire()
+        try:
+            for index, job in enumerate(jobs):
+                if depth and index + depth < len(jobs):
+                    ahead[index + depth] = self._compile_ahead(jobs[index + depth])
+                outcome = self._trial(job, ahead.pop(index, None))
+                self.stages.count_trial()
+                outcomes.append(outcome)
+                if isinstance(outcome, _Pending):
+                    pending.append(outcome)
+                    with self.stages.timed("certify_wait"):
+                        while len(pending) > MAX_PENDING:
+                            pending.popleft().verdict.result()
+        finally:
+            self._gpu.release()
+        with self.stages.timed("certify_drain"):
             return [o.result() if isinstance(o, _Pending) else o for o in outcomes]
+
+    @contextmanager
+    def exclusive(self):
+        """Hold the GPU lock: work run under it (`GpuWorker.run`'s sweep cases) never
+        shares the GPU with a batch's trials or a re-measurement."""
+        with self._gpu:
+            yield self.device
 
     def remeasure(
         self, kernel: str, problem: Problem, schedules: list[Schedule], reps: int = 10, rounds: int = 5, seed: int = 0
@@ -152,6 +198,12 @@ class TrialBench:
         """
         if rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {rounds}")
+        with self._gpu:
+            return self._remeasure(kernel, problem, schedules, reps, rounds, seed)
+
+    def _remeasure(
+        self, kernel: str, problem: Problem, schedules: list[Schedule], reps: int, rounds: int, seed: int
+    ) -> dict[str, Timing | None]:
         spec = catalog.get(kernel)
         prepared: dict[str, Prepared] = {}
         for schedule in schedules:
@@ -181,8 +233,8 @@ class TrialBench:
         }
 
     def stage_times(self) -> dict:
-        """{"trials": n, "seconds": {stage: main-thread seconds}}; "time" includes the
-        GPU warm-up, also reported alone as "warm_up"."""
+        """{"trials": n, "seconds": {stage: seconds over the batches' threads}} (see
+        StageTimes); "time" includes the GPU warm-up, also reported alone as "warm_up"."""
         report = self.stages.as_dict()
         report["seconds"]["warm_up"] = self.device.warm_spent_s
         return report
@@ -192,9 +244,11 @@ class TrialBench:
             self._compiler.shutdown(wait=True)
         self._checker.shutdown(wait=True)
         self._referee.shutdown(wait=True)
-        for entry in self._inputs.values():
-            self.device.release(*entry.uploaded.values(), *entry.outputs.values())
-        self._inputs.clear()
+        with self._gpu:
+            for entry in list(self._inputs.values()):
+                self.device.release(*entry.uploaded.values(), *entry.outputs.values())
+            self._inputs.clear()
+            self._generating.clear()
 
     # -- one trial -------------------------------------------------------------------
     def _trial(self, job: Job, ahead: tuple[Launch, Future] | None) -> TrialResult | _Pending:
@@ -278,6 +332,7 @@ class TrialBench:
         return launch, self._compiler.submit(compile_launch, self.device, spec, job.schedule, launch)
 
     def _launch(self, spec: KernelSpec, job: Job) -> Launch:
+        """Validated launch for `job` (no GPU work: compile-ahead calls it outside the GPU lock)."""
         spec.check(job.schedule, job.problem, self.device.profile)
         inputs = self._entry(spec, job).arrays
         launch = spec.launch(job.schedule, job.problem, inputs)
@@ -287,7 +342,8 @@ class TrialBench:
     def _prepare(self, spec: KernelSpec, job: Job, launch: Launch | None = None) -> Prepared:
         """Like farm.launch.prepare, but input arrays the spec passes through unchanged reuse
         buffers uploaded once per (kernel, problem, seed); outputs reuse cached buffers.
-        `launch` is the one built when the pipeline was compiled ahead, if it was."""
+        `launch` is the one built when the pipeline was compiled ahead, if it was. Under
+        the GPU lock: it allocates and uploads, and the entry's buffer dicts are the lock's."""
         launch = launch if launch is not None else self._launch(spec, job)
         pipeline: Pipeline = compile_launch(self.device, spec, job.schedule, launch)
         entry = self._entry(spec, job)
@@ -295,11 +351,19 @@ class TrialBench:
         return Prepared(spec, job.schedule, job.problem, launch, pipeline, buffers, self.device)
 
     def _entry(self, spec: KernelSpec, job: Job) -> _Inputs:
+        """The inputs of (kernel, problem, seed), generated on first use by exactly one
+        thread; other threads wait only when they need the same inputs."""
         cache_key = (spec.name, job.problem.key(), job.seed)
         entry = self._inputs.get(cache_key)
-        if entry is None:
-            entry = _Inputs(arrays=spec.generate(job.problem, job.seed), uploaded={}, outputs={})
-            self._inputs[cache_key] = entry
+        if entry is not None:
+            return entry
+        with self._inputs_lock:
+            generating = self._generating.setdefault(cache_key, threading.Lock())
+        with generating:
+            entry = self._inputs.get(cache_key)
+            if entry is None:
+                entry = _Inputs(arrays=spec.generate(job.problem, job.seed), uploaded={}, outputs={})
+                self._inputs[cache_key] = entry
         return entry
 
     def _buffer_for(self, entry: _Inputs, arg) -> Buffer:
@@ -324,9 +388,10 @@ class TrialBench:
         checker waits for it, not the GPU)."""
         entry = self._entry(spec, job)
         key = spec.reference_key(job.schedule)
-        if key not in entry.expected:
-            entry.expected[key] = self._referee.submit(spec.reference, job.problem, job.schedule, entry.arrays)
-        return entry.expected[key]
+        with self._inputs_lock:
+            if key not in entry.expected:
+                entry.expected[key] = self._referee.submit(spec.reference, job.problem, job.schedule, entry.arrays)
+            return entry.expected[key]
 
     def _release_transient(self, prepared: Prepared) -> None:
         self.device.release(*(b for b in prepared.buffers if isinstance(b, _Transient)))

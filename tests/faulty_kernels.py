@@ -7,6 +7,7 @@ through FARM_EXTRA_KERNELS=<path of this file>. Each one is gemv with one thing 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -66,19 +67,40 @@ class CrashFault(Gemv):
         return super().launch(schedule, problem, inputs)
 
 
+_SLOW_LAUNCH = threading.Lock()
+
+
+def _slow_s() -> float:
+    return float(os.environ.get("FARM_TEST_SLOW_S", "0.3"))
+
+
 class SlowGemv(Gemv):
-    """gemv that takes `FARM_TEST_SLOW_S` seconds (default 0.3) to launch: lets a test
-    kill a `farm tune` driver mid-campaign."""
+    """gemv that takes `FARM_TEST_SLOW_S` seconds (default 0.3) to launch, one launch at a
+    time per process (a worker's overlapping batches don't speed it up): lets a test kill a
+    `farm tune` driver mid-campaign."""
 
     name = "slow_gemv"
     space = GEMV_SPACE | {"workgroup_size": (32, 64, 128), "threads_per_row": (1, 4, 8)}
 
     def launch(self, schedule, problem, inputs):
-        time.sleep(float(os.environ.get("FARM_TEST_SLOW_S", "0.3")))
+        with _SLOW_LAUNCH:
+            time.sleep(_slow_s())
         return super().launch(schedule, problem, inputs)
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
         return [self.problem(m=64, n=64)]
+
+
+class SlowInputs(Gemv):
+    """gemv whose inputs take `FARM_TEST_SLOW_S` seconds (default 0.3) to generate, on any
+    number of threads at once: shows a worker preparing two batches at the same time."""
+
+    name = "slow_inputs"
+    space = GEMV_SPACE
+
+    def generate(self, problem, seed):
+        time.sleep(_slow_s())
+        return super().generate(problem, seed)
 
 
 SPIN_WGSL = """
@@ -135,5 +157,5 @@ class HangFault(Gemv):
         )
 
 
-for spec in (CompileFault(), WrongFault(), RuntimeFault(), CrashFault(), SlowGemv(), HangFault()):
+for spec in (CompileFault(), WrongFault(), RuntimeFault(), CrashFault(), SlowGemv(), SlowInputs(), HangFault()):
     register(spec)

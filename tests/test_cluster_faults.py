@@ -3,6 +3,8 @@ becomes a typed trial result and the pool keeps going."""
 
 from __future__ import annotations
 
+import time
+
 import faulty_kernels
 import numpy as np
 import pytest
@@ -73,12 +75,14 @@ def test_each_fault_becomes_its_typed_status(pool):
 
 def test_hanging_dispatch_times_out_and_the_worker_is_replaced(pool):
     slot = next(iter(pool.profiles()))
-    before = pool.worker_id(slot)
+    before, replacements = pool.worker_id(slot), pool.replacements
     hang = Schedule.of(workgroup_size=1, spin=1)
     results = pool.evaluate(slot, [job("fault_hang", hang), job("gemv")], batch_size=1)
     assert [r.status for r in results] == [Status.TIMEOUT, Status.OK]
     assert "exceeded 5.0 s" in results[0].message
     assert pool.worker_id(slot) != before
+    # the gemv batch was under way beside it, so the hang is first re-run alone
+    assert pool.replacements - replacements == 2
     assert results[1].worker_id == pool.worker_id(slot)
 
 
@@ -99,6 +103,66 @@ def test_results_stream_in_as_they_arrive_and_cover_every_job(pool):
     results = list(pool.stream(jobs))
     assert sorted(r.key.schedule.key() for r in results) == sorted(s.key() for s in schedules)
     assert all(r.status is Status.OK for r in results)
+
+
+def test_batches_overlap_on_the_threaded_worker_and_results_keep_job_order(pool):
+    slot = next(iter(pool.profiles()))
+    schedules = GEMV.schedules()[:5]
+    jobs = [Job("gemv", SMALL, s, 0, 1, 3) for s in schedules]
+    jobs[1:1] = [job("gemv", Schedule.of(workgroup_size=2048)), job("fault_wrong")]
+    for batch_size in (2, None):  # fixed batches, then guided ones
+        results = pool.evaluate(slot, jobs, batch_size=batch_size)
+        assert [(r.key.kernel, r.key.schedule) for r in results] == [(j.kernel, j.schedule) for j in jobs]
+        assert [r.status for r in results[:4]] == [Status.OK, Status.INVALID_SCHEDULE, Status.WRONG_RESULT, Status.OK]
+        assert all(r.status is Status.OK for r in results[4:])
+    stages = pool.stage_times()[slot]["seconds"]
+    assert {"gpu_wait", "certify_drain"} <= set(stages)
+    # slow_inputs' inputs (0.3 s each) are generated while compiling ahead, outside the GPU
+    # lock: two one-job batches in flight take ~0.3 s together on a threaded actor, 0.6 s
+    # one after the other
+    pool.evaluate(slot, [job("slow_inputs", m=8, n=8)])  # the pipeline, compiled once
+    slow = [job("slow_inputs", m=64, n=8), job("slow_inputs", m=72, n=8)]
+    start = time.perf_counter()
+    results = pool.evaluate(slot, slow, batch_size=1)
+    assert [r.status for r in results] == [Status.OK, Status.OK]
+    assert time.perf_counter() - start < 0.5
+
+
+def test_a_fault_beside_another_batch_is_rerun_alone_before_any_verdict():
+    """Two batches may be under way on a worker at once, so a timeout or a death is only
+    charged to a single job that had the worker to itself; retried/split-off batches are
+    never sent beside another batch."""
+    from collections import deque
+
+    from farm.cluster import WorkerPool, _Batch, _Slot
+
+    class Actor:
+        class evaluate:  # noqa: N801 - stands in for a Ray actor method
+            @staticmethod
+            def remote(jobs):
+                return object()
+
+    pool = WorkerPool.__new__(WorkerPool)  # no Ray
+    pool.max_in_flight, pool.trial_timeout_s, pool.max_retries = 2, 1.0, 1
+    pool._replace = lambda slot: None
+    slot = _Slot("w0", actor=Actor(), report={"topology_hash": "t", "host": "h"})
+    a, b = job("gemv"), job("fault_wrong")
+    pending, owner = deque([_Batch([(0, a)]), _Batch([(1, b)])]), {}
+    pool._fill([slot], pending, owner)
+    assert len(slot.fifo) == 2 and not pending
+    assert list(pool._on_timeout(slot, pending, owner)) == []  # no verdict: b may have hung
+    assert [(bt.items, bt.alone, bt.retries) for bt in pending] == [([(0, a)], True, 0), ([(1, b)], True, 0)]
+    assert not slot.fifo and not owner
+    pool._fill([slot], pending, owner)
+    assert len(slot.fifo) == 1 and len(pending) == 1  # alone: nothing beside it
+    ((index, timed_out),) = pool._on_timeout(slot, pending, owner)  # alone: its own fault
+    assert index == 0 and timed_out.status is Status.TIMEOUT
+    pool._fill([slot], pending, owner)
+    assert len(slot.fifo) == 1 and not pending
+    fresh = _Batch([(2, a)])
+    pending.append(fresh)
+    pool._fill([slot], pending, owner)
+    assert list(pending) == [fresh]  # nothing joins an alone batch either
 
 
 def test_remeasure_times_finalists_interleaved_on_one_worker(pool):

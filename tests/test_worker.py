@@ -64,3 +64,104 @@ def test_references_are_computed_once_per_reference_key(bench, monkeypatch):
     results = bench.evaluate([Job("topk", problem, s, 0, 0, 1) for s in schedules])
     assert [r.status for r in results] == [Status.OK] * 4
     assert calls == [32, 64]
+
+
+def _summary(results):
+    return [(r.key, r.status, r.timing is not None, r.metrics.max_abs) for r in results]
+
+
+def test_two_batches_from_two_threads_overlap_but_never_share_the_gpu(bench, monkeypatch):
+    """Batch B compiles ahead while batch A holds the GPU lock; their trial loops never
+    interleave; every result is the one the job earns run alone; comparisons are awaited
+    after the lock is released."""
+    import threading
+
+    spec = catalog.get("gemv")
+    other = spec.problem(m=40, n=72)  # batch B also needs inputs batch A doesn't
+    batch_a = _gemv_jobs("gemv", 5) + _gemv_jobs("fault_wrong", 1)
+    batch_b = [Job("gemv", other, j.schedule, 0, 0, 2) for j in _gemv_jobs("gemv", 3)] + _gemv_jobs("gemv", 2)
+    expected_a, expected_b = bench.evaluate(batch_a), bench.evaluate(batch_b)
+
+    fresh = TrialBench(bench.device, "test")
+    a_on_gpu, b_compiled = threading.Event(), threading.Event()
+    order: list[str] = []  # batch of each trial, in the order the trials ran
+    b_compiled_while_a_on_gpu: list[bool] = []
+    drained_under_lock: list[bool] = []
+    real_trial, real_ahead, real_result = fresh._trial, fresh._compile_ahead, worker_module._Pending.result
+
+    def trial(job, ahead):
+        assert fresh._gpu.locked()
+        name = threading.current_thread().name
+        if name == "A" and not a_on_gpu.is_set():
+            a_on_gpu.set()
+            b_compiled_while_a_on_gpu.append(b_compiled.wait(timeout=5))  # not behind the GPU lock
+        order.append(name)
+        return real_trial(job, ahead)
+
+    def compile_ahead(job):
+        out = real_ahead(job)
+        if threading.current_thread().name == "B":
+            b_compiled.set()
+        return out
+
+    def result(pending):
+        drained_under_lock.append(fresh._gpu.locked())
+        return real_result(pending)
+
+    monkeypatch.setattr(fresh, "_trial", trial)
+    monkeypatch.setattr(fresh, "_compile_ahead", compile_ahead)
+    monkeypatch.setattr(worker_module._Pending, "result", result)
+    got: dict[str, list] = {}
+    thread_a = threading.Thread(target=lambda: got.update(A=fresh.evaluate(batch_a)), name="A")
+    thread_b = threading.Thread(target=lambda: got.update(B=fresh.evaluate(batch_b)), name="B")
+    try:
+        thread_a.start()
+        assert a_on_gpu.wait(timeout=10)
+        thread_b.start()
+        thread_a.join(timeout=60)
+        thread_b.join(timeout=60)
+    finally:
+        fresh.close()
+    assert b_compiled_while_a_on_gpu == [True]
+    assert order == ["A"] * len(batch_a) + ["B"] * len(batch_b)  # one loop at a time, whole
+    assert _summary(got["A"]) == _summary(expected_a) and _summary(got["B"]) == _summary(expected_b)
+    assert drained_under_lock and not any(drained_under_lock)
+    stages = fresh.stage_times()
+    assert stages["trials"] == len(batch_a) + len(batch_b)
+    assert {"gpu_wait", "certify_drain", "time"} <= set(stages["seconds"])
+
+
+def test_inputs_are_generated_once_when_threads_ask_together(bench, monkeypatch):
+    import threading
+    import time
+
+    spec = catalog.get("gemv")
+    calls = []
+    real = type(spec).generate
+
+    def slow(self, problem, seed):
+        calls.append(problem)
+        time.sleep(0.05)
+        return real(self, problem, seed)
+
+    monkeypatch.setattr(type(spec), "generate", slow)
+    job = _gemv_jobs("gemv", 1)[0]
+    entries = []
+    threads = [threading.Thread(target=lambda: entries.append(bench._entry(spec, job))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1 and len({id(e) for e in entries}) == 1
+
+
+def test_remeasure_and_exclusive_work_hold_the_gpu_lock(bench, monkeypatch):
+    job = _gemv_jobs("gemv", 1)[0]
+    held = []
+    real = bench._prepare
+    monkeypatch.setattr(bench, "_prepare", lambda *a, **k: held.append(bench._gpu.locked()) or real(*a, **k))
+    timings = bench.remeasure("gemv", job.problem, [job.schedule], reps=2, rounds=1)
+    assert timings[job.schedule.key()] is not None and held == [True]
+    with bench.exclusive() as device:
+        assert device is bench.device and bench._gpu.locked()
+    assert not bench._gpu.locked()
