@@ -10,6 +10,8 @@
 #   part 3: tune --all on one GPU, configs/s at 1 and 2 GPUs, bench (one call)
 #   part 4: configs/s at 1 and 2 GPUs, the ternary probe, farm overhead, tune --all
 #   part 5: (one GPU) configs/s, farm overhead, tune --all, bench, recurrent sweep
+#   part 6: (x2) configs/s at 1 and 2 GPUs, farm overhead, the ternary probe
+#   part 7: (x2, right after part 6) tune --all on one GPU, bench, recurrent sweep
 # Results land flat in $OUT (the device tool brings back at most 8 files).
 set -u
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -48,6 +50,20 @@ elif [ "${PART}" = 5 ]; then  # everything on a one-GPU machine, each result cop
   step 130 python3 -m farm bench --db "$DB" --out "$W/bench"
   cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
   step 110 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
+  cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null
+elif [ "${PART}" = 6 ]; then  # two-GPU machine, call A: configs/s at 1 and 2 GPUs, overhead, probe
+  step 160 python3 benchmarks/throughput.py --gpus 1,2 --configs ${CONFIGS:-192} --reps 7 --out "$W/tp"
+  cp "$W"/tp/*.json "$OUT"/throughput.json 2>/dev/null
+  step 60  python3 benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --schedules 32 --out "$W/overhead"
+  cp "$W"/overhead/*.json "$OUT"/overhead.json 2>/dev/null
+  # the first shape a probe times can read slow (see NOTES, session 4): tall, wide, tall again
+  step 90  python3 benchmarks/ternary_probe.py --shape 65536x16384 --shape 16384x65536 --shape 65536x16384 --out "$W/probe"
+  cp "$W"/probe/ternary_probe.json "$OUT"/ 2>/dev/null
+elif [ "${PART}" = 7 ]; then  # two-GPU machine, call B: tune --all on ONE of its GPUs, bench, sweep
+  step ${TUNE_LIMIT:-220} python3 -m farm tune --all --gpus 1 --db "$DB" --out "$W/artifacts" ${TUNE_ARGS:-}
+  step 150 python3 -m farm bench --db "$DB" --out "$W/bench"
+  cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
+  step 120 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
   cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null
 else
   step 150 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
