@@ -276,6 +276,11 @@ class PendingRead:
         self._parts = parts
         self._mapped = False
 
+    @property
+    def nbytes(self) -> int:
+        """Staging bytes held until `collect()` (0 once collected)."""
+        return sum(part[2] for part in self._parts)
+
     def map(self) -> None:
         if self._mapped or not self._parts:
             return

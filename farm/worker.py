@@ -8,8 +8,8 @@ buffers in the same submission, and times the kernel right behind it (that run i
 first warm-up). The GPU is kept busy: the next COMPILE_AHEAD trials' pipelines compile on
 background threads, and each trial's outputs are read back and compared with the
 reference on a pool of checker threads while the GPU goes on timing the next trials (at
-most MAX_PENDING comparisons outstanding per batch; the timing of a schedule that fails
-its comparison is discarded). An idle GPU drops its clocks, so a CPU-bound loop of
+most MAX_PENDING comparisons or PENDING_BYTES of held outputs outstanding per batch; the
+timing of a schedule that fails its comparison is discarded). An idle GPU drops its clocks, so a CPU-bound loop of
 compare-then-time would measure slow clocks and waste the GPU.
 
 Batches overlap: `evaluate` may be called from several threads (`farm.cluster.GpuWorker`
@@ -53,7 +53,13 @@ from farm.trial import TrialKey, TrialResult
 # Trials whose pipelines compile (on as many threads) while the current one runs: a gemm
 # pipeline takes the H200's driver about as long to compile as 1-4 trials take to run.
 COMPILE_AHEAD = max(4, min(8, (os.cpu_count() or 2) // 2))
-MAX_PENDING = 6  # trials timed but not yet certified (each holds its outputs in memory)
+# Trials timed but not yet certified, per batch: each holds its outputs in a staging buffer
+# until a checker has read them. The trial loop waits for the oldest comparison only past
+# MAX_PENDING trials or PENDING_BYTES of held outputs: enough for the first 2-4 s of gemm
+# 4096^3 trials (64 MB each) to run while the worker's reference is still being computed
+# (with 6, two H200 workers each waited 1.5 s for it, 10% of their run).
+MAX_PENDING = 64
+PENDING_BYTES = 2 << 30
 CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per worker
 
 
@@ -174,7 +180,9 @@ class TrialBench:
                 if isinstance(outcome, _Pending):
                     pending.append(outcome)
                     with self.stages.timed("certify_wait"):
-                        while len(pending) > MAX_PENDING:
+                        while pending and pending[0].verdict.done():
+                            pending.popleft()
+                        while len(pending) > MAX_PENDING or _held(pending) > PENDING_BYTES:
                             pending.popleft().verdict.result()
         finally:
             self._gpu.release()
@@ -296,8 +304,9 @@ class TrialBench:
                 pending.map()  # done by now (queued before the timing); see PendingRead
         except GpuError as exc:
             return self._result(key, Status.RUNTIME_ERROR, str(exc))
+        held = pending.nbytes  # before a checker collects it
         verdict = self._checker.submit(_read_and_compare, pending, prepared.spec, prepared.problem, expected)
-        return _Pending(self, key, verdict, timing)
+        return _Pending(self, key, verdict, timing, held)
 
     def _result(
         self,
@@ -397,6 +406,11 @@ class TrialBench:
         self.device.release(*(b for b in prepared.buffers if isinstance(b, _Transient)))
 
 
+def _held(pending) -> int:
+    """Staging bytes still held by the pending trials whose comparison has not finished."""
+    return sum(p.held for p in pending if not p.verdict.done())
+
+
 def _read_and_compare(pending: PendingRead, spec: KernelSpec, problem: Problem, expected: Future) -> Certification:
     """A checker thread's work: the outputs from their staging buffers, compared with
     the reference once it is computed."""
@@ -415,6 +429,7 @@ class _Pending:
     key: TrialKey
     verdict: Future
     timing: Timing
+    held: int = 0  # staging bytes its outputs hold until the comparison has read them
 
     def result(self) -> TrialResult:
         certification: Certification = self.verdict.result()

@@ -271,3 +271,20 @@ def test_source_hash_covers_the_host_code_and_is_computed_once_per_spec(monkeypa
     assert spec.source_hash() == first == catalog.get("gemm").source_hash() and calls == [1]
     monkeypatch.setattr(other, "host_source", lambda: real() + "# one more line of emitter code")
     assert other.source_hash() != first
+
+
+def test_reference_matmul_splits_rows_over_threads_when_blas_is_single_threaded(monkeypatch):
+    # Ray workers run with OMP_NUM_THREADS=1: the float64 reference is split by rows over
+    # threads there, and must equal the one-call product.
+    from farm.catalog.gemm import matmul64
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((1030, 1024), dtype=np.float32)
+    b = rng.standard_normal((1024, 1000), dtype=np.float32)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    np.testing.assert_allclose(matmul64(a, b), want, rtol=1e-12, atol=1e-10)
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    np.testing.assert_array_equal(matmul64(a, b), want)

@@ -26,8 +26,13 @@ def _gemv_jobs(kernel: str, count: int) -> list[Job]:
     return [Job(kernel, problem, schedules[i % len(schedules)], 0, 0, 2) for i in range(count)]
 
 
-def test_results_keep_job_order_across_more_trials_than_pending_comparisons(bench):
-    good = _gemv_jobs("gemv", worker_module.MAX_PENDING + 3)
+@pytest.mark.parametrize("limits", [(4, 2 << 30), (64, 0)], ids=["count", "bytes"])
+def test_results_keep_job_order_across_more_trials_than_pending_comparisons(bench, monkeypatch, limits):
+    # past MAX_PENDING trials, or PENDING_BYTES of held outputs (0: every trial waits for
+    # the oldest comparison still running), the loop waits; order and verdicts are kept
+    monkeypatch.setattr(worker_module, "MAX_PENDING", limits[0])
+    monkeypatch.setattr(worker_module, "PENDING_BYTES", limits[1])
+    good = _gemv_jobs("gemv", 4 + 3)
     wrong = _gemv_jobs("fault_wrong", 2)
     invalid = Job("gemv", good[0].problem, Schedule.of(workgroup_size=48, threads_per_row=5), 0, 0, 2)
     jobs = good[:3] + [wrong[0], invalid] + good[3:] + [wrong[1]]
@@ -165,3 +170,15 @@ def test_remeasure_and_exclusive_work_hold_the_gpu_lock(bench, monkeypatch):
     with bench.exclusive() as device:
         assert device is bench.device and bench._gpu.locked()
     assert not bench._gpu.locked()
+
+
+def test_held_bytes_count_only_comparisons_still_running():
+    from concurrent.futures import Future
+
+    done, running = Future(), Future()
+    done.set_result(None)
+    pending = [
+        worker_module._Pending(None, None, done, None, 100),
+        worker_module._Pending(None, None, running, None, 7),
+    ]
+    assert worker_module._held(pending) == 7
