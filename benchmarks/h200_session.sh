@@ -12,6 +12,7 @@
 #   part 5: (one GPU) configs/s, farm overhead, tune --all, bench, recurrent sweep
 #   part 6: (x2) configs/s at 1 and 2 GPUs, farm overhead, the ternary probe
 #   part 7: (x2, right after part 6) tune --all on one GPU, bench, recurrent sweep
+#   part 8: (x2) configs/s at 1 and 2 GPUs, one-worker overhead, tune --all on one GPU, bench, sweep
 # Results land flat in $OUT (the device tool brings back at most 8 files).
 set -u
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -64,6 +65,16 @@ elif [ "${PART}" = 7 ]; then  # two-GPU machine, call B: tune --all on ONE of it
   step 150 python3 -m farm bench --db "$DB" --out "$W/bench"
   cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
   step 120 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
+  cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null
+elif [ "${PART}" = 8 ]; then  # two-GPU machine, one call: configs/s at 1 and 2 GPUs, one-worker overhead, tune, bench, sweep
+  step 160 python3 benchmarks/throughput.py --gpus 1,2 --configs ${CONFIGS:-192} --reps 7 --out "$W/tp"
+  cp "$W"/tp/*.json "$OUT"/throughput.json 2>/dev/null
+  CUDA_VISIBLE_DEVICES=0 step 60 python3 benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --schedules 32 --out "$W/overhead"
+  cp "$W"/overhead/*.json "$OUT"/overhead.json 2>/dev/null
+  step ${TUNE_LIMIT:-210} python3 -m farm tune --all --gpus 1 --db "$DB" --out "$W/artifacts" ${TUNE_ARGS:-}
+  step 130 python3 -m farm bench --db "$DB" --out "$W/bench"
+  cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
+  step 60 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
   cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null
 else
   step 150 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"

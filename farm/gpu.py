@@ -15,6 +15,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -42,6 +43,11 @@ _instance_configured = False
 # between consecutive warm-up rounds that counts as steady, and the least round length.
 HOT_GAP_S = 0.25
 HOT_SPAN_S = 0.02  # a timing at least this long, ended under HOT_GAP_S ago: no warm-up rounds
+# Nor when timings kept the GPU busy for HOT_BUSY of the last HOT_WINDOW_S (back-to-back
+# short trials keep the clocks up as one long timing does; a GPU busy less than that may
+# be dropping them, and the rounds, themselves busy, bring the share back up).
+HOT_WINDOW_S = 0.1
+HOT_BUSY = 0.5
 LONG_IDLE_S = 1.0
 WARM_STEADY = 0.03
 WARM_ROUND_S = 0.01
@@ -358,7 +364,8 @@ class Device:
         self.warm_idle_s = 0.25 if gpu else 0.0
         self.warm_max_s = 1.0 if gpu else 0.0
         self._busy_until = 0.0  # time.perf_counter() when timed work last finished
-        self._busy_span = 0.0  # seconds that timed work (warm-up and reps) lasted
+        self._busy_span = 0.0  # seconds that the last timed work (warm-up and reps) lasted
+        self._recent: deque[tuple[float, float]] = deque()  # (start, end) of recent timings
         self.warm_spent_s = 0.0  # seconds spent warming up, all timings together
         self._pipelines: dict[str, Pipeline] = {}
         self._staging_buffers: list = []  # reused readback buffers, least recently used first
@@ -587,8 +594,11 @@ class Device:
         dispatches would not bring it back (seen on the H200: 2.5-5x slower trials, also
         after 50 ms of warm-up when the GPU had idled for seconds). No rounds when the last
         timing lasted HOT_SPAN_S or more and ended under HOT_GAP_S ago: the GPU is at its
-        clocks (gemm 4096^3 trials back to back). A GPU that ran only short kernels is not:
-        skipping the rounds after 7 reps of a 50 us kernel measured the H200 5x slow.
+        clocks (gemm 4096^3 trials back to back), nor while timings have kept the GPU busy
+        for HOT_BUSY of the last HOT_WINDOW_S (a tuning worker's back-to-back short trials:
+        gemv 4096^2 trials spent 13 of their 21 ms in rounds). A GPU that ran only short
+        kernels now and then is not: skipping the rounds after 7 reps of a 50 us kernel
+        measured the H200 5x slow.
         With timestamp queries the sample is GPU time from the start of the first pass to
         the end of the last ("timestamp"); otherwise host wall time around a synchronous
         submission ("host").
@@ -610,14 +620,18 @@ class Device:
         finally:
             self._busy_until = time.perf_counter()
             self._busy_span = self._busy_until - begin
+            self._recent.append((begin, self._busy_until))
 
     def _warm_up(self, calls: list, warmup: int, schedule: Any) -> None:
         for _ in range(max(warmup, 0)):
             self.dispatch_many(calls, schedule, wait=False)  # the queue runs them before the timed reps
         if self.warm_s <= 0:
             return
-        if time.perf_counter() - self._busy_until < HOT_GAP_S and self._busy_span >= HOT_SPAN_S:
+        now = time.perf_counter()
+        if now - self._busy_until < HOT_GAP_S and self._busy_span >= HOT_SPAN_S:
             return  # long work that ended a moment ago: clocks are up, the timed reps can start
+        if self._recent_busy(now) >= HOT_BUSY * HOT_WINDOW_S:
+            return  # busy most of the last HOT_WINDOW_S: the clocks are up too
         # Rounds compare per-call times: the queue (a certification run, the counted warm-up)
         # must be empty first, or the first round reads slow and one more round is spent.
         self.wait_idle()
@@ -626,6 +640,13 @@ class Device:
             self._warm_rounds(calls, schedule, start)
         finally:
             self.warm_spent_s += time.perf_counter() - start
+
+    def _recent_busy(self, now: float) -> float:
+        """Seconds of the last HOT_WINDOW_S spent in timings (older ones are dropped)."""
+        since = now - HOT_WINDOW_S
+        while self._recent and self._recent[0][1] <= since:
+            self._recent.popleft()
+        return sum(min(end, now) - max(start, since) for start, end in self._recent)
 
     def _warm_rounds(self, calls: list, schedule: Any, start: float) -> None:
         idle = start - self._busy_until

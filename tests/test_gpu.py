@@ -171,6 +171,7 @@ def test_gpu_warm_up_rounds_are_skipped_only_after_long_recent_work_and_capped(d
     _warm_settings(device, monkeypatch, 0.3, 0.3, 0.6)
     monkeypatch.setattr("farm.gpu.WARM_STEADY", float("inf"))  # any two rounds agree
     monkeypatch.setattr("farm.gpu.HOT_SPAN_S", 10.0)  # every timing counts as short
+    monkeypatch.setattr("farm.gpu.HOT_BUSY", 2.0)  # and the GPU never as busy enough
     device.time(pipeline, [buf], 1, warmup=0, reps=1)
     before = device.read(buf, np.float32, 1)[0]
     device.time(pipeline, [buf], 1, warmup=1, reps=2)
@@ -188,6 +189,33 @@ def test_gpu_warm_up_rounds_are_skipped_only_after_long_recent_work_and_capped(d
     capped = time.perf_counter() - start
     device.release(buf)
     assert capped >= 0.6
+
+
+def test_gpu_warm_up_rounds_are_skipped_while_recent_timings_kept_the_gpu_busy(device, monkeypatch):
+    """Back-to-back short timings (a worker's trials) that kept the GPU busy for HOT_BUSY of
+    the last HOT_WINDOW_S skip the rounds; timings that left it mostly idle keep them."""
+    import time
+    from collections import deque
+
+    pipeline = device.pipeline(COUNTER, label="counter")
+    buf = device.upload(np.zeros(1, np.float32), "storage")
+    _warm_settings(device, monkeypatch, 0.01, 0.01, 0.6)
+    monkeypatch.setattr("farm.gpu.WARM_STEADY", float("inf"))  # any two rounds agree
+    monkeypatch.setattr("farm.gpu.HOT_SPAN_S", 10.0)  # no single timing counts as long
+    monkeypatch.setattr("farm.gpu.HOT_WINDOW_S", 1.0)
+
+    def dispatches(busy_s: float) -> float:
+        now = time.perf_counter()
+        monkeypatch.setattr(device, "_recent", deque([(now - 0.95, now - 0.95 + busy_s)]))
+        before = device.read(buf, np.float32, 1)[0]
+        device.time(pipeline, [buf], 1, warmup=1, reps=2)
+        return device.read(buf, np.float32, 1)[0] - before
+
+    assert dispatches(0.8) == 1 + 2  # busy 0.8 of the last 1 s: no rounds
+    assert dispatches(0.2) > 1 + 2  # busy 0.2 of it: rounds
+    device.release(buf)
+    assert device._recent_busy(time.perf_counter() + 5.0) == 0.0  # old timings are dropped
+    assert not device._recent
 
 
 def test_only_gpus_get_the_timed_warm_up(device):
