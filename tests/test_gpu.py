@@ -218,6 +218,19 @@ def test_gpu_warm_up_rounds_are_skipped_while_recent_timings_kept_the_gpu_busy(d
     assert not device._recent
 
 
+def test_keep_busy_dispatches_for_the_given_seconds_on_a_gpu_only(device, monkeypatch):
+    pipeline = device.pipeline(COUNTER, label="counter")
+    buf = device.upload(np.zeros(1, np.float32), "storage")
+    monkeypatch.setattr(device, "warm_s", 0.0)  # a CPU adapter's setting: nothing runs
+    assert device.keep_busy(pipeline, [buf], 1, 0.05) == 0.0
+    assert device.read(buf, np.float32, 1)[0] == 0
+    monkeypatch.setattr(device, "warm_s", 0.05)
+    assert device.keep_busy(pipeline, [buf], 1, 0.05) >= 0.05
+    assert device.read(buf, np.float32, 1)[0] > 1
+    assert device._recent and device._busy_span >= 0.05  # counts as recent work
+    device.release(buf)
+
+
 def test_only_gpus_get_the_timed_warm_up(device):
     gpu = not device.profile.is_cpu
     assert (device.warm_s, device.warm_idle_s, device.warm_max_s) == ((0.05, 0.25, 1.0) if gpu else (0.0, 0.0, 0.0))
