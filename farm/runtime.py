@@ -157,7 +157,14 @@ class ForgeRuntime:
         `packed_w`: uint32 2-bit codes, 16 per word, low bits first (0→0, 1→+1, 2→−1,
         3→0), m rows of ceil(k/16) words, as (m, ceil(k/16)) or flat (m*ceil(k/16),)
         (`farm.catalog.ternary_gemv.pack_codes` builds it). `x`: float32 (k,);
-        `scale`: float32 (m,)."""
+        `scale`: float32 (m,).
+
+        Accuracy: f32 summation, except where the tuned schedule is the integer
+        dot-product kernel (`stage_x=3`, the H200's winner): there x is held in block
+        floating point, each value rounded to at most 2^-23 of the largest |x| among the
+        2048 values of its tile, and sums are exact within a tile. Exact for small-integer
+        x; for x spanning many orders of magnitude within a tile, the small values lose
+        precision that an f32 sum would keep. NaN/Inf in x propagate either way."""
         m = as_count("m", m)
         k = as_count("k", k)
         x = as_array("x", x, (np.float32,), (1,))
