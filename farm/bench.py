@@ -14,7 +14,6 @@ import datetime as dt
 import json
 import math
 import statistics
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -97,24 +96,20 @@ def copy_bandwidth(device: Device, nbytes: int, reps: int) -> float:
 
 
 def settle_clocks(device: Device, seconds: float = 2.0, nbytes: int = 1 << 28) -> float:
-    """Keep the GPU copying `nbytes` for `seconds` and return the seconds spent: right after
-    a machine starts, the H200 can need longer than the per-timing warm-up rounds allow to
-    reach its clocks (a probe's first shape read 3x slow, two rounds agreeing at low clocks).
-    A no-op on a CPU adapter."""
+    """Keep the GPU copying `nbytes` for `seconds` (`Device.keep_busy`) and return the
+    seconds spent: right after a machine starts, the H200 can need longer than the
+    per-timing warm-up rounds allow to reach its clocks (a probe's first shape read 3x
+    slow, two rounds agreeing at low clocks). A no-op on a CPU adapter."""
     if device.profile.is_cpu or seconds <= 0:
         return 0.0
     n4 = nbytes // 16
     src = device.empty(n4 * 16, "read")
     dst = device.empty(n4 * 16)
-    start = time.perf_counter()
     try:
         pipeline = device.pipeline(COPY_WGSL, "main", label="copy")
-        calls = [(pipeline, device.bind(pipeline, [src, dst]), -(-n4 // 256))]
-        while time.perf_counter() - start < seconds:
-            device.dispatch_many(calls * 16)
+        return device.keep_busy(pipeline, [src, dst], -(-n4 // 256), seconds)
     finally:
         device.release(src, dst)
-    return time.perf_counter() - start
 
 
 def tuned_schedules(db: str | None, topology: str) -> dict[tuple[str, str], Schedule]:

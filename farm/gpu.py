@@ -618,9 +618,7 @@ class Device:
                 samples.append(float(time.perf_counter_ns() - start))
             return Timing.from_samples(samples, "host")
         finally:
-            self._busy_until = time.perf_counter()
-            self._busy_span = self._busy_until - begin
-            self._recent.append((begin, self._busy_until))
+            self._mark_busy(begin, time.perf_counter())
 
     def _warm_up(self, calls: list, warmup: int, schedule: Any) -> None:
         for _ in range(max(warmup, 0)):
@@ -660,16 +658,24 @@ class Device:
             if time.perf_counter() - t0 < WARM_ROUND_S:
                 batch = min(batch * 2, 4096)
         end = time.perf_counter()
-        self._busy_until, self._busy_span = end, end - start
-        self._recent.append((start, end))
+        self._mark_busy(start, end)
         self.warm_spent_s += end - start
         return end - start
 
-    def _recent_busy(self, now: float) -> float:
-        """Seconds of the last HOT_WINDOW_S spent in timings (older ones are dropped)."""
-        since = now - HOT_WINDOW_S
-        while self._recent and self._recent[0][1] <= since:
+    def _mark_busy(self, start: float, end: float) -> None:
+        """Record timed work from `start` to `end` (what the warm-up rules look back on)."""
+        self._busy_until, self._busy_span = end, end - start
+        self._recent.append((start, end))
+        self._drop_old(end)
+
+    def _drop_old(self, now: float) -> None:
+        while self._recent and self._recent[0][1] <= now - HOT_WINDOW_S:
             self._recent.popleft()
+
+    def _recent_busy(self, now: float) -> float:
+        """Seconds of the last HOT_WINDOW_S spent in timed work."""
+        self._drop_old(now)
+        since = now - HOT_WINDOW_S
         return sum(min(end, now) - max(start, since) for start, end in self._recent)
 
     def _warm_rounds(self, calls: list, schedule: Any, start: float) -> None:

@@ -231,6 +231,21 @@ def test_keep_busy_dispatches_for_the_given_seconds_on_a_gpu_only(device, monkey
     device.release(buf)
 
 
+def test_recent_timings_are_kept_for_the_window_only_also_without_warm_up(device, monkeypatch):
+    # a CPU adapter never runs the warm-up rules, which used to be the only pruning
+    import time
+
+    pipeline = device.pipeline(COUNTER, label="counter")
+    buf = device.upload(np.zeros(1, np.float32), "storage")
+    monkeypatch.setattr(device, "warm_s", 0.0)
+    monkeypatch.setattr("farm.gpu.HOT_WINDOW_S", 0.001)
+    for _ in range(5):
+        device.time(pipeline, [buf], 1, warmup=0, reps=1)
+        time.sleep(0.002)
+    device.release(buf)
+    assert len(device._recent) == 1
+
+
 def test_only_gpus_get_the_timed_warm_up(device):
     gpu = not device.profile.is_cpu
     assert (device.warm_s, device.warm_idle_s, device.warm_max_s) == ((0.05, 0.25, 1.0) if gpu else (0.0, 0.0, 0.0))

@@ -82,24 +82,22 @@ def test_probe_substitutions_fail_loudly_when_the_template_changes(probe):
         probe.compute_only_source(fewer_loads, schedule)
 
 
-def test_settle_clocks_keeps_a_gpu_busy_and_skips_a_cpu_adapter(device):
+def test_settle_clocks_keeps_a_gpu_busy_and_skips_a_cpu_adapter(device, monkeypatch):
+    from collections import deque
+
     from farm.bench import settle_clocks
 
     class AsGpu:  # the real device, reporting itself as a GPU
         def __init__(self, inner):
             self._inner = inner
             self.profile = type("P", (), {"is_cpu": False})()
-            self.calls = 0
-
-        def dispatch_many(self, calls, *args, **kwargs):
-            self.calls += 1
-            return self._inner.dispatch_many(calls, *args, **kwargs)
 
         def __getattr__(self, name):
             return getattr(self._inner, name)
 
-    gpu = AsGpu(device)
-    assert settle_clocks(gpu, seconds=0.05, nbytes=1 << 16) >= 0.05
-    assert gpu.calls >= 1
+    monkeypatch.setattr(device, "warm_s", 0.05)  # a GPU's setting: keep_busy runs
+    monkeypatch.setattr(device, "_recent", deque())
+    assert settle_clocks(AsGpu(device), seconds=0.05, nbytes=1 << 16) >= 0.05
+    assert len(device._recent) == 1 and device._recent[0][1] - device._recent[0][0] >= 0.05
     if device.profile.is_cpu:
         assert settle_clocks(device, seconds=5.0) == 0.0
