@@ -131,9 +131,20 @@ STAGED = [
 STAGED_VEC4 = Schedule.of(workgroup_size=64, items_per_invocation=4, vector_width=4, threads_per_row=4, stage_x=1)
 
 
-@pytest.mark.parametrize("schedule", STAGED, ids=str)
+def dp4a(wg: int, rows: int, vw: int, tpr: int) -> Schedule:
+    return Schedule.of(workgroup_size=wg, items_per_invocation=rows, vector_width=vw, threads_per_row=tpr, stage_x=3)
+
+
+# The integer dot-product kernel (stage_x=3): TPR 1 and > 1, R 1 and > 1, vec4 loads.
+DP4A = [dp4a(64, 1, 1, 1), dp4a(128, 2, 1, 4), dp4a(64, 4, 1, 32)]
+DP4A_VEC4 = [dp4a(128, 2, 4, 8), dp4a(256, 1, 4, 2)]
+
+
+@pytest.mark.parametrize("schedule", STAGED + DP4A, ids=str)
 @pytest.mark.parametrize("m,k", [(1, 1), (1000, 777), (3, 4097), (130, 8193)])
-def test_ternary_gemv_staged_matches_numpy_exactly(device, schedule, m, k):
+def test_ternary_gemv_staged_and_dp4a_match_numpy_exactly(device, schedule, m, k):
+    # Small-integer x: dp4a's digit planes hold x exactly, so its sums are exact too. k =
+    # 4097 and 8193 end in a partial tile (staged: 4096 values, dp4a: 2048); 777 is less than one.
     result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k), device)
     assert result.status is Status.OK, result.message
     assert result.metrics.max_abs == 0.0
@@ -201,18 +212,23 @@ def test_ternary_gemv_pair_table_declares_its_table_in_workgroup_bytes():
     assert SPEC.workgroup_bytes(lut(64, 2, 4, 2), problem) == 4 * 64 + 4 * 8 * (512 + 16)  # padded per vec4
 
 
-def test_ternary_gemv_pair_table_space_is_valid_for_the_default_problems(device):
-    schedules = [s for s in SPEC.schedules() if s.get("stage_x", 0) == 2]
-    assert 30 <= len(schedules) <= 60 and len(set(schedules)) == len(schedules)
+@pytest.mark.parametrize(
+    "stage,count,rows_per_workgroup", [(2, (30, 60), (64, 512)), (3, (60, 100), (16, 256))], ids=["lut", "dp4a"]
+)
+def test_ternary_gemv_table_and_dp4a_spaces_are_valid_for_the_default_problems(
+    device, stage, count, rows_per_workgroup
+):
+    schedules = [s for s in SPEC.schedules() if s.get("stage_x", 0) == stage]
+    assert count[0] <= len(schedules) <= count[1] and len(set(schedules)) == len(schedules)
     for schedule in schedules:
         rows = schedule.workgroup_size * schedule.items_per_invocation // schedule.get("threads_per_row", 1)
-        assert 64 <= rows <= 512, schedule
+        assert rows_per_workgroup[0] <= rows <= rows_per_workgroup[1], schedule
         for problem in (SPEC.problem(m=65536, k=16384), SPEC.problem(m=16384, k=65536)):
             SPEC.check(schedule, problem, device.profile)
 
 
-# -- the staged and pair-table kernels alike ----------------------------------------------
-@pytest.mark.parametrize("schedule", [STAGED_VEC4, *LUT_VEC4], ids=str)
+# -- the staged, pair-table and dp4a kernels alike ----------------------------------------
+@pytest.mark.parametrize("schedule", [STAGED_VEC4, *LUT_VEC4, *DP4A_VEC4], ids=str)
 @pytest.mark.parametrize("m,k", [(333, 1020), (67, 4160), (5, 64), (129, 1024)])
 def test_ternary_gemv_vec4_kernels_decode_64_codes_per_load_exactly(device, schedule, m, k):
     # 4160 = 260 words: 8 full pair-table tiles and a 4-word one, whose lanes past the row end clamp.
@@ -221,44 +237,10 @@ def test_ternary_gemv_vec4_kernels_decode_64_codes_per_load_exactly(device, sche
     assert result.metrics.max_abs == 0.0
 
 
-@pytest.mark.parametrize("schedule", [STAGED[1], LUT[1]], ids=str)
-def test_ternary_gemv_staged_and_pair_table_float_data_within_tolerance_for_large_k(device, schedule):
+@pytest.mark.parametrize("schedule", [STAGED[1], LUT[1], DP4A[1]], ids=str)
+def test_ternary_gemv_staged_pair_table_and_dp4a_float_data_within_tolerance_for_large_k(device, schedule):
     problem = SPEC.problem(m=3, k=EXACT_K + 17)
     result = oracle.certify(SPEC, schedule, problem, device)
-    assert result.status is Status.OK, result.message
-    assert 0 < result.metrics.max_abs < SPEC.tolerance(problem)[0]
-
-
-def dp4a(wg: int, rows: int, vw: int, tpr: int) -> Schedule:
-    return Schedule.of(workgroup_size=wg, items_per_invocation=rows, vector_width=vw, threads_per_row=tpr, stage_x=3)
-
-
-# The integer dot-product kernel (stage_x=3): TPR 1 and > 1, R 1 and > 1, vec4 loads.
-DP4A = [dp4a(64, 1, 1, 1), dp4a(128, 2, 1, 4), dp4a(64, 4, 1, 32)]
-DP4A_VEC4 = [dp4a(128, 2, 4, 8), dp4a(256, 1, 4, 2)]
-
-
-@pytest.mark.parametrize("schedule", DP4A, ids=str)
-@pytest.mark.parametrize("m,k", [(1, 1), (1000, 777), (3, 4097), (130, 8193)])
-def test_ternary_gemv_dp4a_matches_numpy_exactly(device, schedule, m, k):
-    # Small-integer x: the digit planes hold x exactly, so the sums are exact. k = 4097 and
-    # 8193 end in a partial 2048-value tile; 777 is less than one tile.
-    result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k), device)
-    assert result.status is Status.OK, result.message
-    assert result.metrics.max_abs == 0.0
-
-
-@pytest.mark.parametrize("schedule", DP4A_VEC4, ids=str)
-@pytest.mark.parametrize("m,k", [(333, 1020), (67, 4160), (5, 64)])
-def test_ternary_gemv_dp4a_vec4_exact(device, schedule, m, k):
-    result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k), device)
-    assert result.status is Status.OK, result.message
-    assert result.metrics.max_abs == 0.0
-
-
-def test_ternary_gemv_dp4a_float_data_within_tolerance_for_large_k(device):
-    problem = SPEC.problem(m=3, k=EXACT_K + 17)
-    result = oracle.certify(SPEC, DP4A[1], problem, device)
     assert result.status is Status.OK, result.message
     assert 0 < result.metrics.max_abs < SPEC.tolerance(problem)[0]
 
@@ -296,18 +278,8 @@ def test_ternary_gemv_dp4a_propagates_non_finite_x(device):
     assert not np.isfinite(out).any()
 
 
-def test_ternary_gemv_dp4a_space_is_valid_for_the_default_problems(device):
-    schedules = [s for s in SPEC.schedules() if s.get("stage_x", 0) == 3]
-    assert 60 <= len(schedules) <= 100 and len(set(schedules)) == len(schedules)
-    for schedule in schedules:
-        rows = schedule.workgroup_size * schedule.items_per_invocation // schedule.get("threads_per_row", 1)
-        assert 16 <= rows <= 256, schedule
-        for problem in (SPEC.problem(m=65536, k=16384), SPEC.problem(m=16384, k=65536)):
-            SPEC.check(schedule, problem, device.profile)
-
-
 @pytest.mark.parametrize("schedule", [STAGED[0], STAGED[2], LUT[0], LUT[2], DP4A[0], DP4A[2]], ids=str)
-def test_ternary_gemv_staged_and_pair_table_hand_checked_code_three_and_codes_past_k(device, schedule):
+def test_ternary_gemv_staged_pair_table_and_dp4a_hand_checked_code_three_and_codes_past_k(device, schedule):
     np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55, 0xAA], [2, 10], 2, 4, schedule), [20, -100])
     row0 = 3 | (1 << 2) | (3 << 4) | (2 << 6)
     np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [row0, 0xFF], [1, 1], 2, 4, schedule), [-2, 0])
