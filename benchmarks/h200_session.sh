@@ -22,68 +22,30 @@ LOG="$OUT/session${PART:-1}.log"
 step() { local t=$1; shift; echo "=== $(date -u +%FT%TZ) $* (limit ${t}s)" | tee -a "$LOG"
          local s=$SECONDS; timeout -s INT -k 20 "$t" "$@" 2>&1 | grep -v "Token authentication is enabled" | tee -a "$LOG"
          echo "=== rc=${PIPESTATUS[0]} in $((SECONDS - s))s" | tee -a "$LOG"; }
+# Each task runs one step and copies what it wrote into $OUT as soon as it lands.
+tp()       { step "$1" python3 benchmarks/throughput.py --gpus "$2" --configs "${CONFIGS:-192}" --reps 7 --out "$W/tp"
+             cp "$W"/tp/*.json "$OUT"/throughput.json 2>/dev/null; }
+overhead() { step "$1" python3 benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --schedules 32 --out "$W/overhead"
+             cp "$W"/overhead/*.json "$OUT"/overhead.json 2>/dev/null; }
+probe()    { local t=$1; shift; step "$t" python3 benchmarks/ternary_probe.py "$@" --out "$W/probe"
+             cp "$W"/probe/ternary_probe.json "$OUT"/ 2>/dev/null; }
+tune()     { step "${TUNE_LIMIT:-$1}" python3 -m farm tune --all --gpus 1 --db "$DB" --out "$W/artifacts" ${TUNE_ARGS:-}; }
+bench()    { step "$1" python3 -m farm bench --db "$DB" --out "$W/bench"
+             cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null; }
+sweep()    { step "$1" python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
+             cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null; }
+variants() { step "$1" python3 benchmarks/variants.py --out "$W/variants"
+             cp "$W"/variants/variants.json "$OUT"/ 2>/dev/null; }
 nvidia-smi -L | tee -a "$LOG"
-if [ "${PART:-1}" = 1 ]; then
-  step ${TUNE_LIMIT:-330} python3 -m farm tune --all --gpus 1 --db "$DB" --out "$W/artifacts" ${TUNE_ARGS:-}
-  step 200 python3 -m farm bench --db "$DB" --out "$W/bench"
-  cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
-  cp .h200/farm.db "$OUT"/farm.db
-elif [ "${PART}" = 3 ]; then  # the short form: tune, configs/s, bench (fits one call)
-  step ${TUNE_LIMIT:-290} python3 -m farm tune --all --gpus 1 --db "$DB" --out "$W/artifacts" ${TUNE_ARGS:-}
-  step 150 python3 benchmarks/throughput.py --gpus 1,2 --configs ${CONFIGS:-192} --reps 7 --out "$W/tp"
-  step 130 python3 -m farm bench --db "$DB" --out "$W/bench"
-  cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
-  cp "$W"/tp/*.json "$OUT"/throughput.json 2>/dev/null
-elif [ "${PART}" = 4 ]; then  # farm throughput after a worker change, and the ternary probe
-  step 150 python3 benchmarks/throughput.py --gpus 1,2 --configs ${CONFIGS:-192} --reps 7 --out "$W/tp"
-  step 90  python3 benchmarks/ternary_probe.py --out "$W/probe"
-  step 60  python3 benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --schedules 32 --out "$W/overhead"
-  step ${TUNE_LIMIT:-250} python3 -m farm tune --all --gpus 1 --db "$DB" --out "$W/artifacts" ${TUNE_ARGS:-}
-  cp "$W"/tp/*.json "$OUT"/throughput.json 2>/dev/null
-  cp "$W"/probe/ternary_probe.json "$OUT"/ 2>/dev/null
-  cp "$W"/overhead/*.json "$OUT"/overhead.json 2>/dev/null
-elif [ "${PART}" = 5 ]; then  # everything on a one-GPU machine, each result copied as it lands
-  step 90  python3 benchmarks/throughput.py --gpus 1 --configs ${CONFIGS:-192} --reps 7 --out "$W/tp"
-  cp "$W"/tp/*.json "$OUT"/throughput.json 2>/dev/null
-  step 45  python3 benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --schedules 32 --out "$W/overhead"
-  cp "$W"/overhead/*.json "$OUT"/overhead.json 2>/dev/null
-  step ${TUNE_LIMIT:-200} python3 -m farm tune --all --gpus 1 --db "$DB" --out "$W/artifacts" ${TUNE_ARGS:-}
-  step 130 python3 -m farm bench --db "$DB" --out "$W/bench"
-  cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
-  step 110 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
-  cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null
-elif [ "${PART}" = 6 ]; then  # two-GPU machine, call A: configs/s at 1 and 2 GPUs, overhead, probe
-  step 160 python3 benchmarks/throughput.py --gpus 1,2 --configs ${CONFIGS:-192} --reps 7 --out "$W/tp"
-  cp "$W"/tp/*.json "$OUT"/throughput.json 2>/dev/null
-  step 60  python3 benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --schedules 32 --out "$W/overhead"
-  cp "$W"/overhead/*.json "$OUT"/overhead.json 2>/dev/null
-  # the first shape a probe times can read slow (see NOTES, session 4): tall, wide, tall again
-  step 90  python3 benchmarks/ternary_probe.py --shape 65536x16384 --shape 16384x65536 --shape 65536x16384 --out "$W/probe"
-  cp "$W"/probe/ternary_probe.json "$OUT"/ 2>/dev/null
-elif [ "${PART}" = 7 ]; then  # two-GPU machine, call B: tune --all on ONE of its GPUs, bench, sweep
-  step ${TUNE_LIMIT:-220} python3 -m farm tune --all --gpus 1 --db "$DB" --out "$W/artifacts" ${TUNE_ARGS:-}
-  step 150 python3 -m farm bench --db "$DB" --out "$W/bench"
-  cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
-  step 120 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
-  cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null
-elif [ "${PART}" = 8 ]; then  # two-GPU machine, one call: configs/s at 1 and 2 GPUs, one-worker overhead, tune, bench, sweep
-  step 160 python3 benchmarks/throughput.py --gpus 1,2 --configs ${CONFIGS:-192} --reps 7 --out "$W/tp"
-  cp "$W"/tp/*.json "$OUT"/throughput.json 2>/dev/null
-  CUDA_VISIBLE_DEVICES=0 step 60 python3 benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --schedules 32 --out "$W/overhead"
-  cp "$W"/overhead/*.json "$OUT"/overhead.json 2>/dev/null
-  step ${TUNE_LIMIT:-210} python3 -m farm tune --all --gpus 1 --db "$DB" --out "$W/artifacts" ${TUNE_ARGS:-}
-  step 130 python3 -m farm bench --db "$DB" --out "$W/bench"
-  cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
-  step 60 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
-  cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null
-else
-  step 150 python3 -m farm sweep recurrent --db "$DB" --output-dir "$W/sweep"
-  step 200 python3 benchmarks/throughput.py --gpus 1,2 --configs ${CONFIGS:-288} --reps 7 --out "$W/tp"
-  step 60  python3 benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --schedules 32 --out "$W/overhead"
-  step 90  python3 benchmarks/variants.py --out "$W/variants"
-  cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null
-  cp "$W"/tp/*.json "$OUT"/throughput.json 2>/dev/null
-  cp "$W"/overhead/*.json "$OUT"/overhead.json 2>/dev/null
-  cp "$W"/variants/variants.json "$OUT"/ 2>/dev/null
-fi
+case "${PART:-1}" in
+  1) tune 330; bench 200; cp .h200/farm.db "$OUT"/farm.db ;;
+  3) tune 290; tp 150 1,2; bench 130 ;;  # the short form (fits one call)
+  4) tp 150 1,2; probe 90; overhead 60; tune 250 ;;  # after a worker change, and the ternary probe
+  5) tp 90 1; overhead 45; tune 200; bench 130; sweep 110 ;;  # everything on a one-GPU machine
+  # x2, call A; the first shape a probe times can read slow (NOTES, session 4): tall, wide, tall again
+  6) tp 160 1,2; overhead 60; probe 90 --shape 65536x16384 --shape 16384x65536 --shape 65536x16384 ;;
+  7) tune 220; bench 150; sweep 120 ;;  # x2, call B: tune --all on ONE of its GPUs
+  8) tp 160 1,2; CUDA_VISIBLE_DEVICES=0 overhead 60; tune 210; bench 130; sweep 60 ;;  # x2, one call
+  *) sweep 150; CONFIGS=${CONFIGS:-288} tp 200 1,2; overhead 60; variants 90 ;;
+esac
 ls -la "$OUT"
