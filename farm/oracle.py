@@ -3,8 +3,6 @@ output with the numpy reference. Only certified schedules may win."""
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -13,6 +11,7 @@ from farm import catalog
 from farm.catalog import KernelSpec
 from farm.gpu import Device, GpuError
 from farm.launch import Prepared, prepare
+from farm.parallel import numpy_pool
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 
 
@@ -28,18 +27,10 @@ class ErrorMetrics:
 
 
 # Outputs above PARALLEL_MIN elements are compared in CHUNK-element pieces on a shared
-# thread pool (numpy releases the GIL): a 4096^2 gemm output took 0.43 s on one thread,
+# thread pool (farm.parallel; numpy releases the GIL): a 4096^2 gemm output took 0.43 s on one thread,
 # most of a tuning trial's CPU time.
 CHUNK = 1 << 20
 PARALLEL_MIN = 4 * CHUNK
-_pool: ThreadPoolExecutor | None = None
-
-
-def _chunk_pool() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1)), thread_name_prefix="farm-oracle")
-    return _pool
 
 
 @dataclass(frozen=True)
@@ -95,7 +86,7 @@ def _measure(
         parts = [_partial(a, b, atol, rtol)]
     else:
         bounds = range(0, a.size, CHUNK)
-        parts = list(_chunk_pool().map(lambda i: _partial(a[i : i + CHUNK], b[i : i + CHUNK], atol, rtol), bounds))
+        parts = list(numpy_pool().map(lambda i: _partial(a[i : i + CHUNK], b[i : i + CHUNK], atol, rtol), bounds))
     n = sum(p.n for p in parts)
     with np.errstate(invalid="ignore", over="ignore"):
         metrics = ErrorMetrics(

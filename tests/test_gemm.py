@@ -275,16 +275,29 @@ def test_source_hash_covers_the_host_code_and_is_computed_once_per_spec(monkeypa
 
 def test_reference_matmul_splits_rows_over_threads_when_blas_is_single_threaded(monkeypatch):
     # Ray workers run with OMP_NUM_THREADS=1: the float64 reference is split by rows over
-    # threads there, and must equal the one-call product.
+    # the shared numpy pool there, and must equal the one-call product.
+    from farm import parallel
     from farm.catalog.gemm import matmul64
+
+    blocks = []
+    pool = parallel.numpy_pool()
+
+    class Spy:  # the real pool, counting the row blocks it is given
+        def map(self, fn, starts):
+            starts = list(starts)
+            blocks.append(len(starts))
+            return pool.map(fn, starts)
 
     rng = np.random.default_rng(3)
     a = rng.standard_normal((1030, 1024), dtype=np.float32)
     b = rng.standard_normal((1024, 1000), dtype=np.float32)
     want = a.astype(np.float64) @ b.astype(np.float64)
+    monkeypatch.setattr(parallel, "numpy_pool", lambda: Spy())
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    monkeypatch.setattr(parallel, "THREADS", 4)  # row blocks even on a 1-core machine
     np.testing.assert_allclose(matmul64(a, b), want, rtol=1e-12, atol=1e-10)
+    assert blocks == [4]
     monkeypatch.delenv("OMP_NUM_THREADS")
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     np.testing.assert_array_equal(matmul64(a, b), want)
+    assert blocks == [4]  # multi-threaded BLAS: one call, no split

@@ -34,11 +34,11 @@ from __future__ import annotations
 import inspect
 import itertools
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
+from farm import parallel
 from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
@@ -450,15 +450,15 @@ def matmul64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b in float64. A Ray worker runs with OMP_NUM_THREADS=1 (Ray's setting for an
     actor of num_cpus=1), so its BLAS is single-threaded and a 4096^3 reference took 2.5 s
     on the H200 host (each worker of a 2-GPU campaign waited 1.5 s for it). There, and when
-    BLAS is limited to one thread otherwise, the product is split by rows over up to 8
-    threads (numpy releases the GIL); each row block is the same BLAS call on a slice."""
+    BLAS is limited to one thread otherwise, the product is split by rows over the shared
+    numpy pool (farm.parallel); each row block is the same BLAS call on a slice."""
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
     single = os.environ.get("OMP_NUM_THREADS") == "1" or os.environ.get("OPENBLAS_NUM_THREADS") == "1"
-    threads = min(8, os.cpu_count() or 1, a64.shape[0])
-    if not single or threads < 2 or 2 * a64.shape[0] * a64.shape[1] * b64.shape[1] < PARALLEL_REFERENCE_FLOPS:
+    blocks = min(parallel.THREADS, a64.shape[0])
+    if not single or blocks < 2 or 2 * a64.shape[0] * a64.shape[1] * b64.shape[1] < PARALLEL_REFERENCE_FLOPS:
         return a64 @ b64
     out = np.empty((a64.shape[0], b64.shape[1]), np.float64)
-    rows = -(-a64.shape[0] // threads)
-    with ThreadPoolExecutor(threads, thread_name_prefix="farm-matmul") as pool:
-        list(pool.map(lambda i: np.matmul(a64[i : i + rows], b64, out=out[i : i + rows]), range(0, len(a64), rows)))
+    rows = -(-a64.shape[0] // blocks)
+    pool = parallel.numpy_pool()
+    list(pool.map(lambda i: np.matmul(a64[i : i + rows], b64, out=out[i : i + rows]), range(0, len(a64), rows)))
     return out
