@@ -9,8 +9,8 @@ first warm-up). The GPU is kept busy: the next COMPILE_AHEAD trials' pipelines c
 background threads, and each trial's outputs are read back and compared with the
 reference on a pool of checker threads while the GPU goes on timing the next trials (at
 most MAX_PENDING comparisons or PENDING_BYTES of held outputs outstanding per batch; the
-timing of a schedule that fails its comparison is discarded). An idle GPU drops its clocks, so a CPU-bound loop of
-compare-then-time would measure slow clocks and waste the GPU.
+timing of a schedule that fails its comparison is discarded). An idle GPU drops its
+clocks, so a CPU-bound loop of compare-then-time would measure slow clocks and waste the GPU.
 
 Batches overlap: `evaluate` may be called from several threads (`farm.cluster.GpuWorker`
 is a threaded actor with two batches in flight). One lock (the GPU lock) serializes
@@ -59,8 +59,8 @@ COMPILE_AHEAD = max(4, min(8, (os.cpu_count() or 2) // 2))
 # 4096^3 trials (64 MB each) to run while the worker's reference is still being computed
 # (with 6, two H200 workers each waited 1.5 s for it, 10% of their run).
 MAX_PENDING = 64
-REMEASURE_WARM_S = 1.0  # seconds of a finalist's dispatches before the interleaved re-measurement
 PENDING_BYTES = 2 << 30
+REMEASURE_WARM_S = 1.0  # seconds of a finalist's dispatches before the interleaved re-measurement
 CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per worker
 
 
