@@ -83,36 +83,51 @@ def parse_sizes(text: str) -> dict[str, list[Problem]]:
     return sizes
 
 
-def record_batch(db, campaign_id: int | None, out: Path, batch: list[TrialResult]) -> tuple[float, float]:
-    """Record trials in SQL, then in Parquet under `out`; (SQL seconds, Parquet seconds)."""
-    start = time.perf_counter()
-    store.record_trials(db, campaign_id, batch)
-    middle = time.perf_counter()
-    artifacts.write_trials(out, campaign_id, batch)
-    return middle - start, time.perf_counter() - middle
+class TrialRecorder:
+    """Buffers trials and records them, in SQL and then in Parquet under `out`, FLUSH_EVERY
+    at a time or FLUSH_INTERVAL_S after the last write, whichever comes first (`farm tune`
+    and the benchmarks that measure its path). `spent` sums the seconds of each store;
+    `on_flush` runs after each write (the campaign's progress row)."""
+
+    def __init__(self, db, campaign_id: int | None, out: Path, on_flush=None):
+        self.db, self.campaign_id, self.out, self.on_flush = db, campaign_id, out, on_flush
+        self.buffer: list[TrialResult] = []
+        self.flushed_at = time.monotonic()
+        self.spent = {"sql_s": 0.0, "parquet_s": 0.0}
+
+    def add(self, result: TrialResult) -> None:
+        self.buffer.append(result)
+        if len(self.buffer) >= FLUSH_EVERY or time.monotonic() - self.flushed_at >= FLUSH_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> None:
+        self.flushed_at = time.monotonic()
+        if not self.buffer:
+            return
+        batch, self.buffer = self.buffer, []
+        start = time.perf_counter()
+        store.record_trials(self.db, self.campaign_id, batch)
+        middle = time.perf_counter()
+        artifacts.write_trials(self.out, self.campaign_id, batch)
+        self.spent["sql_s"] += middle - start
+        self.spent["parquet_s"] += time.perf_counter() - middle
+        if self.on_flush is not None:
+            self.on_flush()
 
 
 def recorded(
     results: Iterable[TrialResult], db, campaign_id: int | None, out: Path, spent: dict[str, float] | None = None
 ) -> Iterator[TrialResult]:
-    """Yield `results` as they arrive, recording them FLUSH_EVERY at a time and the rest at
-    the end; `spent` accumulates "sql_s" and "parquet_s"."""
-    buffer: list[TrialResult] = []
-
-    def flush() -> None:
-        sql_s, parquet_s = record_batch(db, campaign_id, out, buffer)
-        if spent is not None:
-            spent["sql_s"] = spent.get("sql_s", 0.0) + sql_s
-            spent["parquet_s"] = spent.get("parquet_s", 0.0) + parquet_s
-        buffer.clear()
-
+    """Yield `results` as they arrive, recording them as `farm tune` does (TrialRecorder);
+    `spent` accumulates "sql_s" and "parquet_s"."""
+    recorder = TrialRecorder(db, campaign_id, out)
     for result in results:
-        buffer.append(result)
         yield result
-        if len(buffer) >= FLUSH_EVERY:
-            flush()
-    if buffer:
-        flush()
+        recorder.add(result)
+    recorder.flush()
+    if spent is not None:
+        for key, seconds in recorder.spent.items():
+            spent[key] = spent.get(key, 0.0) + seconds
 
 
 def plan(config: TuneConfig, topology: str, profile: HardwareProfile) -> list[Task]:
@@ -191,12 +206,11 @@ def result_from_row(row: dict, problem: Problem) -> TrialResult:
 
 
 class Campaign:
-    """One run of `farm tune`: owns the progress, the campaign row and the flush buffer."""
+    """One run of `farm tune`: owns the progress, the campaign row and the trial recorder."""
 
     def __init__(self, config: TuneConfig, pool: WorkerPool, db: store.Store, out: Path, command: str):
         self.config, self.pool, self.db, self.out, self.command = config, pool, db, out, command
-        self.buffer: list[TrialResult] = []
-        self.flushed_at = time.monotonic()
+        self.recorder: TrialRecorder | None = None
         self.campaign_id = 0
         self.progress: Progress | None = None
 
@@ -218,10 +232,11 @@ class Campaign:
             self.db, self.command, self.config.strategy, self.config.budget, self.config.reps, total
         )
         self.progress = Progress(total)
+        self.recorder = TrialRecorder(self.db, self.campaign_id, self.out, self._update_campaign)
         try:
             winners = [w for task in tasks if (w := self._tune(task, profiles)) is not None]
         except BaseException:
-            self._flush()
+            self.recorder.flush()
             store.finish_campaign(self.db, self.campaign_id, "failed")
             raise
         self.progress.finish()
@@ -237,7 +252,7 @@ class Campaign:
         rng = random.Random(f"{self.config.seed}:{task.kernel}:{task.problem.key()}")
         workers = len(self.pool.topologies()[task.topology])
         strategy(self.config.strategy)(task.space, evaluate, Budget(task.budget), rng, workers=workers)
-        self._flush()
+        self.recorder.flush()
         return self._winner(task, profiles)
 
     def _evaluator(self, task: Task, recorded: dict[str, dict]):
@@ -256,20 +271,12 @@ class Campaign:
             for result in self.pool.stream(fresh, task.topology):
                 results[result.key.schedule.key()] = result
                 self.progress.advance(result)
-                self.buffer.append(result)
-                if len(self.buffer) >= FLUSH_EVERY or time.monotonic() - self.flushed_at >= FLUSH_INTERVAL_S:
-                    self._flush()
+                self.recorder.add(result)
             return [results[s.key()] for s in batch]
 
         return evaluate
 
-    def _flush(self) -> None:
-        """Record buffered trials in SQL and Parquet (one file per flush and kernel)."""
-        self.flushed_at = time.monotonic()
-        if not self.buffer:
-            return
-        batch, self.buffer = self.buffer, []
-        record_batch(self.db, self.campaign_id, self.out, batch)
+    def _update_campaign(self) -> None:
         store.update_campaign(self.db, self.campaign_id, self.progress.done, self.progress.failures)
 
     def _winner(self, task: Task, profiles: dict[str, HardwareProfile]) -> WinnerRecord | None:

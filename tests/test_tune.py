@@ -264,3 +264,32 @@ def test_tune_budget_refuses_what_is_not_a_positive_count_or_all(text, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["tune", "gemv", "--budget", text])
     assert f"budget must be a positive integer or 'all', got '{text}'" in capsys.readouterr().err
+
+
+def test_trial_recorder_writes_every_flush_every_trials_and_the_rest_on_flush(tmp_path, monkeypatch):
+    # farm tune and the benchmarks that measure its path (recorded()) store trials the same way
+    from test_store_support import profile, trial
+
+    from farm import store
+    from farm.tune import FLUSH_EVERY, TrialRecorder, recorded
+
+    db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
+    topo = store.upsert_topology(db, profile())
+    monkeypatch.setattr("farm.tune.FLUSH_INTERVAL_S", 3600.0)  # by count only
+    flushes = []
+    recorder = TrialRecorder(db, None, tmp_path / "artifacts", on_flush=lambda: flushes.append(len(recorder.buffer)))
+    results = [trial(topo, wg) for wg in range(1, FLUSH_EVERY + 4)]
+    for result in results[:FLUSH_EVERY]:
+        recorder.add(result)
+    assert flushes == [0] and store.count_trials(db) == FLUSH_EVERY  # written, buffer emptied
+    for result in results[FLUSH_EVERY:]:
+        recorder.add(result)
+    assert store.count_trials(db) == FLUSH_EVERY and len(recorder.buffer) == 3
+    recorder.flush()
+    assert flushes == [0, 0] and store.count_trials(db) == len(results)
+    assert recorder.spent["sql_s"] > 0 and recorder.spent["parquet_s"] > 0
+    spent: dict[str, float] = {}
+    more = [trial(topo, wg) for wg in range(100, 105)]
+    assert list(recorded(more, db, None, tmp_path / "artifacts", spent)) == more
+    assert store.count_trials(db) == len(results) + len(more) and spent["sql_s"] > 0
+    db.engine.dispose()
