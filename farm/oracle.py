@@ -26,9 +26,9 @@ class ErrorMetrics:
         return asdict(self)
 
 
-# Outputs above PARALLEL_MIN elements are compared in CHUNK-element pieces on a shared
-# thread pool (farm.parallel; numpy releases the GIL): a 4096^2 gemm output took 0.43 s on one thread,
-# most of a tuning trial's CPU time.
+# Outputs above PARALLEL_MIN elements are compared in CHUNK-element pieces on the shared
+# numpy pool (farm.parallel; numpy releases the GIL): a 4096^2 gemm output took 0.43 s on
+# one thread, most of a tuning trial's CPU time.
 CHUNK = 1 << 20
 PARALLEL_MIN = 4 * CHUNK
 
