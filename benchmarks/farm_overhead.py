@@ -22,7 +22,7 @@ from pathlib import Path
 from farm import catalog, store
 from farm.cluster import WorkerPool
 from farm.gpu import Buffer, Device, benchmark_device
-from farm.launch import compile_launch
+from farm.launch import Prepared, compile_launch
 from farm.schedule import Problem
 from farm.tune import recorded
 from farm.worker import Job
@@ -52,7 +52,7 @@ def bare_loop(spec, problem: Problem, schedules, warmup: int, reps: int) -> dict
 
 def _time_bare(device, spec, schedule, problem, inputs, resident, warmup, reps) -> float:
     launch = spec.launch(schedule, problem, inputs)
-    pipeline = compile_launch(device, spec, schedule, launch)
+    pipelines = compile_launch(device, spec, schedule, launch)
     shared = {id(a) for a in inputs.values()}
     buffers, transient = [], []
     for arg in launch.args:
@@ -65,7 +65,8 @@ def _time_bare(device, spec, schedule, problem, inputs, resident, warmup, reps) 
             buffers.append(buffer)
             transient.append(buffer)
     try:
-        return device.time(pipeline, buffers, launch.groups, warmup, reps).median_ns
+        prepared = Prepared(spec, schedule, problem, launch, pipelines, buffers, device)
+        return prepared.time(warmup, reps).median_ns
     finally:
         device.release(*transient)
 

@@ -32,6 +32,11 @@ weights each) it times, on the same resident inputs:
   the same block with random entries (the TPR=1 access pattern): whether a byte table's
   bank conflicts eat its 2x fewer reads. Not certified (sums of table entries).
 
+- split: the stage_x=4 kernel (x's planes from a pass of their own, k split over 1-8
+  workgroups per row block and summed by a third pass) at every schedule of SPLIT_SPACE,
+  certified like the catalog kernels; its time spans all passes. `--only split` times
+  just these (and the copy).
+
 Derived variants are string substitutions in the source the spec renders
 (spec.launch(schedule, problem, inputs).source); each substitution checks how many times
 it matched, so a template change fails loudly instead of timing the wrong kernel.
@@ -61,8 +66,9 @@ import numpy as np
 from farm import catalog, oracle
 from farm.bench import copy_bandwidth, settle_clocks
 from farm.catalog import check_launch, render
-from farm.catalog.ternary_gemv import LUT_TILE_WORDS, row_words
+from farm.catalog.ternary_gemv import LUT_TILE_WORDS, SPLIT_SPACE, row_words, split_schedule
 from farm.gpu import Buffer, CpuAdapterRefused, Device, GpuError, Timing, benchmark_device, refuse_cpu
+from farm.launch import Prepared, compile_launch
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
 SPEC = catalog.get("ternary_gemv")
@@ -79,6 +85,7 @@ def _schedule(wg: int, rows: int, vw: int, tpr: int, stage: int) -> Schedule:
     )
 
 
+DP4A_TUNED = _schedule(256, 8, 4, 8, 3)  # farm tune's stage_x=3 winner on both shapes (session 4)
 # (variant, schedule): the best known staged (stage_x=1) and pair-table (stage_x=2) schedules.
 REAL = (
     ("staged", _schedule(128, 1, 4, 1, 1)),
@@ -390,11 +397,12 @@ def _label(schedule: Schedule) -> str:
 class Probe:
     """One device, its results, and the resident buffers of the shape being probed."""
 
-    def __init__(self, device: Device, warmup: int, reps: int, load_wg: int):
+    def __init__(self, device: Device, warmup: int, reps: int, load_wg: int, only: str = "all"):
         self.device = device
         self.warmup = warmup
         self.reps = reps
         self.load_wg = load_wg
+        self.only = only
         self.rows: list[dict] = []
         self.method = ""
 
@@ -421,12 +429,19 @@ class Probe:
             copy = self._copy(problem, 4 * m * kw)
             xor = np.bitwise_xor.reduce(inputs["w_packed"].reshape(m, kw), axis=1)
             ctx = dict(problem=problem, nbytes=nbytes, copy=copy, xor=xor)
-            for tpr, vw, rows in LOAD_LAYOUTS:
-                self._load_only(ctx, w, tpr, vw, rows)
-            for variant, schedule in REAL:
-                self._catalog(ctx, variant, schedule, inputs, buffers, sample, sub_problem, expected)
-            for kind in DECODE_KINDS:
-                self._decode(ctx, kind)
+            if self.only == "all":
+                for tpr, vw, rows in LOAD_LAYOUTS:
+                    self._load_only(ctx, w, tpr, vw, rows)
+                for variant, schedule in REAL:
+                    self._catalog(ctx, variant, schedule, inputs, buffers, sample, sub_problem, expected)
+                for kind in DECODE_KINDS:
+                    self._decode(ctx, kind)
+            else:  # the stage_x=3 winner, the split kernel's baseline
+                self._catalog(ctx, "dp4a", DP4A_TUNED, inputs, buffers, sample, sub_problem, expected)
+            for wg, rows, vw, tpr, splits in SPLIT_SPACE:
+                self._split(
+                    ctx, split_schedule(wg, rows, vw, tpr, splits), inputs, buffers, sample, sub_problem, expected
+                )
         finally:
             device.release(*buffers)
 
@@ -524,6 +539,52 @@ class Probe:
                 self._timed(problem, name, schedule, source, bound, launch.groups, ctx, None)
         finally:
             device.release(params)
+
+    def _split(self, ctx, schedule, inputs, buffers, sample, sub_problem, expected) -> None:
+        """The multi-pass stage_x=4 kernel on the resident x, weights, scales and output
+        (its own params and scratch buffers), certified on a NaN-filled output, then timed."""
+        device, problem = self.device, ctx["problem"]
+        label = _label(schedule) + f" s{schedule['splits']}"
+        try:
+            SPEC.check(schedule, problem, device.profile)
+            launch = SPEC.launch(schedule, problem, inputs)
+            check_launch(SPEC, schedule, launch, device.profile)
+        except InvalidSchedule as exc:
+            self._error(problem, "split", label, exc.reason, schedule)
+            return
+        own = [
+            device.upload(a.data, a.kind) if a.data is not None else device.empty(a.nbytes, a.kind)
+            for a in launch.args[4:]
+        ]
+        try:
+            prepared = Prepared(
+                SPEC,
+                schedule,
+                problem,
+                launch,
+                compile_launch(device, SPEC, schedule, launch),
+                [*buffers, *own],
+                device,
+            )
+            m = problem["m"]
+            device.write(buffers[3], np.full(m, np.nan, np.float32))
+            prepared.run()
+            got = device.read(buffers[3], np.float32, m)
+            if not np.isfinite(got).all():
+                cert = (False, f"{int((~np.isfinite(got)).sum())} of {m} rows not written (or not finite)")
+            else:
+                result = oracle.compare(SPEC, sub_problem, {"out": got[sample]}, expected)
+                cert = (result.ok, result.message or f"{len(sample)} of {m} rows match the reference")
+            if not cert[0]:
+                self._error(problem, "split", label, cert[1], schedule, certified=False)
+                return
+            timing = prepared.time(self.warmup, self.reps)
+            self.method = timing.method
+            self._row(problem, "split", label, schedule, timing, ctx["nbytes"], ctx["copy"], True, cert[1])
+        except GpuError as exc:
+            self._error(problem, "split", label, str(exc), schedule)
+        finally:
+            device.release(*own)
 
     @staticmethod
     def _derived(variant: str) -> list[str]:
@@ -630,6 +691,7 @@ def main(argv: list[str] | None = None, device: Device | None = None) -> int:
     parser.add_argument("--shape", type=_shape, action="append", help="MxK, repeatable (default: per adapter)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--allow-cpu", action="store_true")
+    parser.add_argument("--only", choices=("all", "split"), default="all", help="split: only the stage_x=4 rows")
     parser.add_argument("--settle-s", type=float, default=2.0, help="seconds of copies before the first shape")
     args = parser.parse_args(argv)
     if device is None:
@@ -644,7 +706,7 @@ def main(argv: list[str] | None = None, device: Device | None = None) -> int:
             return 2
     shapes = args.shape or (CPU_SHAPES if device.profile.is_cpu else GPU_SHAPES)
     start = time.perf_counter()
-    probe = Probe(device, args.warmup, args.reps, args.load_wg)
+    probe = Probe(device, args.warmup, args.reps, args.load_wg, args.only)
     print(f"adapter: {device.profile.summary}")
     settle_clocks(device, args.settle_s)  # a machine just started: its first shape read 3x slow without it
     print(HEADER)

@@ -107,7 +107,7 @@ def settle_clocks(device: Device, seconds: float = 2.0, nbytes: int = 1 << 28) -
     dst = device.empty(n4 * 16)
     try:
         pipeline = device.pipeline(COPY_WGSL, "main", label="copy")
-        return device.keep_busy(pipeline, [src, dst], -(-n4 // 256), seconds)
+        return device.keep_busy([(pipeline, device.bind(pipeline, [src, dst]), -(-n4 // 256))], seconds)
     finally:
         device.release(src, dst)
 

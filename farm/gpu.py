@@ -454,26 +454,21 @@ class Device:
         a reused mappable staging buffer (wgpu-py's read_buffer allocates one per call)."""
         return self.submit_reads([("out", buffer, dtype, count, None)]).collect()["out"]
 
-    def run_and_read(
-        self,
-        pipeline: Pipeline,
-        buffers: list[Buffer],
-        groups: int | tuple[int, int, int],
-        clear: list[Buffer],
-        reads: list,
-        schedule: Any = None,
-    ) -> PendingRead:
-        """One submission: zero `clear`, run one dispatch, copy `reads` out (see
-        `submit_reads`). Doesn't wait: the caller may queue more work (the timing) first."""
+    def run_and_read(self, calls: list, clear: list[Buffer], reads: list, schedule: Any = None) -> PendingRead:
+        """One submission: zero `clear`, run the (pipeline, bind_group, groups) passes, copy
+        `reads` out (see `submit_reads`). Doesn't wait: the caller may queue more work (the
+        timing) first."""
+        label = calls[0][0].label if calls else ""
         try:
             encoder = self.device.create_command_encoder()
             for buffer in clear:
                 encoder.clear_buffer(buffer.handle, 0, buffer.nbytes)
-            self._encode_pass(encoder, pipeline, self.bind(pipeline, buffers, schedule), groups)
+            for pipeline, bind_group, groups in calls:
+                self._encode_pass(encoder, pipeline, bind_group, groups)
         except GpuError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise GpuError("dispatch", str(exc), pipeline.label, schedule) from exc
+            raise GpuError("dispatch", str(exc), label, schedule) from exc
         return self.submit_reads(reads, encoder)
 
     def submit_reads(self, reads: list, encoder=None) -> PendingRead:
@@ -519,10 +514,15 @@ class Device:
         self.device.queue.write_buffer(buffer.handle, 0, raw)
 
     # -- dispatch ----------------------------------------------------------------
-    def bind(self, pipeline: Pipeline, buffers: list[Buffer], schedule: Any = None):
+    def bind(
+        self, pipeline: Pipeline, buffers: list[Buffer], schedule: Any = None, bindings: tuple[int, ...] | None = None
+    ):
+        """A bind group of `buffers` at bindings 0, 1, ... or, with `bindings`, of
+        buffers[i] at binding i for each i in it (a pass that uses some of a launch's args)."""
+        numbers = range(len(buffers)) if bindings is None else bindings
         entries = [
-            {"binding": i, "resource": {"buffer": b.handle, "offset": 0, "size": b.nbytes}}
-            for i, b in enumerate(buffers)
+            {"binding": i, "resource": {"buffer": buffers[i].handle, "offset": 0, "size": buffers[i].nbytes}}
+            for i in numbers
         ]
         try:
             layout = pipeline.handle.get_bind_group_layout(0)
@@ -639,17 +639,14 @@ class Device:
         finally:
             self.warm_spent_s += time.perf_counter() - start
 
-    def keep_busy(
-        self, pipeline: Pipeline, buffers: list[Buffer], groups, seconds: float, schedule: Any = None
-    ) -> float:
-        """Dispatch one kernel in growing batches for at least `seconds` (GPUs only; returns
-        the seconds spent). After the GPU idled for a while (a tuning campaign between a
+    def keep_busy(self, calls: list, seconds: float, schedule: Any = None) -> float:
+        """Dispatch the (pipeline, bind_group, groups) passes in growing batches for at least
+        `seconds` (GPUs only; returns the seconds spent). After the GPU idled for a while (a tuning campaign between a
         problem's last trials and its finalists' re-measurement), the H200 can take longer
         than the warm-up rounds to reach its clocks, and two rounds at low clocks agree:
         re-measured medians of short kernels read up to 2.3x their bench time."""
         if self.warm_s <= 0 or seconds <= 0:
             return 0.0
-        calls = [(pipeline, self.bind(pipeline, buffers, schedule), groups)]
         start = time.perf_counter()
         batch = 1
         while time.perf_counter() - start < seconds:

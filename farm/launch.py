@@ -14,18 +14,31 @@ from farm.schedule import Problem, Schedule
 
 @dataclass
 class Prepared:
-    """A compiled pipeline with its buffers uploaded, ready to dispatch many times."""
+    """A launch's compiled pipelines (one per pass) with its buffers uploaded, ready to
+    dispatch many times."""
 
     spec: KernelSpec
     schedule: Schedule
     problem: Problem
     launch: Launch
-    pipeline: Pipeline
+    pipelines: list[Pipeline]
     buffers: list[Buffer]
     device: Device
 
+    @property
+    def pipeline(self) -> Pipeline:
+        """The main pass's pipeline."""
+        return self.pipelines[len(self.launch.prologue)]
+
+    def calls(self) -> list:
+        """(pipeline, bind_group, groups) per pass, for the Device's multi-pass methods."""
+        return [
+            (pipeline, self.device.bind(pipeline, self.buffers, self.schedule, step.bindings), step.groups)
+            for pipeline, step in zip(self.pipelines, self.launch.passes(), strict=True)
+        ]
+
     def run(self) -> None:
-        self.device.dispatch(self.pipeline, self.buffers, self.launch.groups, self.schedule)
+        self.device.dispatch_many(self.calls(), self.schedule)
 
     def outputs(self) -> dict[str, np.ndarray]:
         return self.device.submit_reads(self._reads()).collect()
@@ -34,9 +47,7 @@ class Prepared:
         """One submission: zero the outputs (a kernel that writes nothing can't pass on
         stale data), run once, copy the outputs to staging buffers; doesn't wait."""
         clear = [b for arg, b in zip(self.launch.args, self.buffers, strict=True) if arg.output]
-        return self.device.run_and_read(
-            self.pipeline, self.buffers, self.launch.groups, clear, self._reads(), self.schedule
-        )
+        return self.device.run_and_read(self.calls(), clear, self._reads(), self.schedule)
 
     def _reads(self) -> list:
         return [
@@ -46,7 +57,10 @@ class Prepared:
         ]
 
     def time(self, warmup: int = 2, reps: int = 10) -> Timing:
-        return self.device.time(self.pipeline, self.buffers, self.launch.groups, warmup, reps, self.schedule)
+        return self.device.time_calls(self.calls(), warmup, reps, self.schedule)
+
+    def keep_busy(self, seconds: float) -> float:
+        return self.device.keep_busy(self.calls(), seconds, self.schedule)
 
     def release(self) -> None:
         self.device.release(*self.buffers)
@@ -59,9 +73,14 @@ class Prepared:
         self.release()
 
 
-def compile_launch(device: Device, spec: KernelSpec, schedule: Schedule, launch: Launch) -> Pipeline:
-    label = f"{spec.name}[{schedule}]"
-    return device.pipeline(launch.source, launch.entry_point, launch.constants, label, schedule)
+def compile_launch(device: Device, spec: KernelSpec, schedule: Schedule, launch: Launch) -> list[Pipeline]:
+    """The pipeline of every pass of `launch`, in order (cached by the device)."""
+    steps = launch.passes()
+    out = []
+    for i, step in enumerate(steps):
+        label = f"{spec.name}[{schedule}]" + (f" pass {i}" if len(steps) > 1 else "")
+        out.append(device.pipeline(step.source, step.entry_point, step.constants, label, schedule))
+    return out
 
 
 def prepare(
@@ -75,7 +94,7 @@ def prepare(
     spec.check(schedule, problem, device.profile)
     launch = spec.launch(schedule, problem, inputs)
     check_launch(spec, schedule, launch, device.profile)
-    pipeline = compile_launch(device, spec, schedule, launch)
+    pipelines = compile_launch(device, spec, schedule, launch)
     buffers: list[Buffer] = []
     try:
         for arg in launch.args:
@@ -86,7 +105,7 @@ def prepare(
     except Exception:
         device.release(*buffers)
         raise
-    return Prepared(spec, schedule, problem, launch, pipeline, buffers, device)
+    return Prepared(spec, schedule, problem, launch, pipelines, buffers, device)
 
 
 def run(

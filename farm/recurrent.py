@@ -68,7 +68,7 @@ def fused_recurrent(
 
 def fused_calls(device: Device, prepared: Prepared) -> list:
     """The fused launch as a one-pass call list for `Device.time_calls`."""
-    return [(prepared.pipeline, device.bind(prepared.pipeline, prepared.buffers), prepared.launch.groups)]
+    return prepared.calls()
 
 
 # -- baseline --------------------------------------------------------------------------

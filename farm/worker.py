@@ -226,9 +226,7 @@ class TrialBench:
         if order:  # clocks up before the first round (see Device.keep_busy)
             first = prepared[order[0]]
             try:
-                self.device.keep_busy(
-                    first.pipeline, first.buffers, first.launch.groups, REMEASURE_WARM_S, first.schedule
-                )
+                first.keep_busy(REMEASURE_WARM_S)
             except GpuError:
                 pass  # that finalist's own timing reports it
         for round_index in range(rounds):
@@ -363,10 +361,10 @@ class TrialBench:
         `launch` is the one built when the pipeline was compiled ahead, if it was. Under
         the GPU lock: it allocates and uploads, and the entry's buffer dicts are the lock's."""
         launch = launch if launch is not None else self._launch(spec, job)
-        pipeline: Pipeline = compile_launch(self.device, spec, job.schedule, launch)
+        pipelines: list[Pipeline] = compile_launch(self.device, spec, job.schedule, launch)
         entry = self._entry(spec, job)
         buffers = [self._buffer_for(entry, arg) for arg in launch.args]
-        return Prepared(spec, job.schedule, job.problem, launch, pipeline, buffers, self.device)
+        return Prepared(spec, job.schedule, job.problem, launch, pipelines, buffers, self.device)
 
     def _entry(self, spec: KernelSpec, job: Job) -> _Inputs:
         """The inputs of (kernel, problem, seed), generated on first use by exactly one

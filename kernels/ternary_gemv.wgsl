@@ -329,6 +329,204 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 {{REDUCE}}
 }
 
+//// planes
+// ternary_gemv stage_x=4, pass 1: x in block floating point once for every workgroup (the
+// stage_x=3 kernel builds the same planes in each workgroup, behind three barriers per
+// tile). One workgroup per tile of TILE packed words (16 * TILE x values, zero past k):
+// e = the exponent of the tile's largest |x|, every x the integer
+// m = round(x * 2^(22 - e)) split into digits d0 + 256 d1 + 65536 d2 (d2 signed), packed
+// as in stage_x=3: plane p of word q is four u32 (j = 0..3), u32 j holding in byte b the
+// digit of x[16q + j + 4b]. Writes planes[(3q + p) * 4 + j], the word's digit sums
+// dsum[4q + p] (one vec4 per word in the main pass) and tscale[tile] = 2^(e - 22) (NaN when
+// an x of the tile is not finite). The planes buffer is u32 here (one thread per u32) and
+// read as vec4<u32> by the main pass.
+struct Params { m: u32, k: u32, kw: u32, groups: u32, splits: u32, span: u32, tiles: u32, blocks: u32 }
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(4) var<uniform> p: Params;
+@group(0) @binding(5) var<storage, read_write> planes: array<u32>;
+@group(0) @binding(6) var<storage, read_write> dsum: array<i32>;
+@group(0) @binding(7) var<storage, read_write> tscale: array<f32>;
+
+const WG: u32 = 256u;
+const TILE: u32 = {{TILE_WORDS}}u;
+
+var<workgroup> tmax: atomic<u32>;
+var<workgroup> sums: array<atomic<i32>, 3u * TILE>;
+
+fn x_at(e: u32) -> f32 {
+    if (e < p.k) {
+        return x[e];
+    }
+    return 0.0;
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let tile = wid.x + wid.y * nwg.x;
+    if (tile >= p.tiles) {
+        return;
+    }
+    let t0 = tile * TILE;
+    if (lid == 0u) {  // explicit: lavapipe has shown stale workgroup memory
+        atomicStore(&tmax, 0u);
+    }
+    for (var i = lid; i < 3u * TILE; i += WG) {
+        atomicStore(&sums[i], 0);
+    }
+    workgroupBarrier();
+    var mx = 0u;
+    for (var e = lid; e < TILE * 16u; e += WG) {
+        mx = max(mx, bitcast<u32>(abs(x_at(t0 * 16u + e))));
+    }
+    atomicMax(&tmax, mx);
+    workgroupBarrier();
+    let bits = atomicLoad(&tmax);
+    let ebits = clamp(bits >> 23u, 23u, 254u);
+    let qscale = bitcast<f32>((276u - ebits) << 23u);
+    for (var task = lid; task < TILE * 4u; task += WG) {
+        let q = task >> 2u;
+        let j = task & 3u;
+        var d0 = 0u;
+        var d1 = 0u;
+        var d2 = 0u;
+        var s0 = 0;
+        var s1 = 0;
+        var s2 = 0;
+        for (var b = 0u; b < 4u; b++) {
+            let m = clamp(i32(round(x_at((t0 + q) * 16u + j + 4u * b) * qscale)), -8388608, 8388607);
+            let u = bitcast<u32>(m);
+            d0 |= (u & 255u) << (8u * b);
+            d1 |= ((u >> 8u) & 255u) << (8u * b);
+            d2 |= ((u >> 16u) & 255u) << (8u * b);
+            s0 += i32(u & 255u);
+            s1 += i32((u >> 8u) & 255u);
+            s2 += m >> 16u;
+        }
+        let at = 12u * (t0 + q) + j;
+        planes[at] = d0;
+        planes[at + 4u] = d1;
+        planes[at + 8u] = d2;
+        atomicAdd(&sums[q], s0);
+        atomicAdd(&sums[TILE + q], s1);
+        atomicAdd(&sums[2u * TILE + q], s2);
+    }
+    workgroupBarrier();
+    for (var q = lid; q < TILE; q += WG) {
+        let at = 4u * (t0 + q);
+        dsum[at] = atomicLoad(&sums[q]);
+        dsum[at + 1u] = atomicLoad(&sums[TILE + q]);
+        dsum[at + 2u] = atomicLoad(&sums[2u * TILE + q]);
+        dsum[at + 3u] = 0;
+    }
+    if (lid == 0u) {
+        var f = bitcast<f32>((ebits - 22u) << 23u);
+        if (bits >= 0x7f800000u) {
+            f = bitcast<f32>(0x7fc00000u);
+        }
+        tscale[tile] = f;
+    }
+}
+
+//// split
+// ternary_gemv stage_x=4, pass 2: the stage_x=3 integer dot products against the planes of
+// pass 1, read from storage (cached: a few hundred KiB for all of x) with no workgroup
+// memory and no barrier in the loop. Workgroup g handles row block g % blocks and the
+// tiles [s * span, (s + 1) * span) of split s = g / blocks: with SPLITS = 1 it writes
+// out[row] = scale[row] * sum, otherwise its partial sum to part[s * m + row], which pass 3
+// adds in split order (deterministic). R rows per thread, TPR threads per row
+// (interleaved weight vectors), VW = 1 or 4; weight vectors past a row's end clamp to its
+// last vector and meet zero planes (words past k are zero in every plane and digit sum).
+struct Params { m: u32, k: u32, kw: u32, groups: u32, splits: u32, span: u32, tiles: u32, blocks: u32 }
+
+@group(0) @binding(1) var<storage, read> w: array<{{VEC}}>;
+{{OUT_BINDINGS}}
+@group(0) @binding(4) var<uniform> p: Params;
+@group(0) @binding(5) var<storage, read> planes: array<vec4<u32>>;
+@group(0) @binding(6) var<storage, read> dsum: array<vec4<i32>>;
+@group(0) @binding(7) var<storage, read> tscale: array<f32>;
+
+const WG: u32 = {{WG}}u;
+const TPR: u32 = {{TPR}}u;
+const R: u32 = {{R}}u;
+const VW: u32 = {{VW}}u;
+const SLOTS: u32 = WG / TPR;
+const TILE: u32 = {{TILE_WORDS}}u;
+
+var<workgroup> partial: array<f32, WG>;
+
+// Sum the TPR lanes' partial sums of one row; lane 0 stores it.
+fn finish(row: u32, acc: f32, lid: u32, lane: u32, split: u32) {
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
+        if (lane < s) {
+            partial[lid] += partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    if (lane == 0u && row < p.m) {
+        {{STORE}}
+    }
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let g = wid.x + wid.y * nwg.x;
+    if (g >= p.groups) {
+        return;
+    }
+    let group = g % p.blocks;
+    let split = g / p.blocks;
+    let lane = lid % TPR;
+    let slot = lid / TPR;
+    let nv = p.kw / VW;
+{{ROWS}}
+    let first = split * p.span;
+    let last = min(first + p.span, p.tiles);
+    for (var tile = first; tile < last; tile++) {
+        let t0 = tile * TILE;
+        let f = tscale[tile];
+        var m0 = 0;
+        var m1 = 0;
+        var m2 = 0;
+{{SUMS}}
+        for (var c = lane; c < TILE / VW; c += TPR) {
+{{BODY}}
+        }
+{{CONVERT}}
+    }
+{{REDUCE}}
+}
+
+//// split_sum
+// ternary_gemv stage_x=4 with SPLITS > 1, pass 3: out[row] = scale[row] * the row's
+// partial sums added in split order.
+struct Params { m: u32, k: u32, kw: u32, groups: u32, splits: u32, span: u32, tiles: u32, blocks: u32 }
+
+@group(0) @binding(2) var<storage, read> scale: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<uniform> p: Params;
+@group(0) @binding(8) var<storage, read> part: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = gid.x + gid.y * nwg.x * 256u;
+    if (row >= p.m) {
+        return;
+    }
+    var sum = 0.0;
+    for (var s = 0u; s < p.splits; s++) {
+        sum += part[s * p.m + row];
+    }
+    out[row] = scale[row] * sum;
+}
+
 //// common
 // Shared by the four kernels: bindings, the x reader that zero-fills past k, and the
 // reduction of a row's TPR partial sums in workgroup memory.

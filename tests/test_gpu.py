@@ -222,10 +222,10 @@ def test_keep_busy_dispatches_for_the_given_seconds_on_a_gpu_only(device, monkey
     pipeline = device.pipeline(COUNTER, label="counter")
     buf = device.upload(np.zeros(1, np.float32), "storage")
     monkeypatch.setattr(device, "warm_s", 0.0)  # a CPU adapter's setting: nothing runs
-    assert device.keep_busy(pipeline, [buf], 1, 0.05) == 0.0
+    assert device.keep_busy([(pipeline, device.bind(pipeline, [buf]), 1)], 0.05) == 0.0
     assert device.read(buf, np.float32, 1)[0] == 0
     monkeypatch.setattr(device, "warm_s", 0.05)
-    assert device.keep_busy(pipeline, [buf], 1, 0.05) >= 0.05
+    assert device.keep_busy([(pipeline, device.bind(pipeline, [buf]), 1)], 0.05) >= 0.05
     assert device.read(buf, np.float32, 1)[0] > 1
     assert device._recent and device._busy_span >= 0.05  # counts as recent work
     device.release(buf)
@@ -324,9 +324,10 @@ def test_run_and_read_zeroes_then_runs_once_then_copies_in_one_submission(device
     """The certification path: stale output data never survives into the read-back."""
     pipeline = device.pipeline(COUNTER, label="counter")
     buf = device.upload(np.full(4, 41.0, np.float32), "storage")
-    kept = device.run_and_read(pipeline, [buf], 1, [], [("out", buf, np.float32, 4, (2, 2))]).collect()["out"]
+    calls, reads = [(pipeline, device.bind(pipeline, [buf]), 1)], [("out", buf, np.float32, 4, (2, 2))]
+    kept = device.run_and_read(calls, [], reads).collect()["out"]
     np.testing.assert_array_equal(kept, [[42.0, 41.0], [41.0, 41.0]])  # nothing cleared: counted on
-    cleared = device.run_and_read(pipeline, [buf], 1, [buf], [("out", buf, np.float32, 4, (2, 2))]).collect()["out"]
+    cleared = device.run_and_read(calls, [buf], reads).collect()["out"]
     np.testing.assert_array_equal(cleared, [[1.0, 0.0], [0.0, 0.0]])  # zeroed, then one run
     device.release(buf)
 

@@ -50,14 +50,42 @@ class Arg:
 
 
 @dataclass
+class Pass:
+    """One dispatch of a multi-pass launch: its module, groups and the args it binds
+    (indices into Launch.args; binding number = index, so every pass's WGSL declares an
+    arg at the same @binding)."""
+
+    source: str
+    groups: int | tuple[int, int, int]
+    bindings: tuple[int, ...]
+    constants: dict[str, float] = field(default_factory=dict)
+    entry_point: str = "main"
+
+
+@dataclass
 class Launch:
-    """A ready-to-dispatch kernel: rendered source, override constants, bindings, groups."""
+    """A ready-to-dispatch kernel: rendered source, override constants, bindings, groups.
+
+    The fields describe the main dispatch, which binds every arg in order unless
+    `bindings` names a subset. A kernel that needs more than one dispatch (a pass that
+    prepares an operand once for all workgroups, a split-k sum) adds `prologue` passes
+    run before it and `epilogue` passes after, in one submission: args without data and
+    not `output` are device scratch shared by the passes. Timings span all passes."""
 
     source: str
     args: list[Arg]
     groups: int | tuple[int, int, int]
     constants: dict[str, float] = field(default_factory=dict)
     entry_point: str = "main"
+    bindings: tuple[int, ...] | None = None
+    prologue: list[Pass] = field(default_factory=list)
+    epilogue: list[Pass] = field(default_factory=list)
+
+    def passes(self) -> list[Pass]:
+        """Every dispatch in order; the main one is `Pass(self.source, ...)`."""
+        bindings = self.bindings if self.bindings is not None else tuple(range(len(self.args)))
+        main = Pass(self.source, self.groups, bindings, self.constants, self.entry_point)
+        return [*self.prologue, main, *self.epilogue]
 
 
 def kernels_dir() -> Path:
@@ -246,10 +274,13 @@ def check_launch(spec: KernelSpec, schedule: Schedule, launch: Launch, profile: 
                 schedule,
                 f"buffer {arg.name} of {arg.nbytes} bytes > max-storage-buffer-binding-size {max_binding}",
             )
-    groups = launch.groups
-    count = groups if isinstance(groups, int) else groups[0] * groups[1] * groups[2]
-    if count > MAX_GROUPS_PER_DIM * MAX_GROUPS_PER_DIM:
-        raise InvalidSchedule(spec.name, schedule, f"{count} workgroups > {MAX_GROUPS_PER_DIM}^2")
+    for step in launch.passes():
+        groups = step.groups
+        count = groups if isinstance(groups, int) else groups[0] * groups[1] * groups[2]
+        if count > MAX_GROUPS_PER_DIM * MAX_GROUPS_PER_DIM:
+            raise InvalidSchedule(spec.name, schedule, f"{count} workgroups > {MAX_GROUPS_PER_DIM}^2")
+        if any(not 0 <= i < len(launch.args) for i in step.bindings):
+            raise ValueError(f"{spec.name}: pass binds {step.bindings}, launch has {len(launch.args)} args")
 
 
 _REGISTRY: dict[str, KernelSpec] = {}

@@ -47,7 +47,7 @@ import itertools
 
 import numpy as np
 
-from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for, sections
+from farm.catalog import Arg, KernelSpec, Launch, Pass, register, render, rng_for, sections
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
@@ -79,6 +79,17 @@ DP4A_SPACE = tuple(
     for wg, rows, vw, tpr in itertools.product((64, 128, 256, 512), (2, 4, 8), (1, 4), (1, 2, 4, 8, 16, 32))
     if tpr * vw <= DP4A_TILE_WORDS // 4 and 16 <= wg * rows // tpr <= 256 and wg % tpr == 0
 )
+# stage_x=4 schedules: (workgroup_size, items_per_invocation, vector_width, threads_per_row,
+# splits). The planes come from a pass of their own, so rows per workgroup no longer
+# amortize them: 8-256 rows per workgroup, vec4 loads (the stage_x=3 winners all had
+# them), and k split over 1-8 workgroups per row block (the 16384-row shape had 64
+# workgroups of 256 rows for 132 SMs).
+SPLIT_SPACE = tuple(
+    (wg, rows, 4, tpr, splits)
+    for wg, rows, tpr, splits in itertools.product((128, 256, 512), (2, 4, 8), (2, 4, 8), (1, 2, 4, 8))
+    if 8 <= wg * rows // tpr <= 256
+)
+SPLITS = (1, 2, 4, 8)
 EXACT_K = 65536  # |x| <= 8 keeps |partial sums| <= 8 * 65536 = 2**19 < 2**24: exact in f32
 
 
@@ -118,8 +129,10 @@ class TernaryGemv(KernelSpec):
         "items_per_invocation": (1, 2, 4),
         "vector_width": (1, 4),
         "threads_per_row": (1, 4, 8, 32),
-        "stage_x": (0, 1, 2, 3),
-    }  # stage_x=2 and 3 also take threads_per_row 2 and workgroup_size 512 (LUT_SPACE, DP4A_SPACE)
+        "stage_x": (0, 1, 2, 3, 4),
+        "splits": SPLITS,
+    }  # stage_x=2, 3 and 4 also take threads_per_row 2 and workgroup_size 512 (LUT_SPACE, DP4A_SPACE,
+    # SPLIT_SPACE); stage_x=4 adds the knob `splits`
 
     def schedules(self) -> list[Schedule]:
         """The original direct space (without `stage_x`, so its keys and winners carry over),
@@ -148,6 +161,8 @@ class TernaryGemv(KernelSpec):
                         stage_x=stage,
                     )
                 )
+        for wg, rows, vw, tpr, splits in SPLIT_SPACE:
+            out.append(split_schedule(wg, rows, vw, tpr, splits))
         return out
 
     def host_source(self) -> str:
@@ -163,6 +178,7 @@ class TernaryGemv(KernelSpec):
             lut_group,
             _dp4a_body,
             _dp4a_convert,
+            split_launch,
         ]
         consts = repr((STAGE_TILE_WORDS, LUT_TILE_WORDS, LUT_PAD, DP4A_TILE_WORDS, _UNROLLED))
         return "".join(inspect.getsource(f) for f in host) + consts
@@ -204,12 +220,15 @@ class TernaryGemv(KernelSpec):
             raise InvalidSchedule(self.name, schedule, f"stage_x {stage} not in {self.space['stage_x']}")
         if stage == 2:
             self._check_lut(schedule, tpr, vw)
-        if stage == 3 and tpr * vw > DP4A_TILE_WORDS:
+        splits = schedule.get("splits", 1) if stage == 4 else 1
+        if splits not in SPLITS or ("splits" in dict(schedule.knobs) and stage != 4):
+            raise InvalidSchedule(self.name, schedule, f"splits {splits} needs stage_x=4 and one of {SPLITS}")
+        if stage in (3, 4) and tpr * vw > DP4A_TILE_WORDS:
             raise InvalidSchedule(
                 self.name,
                 schedule,
                 f"threads_per_row {tpr} x vector_width {vw} exceeds the {DP4A_TILE_WORDS} packed words "
-                "of a stage_x=3 tile",
+                f"of a stage_x={stage} tile",
             )
 
     def _check_lut(self, schedule: Schedule, tpr: int, vw: int) -> None:
@@ -249,6 +268,8 @@ class TernaryGemv(KernelSpec):
         if stage == 2:
             vw, tpr = schedule.vector_width, schedule.get("threads_per_row", 1)
             return partial + 4 * (LUT_TILE_WORDS // vw) * lut_group(vw, tpr)
+        if stage == 4:  # the planes live in a storage buffer (pass 1)
+            return partial
         if stage == 3:  # three digit planes (vec4 per word, swizzle padding), digit sums, two maxima
             return partial + 3 * 16 * (DP4A_TILE_WORDS + DP4A_TILE_WORDS // 8) + 3 * 4 * DP4A_TILE_WORDS + 8
         return partial
@@ -284,6 +305,8 @@ class TernaryGemv(KernelSpec):
         wg, ipi, vw = schedule.workgroup_size, schedule.items_per_invocation, schedule.vector_width
         tpr = schedule.get("threads_per_row", 1)
         groups = -(-m // ((wg // tpr) * ipi))
+        if schedule.get("stage_x", 0) == 4:
+            return split_launch(inputs, m, k, wg, tpr, ipi, vw, schedule.get("splits", 1))
         source = (direct_source, staged_source, lut_source, dp4a_source)[schedule.get("stage_x", 0)](
             wg, tpr, ipi, vw, kw
         )
@@ -388,24 +411,104 @@ def dp4a_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     )
 
 
-def _dp4a_body(rows: int, vw: int) -> list[str]:
+def split_schedule(wg: int, rows: int, vw: int, tpr: int, splits: int) -> Schedule:
+    return Schedule.of(
+        workgroup_size=wg, items_per_invocation=rows, vector_width=vw, threads_per_row=tpr, stage_x=4, splits=splits
+    )
+
+
+def split_launch(
+    inputs: dict[str, np.ndarray], m: int, k: int, wg: int, tpr: int, rows: int, vw: int, splits: int
+) -> Launch:
+    """stage_x=4: pass 1 writes x's digit planes once (one workgroup per DP4A_TILE_WORDS
+    tile), pass 2 is the integer dot-product loop over `splits` ranges of tiles per row
+    block, pass 3 (splits > 1) adds the ranges' partial sums. Scratch args: planes (12 u32
+    per packed word), digit sums (4 i32 per word), tile scales, partial sums."""
+    kw = row_words(k)
+    tiles = -(-kw // DP4A_TILE_WORDS)
+    span = -(-tiles // splits)
+    blocks = -(-m // ((wg // tpr) * rows))
+    groups = blocks * splits
+    parts = sections(TernaryGemv.source_file)
+    layout = _layout(wg, tpr, vw)
+    if splits == 1:
+        outputs = (
+            "@group(0) @binding(2) var<storage, read> scale: array<f32>;\n"
+            "@group(0) @binding(3) var<storage, read_write> out: array<f32>;"
+        )
+        store, main_bindings = "out[row] = scale[row] * partial[lid];", (1, 2, 3, 4, 5, 6, 7)
+    else:
+        outputs = "@group(0) @binding(8) var<storage, read_write> part: array<f32>;"
+        store, main_bindings = "part[split * p.m + row] = partial[lid];", (1, 4, 5, 6, 7, 8)
+    main = render(
+        parts["split"],
+        layout
+        | {
+            "R": rows,
+            "TILE_WORDS": DP4A_TILE_WORDS,
+            "OUT_BINDINGS": outputs,
+            "STORE": store,
+            "ROWS": _lines(_row_setup(rows, ("acc",)), 4),
+            "SUMS": _lines(
+                (f"var {n}{r}{p} = {'0' if p == 2 else '0u'};" for r in range(rows) for n in "ab" for p in range(3)), 8
+            ),
+            "BODY": _lines(_dp4a_body(rows, vw, stored=True), 12),
+            "CONVERT": _lines(_dp4a_convert(rows), 8),
+            "REDUCE": _lines((f"finish(row{r}, acc{r}, lid, lane, split);" for r in range(rows)), 4),
+        },
+    )
+    words = tiles * DP4A_TILE_WORDS
+    epilogue = [Pass(parts["split_sum"], -(-m // 256), (2, 3, 4, 8))] if splits > 1 else []
+    return Launch(
+        source=main,
+        args=[
+            Arg("x", "read", np.ascontiguousarray(inputs["x"], np.float32)),
+            Arg("w_packed", "read", np.ascontiguousarray(inputs["w_packed"], np.uint32)),
+            Arg("scale", "read", np.ascontiguousarray(inputs["scale"], np.float32)),
+            Arg("out", "storage", dtype=np.float32, shape=(m,), output=True),
+            Arg("params", "uniform", np.array([m, k, kw, groups, splits, span, tiles, blocks], np.uint32)),
+            Arg("planes", "storage", dtype=np.uint32, shape=(12 * words,)),
+            Arg("digit_sums", "storage", dtype=np.int32, shape=(4 * words,)),
+            Arg("tile_scales", "storage", dtype=np.float32, shape=(tiles,)),
+            Arg("partials", "storage", dtype=np.float32, shape=(splits * m if splits > 1 else 1,)),
+        ],
+        groups=groups,
+        bindings=main_bindings,
+        prologue=[Pass(render(parts["planes"], {"TILE_WORDS": DP4A_TILE_WORDS}), tiles, (0, 4, 5, 6, 7))],
+        epilogue=epilogue,
+    )
+
+
+def _dp4a_body(rows: int, vw: int, stored: bool = False) -> list[str]:
     """One weight vector (vw words) per row: per word its three plane vectors and digit sums
     once, then per row U (t + 1 per field) and 12 dot products (4 field groups x 3 planes;
-    groups 1 and 3 are left shifted by 2 and summed in the b accumulators)."""
-    lines = ["let q0 = c * VW;"]
+    groups 1 and 3 are left shifted by 2 and summed in the b accumulators). The planes are
+    the tile's in workgroup memory (stage_x=3; q counts words of the tile) or, `stored`,
+    pass 1's in storage (stage_x=4; q counts words of the row)."""
+    lines = ["let q0 = t0 + c * VW;" if stored else "let q0 = c * VW;"]
     lines += [f"let v{r} = w[wrow{r} + min(t0 / VW + c, nv - 1u)];" for r in range(rows)]
     for u in range(vw):
-        lines += [
-            "{",
-            f"    let q = q0 + {u}u;",
-            "    let s = 4u * slot_of(q);",
-            "    let pa = plane(s);",
-            "    let pb = plane(4u * PAD + s);",
-            "    let pc = plane(8u * PAD + s);",
-            "    m0 += atomicLoad(&msum[q]);",
-            "    m1 += atomicLoad(&msum[TILE + q]);",
-            "    m2 += atomicLoad(&msum[2u * TILE + q]);",
-        ]
+        lines += ["{", f"    let q = q0 + {u}u;"]
+        if stored:
+            lines += [
+                "    let pa = planes[3u * q];",
+                "    let pb = planes[3u * q + 1u];",
+                "    let pc = planes[3u * q + 2u];",
+                "    let ds = dsum[q];",
+                "    m0 += ds.x;",
+                "    m1 += ds.y;",
+                "    m2 += ds.z;",
+            ]
+        else:
+            lines += [
+                "    let s = 4u * slot_of(q);",
+                "    let pa = plane(s);",
+                "    let pb = plane(4u * PAD + s);",
+                "    let pc = plane(8u * PAD + s);",
+                "    m0 += atomicLoad(&msum[q]);",
+                "    m1 += atomicLoad(&msum[TILE + q]);",
+                "    m2 += atomicLoad(&msum[2u * TILE + q]);",
+            ]
         for r in range(rows):
             word = f"v{r}" if vw == 1 else f"v{r}.{'xyzw'[u]}"
             lines += [
