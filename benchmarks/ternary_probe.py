@@ -34,7 +34,8 @@ weights each) it times, on the same resident inputs:
 
 - split: the stage_x=4 kernel (x's planes from a pass of their own, k split over 1-8
   workgroups per row block and summed by a third pass) at every schedule of SPLIT_SPACE,
-  certified like the catalog kernels; its time spans all passes. `--only split` times
+  certified like the catalog kernels; its time spans all passes (a smoke run on a CPU
+  adapter: 4 of them). `--only split` times
   just these (and the copy).
 
 Derived variants are string substitutions in the source the spec renders
@@ -104,7 +105,7 @@ REAL = (
     ("dp4a", _schedule(128, 8, 4, 8, 3)),
 )
 LUT_PARTS = ("lut build-only", "lut lookup-only")
-DP4A_PARTS = ("dp4a no-dot", "dp4a one-load")
+DP4A_PARTS = ("dp4a no-dot",)
 PARTS = {"lut": LUT_PARTS, "dp4a": DP4A_PARTS}
 
 LOAD_WGSL = """
@@ -315,14 +316,6 @@ def dp4a_no_dot_source(source: str, schedule: Schedule) -> str:
     return substitute(source, DOT, xor, count, "no-dot dot products")
 
 
-def dp4a_one_load_source(source: str, schedule: Schedule) -> str:
-    """The compute-only dp4a kernel reading each plane vector with one u32 load instead of
-    four: what the per-word plane reads cost."""
-    count = 3 * schedule.vector_width
-    pattern = r"= plane\(([^;]+)\);"
-    return substitute(source, pattern, r"= vec4<u32>(xp[\1]);", count, "one-load plane reads")
-
-
 def load_only_source(wg: int, tpr: int, vw: int, rows: int) -> str:
     tile = max(LOAD_TILE_WORDS, tpr * vw)
     per_row = tile // (vw * tpr)
@@ -362,6 +355,11 @@ def _half_words() -> np.ndarray:
     """The 3**8 16-bit halves whose eight 2-bit codes all lie in 0..2 (low bits first)."""
     c = np.arange(3**8)
     return sum(((c // 3**j) % 3) << (2 * j) for j in range(8)).astype(np.uint16)
+
+
+def split_space(cpu: bool) -> tuple:
+    """SPLIT_SPACE, or on a CPU adapter (a smoke run) every 17th schedule of it."""
+    return SPLIT_SPACE[::17] if cpu else SPLIT_SPACE
 
 
 def make_inputs(m: int, k: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -438,7 +436,7 @@ class Probe:
                     self._decode(ctx, kind)
             else:  # the stage_x=3 winner, the split kernel's baseline
                 self._catalog(ctx, "dp4a", DP4A_TUNED, inputs, buffers, sample, sub_problem, expected)
-            for wg, rows, vw, tpr, splits in SPLIT_SPACE:
+            for wg, rows, vw, tpr, splits in split_space(self.device.profile.is_cpu):
                 self._split(
                     ctx, split_schedule(wg, rows, vw, tpr, splits), inputs, buffers, sample, sub_problem, expected
                 )
@@ -534,7 +532,6 @@ class Probe:
             if variant == "dp4a":
                 compute = sources["dp4a compute-only"]
                 sources["dp4a no-dot"] = dp4a_no_dot_source(compute, schedule)
-                sources["dp4a one-load"] = dp4a_one_load_source(compute, schedule)
             for name, source in sources.items():
                 self._timed(problem, name, schedule, source, bound, launch.groups, ctx, None)
         finally:

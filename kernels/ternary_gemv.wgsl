@@ -195,28 +195,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 // ternary_gemv, integer dot-product variant (schedule knob stage_x=3): the same sums with
 // one 4-lane integer dot product (dot4U8Packed / dot4I8Packed) per 4 codes and x digit plane.
 // Per tile of TILE packed words (16 * TILE x values, zero past k) the workgroup writes x in
-// block floating point: e = the exponent of the tile's largest |x|, each x becomes the
-// integer m = round(x * 2^(22 - e)) (|m| < 2^23), split into base-256 digits: plane 0 and
-// 1 unsigned bytes, plane 2 the signed top byte (m = d0 + 256 d1 + 65536 d2). Plane p of
-// word q holds four u32, one per j = 0..3, each packing the digits of x at positions
-// 16q + j + 4b for b = 0..3 (byte b): the lanes that the mask 0x03030303 << 2j selects
-// from a word of 2-bit fields. A weight word becomes U = (w & 0x55555555) + 0x55555555 -
-// ((w >> 1) & 0x55555555): every 2-bit field holds t + 1 in 0..2 (code 3: 1, t = 0), no
-// borrows. Fields j = 0 and 2 are masked in place (U & 0x03030303, (U >> 4) & 0x03030303);
-// j = 1 and 3 stay shifted by 2 bits (x4) and go to their own accumulators, divided by 4
-// exactly at the tile's end. The offset (t + 1 instead of t) is removed exactly in integers:
-// the thread subtracts the digit sums of the words it read (msum). Per tile and row the
-// three integer sums are converted once: sum += 2^(e - 22) * (D0 + 256 D1 + 65536 D2).
-// Sums are exact integers within a tile; the only rounding is the quantization of x to 23
-// bits below its tile's largest |x| and the f32 adds across tiles (x that are small
-// integers, as in the exact test data, are not rounded at all). A non-finite x makes
-// every row of its workgroup NaN; a tile whose |x| are all below 2^-104 counts as zero.
+// block floating point (see word_digits): one exponent per tile, each x a 24-bit integer in
+// three base-256 digit planes, plane p of word q one vec4<u32> whose u32 j packs the digits
+// of x at positions 16q + j + 4b for b = 0..3 (byte b): the lanes that the mask
+// 0x03030303 << 2j selects from a word of 2-bit fields. A weight word becomes
+// U = (w & 0x55555555) + 0x55555555 - ((w >> 1) & 0x55555555): every 2-bit field holds
+// t + 1 in 0..2 (code 3: 1, t = 0), no borrows. Fields j = 0 and 2 are masked in place
+// (U & 0x03030303, (U >> 4) & 0x03030303); j = 1 and 3 stay shifted by 2 bits (x4) and go
+// to their own accumulators, divided by 4 exactly at the tile's end. The offset (t + 1
+// instead of t) is removed exactly in integers: the thread subtracts the digit sums of the
+// words it read (msum). Per tile and row the three integer sums are converted once:
+// sum += 2^(e - 22) * (D0 + 256 D1 + 65536 D2). Sums are exact integers within a tile; the
+// only rounding is the quantization of x to 23 bits below its tile's largest |x| and the
+// f32 adds across tiles (x that are small integers, as in the exact test data, are not
+// rounded at all). A non-finite x makes every row of its workgroup NaN; a tile whose |x|
+// are all below 2^-104 counts as zero.
 // R rows per thread, TPR threads per row (interleaved weight vectors, partial sums reduced
 // in workgroup memory), VW = 1 or 4 (vec4<u32> weight loads; vectors past a row's end
-// clamp to its last vector and meet zero x planes). Plane slots are swizzled
-// (q + q / 8) so the lanes of a row, reading words 4 apart, hit distinct banks; the planes
-// are u32 arrays read as vec4s (one thread writes each u32: a vec4 component store could
-// be a read-modify-write of the whole vector, racing with the threads writing the others).
+// clamp to its last vector and meet zero x planes). One thread writes a word's three plane
+// vectors and digit sums, and each is read with one 16-byte load (four u32 loads per plane
+// vector cost ~25% of the loop on the H200). Slots are swizzled (q + q / 8): the 8 lanes of
+// a 16-byte load phase, reading words 4 apart (vec4 weights), hit distinct bank groups.
 const WG: u32 = {{WG}}u;
 const TPR: u32 = {{TPR}}u;
 const R: u32 = {{R}}u;
@@ -226,72 +225,42 @@ const TILE: u32 = {{TILE_WORDS}}u;
 const PAD: u32 = TILE + TILE / 8u;
 
 {{COMMON}}
-var<workgroup> xp: array<u32, 12u * PAD>;
-var<workgroup> msum: array<atomic<i32>, 3u * TILE>;
+{{DIGITS}}
+var<workgroup> xp: array<vec4<u32>, 3u * PAD>;
+var<workgroup> msum: array<vec4<i32>, PAD>;
 var<workgroup> tmax: array<atomic<u32>, 2>;
 
 fn slot_of(q: u32) -> u32 {
     return q + (q >> 3u);
 }
 
-// The four plane words (j = 0..3) of a word slot, from u32 index `at` (a multiple of 4).
-fn plane(at: u32) -> vec4<u32> {
-    return vec4<u32>(xp[at], xp[at + 1u], xp[at + 2u], xp[at + 3u]);
-}
-
 // Phase 1 of a tile: the largest |x| (as bits: positive floats order like u32) into
-// tmax[parity]; clear the digit sums (read by the previous tile before the barrier).
+// tmax[parity].
 fn tile_max(t0: u32, lid: u32, parity: u32) {
     var mx = 0u;
     for (var e = lid; e < TILE * 16u; e += WG) {
         mx = max(mx, bitcast<u32>(abs(x_at(t0 * 16u + e))));
     }
     atomicMax(&tmax[parity], mx);
-    for (var i = lid; i < 3u * TILE; i += WG) {
-        atomicStore(&msum[i], 0);
-    }
 }
 
-// Phase 2: the digit planes and digit sums of the tile; returns 2^(e - 22) (NaN when an x
-// is not finite). Clears the other parity's maximum for the next tile.
+// Phase 2: the digit planes and digit sums of the tile, one word per thread at a time;
+// returns 2^(e - 22) (NaN when an x is not finite). Clears the other parity's maximum for
+// the next tile.
 fn tile_planes(t0: u32, lid: u32, parity: u32) -> f32 {
     let bits = atomicLoad(&tmax[parity]);
-    let ebits = clamp(bits >> 23u, 23u, 254u);
-    let qscale = bitcast<f32>((276u - ebits) << 23u);
     if (lid == 0u) {
         atomicStore(&tmax[1u - parity], 0u);
     }
-    for (var task = lid; task < TILE * 4u; task += WG) {
-        let q = task >> 2u;
-        let j = task & 3u;
-        var d0 = 0u;
-        var d1 = 0u;
-        var d2 = 0u;
-        var s0 = 0;
-        var s1 = 0;
-        var s2 = 0;
-        for (var b = 0u; b < 4u; b++) {
-            let m = clamp(i32(round(x_at((t0 + q) * 16u + j + 4u * b) * qscale)), -8388608, 8388607);
-            let u = bitcast<u32>(m);
-            d0 |= (u & 255u) << (8u * b);
-            d1 |= ((u >> 8u) & 255u) << (8u * b);
-            d2 |= ((u >> 16u) & 255u) << (8u * b);
-            s0 += i32(u & 255u);
-            s1 += i32((u >> 8u) & 255u);
-            s2 += m >> 16u;
-        }
-        let at = 4u * slot_of(q) + j;
-        xp[at] = d0;
-        xp[4u * PAD + at] = d1;
-        xp[8u * PAD + at] = d2;
-        atomicAdd(&msum[q], s0);
-        atomicAdd(&msum[TILE + q], s1);
-        atomicAdd(&msum[2u * TILE + q], s2);
+    for (var q = lid; q < TILE; q += WG) {
+        let d = word_digits((t0 + q) * 16u, bits);
+        let s = slot_of(q);
+        xp[s] = d.d0;
+        xp[PAD + s] = d.d1;
+        xp[2u * PAD + s] = d.d2;
+        msum[s] = d.sums;
     }
-    if (bits >= 0x7f800000u) {
-        return bitcast<f32>(0x7fc00000u);
-    }
-    return bitcast<f32>((ebits - 22u) << 23u);
+    return tile_scale(bits);
 }
 
 @compute @workgroup_size(WG)
@@ -329,30 +298,70 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 {{REDUCE}}
 }
 
+//// digits
+// Block floating point for the integer dot-product kernels (stage_x=3 and 4). `bits` is
+// the tile's largest |x| as u32 bits, e its exponent: each x becomes the integer
+// m = round(x * 2^(22 - e)) (|m| < 2^23), split into base-256 digits, planes 0 and 1
+// unsigned bytes, plane 2 the signed top byte (m = d0 + 256 d1 + 65536 d2).
+struct Digits { d0: vec4<u32>, d1: vec4<u32>, d2: vec4<u32>, sums: vec4<i32> }
+
+// The three plane vectors and digit sums (x, y, z) of the packed word whose first x is
+// x[first].
+fn word_digits(first: u32, bits: u32) -> Digits {
+    let ebits = clamp(bits >> 23u, 23u, 254u);
+    let qscale = bitcast<f32>((276u - ebits) << 23u);
+    var out: Digits;
+    var s0 = 0;
+    var s1 = 0;
+    var s2 = 0;
+    for (var j = 0u; j < 4u; j++) {
+        var d0 = 0u;
+        var d1 = 0u;
+        var d2 = 0u;
+        for (var b = 0u; b < 4u; b++) {
+            let m = clamp(i32(round(x_at(first + j + 4u * b) * qscale)), -8388608, 8388607);
+            let u = bitcast<u32>(m);
+            d0 |= (u & 255u) << (8u * b);
+            d1 |= ((u >> 8u) & 255u) << (8u * b);
+            d2 |= ((u >> 16u) & 255u) << (8u * b);
+            s0 += i32(u & 255u);
+            s1 += i32((u >> 8u) & 255u);
+            s2 += m >> 16u;
+        }
+        out.d0[j] = d0;
+        out.d1[j] = d1;
+        out.d2[j] = d2;
+    }
+    out.sums = vec4<i32>(s0, s1, s2, 0);
+    return out;
+}
+
+// 2^(e - 22): what a tile's integer sums are worth (NaN when its largest |x| is not finite).
+fn tile_scale(bits: u32) -> f32 {
+    if (bits >= 0x7f800000u) {
+        return bitcast<f32>(0x7fc00000u);
+    }
+    return bitcast<f32>((clamp(bits >> 23u, 23u, 254u) - 22u) << 23u);
+}
+
 //// planes
-// ternary_gemv stage_x=4, pass 1: x in block floating point once for every workgroup (the
-// stage_x=3 kernel builds the same planes in each workgroup, behind three barriers per
-// tile). One workgroup per tile of TILE packed words (16 * TILE x values, zero past k):
-// e = the exponent of the tile's largest |x|, every x the integer
-// m = round(x * 2^(22 - e)) split into digits d0 + 256 d1 + 65536 d2 (d2 signed), packed
-// as in stage_x=3: plane p of word q is four u32 (j = 0..3), u32 j holding in byte b the
-// digit of x[16q + j + 4b]. Writes planes[(3q + p) * 4 + j], the word's digit sums
-// dsum[4q + p] (one vec4 per word in the main pass) and tscale[tile] = 2^(e - 22) (NaN when
-// an x of the tile is not finite). The planes buffer is u32 here (one thread per u32) and
-// read as vec4<u32> by the main pass.
+// ternary_gemv stage_x=4, pass 1: x's digit planes once for every workgroup (the stage_x=3
+// kernel builds them in each workgroup, behind two more barriers per tile). One workgroup
+// per tile of TILE packed words (16 * TILE x values, zero past k), one word per thread at
+// a time: planes[3q + p] = plane p of word q, dsum[q] its digit sums, tscale[tile] =
+// 2^(e - 22) (see //// digits).
 struct Params { m: u32, k: u32, kw: u32, groups: u32, splits: u32, span: u32, tiles: u32, blocks: u32 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(4) var<uniform> p: Params;
-@group(0) @binding(5) var<storage, read_write> planes: array<u32>;
-@group(0) @binding(6) var<storage, read_write> dsum: array<i32>;
+@group(0) @binding(5) var<storage, read_write> planes: array<vec4<u32>>;
+@group(0) @binding(6) var<storage, read_write> dsum: array<vec4<i32>>;
 @group(0) @binding(7) var<storage, read_write> tscale: array<f32>;
 
-const WG: u32 = 256u;
+const WG: u32 = 128u;
 const TILE: u32 = {{TILE_WORDS}}u;
 
 var<workgroup> tmax: atomic<u32>;
-var<workgroup> sums: array<atomic<i32>, 3u * TILE>;
 
 fn x_at(e: u32) -> f32 {
     if (e < p.k) {
@@ -361,6 +370,7 @@ fn x_at(e: u32) -> f32 {
     return 0.0;
 }
 
+{{DIGITS}}
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
@@ -373,9 +383,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if (lid == 0u) {  // explicit: lavapipe has shown stale workgroup memory
         atomicStore(&tmax, 0u);
     }
-    for (var i = lid; i < 3u * TILE; i += WG) {
-        atomicStore(&sums[i], 0);
-    }
     workgroupBarrier();
     var mx = 0u;
     for (var e = lid; e < TILE * 16u; e += WG) {
@@ -384,61 +391,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     atomicMax(&tmax, mx);
     workgroupBarrier();
     let bits = atomicLoad(&tmax);
-    let ebits = clamp(bits >> 23u, 23u, 254u);
-    let qscale = bitcast<f32>((276u - ebits) << 23u);
-    for (var task = lid; task < TILE * 4u; task += WG) {
-        let q = task >> 2u;
-        let j = task & 3u;
-        var d0 = 0u;
-        var d1 = 0u;
-        var d2 = 0u;
-        var s0 = 0;
-        var s1 = 0;
-        var s2 = 0;
-        for (var b = 0u; b < 4u; b++) {
-            let m = clamp(i32(round(x_at((t0 + q) * 16u + j + 4u * b) * qscale)), -8388608, 8388607);
-            let u = bitcast<u32>(m);
-            d0 |= (u & 255u) << (8u * b);
-            d1 |= ((u >> 8u) & 255u) << (8u * b);
-            d2 |= ((u >> 16u) & 255u) << (8u * b);
-            s0 += i32(u & 255u);
-            s1 += i32((u >> 8u) & 255u);
-            s2 += m >> 16u;
-        }
-        let at = 12u * (t0 + q) + j;
-        planes[at] = d0;
-        planes[at + 4u] = d1;
-        planes[at + 8u] = d2;
-        atomicAdd(&sums[q], s0);
-        atomicAdd(&sums[TILE + q], s1);
-        atomicAdd(&sums[2u * TILE + q], s2);
-    }
-    workgroupBarrier();
     for (var q = lid; q < TILE; q += WG) {
-        let at = 4u * (t0 + q);
-        dsum[at] = atomicLoad(&sums[q]);
-        dsum[at + 1u] = atomicLoad(&sums[TILE + q]);
-        dsum[at + 2u] = atomicLoad(&sums[2u * TILE + q]);
-        dsum[at + 3u] = 0;
+        let d = word_digits((t0 + q) * 16u, bits);
+        let g = t0 + q;
+        planes[3u * g] = d.d0;
+        planes[3u * g + 1u] = d.d1;
+        planes[3u * g + 2u] = d.d2;
+        dsum[g] = d.sums;
     }
     if (lid == 0u) {
-        var f = bitcast<f32>((ebits - 22u) << 23u);
-        if (bits >= 0x7f800000u) {
-            f = bitcast<f32>(0x7fc00000u);
-        }
-        tscale[tile] = f;
+        tscale[tile] = tile_scale(bits);
     }
 }
 
 //// split
-// ternary_gemv stage_x=4, pass 2: the stage_x=3 integer dot products against the planes of
-// pass 1, read from storage (cached: a few hundred KiB for all of x) with no workgroup
-// memory and no barrier in the loop. Workgroup g handles row block g % blocks and the
-// tiles [s * span, (s + 1) * span) of split s = g / blocks: with SPLITS = 1 it writes
-// out[row] = scale[row] * sum, otherwise its partial sum to part[s * m + row], which pass 3
-// adds in split order (deterministic). R rows per thread, TPR threads per row
-// (interleaved weight vectors), VW = 1 or 4; weight vectors past a row's end clamp to its
-// last vector and meet zero planes (words past k are zero in every plane and digit sum).
+// ternary_gemv stage_x=4, pass 2: the stage_x=3 loop (same layout in workgroup memory,
+// same body) on the planes of pass 1, copied per tile from storage (four 16-byte loads per
+// word, a few hundred KiB for all of x: cached) instead of computed: one barrier pair per
+// tile. Workgroup g handles row block g % blocks and the tiles [s * span, (s + 1) * span)
+// of split s = g / blocks: with SPLITS = 1 it writes out[row] = scale[row] * sum,
+// otherwise its partial sum to part[s * m + row], which pass 3 adds in split order
+// (deterministic). R rows per thread, TPR threads per row (interleaved weight vectors),
+// VW = 1 or 4; weight vectors past a row's end clamp to its last vector and meet zero
+// planes (words past k are zero in every plane and digit sum).
 struct Params { m: u32, k: u32, kw: u32, groups: u32, splits: u32, span: u32, tiles: u32, blocks: u32 }
 
 @group(0) @binding(1) var<storage, read> w: array<{{VEC}}>;
@@ -454,8 +429,15 @@ const R: u32 = {{R}}u;
 const VW: u32 = {{VW}}u;
 const SLOTS: u32 = WG / TPR;
 const TILE: u32 = {{TILE_WORDS}}u;
+const PAD: u32 = TILE + TILE / 8u;
 
 var<workgroup> partial: array<f32, WG>;
+var<workgroup> xp: array<vec4<u32>, 3u * PAD>;
+var<workgroup> msum: array<vec4<i32>, PAD>;
+
+fn slot_of(q: u32) -> u32 {
+    return q + (q >> 3u);
+}
 
 // Sum the TPR lanes' partial sums of one row; lane 0 stores it.
 fn finish(row: u32, acc: f32, lid: u32, lane: u32, split: u32) {
@@ -491,6 +473,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let last = min(first + p.span, p.tiles);
     for (var tile = first; tile < last; tile++) {
         let t0 = tile * TILE;
+        workgroupBarrier();  // the previous tile's reads are done
+        for (var q = lid; q < TILE; q += WG) {
+            let s = slot_of(q);
+            let at = t0 + q;
+            xp[s] = planes[3u * at];
+            xp[PAD + s] = planes[3u * at + 1u];
+            xp[2u * PAD + s] = planes[3u * at + 2u];
+            msum[s] = dsum[at];
+        }
+        workgroupBarrier();
         let f = tscale[tile];
         var m0 = 0;
         var m1 = 0;

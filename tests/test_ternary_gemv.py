@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from farm import catalog, oracle
-from farm.catalog.ternary_gemv import EXACT_K, TernaryGemv, pack_codes, unpack_ternary
+from farm.catalog.ternary_gemv import EXACT_K, TernaryGemv, pack_codes, split_schedule, unpack_ternary
 from farm.gpu import fold_groups
 from farm.launch import run
 from farm.schedule import Schedule, Status
@@ -138,9 +138,13 @@ def dp4a(wg: int, rows: int, vw: int, tpr: int) -> Schedule:
 # The integer dot-product kernel (stage_x=3): TPR 1 and > 1, R 1 and > 1, vec4 loads.
 DP4A = [dp4a(64, 1, 1, 1), dp4a(128, 2, 1, 4), dp4a(64, 4, 1, 32)]
 DP4A_VEC4 = [dp4a(128, 2, 4, 8), dp4a(256, 1, 4, 2)]
+# The multi-pass kernel (stage_x=4): planes pass, the loop, and (splits > 1) the split sum;
+# more splits than tiles leaves some workgroups without tiles (they add zeros).
+SPLIT = [split_schedule(64, 1, 1, 1, 1), split_schedule(128, 2, 1, 4, 2), split_schedule(64, 4, 1, 32, 8)]
+SPLIT_VEC4 = [split_schedule(128, 2, 4, 8, 1), split_schedule(256, 4, 4, 4, 4)]
 
 
-@pytest.mark.parametrize("schedule", STAGED + DP4A, ids=str)
+@pytest.mark.parametrize("schedule", STAGED + DP4A + SPLIT, ids=str)
 @pytest.mark.parametrize("m,k", [(1, 1), (1000, 777), (3, 4097), (130, 8193)])
 def test_ternary_gemv_staged_and_dp4a_match_numpy_exactly(device, schedule, m, k):
     # Small-integer x: dp4a's digit planes hold x exactly, so its sums are exact too. k =
@@ -158,9 +162,35 @@ def test_ternary_gemv_staged_declares_its_x_tile_in_workgroup_bytes():
 
 
 def test_ternary_gemv_rejects_unknown_stage_x(device):
-    result = oracle.certify(SPEC, Schedule.of(workgroup_size=64, stage_x=4), SPEC.problem(m=10, k=64), device)
+    result = oracle.certify(SPEC, Schedule.of(workgroup_size=64, stage_x=5), SPEC.problem(m=10, k=64), device)
     assert result.status is Status.INVALID_SCHEDULE
-    assert "stage_x 4 not in (0, 1, 2, 3)" in result.message
+    assert "stage_x 5 not in (0, 1, 2, 3, 4)" in result.message
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [split_schedule(64, 1, 1, 1, 3), Schedule.of(workgroup_size=64, stage_x=3, splits=2)],
+    ids=["splits-3", "splits-on-stage-3"],
+)
+def test_ternary_gemv_rejects_splits_outside_the_split_kernel(device, schedule):
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=10, k=64), device)
+    assert result.status is Status.INVALID_SCHEDULE
+    assert "splits" in result.message and "stage_x=4" in result.message
+
+
+def test_ternary_gemv_split_kernel_is_three_passes_with_scratch_and_deterministic(device):
+    problem = SPEC.problem(m=300, k=9024)  # 564 words: 5 tiles over 4 splits of 2 (the last empty)
+    inputs = SPEC.generate(problem, 0)
+    launch = SPEC.launch(split_schedule(128, 2, 4, 8, 4), problem, inputs)
+    assert [len(launch.prologue), len(launch.epilogue)] == [1, 1] and launch.groups == 10 * 4  # 32 rows per workgroup
+    assert [p.bindings for p in launch.passes()] == [(0, 4, 5, 6, 7), (1, 4, 5, 6, 7, 8), (2, 3, 4, 8)]
+    scratch = [a.name for a in launch.args if a.data is None and not a.output]
+    assert scratch == ["planes", "digit_sums", "tile_scales", "partials"]
+    one = SPEC.launch(split_schedule(128, 2, 4, 8, 1), problem, inputs)
+    assert one.epilogue == [] and one.bindings == (1, 2, 3, 4, 5, 6, 7)
+    first = run(device, SPEC, split_schedule(128, 2, 4, 8, 4), problem, inputs)["out"]
+    again = run(device, SPEC, split_schedule(128, 2, 4, 8, 4), problem, inputs)["out"]
+    np.testing.assert_array_equal(first, again)  # partial sums added in split order, not atomically
 
 
 def test_ternary_gemv_schedules_keep_direct_keys_and_add_staged():
@@ -213,7 +243,9 @@ def test_ternary_gemv_pair_table_declares_its_table_in_workgroup_bytes():
 
 
 @pytest.mark.parametrize(
-    "stage,count,rows_per_workgroup", [(2, (30, 60), (64, 512)), (3, (60, 100), (16, 256))], ids=["lut", "dp4a"]
+    "stage,count,rows_per_workgroup",
+    [(2, (30, 60), (64, 512)), (3, (60, 100), (16, 256)), (4, (50, 100), (8, 256))],
+    ids=["lut", "dp4a", "split"],
 )
 def test_ternary_gemv_table_and_dp4a_spaces_are_valid_for_the_default_problems(
     device, stage, count, rows_per_workgroup
@@ -228,7 +260,7 @@ def test_ternary_gemv_table_and_dp4a_spaces_are_valid_for_the_default_problems(
 
 
 # -- the staged, pair-table and dp4a kernels alike ----------------------------------------
-@pytest.mark.parametrize("schedule", [STAGED_VEC4, *LUT_VEC4, *DP4A_VEC4], ids=str)
+@pytest.mark.parametrize("schedule", [STAGED_VEC4, *LUT_VEC4, *DP4A_VEC4, *SPLIT_VEC4], ids=str)
 @pytest.mark.parametrize("m,k", [(333, 1020), (67, 4160), (5, 64), (129, 1024)])
 def test_ternary_gemv_vec4_kernels_decode_64_codes_per_load_exactly(device, schedule, m, k):
     # 4160 = 260 words: 8 full pair-table tiles and a 4-word one, whose lanes past the row end clamp.
@@ -237,7 +269,7 @@ def test_ternary_gemv_vec4_kernels_decode_64_codes_per_load_exactly(device, sche
     assert result.metrics.max_abs == 0.0
 
 
-@pytest.mark.parametrize("schedule", [STAGED[1], LUT[1], DP4A[1]], ids=str)
+@pytest.mark.parametrize("schedule", [STAGED[1], LUT[1], DP4A[1], SPLIT[1]], ids=str)
 def test_ternary_gemv_staged_pair_table_and_dp4a_float_data_within_tolerance_for_large_k(device, schedule):
     problem = SPEC.problem(m=3, k=EXACT_K + 17)
     result = oracle.certify(SPEC, schedule, problem, device)
@@ -245,7 +277,8 @@ def test_ternary_gemv_staged_pair_table_and_dp4a_float_data_within_tolerance_for
     assert 0 < result.metrics.max_abs < SPEC.tolerance(problem)[0]
 
 
-def test_ternary_gemv_dp4a_error_is_bounded_by_each_tiles_largest_x(device):
+@pytest.mark.parametrize("schedule", [DP4A[0], SPLIT[1]], ids=str)
+def test_ternary_gemv_dp4a_error_is_bounded_by_each_tiles_largest_x(device, schedule):
     # Wide dynamic range: tile 0 holds values near 1e4 and near 1e-3, tile 1 only near 1e-3.
     # Each x is rounded to 2^-23 of its tile's largest |x| at most, so tile 1 keeps its
     # precision whatever tile 0 holds; the sum's error is bounded by the rounding of every x.
@@ -255,7 +288,7 @@ def test_ternary_gemv_dp4a_error_is_bounded_by_each_tiles_largest_x(device):
     x[:8] = 1e4
     codes = rng.integers(0, 3, (m, k))
     scale = np.ones(m, np.float32)
-    got = ternary_gemv(device, x, pack_codes(codes), scale, m, k, DP4A[0])
+    got = ternary_gemv(device, x, pack_codes(codes), scale, m, k, schedule)
     t = unpack_ternary(pack_codes(codes), m, k).astype(np.float64)
     want = t @ x.astype(np.float64)
     tile_max = np.repeat([np.abs(x[:2048]).max(), np.abs(x[2048:]).max()], 2048)
@@ -263,22 +296,25 @@ def test_ternary_gemv_dp4a_error_is_bounded_by_each_tiles_largest_x(device):
     assert np.all(np.abs(got - want) <= bound), np.max(np.abs(got - want) / bound)
     # tile 1 alone (all weights of tile 0 zero): relative error at f32 level
     codes[:, :2048] = 0
-    got = ternary_gemv(device, x, pack_codes(codes), scale, m, k, DP4A[0])
+    got = ternary_gemv(device, x, pack_codes(codes), scale, m, k, schedule)
     want = unpack_ternary(pack_codes(codes), m, k).astype(np.float64) @ x.astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-9)
 
 
-def test_ternary_gemv_dp4a_propagates_non_finite_x(device):
+@pytest.mark.parametrize("schedule", [DP4A[0], SPLIT[2]], ids=str)
+def test_ternary_gemv_dp4a_propagates_non_finite_x(device, schedule):
     x = np.ones(64, np.float32)
     x[5] = np.nan
-    out = ternary_gemv(device, x, np.full(4, 0x55555555, np.uint32), [1.0], 1, 64, DP4A[0])
+    out = ternary_gemv(device, x, np.full(4, 0x55555555, np.uint32), [1.0], 1, 64, schedule)
     assert np.isnan(out).all()
     x[5] = np.inf
-    out = ternary_gemv(device, x, np.full(4, 0x55555555, np.uint32), [1.0], 1, 64, DP4A[0])
+    out = ternary_gemv(device, x, np.full(4, 0x55555555, np.uint32), [1.0], 1, 64, schedule)
     assert not np.isfinite(out).any()
 
 
-@pytest.mark.parametrize("schedule", [STAGED[0], STAGED[2], LUT[0], LUT[2], DP4A[0], DP4A[2]], ids=str)
+@pytest.mark.parametrize(
+    "schedule", [STAGED[0], STAGED[2], LUT[0], LUT[2], DP4A[0], DP4A[2], SPLIT[0], SPLIT[2]], ids=str
+)
 def test_ternary_gemv_staged_pair_table_and_dp4a_hand_checked_code_three_and_codes_past_k(device, schedule):
     np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55, 0xAA], [2, 10], 2, 4, schedule), [20, -100])
     row0 = 3 | (1 << 2) | (3 << 4) | (2 << 6)

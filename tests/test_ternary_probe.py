@@ -27,6 +27,8 @@ def _planned(probe) -> set[tuple[str, str]]:
         planned |= {(variant, label), (f"{variant} compute-only", label)}
         planned |= {(part, label) for part in probe.PARTS.get(variant, ())}
     planned |= {(f"decode {kind}", f"wg256 words{probe.DECODE_WORDS}") for kind in probe.DECODE_KINDS}
+    for wg, rows, vw, tpr, splits in probe.split_space(cpu=True):
+        planned.add(("split", f"wg{wg} r{rows} vw{vw} tpr{tpr} s{splits}"))
     return planned
 
 
@@ -39,8 +41,8 @@ def test_probe_smoke_run_times_every_variant_and_certifies_the_catalog_kernels(p
     data = json.loads((tmp_path / "ternary_probe.json").read_text())
     rows = data["rows"]
     planned = _planned(probe)
-    # copy, loads, staged, lut, lut parts, dp4a (4 rows each), decode
-    assert len(planned) == 1 + 20 + 5 + 5 + 6 + 32 + 4
+    # copy, loads, staged, lut, lut parts, dp4a (3 rows each), decode, split
+    assert len(planned) == 1 + 20 + 5 + 5 + 6 + 3 * 8 + 4 + 4
     shapes = {f"m={m},k={k}" for m, k in probe.CPU_SHAPES}
     assert {r["shape"] for r in rows} == shapes
     for shape in shapes:
@@ -49,7 +51,7 @@ def test_probe_smoke_run_times_every_variant_and_certifies_the_catalog_kernels(p
     for r in rows:
         assert r["median_ns"] is not None and r["median_ns"] > 0, r
         assert r["gbps"] > 0 and r["fraction_of_copy"] > 0, r
-        if r["variant"] in ("staged", "lut", "dp4a"):
+        if r["variant"] in ("staged", "lut", "dp4a", "split"):
             assert r["certified"] is True, r
         else:
             assert r["certified"] is None, r

@@ -160,6 +160,21 @@ def test_inputs_are_generated_once_when_threads_ask_together(bench, monkeypatch)
     assert len(calls) == 1 and len({id(e) for e in entries}) == 1
 
 
+def test_multi_pass_launches_run_certify_and_time_through_the_worker(bench):
+    # ternary_gemv stage_x=4: a planes pass, the loop and a split sum over scratch buffers
+    spec = catalog.get("ternary_gemv")
+    problem = spec.problem(m=100, k=5000)
+    schedules = [
+        Schedule.of(workgroup_size=64, items_per_invocation=2, vector_width=1, threads_per_row=4, stage_x=4, splits=s)
+        for s in (1, 2)
+    ]
+    results = bench.evaluate([Job("ternary_gemv", problem, s, 0, 0, 2) for s in schedules])
+    assert [r.status for r in results] == [Status.OK, Status.OK], [r.message for r in results]
+    assert all(r.metrics.max_abs == 0.0 and r.timing.reps == 2 for r in results)
+    timings = bench.remeasure("ternary_gemv", problem, schedules, reps=2, rounds=1)
+    assert all(t is not None for t in timings.values())
+
+
 def test_remeasure_and_exclusive_work_hold_the_gpu_lock(bench, monkeypatch):
     job = _gemv_jobs("gemv", 1)[0]
     held = []

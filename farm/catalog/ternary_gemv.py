@@ -178,6 +178,7 @@ class TernaryGemv(KernelSpec):
             lut_group,
             _dp4a_body,
             _dp4a_convert,
+            _dp4a_values,
             split_launch,
         ]
         consts = repr((STAGE_TILE_WORDS, LUT_TILE_WORDS, LUT_PAD, DP4A_TILE_WORDS, _UNROLLED))
@@ -268,10 +269,9 @@ class TernaryGemv(KernelSpec):
         if stage == 2:
             vw, tpr = schedule.vector_width, schedule.get("threads_per_row", 1)
             return partial + 4 * (LUT_TILE_WORDS // vw) * lut_group(vw, tpr)
-        if stage == 4:  # the planes live in a storage buffer (pass 1)
-            return partial
-        if stage == 3:  # three digit planes (vec4 per word, swizzle padding), digit sums, two maxima
-            return partial + 3 * 16 * (DP4A_TILE_WORDS + DP4A_TILE_WORDS // 8) + 3 * 4 * DP4A_TILE_WORDS + 8
+        if stage in (3, 4):  # three digit planes and the digit sums, a vec4 per word (swizzle padding)
+            planes = 4 * 16 * (DP4A_TILE_WORDS + DP4A_TILE_WORDS // 8)
+            return partial + planes + (8 if stage == 3 else 0)  # stage_x=3: two maxima
         return partial
 
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
@@ -392,20 +392,28 @@ def lut_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     )
 
 
+def _dp4a_values(wg: int, tpr: int, rows: int, vw: int) -> dict[str, object]:
+    """The placeholders the stage_x=3 and stage_x=4 loops share (layout, rows, body)."""
+    return _layout(wg, tpr, vw) | {
+        "R": rows,
+        "TILE_WORDS": DP4A_TILE_WORDS,
+        "ROWS": _lines(_row_setup(rows, ("acc",)), 4),
+        "SUMS": _lines(
+            (f"var {n}{r}{p} = {'0' if p == 2 else '0u'};" for r in range(rows) for n in "ab" for p in range(3)), 8
+        ),
+        "BODY": _lines(_dp4a_body(rows, vw), 12),
+        "CONVERT": _lines(_dp4a_convert(rows), 8),
+    }
+
+
 def dp4a_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     """The integer dot-product kernel: x as three int8 digit planes per tile, 4 codes per dot."""
+    parts = sections(TernaryGemv.source_file)
     return render(
-        sections(TernaryGemv.source_file)["dp4a"],
-        _layout(wg, tpr, vw)
+        parts["dp4a"],
+        _dp4a_values(wg, tpr, rows, vw)
         | {
-            "R": rows,
-            "TILE_WORDS": DP4A_TILE_WORDS,
-            "ROWS": _lines(_row_setup(rows, ("acc",)), 4),
-            "SUMS": _lines(
-                (f"var {n}{r}{p} = {'0' if p == 2 else '0u'};" for r in range(rows) for n in "ab" for p in range(3)), 8
-            ),
-            "BODY": _lines(_dp4a_body(rows, vw), 12),
-            "CONVERT": _lines(_dp4a_convert(rows), 8),
+            "DIGITS": parts["digits"],
             "REDUCE": _lines((f"finish(row{r}, acc{r}, lid, lane);" for r in range(rows)), 4),
         },
     )
@@ -422,15 +430,14 @@ def split_launch(
 ) -> Launch:
     """stage_x=4: pass 1 writes x's digit planes once (one workgroup per DP4A_TILE_WORDS
     tile), pass 2 is the integer dot-product loop over `splits` ranges of tiles per row
-    block, pass 3 (splits > 1) adds the ranges' partial sums. Scratch args: planes (12 u32
-    per packed word), digit sums (4 i32 per word), tile scales, partial sums."""
+    block, pass 3 (splits > 1) adds the ranges' partial sums. Scratch args: planes (three
+    vec4<u32> per packed word), digit sums (a vec4<i32> per word), tile scales, partial sums."""
     kw = row_words(k)
     tiles = -(-kw // DP4A_TILE_WORDS)
     span = -(-tiles // splits)
     blocks = -(-m // ((wg // tpr) * rows))
     groups = blocks * splits
     parts = sections(TernaryGemv.source_file)
-    layout = _layout(wg, tpr, vw)
     if splits == 1:
         outputs = (
             "@group(0) @binding(2) var<storage, read> scale: array<f32>;\n"
@@ -442,18 +449,10 @@ def split_launch(
         store, main_bindings = "part[split * p.m + row] = partial[lid];", (1, 4, 5, 6, 7, 8)
     main = render(
         parts["split"],
-        layout
+        _dp4a_values(wg, tpr, rows, vw)
         | {
-            "R": rows,
-            "TILE_WORDS": DP4A_TILE_WORDS,
             "OUT_BINDINGS": outputs,
             "STORE": store,
-            "ROWS": _lines(_row_setup(rows, ("acc",)), 4),
-            "SUMS": _lines(
-                (f"var {n}{r}{p} = {'0' if p == 2 else '0u'};" for r in range(rows) for n in "ab" for p in range(3)), 8
-            ),
-            "BODY": _lines(_dp4a_body(rows, vw, stored=True), 12),
-            "CONVERT": _lines(_dp4a_convert(rows), 8),
             "REDUCE": _lines((f"finish(row{r}, acc{r}, lid, lane, split);" for r in range(rows)), 4),
         },
     )
@@ -474,41 +473,36 @@ def split_launch(
         ],
         groups=groups,
         bindings=main_bindings,
-        prologue=[Pass(render(parts["planes"], {"TILE_WORDS": DP4A_TILE_WORDS}), tiles, (0, 4, 5, 6, 7))],
+        prologue=[
+            Pass(
+                render(parts["planes"], {"TILE_WORDS": DP4A_TILE_WORDS, "DIGITS": parts["digits"]}),
+                tiles,
+                (0, 4, 5, 6, 7),
+            )
+        ],
         epilogue=epilogue,
     )
 
 
-def _dp4a_body(rows: int, vw: int, stored: bool = False) -> list[str]:
+def _dp4a_body(rows: int, vw: int) -> list[str]:
     """One weight vector (vw words) per row: per word its three plane vectors and digit sums
-    once, then per row U (t + 1 per field) and 12 dot products (4 field groups x 3 planes;
-    groups 1 and 3 are left shifted by 2 and summed in the b accumulators). The planes are
-    the tile's in workgroup memory (stage_x=3; q counts words of the tile) or, `stored`,
-    pass 1's in storage (stage_x=4; q counts words of the row)."""
-    lines = ["let q0 = t0 + c * VW;" if stored else "let q0 = c * VW;"]
+    once (16-byte loads from the tile in workgroup memory), then per row U (t + 1 per
+    field) and 12 dot products (4 field groups x 3 planes; groups 1 and 3 are left shifted
+    by 2 and summed in the b accumulators)."""
+    lines = ["let q0 = c * VW;"]
     lines += [f"let v{r} = w[wrow{r} + min(t0 / VW + c, nv - 1u)];" for r in range(rows)]
     for u in range(vw):
-        lines += ["{", f"    let q = q0 + {u}u;"]
-        if stored:
-            lines += [
-                "    let pa = planes[3u * q];",
-                "    let pb = planes[3u * q + 1u];",
-                "    let pc = planes[3u * q + 2u];",
-                "    let ds = dsum[q];",
-                "    m0 += ds.x;",
-                "    m1 += ds.y;",
-                "    m2 += ds.z;",
-            ]
-        else:
-            lines += [
-                "    let s = 4u * slot_of(q);",
-                "    let pa = plane(s);",
-                "    let pb = plane(4u * PAD + s);",
-                "    let pc = plane(8u * PAD + s);",
-                "    m0 += atomicLoad(&msum[q]);",
-                "    m1 += atomicLoad(&msum[TILE + q]);",
-                "    m2 += atomicLoad(&msum[2u * TILE + q]);",
-            ]
+        lines += [
+            "{",
+            f"    let s = slot_of(q0 + {u}u);",
+            "    let pa = xp[s];",
+            "    let pb = xp[PAD + s];",
+            "    let pc = xp[2u * PAD + s];",
+            "    let ms = msum[s];",
+            "    m0 += ms.x;",
+            "    m1 += ms.y;",
+            "    m2 += ms.z;",
+        ]
         for r in range(rows):
             word = f"v{r}" if vw == 1 else f"v{r}.{'xyzw'[u]}"
             lines += [
