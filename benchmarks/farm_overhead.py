@@ -5,7 +5,12 @@ upload) and time each schedule. The farm path is what `farm tune` does per trial
 Ray worker certifies the schedule against the numpy reference and times it, the driver
 consumes results as they arrive and records them in SQLite and Parquet in batches.
 Both run the same schedules twice, cold (compiling) and warm (pipelines cached); the
-overhead is the difference in wall time per trial. A benchmark, not a test.
+overhead is the difference in wall time per trial. Each pass of either path starts after
+IDLE_BEFORE_PASS_S of GPU idle, so both begin from the same clocks: otherwise the bare
+warm pass started on a GPU its cold pass had just left hot while the farm's started after
+the Ray and SQL round trips between passes (> 0.25 s), and its first trial's warm-up
+rounds (~25 ms, once per pass, not per trial) read as 0.6 ms of per-trial overhead on
+the H200. A benchmark, not a test.
 
     python benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --out benchmarks/results
 """
@@ -27,6 +32,8 @@ from farm.schedule import Problem
 from farm.tune import recorded
 from farm.worker import Job
 
+IDLE_BEFORE_PASS_S = 0.5  # same GPU state at the start of every pass (see the docstring)
+
 
 def bare_loop(spec, problem: Problem, schedules, warmup: int, reps: int) -> dict:
     """Wall time per trial of a minimal hand-written tuner on one device, cold then warm:
@@ -38,6 +45,7 @@ def bare_loop(spec, problem: Problem, schedules, warmup: int, reps: int) -> dict
     passes = {}
     kernel_ns = []
     for name in ("cold", "warm"):
+        time.sleep(IDLE_BEFORE_PASS_S)
         warm_before = device.warm_spent_s
         start = time.perf_counter()
         for schedule in schedules:
@@ -82,6 +90,7 @@ def farm_path(spec, problem: Problem, schedules, warmup: int, reps: int, allow_c
         passes = {"workers": len(pool.profiles())}
         for name in ("cold", "warm"):
             before = _stage_seconds(pool)
+            time.sleep(IDLE_BEFORE_PASS_S)
             start = time.perf_counter()
             for _ in recorded(pool.stream(jobs, topology), db, campaign, Path(tmp) / "artifacts"):
                 pass

@@ -13,6 +13,7 @@
 #   part 6: (x2) configs/s at 1 and 2 GPUs, farm overhead, the ternary probe
 #   part 7: (x2, right after part 6) tune --all on one GPU, bench, recurrent sweep
 #   part 8: (x2) configs/s at 1 and 2 GPUs, one-worker overhead, tune --all on one GPU, bench, sweep
+#   part 9: (one GPU) farm overhead, tune --all, bench
 # Results land flat in $OUT (the device tool brings back at most 8 files).
 set -u
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -46,6 +47,7 @@ case "${PART:-1}" in
   6) tp 160 1,2; overhead 60; probe 90 --shape 65536x16384 --shape 16384x65536 --shape 65536x16384 ;;
   7) tune 220; bench 150; sweep 120 ;;  # x2, call B: tune --all on ONE of its GPUs
   8) tp 160 1,2; CUDA_VISIBLE_DEVICES=0 overhead 60; tune 210; bench 130; sweep 60 ;;  # x2, one call
+  9) overhead 60; tune 240; bench 160 ;;  # session 5: after the multi-pass ternary kernel
   *) sweep 150; CONFIGS=${CONFIGS:-288} tp 200 1,2; overhead 60; variants 90 ;;
 esac
 ls -la "$OUT"
