@@ -35,7 +35,7 @@ weights each) it times, on the same resident inputs:
 - split: the stage_x=4 kernel (x's planes from a pass of their own, k split over 1-8
   workgroups per row block and summed by a third pass) at every schedule of SPLIT_SPACE,
   certified like the catalog kernels; its time spans all passes (a smoke run on a CPU
-  adapter: 4 of them). `--only split` times
+  adapter: 6 of them); the tuned winners also compute-only (synthetic weights). `--only split` times
   just these (and the copy).
 
 Derived variants are string substitutions in the source the spec renders
@@ -60,6 +60,7 @@ import json
 import re
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +88,9 @@ def _schedule(wg: int, rows: int, vw: int, tpr: int, stage: int) -> Schedule:
 
 
 DP4A_TUNED = _schedule(256, 8, 4, 8, 3)  # farm tune's stage_x=3 winner on both shapes (session 4)
+# farm tune's stage_x=4 winners (session 5), tall and wide shape: (wg, rows, vw, tpr, splits);
+# the probe also times them compute-only
+SPLIT_WINNERS = ((256, 4, 4, 8, 1), (128, 4, 4, 8, 8))
 # (variant, schedule): the best known staged (stage_x=1) and pair-table (stage_x=2) schedules.
 REAL = (
     ("staged", _schedule(128, 1, 4, 1, 1)),
@@ -204,6 +208,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         let w = h;
 {{DECODE}}
     }
+{{FINISH}}
     if (t < p.y) {
         out[t] = acc - neg;
     }
@@ -214,7 +219,10 @@ DECODE_WORDS = 64  # words per thread
 
 def decode_source(kind: str) -> str:
     """A decode-rate kernel: `word` (the LCG alone), `bits` (the staged kernel's two bit tests
-    per code), `pair` (one 16-entry table read per 2 codes), `byte` (one 256-entry read per 4)."""
+    per code), `pair` (one 16-entry table read per 2 codes), `byte` (one 256-entry read per
+    4), `dp4a` (the dp4a kernels' decode and 12 dot products per word, one row), `dots`
+    (12 independent dot products per word) and `alu` (12 independent logic ops per word):
+    dots against alu is the dot product's issue rate against the ALU's."""
     setup, body = [], []
     if kind == "word":
         body = ["acc += bitcast<f32>((w & 0x007fffffu) | 0x3f800000u);"]
@@ -229,19 +237,49 @@ def decode_source(kind: str) -> str:
     elif kind == "byte":  # 4 word slots x 4 groups x 256 entries
         body = ["let bb = (j & 3u) * 1024u;"]
         body += [f"acc += tbl[bb + {256 * i}u + ((w >> {8 * i}u) & 255u)];" for i in range(4)]
+    elif kind == "dp4a":  # the dp4a kernels' per-word decode and 12 dots against planes in registers
+        setup = [f"let p{i} = bitcast<u32>(tbl[{i * 37}u]) * 0x01010101u;" for i in range(12)]
+        setup += [f"var a{i} = 0u;" for i in range(6)]
+        body = [
+            "let u = (w & 0x55555555u) + 0x55555555u - ((w >> 1u) & 0x55555555u);",
+            "let hh = u >> 4u;",
+            "let l0 = u & 0x03030303u;",
+            "let l1 = u & 0x0c0c0c0cu;",
+            "let l2 = hh & 0x03030303u;",
+            "let l3 = hh & 0x0c0c0c0cu;",
+        ]
+        body += [
+            f"a{i} += dot4U8Packed(l{2 * (i % 2)}, p{2 * i}) + dot4U8Packed(l{2 * (i % 2) + 1}, p{2 * i + 1});"
+            for i in range(6)
+        ]
+        setup_end = " ^ ".join(f"a{i}" for i in range(6))
+        return _decode_render(setup, body, f"acc += f32(({setup_end}) & 1023u);")
+    elif kind in ("dots", "alu"):  # 12 dot products / 12 three-input logic ops per word, independent sums
+        setup = [f"var a{i} = 0u;" for i in range(12)]
+        if kind == "dots":
+            body = [f"a{i} += dot4U8Packed(w, 0x{0x01010101 * (i + 1):08x}u);" for i in range(12)]
+        else:
+            body = [f"a{i} = a{i} ^ (w & 0x{0x01010101 * (i + 1):08x}u);" for i in range(12)]
+        return _decode_render(setup, body, "acc += f32((" + " ^ ".join(f"a{i}" for i in range(12)) + ") & 1023u);")
     else:
-        raise ValueError(f"decode kind {kind!r} not in word, bits, pair, byte")
+        raise ValueError(f"decode kind {kind!r} not in {', '.join(DECODE_KINDS)}")
+    return _decode_render(setup, body, "")
+
+
+def _decode_render(setup: list[str], body: list[str], finish: str) -> str:
     return render(
         DECODE_WGSL,
         {
             "WORDS": DECODE_WORDS,
             "SETUP": "\n".join("    " + line for line in setup),
             "DECODE": "\n".join("        " + line for line in body),
+            "FINISH": "    " + finish,
         },
     )
 
 
-DECODE_KINDS = ("word", "bits", "pair", "byte")
+DECODE_KINDS = ("word", "bits", "pair", "byte", "dp4a", "dots", "alu")
+SPLIT_DECODE_KINDS = ("word", "dp4a", "dots", "alu")  # with --only split
 
 LUT_BUILD = "        build(t0, lid, ta, tb);\n"
 LUT_BUILD_BARRIER = LUT_BUILD + "        workgroupBarrier();\n"
@@ -261,9 +299,9 @@ def substitute(source: str, pattern: str, repl: str, count: int, what: str, flag
 
 def weight_loads(schedule: Schedule) -> int:
     """How many `w[...]` loads the rendered kernel of `schedule` has: one per row per body
-    for stage_x=1 and 3, one per row per held weight vector of a tile for stage_x=2."""
+    for stage_x=1, 3 and 4, one per row per held weight vector of a tile for stage_x=2."""
     rows, vw, tpr = schedule.items_per_invocation, schedule.vector_width, schedule.get("threads_per_row", 1)
-    if schedule.get("stage_x", 0) in (1, 3):
+    if schedule.get("stage_x", 0) in (1, 3, 4):
         return rows
     return rows * (LUT_TILE_WORDS // (vw * tpr))
 
@@ -358,8 +396,8 @@ def _half_words() -> np.ndarray:
 
 
 def split_space(cpu: bool) -> tuple:
-    """SPLIT_SPACE, or on a CPU adapter (a smoke run) every 17th schedule of it."""
-    return SPLIT_SPACE[::17] if cpu else SPLIT_SPACE
+    """SPLIT_SPACE, or on a CPU adapter (a smoke run) every 17th schedule of it and the winners."""
+    return SPLIT_SPACE[::17] + SPLIT_WINNERS if cpu else SPLIT_SPACE
 
 
 def make_inputs(m: int, k: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -434,8 +472,10 @@ class Probe:
                     self._catalog(ctx, variant, schedule, inputs, buffers, sample, sub_problem, expected)
                 for kind in DECODE_KINDS:
                     self._decode(ctx, kind)
-            else:  # the stage_x=3 winner, the split kernel's baseline
+            else:  # the stage_x=3 winner, the split kernel's baseline, and the dot products' rate
                 self._catalog(ctx, "dp4a", DP4A_TUNED, inputs, buffers, sample, sub_problem, expected)
+                for kind in SPLIT_DECODE_KINDS:
+                    self._decode(ctx, kind)
             for wg, rows, vw, tpr, splits in split_space(self.device.profile.is_cpu):
                 self._split(
                     ctx, split_schedule(wg, rows, vw, tpr, splits), inputs, buffers, sample, sub_problem, expected
@@ -578,6 +618,13 @@ class Probe:
             timing = prepared.time(self.warmup, self.reps)
             self.method = timing.method
             self._row(problem, "split", label, schedule, timing, ctx["nbytes"], ctx["copy"], True, cert[1])
+            if schedule in {split_schedule(*w) for w in SPLIT_WINNERS}:  # no weight traffic, not certified
+                synthetic = replace(launch, source=compute_only_source(launch.source, schedule))
+                pipelines = compile_launch(device, SPEC, schedule, synthetic)
+                timing = Prepared(SPEC, schedule, problem, synthetic, pipelines, prepared.buffers, device).time(
+                    self.warmup, self.reps
+                )
+                self._row(problem, "split compute-only", label, schedule, timing, ctx["nbytes"], ctx["copy"], None)
         except GpuError as exc:
             self._error(problem, "split", label, str(exc), schedule)
         finally:
