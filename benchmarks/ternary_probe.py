@@ -34,9 +34,8 @@ weights each) it times, on the same resident inputs:
 
 - split: the stage_x=4 kernel (x's planes from a pass of their own, k split over 1-8
   workgroups per row block and summed by a third pass) at every schedule of SPLIT_SPACE,
-  without and with its `fold` knob (3 sums per row instead of 6), and folded with 16 rows
-  per thread (FOLD_EXTRA), certified like the catalog kernels; its time spans all passes
-  (a smoke run on a CPU adapter: 7 schedules); the tuned winners also compute-only. `--only split` times
+  certified like the catalog kernels; its time spans all passes (a smoke run on a CPU
+  adapter: 6 of them); the tuned winners also compute-only (synthetic weights). `--only split` times
   just these (and the copy).
 
 Derived variants are string substitutions in the source the spec renders
@@ -92,8 +91,6 @@ DP4A_TUNED = _schedule(256, 8, 4, 8, 3)  # farm tune's stage_x=3 winner on both 
 # farm tune's stage_x=4 winners (session 5), tall and wide shape: (wg, rows, vw, tpr, splits);
 # the probe also times them compute-only
 SPLIT_WINNERS = ((256, 4, 4, 8, 1), (128, 4, 4, 8, 8))
-# folded (3 sums per row) with 16 rows per thread, outside SPLIT_SPACE: (wg, rows, vw, tpr, splits, fold)
-FOLD_EXTRA = tuple((wg, 16, 4, tpr, s, 1) for wg, tpr in ((128, 8), (256, 16), (128, 16)) for s in (1, 2, 4, 8))
 # (variant, schedule): the best known staged (stage_x=1) and pair-table (stage_x=2) schedules.
 REAL = (
     ("staged", _schedule(128, 1, 4, 1, 1)),
@@ -398,12 +395,9 @@ def _half_words() -> np.ndarray:
     return sum(((c // 3**j) % 3) << (2 * j) for j in range(8)).astype(np.uint16)
 
 
-def split_space(cpu: bool) -> list[Schedule]:
-    """SPLIT_SPACE without and with `fold` and FOLD_EXTRA, or on a CPU adapter (a smoke run)
-    every 17th schedule of SPLIT_SPACE, the winners and one folded schedule."""
-    if cpu:
-        return [split_schedule(*s) for s in SPLIT_SPACE[::17] + SPLIT_WINNERS] + [split_schedule(*FOLD_EXTRA[0])]
-    return [split_schedule(*s, fold) for fold in (0, 1) for s in SPLIT_SPACE] + [split_schedule(*s) for s in FOLD_EXTRA]
+def split_space(cpu: bool) -> tuple:
+    """SPLIT_SPACE, or on a CPU adapter (a smoke run) every 17th schedule of it and the winners."""
+    return SPLIT_SPACE[::17] + SPLIT_WINNERS if cpu else SPLIT_SPACE
 
 
 def make_inputs(m: int, k: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -482,8 +476,10 @@ class Probe:
                 self._catalog(ctx, "dp4a", DP4A_TUNED, inputs, buffers, sample, sub_problem, expected)
                 for kind in SPLIT_DECODE_KINDS:
                     self._decode(ctx, kind)
-            for schedule in split_space(self.device.profile.is_cpu):
-                self._split(ctx, schedule, inputs, buffers, sample, sub_problem, expected)
+            for wg, rows, vw, tpr, splits in split_space(self.device.profile.is_cpu):
+                self._split(
+                    ctx, split_schedule(wg, rows, vw, tpr, splits), inputs, buffers, sample, sub_problem, expected
+                )
         finally:
             device.release(*buffers)
 
@@ -585,7 +581,7 @@ class Probe:
         """The multi-pass stage_x=4 kernel on the resident x, weights, scales and output
         (its own params and scratch buffers), certified on a NaN-filled output, then timed."""
         device, problem = self.device, ctx["problem"]
-        label = _label(schedule) + f" s{schedule['splits']}" + (" fold" if schedule.get("fold", 0) else "")
+        label = _label(schedule) + f" s{schedule['splits']}"
         try:
             SPEC.check(schedule, problem, device.profile)
             launch = SPEC.launch(schedule, problem, inputs)

@@ -131,7 +131,6 @@ class TernaryGemv(KernelSpec):
         "threads_per_row": (1, 4, 8, 32),
         "stage_x": (0, 1, 2, 3, 4),
         "splits": SPLITS,
-        "fold": (0, 1),
     }  # stage_x=2, 3 and 4 also take threads_per_row 2 and workgroup_size 512 (LUT_SPACE, DP4A_SPACE,
     # SPLIT_SPACE); stage_x=4 adds the knob `splits`
 
@@ -180,7 +179,6 @@ class TernaryGemv(KernelSpec):
             _dp4a_body,
             _dp4a_convert,
             _dp4a_values,
-            _dp4a_folded,
             split_launch,
         ]
         consts = repr((STAGE_TILE_WORDS, LUT_TILE_WORDS, LUT_PAD, DP4A_TILE_WORDS, _UNROLLED))
@@ -226,9 +224,6 @@ class TernaryGemv(KernelSpec):
         splits = schedule.get("splits", 1) if stage == 4 else 1
         if splits not in SPLITS or ("splits" in dict(schedule.knobs) and stage != 4):
             raise InvalidSchedule(self.name, schedule, f"splits {splits} needs stage_x=4 and one of {SPLITS}")
-        fold = schedule.get("fold", 0)
-        if fold not in (0, 1) or ("fold" in dict(schedule.knobs) and stage != 4):
-            raise InvalidSchedule(self.name, schedule, f"fold {fold} needs stage_x=4 and one of (0, 1)")
         if stage in (3, 4) and tpr * vw > DP4A_TILE_WORDS:
             raise InvalidSchedule(
                 self.name,
@@ -311,7 +306,7 @@ class TernaryGemv(KernelSpec):
         tpr = schedule.get("threads_per_row", 1)
         groups = -(-m // ((wg // tpr) * ipi))
         if schedule.get("stage_x", 0) == 4:
-            return split_launch(inputs, m, k, wg, tpr, ipi, vw, schedule.get("splits", 1), schedule.get("fold", 0))
+            return split_launch(inputs, m, k, wg, tpr, ipi, vw, schedule.get("splits", 1))
         source = (direct_source, staged_source, lut_source, dp4a_source)[schedule.get("stage_x", 0)](
             wg, tpr, ipi, vw, kw
         )
@@ -397,18 +392,17 @@ def lut_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     )
 
 
-def _dp4a_values(wg: int, tpr: int, rows: int, vw: int, fold: bool = False) -> dict[str, object]:
+def _dp4a_values(wg: int, tpr: int, rows: int, vw: int) -> dict[str, object]:
     """The placeholders the stage_x=3 and stage_x=4 loops share (layout, rows, body)."""
-    names = "a" if fold else "ab"
     return _layout(wg, tpr, vw) | {
         "R": rows,
         "TILE_WORDS": DP4A_TILE_WORDS,
         "ROWS": _lines(_row_setup(rows, ("acc",)), 4),
         "SUMS": _lines(
-            (f"var {n}{r}{p} = {'0' if p == 2 else '0u'};" for r in range(rows) for n in names for p in range(3)), 8
+            (f"var {n}{r}{p} = {'0' if p == 2 else '0u'};" for r in range(rows) for n in "ab" for p in range(3)), 8
         ),
-        "BODY": _lines(_dp4a_body(rows, vw, fold), 12),
-        "CONVERT": _lines(_dp4a_convert(rows, fold), 8),
+        "BODY": _lines(_dp4a_body(rows, vw), 12),
+        "CONVERT": _lines(_dp4a_convert(rows), 8),
     }
 
 
@@ -425,21 +419,14 @@ def dp4a_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     )
 
 
-def split_schedule(wg: int, rows: int, vw: int, tpr: int, splits: int, fold: int = 0) -> Schedule:
-    knobs = {"fold": 1} if fold else {}  # fold=0 schedules keep their keys (absent knob)
+def split_schedule(wg: int, rows: int, vw: int, tpr: int, splits: int) -> Schedule:
     return Schedule.of(
-        workgroup_size=wg,
-        items_per_invocation=rows,
-        vector_width=vw,
-        threads_per_row=tpr,
-        stage_x=4,
-        splits=splits,
-        **knobs,
+        workgroup_size=wg, items_per_invocation=rows, vector_width=vw, threads_per_row=tpr, stage_x=4, splits=splits
     )
 
 
 def split_launch(
-    inputs: dict[str, np.ndarray], m: int, k: int, wg: int, tpr: int, rows: int, vw: int, splits: int, fold: int = 0
+    inputs: dict[str, np.ndarray], m: int, k: int, wg: int, tpr: int, rows: int, vw: int, splits: int
 ) -> Launch:
     """stage_x=4: pass 1 writes x's digit planes once (one workgroup per DP4A_TILE_WORDS
     tile), pass 2 is the integer dot-product loop over `splits` ranges of tiles per row
@@ -462,7 +449,7 @@ def split_launch(
         store, main_bindings = "part[split * p.m + row] = partial[lid];", (1, 4, 5, 6, 7, 8)
     main = render(
         parts["split"],
-        _dp4a_values(wg, tpr, rows, vw, bool(fold))
+        _dp4a_values(wg, tpr, rows, vw)
         | {
             "OUT_BINDINGS": outputs,
             "STORE": store,
@@ -497,13 +484,11 @@ def split_launch(
     )
 
 
-def _dp4a_body(rows: int, vw: int, fold: bool = False) -> list[str]:
+def _dp4a_body(rows: int, vw: int) -> list[str]:
     """One weight vector (vw words) per row: per word its three plane vectors and digit sums
     once (16-byte loads from the tile in workgroup memory), then per row U (t + 1 per
     field) and 12 dot products (4 field groups x 3 planes; groups 1 and 3 are left shifted
-    by 2 and summed in the b accumulators). `fold` (stage_x=4 knob): every group is shifted
-    down (two more ALU ops per word and row) and one accumulator per plane takes all four:
-    3 sums per row instead of 6 (registers, i.e. occupancy, against issue slots)."""
+    by 2 and summed in the b accumulators)."""
     lines = ["let q0 = c * VW;"]
     lines += [f"let v{r} = w[wrow{r} + min(t0 / VW + c, nv - 1u)];" for r in range(rows)]
     for u in range(vw):
@@ -520,9 +505,6 @@ def _dp4a_body(rows: int, vw: int, fold: bool = False) -> list[str]:
         ]
         for r in range(rows):
             word = f"v{r}" if vw == 1 else f"v{r}.{'xyzw'[u]}"
-            if fold:
-                lines += _dp4a_folded(r, word)
-                continue
             lines += [
                 "    {",
                 f"        let t = ({word} & 0x55555555u) + 0x55555555u - (({word} >> 1u) & 0x55555555u);",
@@ -543,37 +525,10 @@ def _dp4a_body(rows: int, vw: int, fold: bool = False) -> list[str]:
     return lines
 
 
-def _dp4a_folded(r: int, word: str) -> list[str]:
-    """The dp4a body of one word and row with every field group at the bottom of its byte."""
-    dots = [
-        f"        a{r}{p} += " + " + ".join(f"{fn}(l{j}, {plane}.{'xyzw'[j]})" for j in range(4)) + ";"
-        for p, (fn, plane) in enumerate((("dot4U8Packed", "pa"), ("dot4U8Packed", "pb"), ("dot4I8Packed", "pc")))
-    ]
-    return [
-        "    {",
-        f"        let t = ({word} & 0x55555555u) + 0x55555555u - (({word} >> 1u) & 0x55555555u);",
-        *(
-            f"        let l{j} = (t >> {2 * j}u) & 0x03030303u;" if j else "        let l0 = t & 0x03030303u;"
-            for j in range(4)
-        ),
-        *dots,
-        "    }",
-    ]
-
-
-def _dp4a_convert(rows: int, fold: bool = False) -> list[str]:
-    """A tile's integer sums to f32, per row: D_p = a + b / 4 - (digit sums read), exact
-    (`fold`: D_p = a - digit sums)."""
+def _dp4a_convert(rows: int) -> list[str]:
+    """A tile's integer sums to f32, per row: D_p = a + b / 4 - (digit sums read), exact."""
     lines = []
     for r in range(rows):
-        if fold:
-            lines += [
-                f"let d{r}0 = i32(a{r}0) - m0;",
-                f"let d{r}1 = i32(a{r}1) - m1;",
-                f"let d{r}2 = a{r}2 - m2;",
-                f"acc{r} += f * (f32(d{r}0) + 256.0 * f32(d{r}1) + 65536.0 * f32(d{r}2));",
-            ]
-            continue
         lines += [
             f"let d{r}0 = i32(a{r}0 + (b{r}0 >> 2u)) - m0;",
             f"let d{r}1 = i32(a{r}1 + (b{r}1 >> 2u)) - m1;",
