@@ -310,17 +310,7 @@ class TernaryGemv(KernelSpec):
         source = (direct_source, staged_source, lut_source, dp4a_source)[schedule.get("stage_x", 0)](
             wg, tpr, ipi, vw, kw
         )
-        return Launch(
-            source=source,
-            args=[
-                Arg("x", "read", np.ascontiguousarray(inputs["x"], np.float32)),
-                Arg("w_packed", "read", np.ascontiguousarray(inputs["w_packed"], np.uint32)),
-                Arg("scale", "read", np.ascontiguousarray(inputs["scale"], np.float32)),
-                Arg("out", "storage", dtype=np.float32, shape=(m,), output=True),
-                Arg("params", "uniform", np.array([m, k, kw, groups], np.uint32)),
-            ],
-            groups=groups,
-        )
+        return Launch(source=source, args=_args(inputs, m, [m, k, kw, groups]), groups=groups)
 
     def work(self, problem: Problem) -> tuple[float, float]:
         m, k = problem["m"], problem["k"]
@@ -461,11 +451,7 @@ def split_launch(
     return Launch(
         source=main,
         args=[
-            Arg("x", "read", np.ascontiguousarray(inputs["x"], np.float32)),
-            Arg("w_packed", "read", np.ascontiguousarray(inputs["w_packed"], np.uint32)),
-            Arg("scale", "read", np.ascontiguousarray(inputs["scale"], np.float32)),
-            Arg("out", "storage", dtype=np.float32, shape=(m,), output=True),
-            Arg("params", "uniform", np.array([m, k, kw, groups, splits, span, tiles, blocks], np.uint32)),
+            *_args(inputs, m, [m, k, kw, groups, splits, span, tiles, blocks]),
             Arg("planes", "storage", dtype=np.uint32, shape=(12 * words,)),
             Arg("digit_sums", "storage", dtype=np.int32, shape=(4 * words,)),
             Arg("tile_scales", "storage", dtype=np.float32, shape=(tiles,)),
@@ -601,6 +587,17 @@ def _staged_body(rows: int, vw: int) -> list[str]:
                 lines.append(f"if (({word} & 0x{1 << 2 * j:x}u) != 0u) {{ pos{r} += {value}; }}")
                 lines.append(f"if (({word} & 0x{2 << 2 * j:x}u) != 0u) {{ neg{r} += {value}; }}")
     return lines
+
+
+def _args(inputs: dict[str, np.ndarray], m: int, params: list[int]) -> list[Arg]:
+    """Bindings 0-4 of every ternary kernel: x, w_packed, scale, out, params."""
+    return [
+        Arg("x", "read", np.ascontiguousarray(inputs["x"], np.float32)),
+        Arg("w_packed", "read", np.ascontiguousarray(inputs["w_packed"], np.uint32)),
+        Arg("scale", "read", np.ascontiguousarray(inputs["scale"], np.float32)),
+        Arg("out", "storage", dtype=np.float32, shape=(m,), output=True),
+        Arg("params", "uniform", np.array(params, np.uint32)),
+    ]
 
 
 def _check_inputs(inputs: dict[str, np.ndarray], m: int, k: int) -> None:
