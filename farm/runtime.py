@@ -159,10 +159,10 @@ class ForgeRuntime:
         (`farm.catalog.ternary_gemv.pack_codes` builds it). `x`: float32 (k,);
         `scale`: float32 (m,).
 
-        Accuracy: f32 summation, except where the tuned schedule is the integer
-        dot-product kernel (`stage_x=3`, the H200's winner): there x is held in block
-        floating point, each value rounded to at most 2^-23 of the largest |x| among the
-        2048 values of its tile, and sums are exact within a tile. Exact for small-integer
+        Accuracy: f32 summation, except where the tuned schedule is an integer
+        dot-product kernel (`stage_x=3`, or `stage_x=4`, the H200's winner): there x is
+        held in block floating point, each value rounded to at most 2^-23 of the largest
+        |x| among the 2048 values of its tile, and sums are exact within a tile. Exact for small-integer
         x; for x spanning many orders of magnitude within a tile, the small values lose
         precision that an f32 sum would keep. NaN/Inf in x propagate either way."""
         m = as_count("m", m)

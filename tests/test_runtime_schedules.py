@@ -48,6 +48,25 @@ def other_driver(profile):
     return dataclasses.replace(profile, driver_description=profile.driver_description + " (older driver)")
 
 
+def test_a_multi_pass_winner_runs_through_the_runtime(device, db):
+    # ternary_gemv stage_x=4 (the H200's winner): planes pass, loop over 2 split ranges, split sum
+    from farm.catalog.ternary_gemv import pack_codes, split_schedule, unpack_ternary
+
+    url, store = db
+    m, k = 37, 4160
+    problem = catalog.get("ternary_gemv").problem(m=m, k=k)
+    split = split_schedule(64, 2, 4, 4, 2)
+    store_winner(store, device.profile, problem, split, kernel="ternary_gemv")
+    rt = ForgeRuntime(db=url, device=device)
+    assert rt.tuned_schedule("ternary_gemv", problem) == (split, "tuned")
+    rng = np.random.default_rng(3)
+    packed = pack_codes(rng.integers(0, 4, (m, k)))
+    x = rng.integers(-8, 9, k).astype(np.float32)
+    scale = np.full(m, 0.5, np.float32)
+    want = 0.5 * (unpack_ternary(packed, m, k).astype(np.float64) @ x)
+    np.testing.assert_array_equal(rt.ternary_gemv(x, packed, scale, m, k), want)  # exact on small integers
+
+
 def test_exact_winner_is_tuned(device, db):
     url, store = db
     problem = GEMV.problem(m=40, n=64)

@@ -320,3 +320,13 @@ def test_ternary_gemv_staged_pair_table_and_dp4a_hand_checked_code_three_and_cod
     row0 = 3 | (1 << 2) | (3 << 4) | (2 << 6)
     np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [row0, 0xFF], [1, 1], 2, 4, schedule), [-2, 0])
     np.testing.assert_array_equal(ternary_gemv(device, [1, 2, 3, 4], [0x55555555], [1], 1, 4, schedule), [10])
+
+
+def test_a_pass_binding_an_arg_the_launch_lacks_is_refused_before_compiling(device):
+    from farm.catalog import check_launch
+
+    problem = SPEC.problem(m=64, k=1024)
+    launch = SPEC.launch(split_schedule(64, 2, 4, 4, 2), problem, SPEC.generate(problem, 0))
+    launch.epilogue[0].bindings = (2, 3, 4, 9)
+    with pytest.raises(ValueError, match=r"pass binds \(2, 3, 4, 9\), launch has 9 args"):
+        check_launch(SPEC, split_schedule(64, 2, 4, 4, 2), launch, device.profile)
