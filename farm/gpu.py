@@ -641,10 +641,11 @@ class Device:
 
     def keep_busy(self, calls: list, seconds: float, schedule: Any = None) -> float:
         """Dispatch the (pipeline, bind_group, groups) passes in growing batches for at least
-        `seconds` (GPUs only; returns the seconds spent). After the GPU idled for a while (a tuning campaign between a
-        problem's last trials and its finalists' re-measurement), the H200 can take longer
-        than the warm-up rounds to reach its clocks, and two rounds at low clocks agree:
-        re-measured medians of short kernels read up to 2.3x their bench time."""
+        `seconds` (GPUs only; returns the seconds spent). After the GPU idled for a while
+        (a tuning campaign between a problem's last trials and its finalists'
+        re-measurement), the H200 can take longer than the warm-up rounds to reach its
+        clocks, and two rounds at low clocks agree: re-measured medians of short kernels
+        read up to 2.3x their bench time."""
         if self.warm_s <= 0 or seconds <= 0:
             return 0.0
         start = time.perf_counter()

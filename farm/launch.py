@@ -3,7 +3,7 @@ certification, tuning and the runtime library."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,18 +24,17 @@ class Prepared:
     pipelines: list[Pipeline]
     buffers: list[Buffer]
     device: Device
-
-    @property
-    def pipeline(self) -> Pipeline:
-        """The main pass's pipeline."""
-        return self.pipelines[len(self.launch.prologue)]
+    _calls: list | None = field(default=None, init=False, repr=False, compare=False)
 
     def calls(self) -> list:
-        """(pipeline, bind_group, groups) per pass, for the Device's multi-pass methods."""
-        return [
-            (pipeline, self.device.bind(pipeline, self.buffers, self.schedule, step.bindings), step.groups)
-            for pipeline, step in zip(self.pipelines, self.launch.passes(), strict=True)
-        ]
+        """(pipeline, bind_group, groups) per pass, for the Device's multi-pass methods;
+        the bind groups are made once (a trial runs, times and may re-measure)."""
+        if self._calls is None:
+            self._calls = [
+                (pipeline, self.device.bind(pipeline, self.buffers, self.schedule, step.bindings), step.groups)
+                for pipeline, step in zip(self.pipelines, self.launch.passes(), strict=True)
+            ]
+        return self._calls
 
     def run(self) -> None:
         self.device.dispatch_many(self.calls(), self.schedule)
@@ -65,6 +64,7 @@ class Prepared:
     def release(self) -> None:
         self.device.release(*self.buffers)
         self.buffers = []
+        self._calls = None
 
     def __enter__(self) -> Prepared:
         return self
@@ -74,11 +74,14 @@ class Prepared:
 
 
 def compile_launch(device: Device, spec: KernelSpec, schedule: Schedule, launch: Launch) -> list[Pipeline]:
-    """The pipeline of every pass of `launch`, in order (cached by the device)."""
-    steps = launch.passes()
+    """The pipeline of every pass of `launch`, in order (cached by the device). Prologue
+    and epilogue passes are labelled without the schedule: the device caches by label and
+    source, and such passes are often the same for many schedules (ternary_gemv stage_x=4's
+    planes pass for all 68), so they compile once."""
     out = []
-    for i, step in enumerate(steps):
-        label = f"{spec.name}[{schedule}]" + (f" pass {i}" if len(steps) > 1 else "")
+    for i, step in enumerate(launch.passes()):
+        main = i == len(launch.prologue)
+        label = f"{spec.name}[{schedule}]" if main else f"{spec.name} pass {i}"
         out.append(device.pipeline(step.source, step.entry_point, step.constants, label, schedule))
     return out
 

@@ -4,7 +4,7 @@ import pytest
 from farm import catalog, oracle
 from farm.catalog.ternary_gemv import EXACT_K, TernaryGemv, pack_codes, split_schedule, unpack_ternary
 from farm.gpu import fold_groups
-from farm.launch import run
+from farm.launch import compile_launch, prepare, run
 from farm.schedule import Schedule, Status
 
 SPEC = catalog.get("ternary_gemv")
@@ -188,6 +188,13 @@ def test_ternary_gemv_split_kernel_is_three_passes_with_scratch_and_deterministi
     assert scratch == ["planes", "digit_sums", "tile_scales", "partials"]
     one = SPEC.launch(split_schedule(128, 2, 4, 8, 1), problem, inputs)
     assert one.epilogue == [] and one.bindings == (1, 2, 3, 4, 5, 6, 7)
+    # passes that don't depend on the schedule compile once; a trial binds once
+    other = SPEC.launch(split_schedule(64, 4, 4, 4, 2), problem, inputs)
+    pipelines = compile_launch(device, SPEC, split_schedule(128, 2, 4, 8, 4), launch)
+    shared = compile_launch(device, SPEC, split_schedule(64, 4, 4, 4, 2), other)
+    assert pipelines[0] is shared[0] and pipelines[2] is shared[2] and pipelines[1] is not shared[1]
+    with prepare(device, SPEC, split_schedule(128, 2, 4, 8, 4), problem, inputs) as prepared:
+        assert prepared.calls() is prepared.calls() and len(prepared.calls()) == 3
     first = run(device, SPEC, split_schedule(128, 2, 4, 8, 4), problem, inputs)["out"]
     again = run(device, SPEC, split_schedule(128, 2, 4, 8, 4), problem, inputs)["out"]
     np.testing.assert_array_equal(first, again)  # partial sums added in split order, not atomically
