@@ -557,13 +557,10 @@ class Probe:
             for name in self._derived(variant):
                 self._error(problem, name, label, exc.reason, schedule)
             return
-        names = [arg.name for arg in launch.args]
-        if names != ["x", "w_packed", "scale", "out", "params"]:
-            raise ProbeError(f"ternary_gemv bindings changed: {names}")
-        params = device.upload(launch.args[4].data, "uniform")
-        bound = [*buffers, params]
+        own = self._own_buffers(launch)
+        bound = [*buffers, *own]
         try:
-            cert = self._certify(launch, schedule, bound, sample, sub_problem, expected)
+            cert = self._certify(problem, schedule, launch, bound, sample, sub_problem, expected)[1]
             self._timed(problem, variant, schedule, launch.source, bound, launch.groups, ctx, cert)
             sources = {f"{variant} compute-only": compute_only_source(launch.source, schedule)}
             if variant == "lut":
@@ -575,7 +572,7 @@ class Probe:
             for name, source in sources.items():
                 self._timed(problem, name, schedule, source, bound, launch.groups, ctx, None)
         finally:
-            device.release(params)
+            device.release(*own)
 
     def _split(self, ctx, schedule, inputs, buffers, sample, sub_problem, expected) -> None:
         """The multi-pass stage_x=4 kernel on the resident x, weights, scales and output
@@ -589,29 +586,9 @@ class Probe:
         except InvalidSchedule as exc:
             self._error(problem, "split", label, exc.reason, schedule)
             return
-        own = [
-            device.upload(a.data, a.kind) if a.data is not None else device.empty(a.nbytes, a.kind)
-            for a in launch.args[4:]
-        ]
+        own = self._own_buffers(launch)
         try:
-            prepared = Prepared(
-                SPEC,
-                schedule,
-                problem,
-                launch,
-                compile_launch(device, SPEC, schedule, launch),
-                [*buffers, *own],
-                device,
-            )
-            m = problem["m"]
-            device.write(buffers[3], np.full(m, np.nan, np.float32))
-            prepared.run()
-            got = device.read(buffers[3], np.float32, m)
-            if not np.isfinite(got).all():
-                cert = (False, f"{int((~np.isfinite(got)).sum())} of {m} rows not written (or not finite)")
-            else:
-                result = oracle.compare(SPEC, sub_problem, {"out": got[sample]}, expected)
-                cert = (result.ok, result.message or f"{len(sample)} of {m} rows match the reference")
+            prepared, cert = self._certify(problem, schedule, launch, [*buffers, *own], sample, sub_problem, expected)
             if not cert[0]:
                 self._error(problem, "split", label, cert[1], schedule, certified=False)
                 return
@@ -634,21 +611,36 @@ class Probe:
     def _derived(variant: str) -> list[str]:
         return [variant, f"{variant} compute-only", *PARTS.get(variant, ())]
 
-    def _certify(self, launch, schedule, bound, sample, sub_problem, expected) -> tuple[bool, str]:
-        """Run once on a NaN-filled output; every row written, the sampled rows equal to the reference."""
+    def _own_buffers(self, launch) -> list[Buffer]:
+        """A catalog launch's params and scratch buffers (bindings 4 on); bindings 0-3, x,
+        weights, scales and output, are the probe's resident buffers."""
+        names = [arg.name for arg in launch.args[:5]]
+        if names != ["x", "w_packed", "scale", "out", "params"]:
+            raise ProbeError(f"ternary_gemv bindings changed: {names}")
+        device = self.device
+        return [
+            device.upload(a.data, a.kind) if a.data is not None else device.empty(a.nbytes, a.kind)
+            for a in launch.args[4:]
+        ]
+
+    def _certify(self, problem, schedule, launch, bound, sample, sub_problem, expected):
+        """(Prepared or None, (ok, message)): every pass compiled, run once on a NaN-filled
+        output; every row written, the sampled rows equal to the reference."""
         device = self.device
         m = launch.args[3].shape[0]
         try:
-            pipeline = device.pipeline(launch.source, label=f"ternary_gemv[{schedule}]", schedule=schedule)
+            prepared = Prepared(
+                SPEC, schedule, problem, launch, compile_launch(device, SPEC, schedule, launch), bound, device
+            )
             device.write(bound[3], np.full(m, np.nan, np.float32))
-            device.dispatch(pipeline, bound, launch.groups, schedule)
+            prepared.run()
             got = device.read(bound[3], np.float32, m)
         except GpuError as exc:
-            return False, str(exc)
+            return None, (False, str(exc))
         if not np.isfinite(got).all():
-            return False, f"{int((~np.isfinite(got)).sum())} of {m} rows not written (or not finite)"
+            return prepared, (False, f"{int((~np.isfinite(got)).sum())} of {m} rows not written (or not finite)")
         result = oracle.compare(SPEC, sub_problem, {"out": got[sample]}, expected)
-        return result.ok, result.message or f"{len(sample)} of {m} rows match the reference"
+        return prepared, (result.ok, result.message or f"{len(sample)} of {m} rows match the reference")
 
     def _timed(self, problem, variant, schedule, source, bound, groups, ctx, cert) -> None:
         label = _label(schedule)

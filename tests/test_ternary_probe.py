@@ -27,11 +27,15 @@ def _planned(probe) -> set[tuple[str, str]]:
         planned |= {(variant, label), (f"{variant} compute-only", label)}
         planned |= {(part, label) for part in probe.PARTS.get(variant, ())}
     planned |= {(f"decode {kind}", f"wg256 words{probe.DECODE_WORDS}") for kind in probe.DECODE_KINDS}
-    for wg, rows, vw, tpr, splits in probe.split_space(cpu=True):
-        planned.add(("split", f"wg{wg} r{rows} vw{vw} tpr{tpr} s{splits}"))
-    for wg, rows, vw, tpr, splits in probe.SPLIT_WINNERS:
-        planned.add(("split compute-only", f"wg{wg} r{rows} vw{vw} tpr{tpr} s{splits}"))
-    return planned
+    return planned | _split_rows(probe)
+
+
+def _split_rows(probe) -> set[tuple[str, str]]:
+    """The stage_x=4 rows of a smoke run: every schedule of split_space, the winners compute-only."""
+    rows = {("split", f"wg{wg} r{r} vw{vw} tpr{tpr} s{s}") for wg, r, vw, tpr, s in probe.split_space(cpu=True)}
+    return rows | {
+        ("split compute-only", f"wg{wg} r{r} vw{vw} tpr{tpr} s{s}") for wg, r, vw, tpr, s in probe.SPLIT_WINNERS
+    }
 
 
 # slow: ~5 s with a warm Mesa shader cache, ~40 s cold (lavapipe's LLVM compiles the unrolled
@@ -61,6 +65,18 @@ def test_probe_smoke_run_times_every_variant_and_certifies_the_catalog_kernels(p
             assert r["message"] == "xor of every row checked", r
         if r["variant"].startswith("decode "):
             assert r["message"].endswith("codes, no weight loads, no table build"), r
+
+
+def test_probe_only_split_times_the_split_kernel_against_its_baseline(probe, device, tmp_path):
+    argv = ["--allow-cpu", "--only", "split", "--shape", "64x2048", "--out", str(tmp_path), "--reps", "2"]
+    assert probe.main(argv, device=device) == 0
+    rows = json.loads((tmp_path / "ternary_probe.json").read_text())["rows"]
+    label = probe._label(probe.DP4A_TUNED)
+    want = {("copy", "vec4 wg256"), ("dp4a", label), ("dp4a compute-only", label), ("dp4a no-dot", label)}
+    want |= {(f"decode {kind}", f"wg256 words{probe.DECODE_WORDS}") for kind in probe.SPLIT_DECODE_KINDS}
+    assert sorted((r["variant"], r["schedule"]) for r in rows) == sorted(want | _split_rows(probe))
+    assert all(r["median_ns"] > 0 for r in rows)
+    assert all(r["certified"] is True for r in rows if r["variant"] in ("dp4a", "split"))
 
 
 def test_probe_refuses_the_cpu_adapter_without_allow_cpu(probe, device, tmp_path, capsys):
