@@ -234,19 +234,10 @@ fn slot_of(q: u32) -> u32 {
     return q + (q >> 3u);
 }
 
-// Phase 1 of a tile: the largest |x| (as bits: positive floats order like u32) into
-// tmax[parity].
-fn tile_max(t0: u32, lid: u32, parity: u32) {
-    var mx = 0u;
-    for (var e = lid; e < TILE * 16u; e += WG) {
-        mx = max(mx, bitcast<u32>(abs(x_at(t0 * 16u + e))));
-    }
-    atomicMax(&tmax[parity], mx);
-}
 
-// Phase 2: the digit planes and digit sums of the tile, one word per thread at a time;
-// returns 2^(e - 22) (NaN when an x is not finite). Clears the other parity's maximum for
-// the next tile.
+// The digit planes and digit sums of the tile whose largest |x| is in tmax[parity], one
+// word per thread at a time; returns 2^(e - 22) (NaN when an x is not finite). Clears the
+// other parity's maximum for the next tile.
 fn tile_planes(t0: u32, lid: u32, parity: u32) -> f32 {
     let bits = atomicLoad(&tmax[parity]);
     if (lid == 0u) {
@@ -282,7 +273,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     for (var t0 = 0u; t0 < p.kw; t0 += TILE) {
         let parity = (t0 / TILE) & 1u;
         workgroupBarrier();
-        tile_max(t0, lid, parity);
+        atomicMax(&tmax[parity], tile_abs_max(t0, lid));
         workgroupBarrier();
         let f = tile_planes(t0, lid, parity);
         workgroupBarrier();
@@ -304,6 +295,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 // m = round(x * 2^(22 - e)) (|m| < 2^23), split into base-256 digits, planes 0 and 1
 // unsigned bytes, plane 2 the signed top byte (m = d0 + 256 d1 + 65536 d2).
 struct Digits { d0: vec4<u32>, d1: vec4<u32>, d2: vec4<u32>, sums: vec4<i32> }
+
+// This thread's share of the largest |x| of the tile starting at packed word t0, as bits
+// (positive floats order like u32); the caller combines the threads' with atomicMax.
+fn tile_abs_max(t0: u32, lid: u32) -> u32 {
+    var mx = 0u;
+    for (var e = lid; e < TILE * 16u; e += WG) {
+        mx = max(mx, bitcast<u32>(abs(x_at(t0 * 16u + e))));
+    }
+    return mx;
+}
 
 // The three plane vectors and digit sums (x, y, z) of the packed word whose first x is
 // x[first].
@@ -384,11 +385,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         atomicStore(&tmax, 0u);
     }
     workgroupBarrier();
-    var mx = 0u;
-    for (var e = lid; e < TILE * 16u; e += WG) {
-        mx = max(mx, bitcast<u32>(abs(x_at(t0 * 16u + e))));
-    }
-    atomicMax(&tmax, mx);
+    atomicMax(&tmax, tile_abs_max(t0, lid));
     workgroupBarrier();
     let bits = atomicLoad(&tmax);
     for (var q = lid; q < TILE; q += WG) {
@@ -431,7 +428,6 @@ const SLOTS: u32 = WG / TPR;
 const TILE: u32 = {{TILE_WORDS}}u;
 const PAD: u32 = TILE + TILE / 8u;
 
-var<workgroup> partial: array<f32, WG>;
 var<workgroup> xp: array<vec4<u32>, 3u * PAD>;
 var<workgroup> msum: array<vec4<i32>, PAD>;
 
@@ -439,20 +435,13 @@ fn slot_of(q: u32) -> u32 {
     return q + (q >> 3u);
 }
 
+{{ROW_SUM}}
 // Sum the TPR lanes' partial sums of one row; lane 0 stores it.
 fn finish(row: u32, acc: f32, lid: u32, lane: u32, split: u32) {
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
-        if (lane < s) {
-            partial[lid] += partial[lid + s];
-        }
-        workgroupBarrier();
-    }
+    let sum = row_sum(acc, lid, lane);
     if (lane == 0u && row < p.m) {
         {{STORE}}
     }
-    workgroupBarrier();
 }
 
 @compute @workgroup_size(WG)
@@ -519,6 +508,26 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     out[row] = scale[row] * sum;
 }
 
+//// row_sum
+// The reduction of a row's TPR partial sums in workgroup memory (common and split).
+var<workgroup> partial: array<f32, WG>;
+
+// The sum of one row's TPR lanes' partial sums, valid in lane 0. Every thread of the
+// workgroup calls it: it holds workgroup barriers.
+fn row_sum(acc: f32, lid: u32, lane: u32) -> f32 {
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
+        if (lane < s) {
+            partial[lid] += partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let sum = partial[lid];
+    workgroupBarrier();
+    return sum;
+}
+
 //// common
 // Shared by the four kernels: bindings, the x reader that zero-fills past k, and the
 // reduction of a row's TPR partial sums in workgroup memory.
@@ -530,8 +539,6 @@ struct Params { m: u32, k: u32, kw: u32, groups: u32 }
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(4) var<uniform> p: Params;
 
-var<workgroup> partial: array<f32, WG>;
-
 fn x_at(e: u32) -> f32 {
     if (e < p.k) {
         return x[e];
@@ -539,18 +546,11 @@ fn x_at(e: u32) -> f32 {
     return 0.0;
 }
 
+{{ROW_SUM}}
 // Sum the TPR lanes' partial sums of one row and write scale * sum from lane 0.
 fn finish(row: u32, acc: f32, lid: u32, lane: u32) {
-    partial[lid] = acc;
-    workgroupBarrier();
-    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
-        if (lane < s) {
-            partial[lid] += partial[lid + s];
-        }
-        workgroupBarrier();
-    }
+    let sum = row_sum(acc, lid, lane);
     if (lane == 0u && row < p.m) {
-        out[row] = scale[row] * partial[lid];
+        out[row] = scale[row] * sum;
     }
-    workgroupBarrier();
 }

@@ -84,12 +84,12 @@ DP4A_SPACE = tuple(
 # amortize them: 8-256 rows per workgroup, vec4 loads (the stage_x=3 winners all had
 # them), and k split over 1-8 workgroups per row block (the 16384-row shape had 64
 # workgroups of 256 rows for 132 SMs).
+SPLITS = (1, 2, 4, 8)
 SPLIT_SPACE = tuple(
     (wg, rows, 4, tpr, splits)
-    for wg, rows, tpr, splits in itertools.product((128, 256, 512), (2, 4, 8), (2, 4, 8), (1, 2, 4, 8))
+    for wg, rows, tpr, splits in itertools.product((128, 256, 512), (2, 4, 8), (2, 4, 8), SPLITS)
     if 8 <= wg * rows // tpr <= 256
 )
-SPLITS = (1, 2, 4, 8)
 EXACT_K = 65536  # |x| <= 8 keeps |partial sums| <= 8 * 65536 = 2**19 < 2**24: exact in f32
 
 
@@ -321,7 +321,8 @@ def _layout(wg: int, tpr: int, vw: int) -> dict[str, object]:
     """The placeholders every ternary kernel has: threads, threads per row, weight vector
     width and type, and the //// common section (bindings, x reader, row reduction)."""
     vec = "u32" if vw == 1 else "vec4<u32>"
-    common = render(sections(TernaryGemv.source_file)["common"], {"VEC": vec})
+    parts = sections(TernaryGemv.source_file)
+    common = render(parts["common"], {"VEC": vec, "ROW_SUM": parts["row_sum"]})
     return {"COMMON": common, "WG": wg, "TPR": tpr, "VW": vw, "VEC": vec}
 
 
@@ -433,15 +434,16 @@ def split_launch(
             "@group(0) @binding(2) var<storage, read> scale: array<f32>;\n"
             "@group(0) @binding(3) var<storage, read_write> out: array<f32>;"
         )
-        store, main_bindings = "out[row] = scale[row] * partial[lid];", (1, 2, 3, 4, 5, 6, 7)
+        store, main_bindings = "out[row] = scale[row] * sum;", (1, 2, 3, 4, 5, 6, 7)
     else:
         outputs = "@group(0) @binding(8) var<storage, read_write> part: array<f32>;"
-        store, main_bindings = "part[split * p.m + row] = partial[lid];", (1, 4, 5, 6, 7, 8)
+        store, main_bindings = "part[split * p.m + row] = sum;", (1, 4, 5, 6, 7, 8)
     main = render(
         parts["split"],
         _dp4a_values(wg, tpr, rows, vw)
         | {
             "OUT_BINDINGS": outputs,
+            "ROW_SUM": parts["row_sum"],
             "STORE": store,
             "REDUCE": _lines((f"finish(row{r}, acc{r}, lid, lane, split);" for r in range(rows)), 4),
         },
