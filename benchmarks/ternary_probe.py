@@ -65,12 +65,13 @@ from pathlib import Path
 
 import numpy as np
 
-from farm import catalog, oracle
-from farm.bench import copy_bandwidth, settle_clocks
+from farm import catalog
 from farm.catalog import check_launch, render
 from farm.catalog.ternary_gemv import LUT_TILE_WORDS, SPLIT_SPACE, row_words, split_schedule
+from farm.cli.bench import copy_bandwidth, settle_clocks
 from farm.gpu import Buffer, CpuAdapterRefused, Device, GpuError, Timing, benchmark_device, refuse_cpu
-from farm.launch import Prepared, compile_launch
+from farm.oracle import compare as oracle
+from farm.oracle.launch import Prepared, compile_launch
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
 SPEC = catalog.get("ternary_gemv")

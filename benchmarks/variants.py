@@ -20,7 +20,7 @@ from pathlib import Path
 from farm import catalog
 from farm.gpu import benchmark_device
 from farm.schedule import Problem, Schedule
-from farm.worker import Job, TrialBench
+from farm.tuning.worker import Job, TrialBench
 
 
 def s(**knobs: int) -> Schedule:

@@ -11,7 +11,7 @@ import streamlit as st
 
 from farm.dashboard import data
 from farm.store.database import Store
-from farm.store.database import database_url as resolve_url
+from farm.store.engine import database_url as resolve_url
 
 REFRESH_S = 5.0
 

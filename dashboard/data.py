@@ -26,7 +26,7 @@ START_HINT = (
 )
 SHORT_HASH = 12
 MAX_CHART_TRIALS = 5000
-# The columns of the recurrent sweep's Markdown table (farm.sweep_report.format_markdown), in its order:
+# The columns of the recurrent sweep's Markdown table (farm.recurrent.report.format_markdown), in its order:
 # (title, sweep_cases column); runtime_mode is derived from whether the runtime path was timed.
 SWEEP_COLUMNS = (
     ("case", "name"),

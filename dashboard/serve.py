@@ -40,7 +40,7 @@ def serve(db: str | None = None, port: int = DEFAULT_PORT, host: str = DEFAULT_H
     """Replace this process with the Streamlit server (so signals reach it directly); never returns."""
     from sqlalchemy.engine import make_url
 
-    from farm.store.database import database_url
+    from farm.store.engine import database_url
 
     argv = streamlit_argv(db, port, host)
     shown = make_url(database_url(db)).render_as_string(hide_password=True)

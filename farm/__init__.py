@@ -10,7 +10,7 @@ __all__ = ["ForgeRuntime"]
 
 def __getattr__(name: str):
     if name == "ForgeRuntime":
-        from farm.runtime import ForgeRuntime
+        from farm.runtime.forge import ForgeRuntime
 
         return ForgeRuntime
     raise AttributeError(f"module 'farm' has no attribute {name!r}")

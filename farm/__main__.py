@@ -2,6 +2,6 @@
 
 import sys
 
-from farm.cli import main
+from farm.cli.main import main
 
 sys.exit(main())

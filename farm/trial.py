@@ -1,16 +1,31 @@
 """A trial: one (topology, kernel, source, problem, schedule) measured and certified.
 
+A ground-floor value module (like farm.schedule): the worker makes these, the store
+records them, the campaign and the dashboard read them back.
+
 Failures are data (a Status and a message), never missing rows.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from farm.gpu import Timing
-from farm.oracle import ErrorMetrics
 from farm.schedule import Problem, Schedule, Status
+
+
+@dataclass(frozen=True)
+class ErrorMetrics:
+    """How far a schedule's outputs are from the numpy reference (farm.oracle.compare)."""
+
+    max_abs: float = 0.0
+    mean_abs: float = 0.0
+    rmse: float = 0.0
+    max_rel: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

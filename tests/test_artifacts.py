@@ -11,7 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from test_store_support import profile, trial
 
-from farm.artifacts import (
+from farm.schedule import Schedule, Status
+from farm.store import WinnerRecord
+from farm.store.parquet import (
     SCHEMA_VERSION,
     farm_version,
     read_trials,
@@ -19,8 +21,6 @@ from farm.artifacts import (
     write_sweep_parquet,
     write_trials,
 )
-from farm.schedule import Schedule, Status
-from farm.store import WinnerRecord
 
 TOPO = profile().topology_hash()
 OTHER = "0123456789" * 6 + "0123"  # digits only: must stay a string partition value

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from farm import catalog
-from farm.cluster import CpuAdapterRefused, WorkerPool
 from farm.schedule import Schedule, Status
-from farm.worker import Job
+from farm.tuning.cluster import CpuAdapterRefused, WorkerPool
+from farm.tuning.worker import Job
 
 pytestmark = pytest.mark.slow
 
@@ -134,7 +134,7 @@ def test_a_fault_beside_another_batch_is_rerun_alone_before_any_verdict():
     never sent beside another batch."""
     from collections import deque
 
-    from farm.cluster import WorkerPool, _Batch, _Slot
+    from farm.tuning.cluster import WorkerPool, _Batch, _Slot
 
     class Actor:
         class evaluate:  # noqa: N801 - stands in for a Ray actor method
@@ -176,7 +176,7 @@ def test_remeasure_times_finalists_interleaved_on_one_worker(pool):
 
 def test_map_runs_a_function_on_the_worker_devices(pool):
     def row_sums(device, rows):  # nested, so Ray pickles it by value
-        from farm.launch import run
+        from farm.oracle.launch import run
 
         a, x = np.ones((rows, 8), np.float32), np.ones(8, np.float32)
         return float(run(device, GEMV, GEMV.default, GEMV.problem(m=rows, n=8), {"a": a, "x": x})["y"].sum())
@@ -192,7 +192,7 @@ def test_a_cluster_without_gpus_is_refused_without_allow_cpu(pool):
 def test_guided_batches_shrink_towards_the_end_and_never_merge_retried_trials():
     from collections import deque
 
-    from farm.cluster import MAX_BATCH, WorkerPool, _Batch
+    from farm.tuning.cluster import MAX_BATCH, WorkerPool, _Batch
 
     pool = WorkerPool.__new__(WorkerPool)  # _take needs no Ray
     pool.max_in_flight = 2

@@ -33,7 +33,7 @@ CHROMIUM_ARGS = [
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory) -> dict:
     """A database filled by `farm tune` (gemv, one small problem) and a two-case `farm sweep recurrent`."""
-    from farm.sweep import SweepCase, SweepConfig, run_sweep
+    from farm.recurrent.sweep import SweepCase, SweepConfig, run_sweep
 
     root = tmp_path_factory.mktemp("campaign")
     url = f"sqlite:///{root / 'farm.db'}"

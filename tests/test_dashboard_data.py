@@ -10,10 +10,9 @@ from sqlalchemy.exc import DBAPIError
 from farm import catalog, store
 from farm.dashboard import data
 from farm.gpu import HardwareProfile, Timing
-from farm.oracle import ErrorMetrics
 from farm.schedule import Problem, Schedule, Status
 from farm.store import WinnerRecord
-from farm.trial import TrialKey, TrialResult
+from farm.trial import ErrorMetrics, TrialKey, TrialResult
 
 LIMITS = (("max-compute-invocations-per-workgroup", 1024), ("max-storage-buffer-binding-size", 1 << 30))
 H200 = HardwareProfile("Vulkan", "DiscreteGPU", 0x10DE, 0x2335, "NVIDIA H200", "570.1", LIMITS, ("timestamp-query",))

@@ -3,8 +3,9 @@ import re
 import numpy as np
 import pytest
 
-from farm import catalog, oracle
-from farm.launch import run
+from farm import catalog
+from farm.oracle import compare as oracle
+from farm.oracle.launch import run
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 
 SPEC = catalog.get("fft")

@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
 
-from farm import catalog, oracle
+from farm import catalog
 from farm.catalog.gemm import workgroup_bytes
-from farm.launch import run
+from farm.oracle import compare as oracle
+from farm.oracle.launch import run
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 
 SPEC = catalog.get("gemm")

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from farm import catalog, oracle
-from farm.launch import run
+from farm import catalog
+from farm.oracle import compare as oracle
+from farm.oracle.launch import run
 from farm.schedule import Schedule, Status
 
 SPEC = catalog.get("gemv")

@@ -169,20 +169,20 @@ def test_gpu_warm_up_rounds_are_skipped_only_after_long_recent_work_and_capped(d
     pipeline = device.pipeline(COUNTER, label="counter")
     buf = device.upload(np.zeros(1, np.float32), "storage")
     _warm_settings(device, monkeypatch, 0.3, 0.3, 0.6)
-    monkeypatch.setattr("farm.gpu.WARM_STEADY", float("inf"))  # any two rounds agree
-    monkeypatch.setattr("farm.gpu.HOT_SPAN_S", 10.0)  # every timing counts as short
-    monkeypatch.setattr("farm.gpu.HOT_BUSY", 2.0)  # and the GPU never as busy enough
+    monkeypatch.setattr("farm.gpu.timing.WARM_STEADY", float("inf"))  # any two rounds agree
+    monkeypatch.setattr("farm.gpu.timing.HOT_SPAN_S", 10.0)  # every timing counts as short
+    monkeypatch.setattr("farm.gpu.timing.HOT_BUSY", 2.0)  # and the GPU never as busy enough
     device.time(pipeline, [buf], 1, warmup=0, reps=1)
     before = device.read(buf, np.float32, 1)[0]
     device.time(pipeline, [buf], 1, warmup=1, reps=2)
     short = device.read(buf, np.float32, 1)[0] - before
     assert 1 + 2 < short <= 1 + 2 * 2 + 2  # two rounds (batch 1, then at most 2)
-    monkeypatch.setattr("farm.gpu.HOT_SPAN_S", 0.0)  # every timing counts as long
+    monkeypatch.setattr("farm.gpu.timing.HOT_SPAN_S", 0.0)  # every timing counts as long
     device.time(pipeline, [buf], 1, warmup=0, reps=1)
     before = device.read(buf, np.float32, 1)[0]
     device.time(pipeline, [buf], 1, warmup=1, reps=2)
     assert device.read(buf, np.float32, 1)[0] - before == 1 + 2
-    monkeypatch.setattr("farm.gpu.WARM_STEADY", -1.0)  # rounds never agree: the cap ends it
+    monkeypatch.setattr("farm.gpu.timing.WARM_STEADY", -1.0)  # rounds never agree: the cap ends it
     monkeypatch.setattr(device, "_busy_until", time.perf_counter() - 2 * HOT_GAP_S)
     start = time.perf_counter()
     device.time(pipeline, [buf], 1, warmup=0, reps=1)
@@ -200,9 +200,9 @@ def test_gpu_warm_up_rounds_are_skipped_while_recent_timings_kept_the_gpu_busy(d
     pipeline = device.pipeline(COUNTER, label="counter")
     buf = device.upload(np.zeros(1, np.float32), "storage")
     _warm_settings(device, monkeypatch, 0.01, 0.01, 0.6)
-    monkeypatch.setattr("farm.gpu.WARM_STEADY", float("inf"))  # any two rounds agree
-    monkeypatch.setattr("farm.gpu.HOT_SPAN_S", 10.0)  # no single timing counts as long
-    monkeypatch.setattr("farm.gpu.HOT_WINDOW_S", 1.0)
+    monkeypatch.setattr("farm.gpu.timing.WARM_STEADY", float("inf"))  # any two rounds agree
+    monkeypatch.setattr("farm.gpu.timing.HOT_SPAN_S", 10.0)  # no single timing counts as long
+    monkeypatch.setattr("farm.gpu.timing.HOT_WINDOW_S", 1.0)
 
     def dispatches(busy_s: float) -> float:
         now = time.perf_counter()
@@ -238,7 +238,7 @@ def test_recent_timings_are_kept_for_the_window_only_also_without_warm_up(device
     pipeline = device.pipeline(COUNTER, label="counter")
     buf = device.upload(np.zeros(1, np.float32), "storage")
     monkeypatch.setattr(device, "warm_s", 0.0)
-    monkeypatch.setattr("farm.gpu.HOT_WINDOW_S", 0.001)
+    monkeypatch.setattr("farm.gpu.timing.HOT_WINDOW_S", 0.001)
     for _ in range(5):
         device.time(pipeline, [buf], 1, warmup=0, reps=1)
         time.sleep(0.002)

@@ -1,4 +1,4 @@
-"""Ray job submission against a real head node on 127.0.0.1 with token auth (farm.jobs)."""
+"""Ray job submission against a real head node on 127.0.0.1 with token auth (farm.cli.cluster)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from ray.job_submission import JobStatus
 from sqlalchemy import create_engine, text
 
-from farm import jobs
+from farm.cli import cluster as jobs
 
 REPO = Path(__file__).resolve().parents[1]
 TUNE = "tune gemv --sizes gemv:m=64,n=64 --budget 4 --allow-cpu"
@@ -163,7 +163,7 @@ def test_stop_head_stops_only_that_heads_processes(tmp_path):
 def test_driver_leaves_env_vars_the_job_already_sets_to_the_job(monkeypatch):
     import json
 
-    from farm import cluster
+    from farm.tuning import cluster
 
     job = {"runtime_env": {"env_vars": {"XDG_RUNTIME_DIR": "/run/x", "FARM_ADAPTER": "0"}}}
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(job))

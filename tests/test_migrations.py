@@ -14,7 +14,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 from test_store_support import store_url  # noqa: F401  (fixture)
 
-from farm.store.database import create_store_engine
+from farm.store.engine import create_store_engine
 from farm.store.migrate import alembic_config, current, downgrade, head_revision, migrations_dir, upgrade
 from farm.store.models import Base
 
@@ -80,7 +80,7 @@ def test_offline_sql_renders_every_table(capsys):
 
 
 def test_cli_db_commands_upgrade_report_and_downgrade(tmp_path, capsys):
-    from farm.cli import main
+    from farm.cli.main import main
 
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     assert main(["db", "upgrade", "--db", url]) == 0
@@ -93,7 +93,7 @@ def test_cli_db_commands_upgrade_report_and_downgrade(tmp_path, capsys):
 
 
 def test_cli_db_upgrade_rejects_an_unsupported_url(capsys):
-    from farm.cli import main
+    from farm.cli.main import main
 
     assert main(["db", "upgrade", "--db", "mysql://u@h/db"]) == 2
     assert "unsupported database 'mysql'" in capsys.readouterr().err

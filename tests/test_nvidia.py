@@ -1,4 +1,4 @@
-"""farm.nvidia against a fake `nvidia-smi` first on PATH: CSV parsing, utilization as the
+"""farm.gpu.nvidia against a fake `nvidia-smi` first on PATH: CSV parsing, utilization as the
 maximum over GPUs, n/a lines ignored, and None when the binary is missing, fails or hangs."""
 
 import os
@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from farm import cluster, nvidia
+from farm.gpu import nvidia
+from farm.tuning import cluster
 
 H200_ROWS = "0, 00000000:18:00.0, GPU-aaaa, NVIDIA H200\n1, 00000000:2A:00.0, GPU-bbbb, NVIDIA H200\n"
 

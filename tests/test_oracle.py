@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from farm import catalog, oracle
-from farm.oracle import error_metrics
+from farm import catalog
+from farm.oracle import compare as oracle
+from farm.oracle.compare import error_metrics
 from farm.schedule import InvalidSchedule, Schedule, Status
 
 

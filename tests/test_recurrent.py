@@ -4,9 +4,10 @@ float64 reference, on lavapipe-sized problems."""
 import numpy as np
 import pytest
 
-from farm import catalog, oracle
+from farm import catalog
 from farm.catalog.recurrent import reference_recurrent, sweep_decay
-from farm.recurrent import (
+from farm.oracle import compare as oracle
+from farm.recurrent.paths import (
     BaselinePlan,
     baseline_recurrent,
     fused_recurrent,
@@ -148,8 +149,8 @@ def test_strict_pass_on_small_case(device):
 
 
 def test_strict_summary_fails_when_one_step_exceeds_a_threshold():
-    from farm.oracle import ErrorMetrics
-    from farm.recurrent import StepMetrics
+    from farm.recurrent.paths import StepMetrics
+    from farm.trial import ErrorMetrics
 
     ok = ErrorMetrics(1e-6, 1e-7, 1e-7, 1e-6)
     bad_rmse = ErrorMetrics(5e-4, 3e-4, 3e-4, 1e-3)  # max_abs fine, rmse above 2e-4

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from farm.cli import build_parser, main
-from farm.sweep import SweepCase, SweepConfig, default_cases, run_case, run_sweep, sweep_config_from_args
-from farm.sweep_report import STEPS_HEADER, SUMMARY_HEADER, rust_exp
+from farm.cli.main import build_parser, main
+from farm.recurrent.report import STEPS_HEADER, SUMMARY_HEADER, rust_exp
+from farm.recurrent.sweep import SweepCase, SweepConfig, default_cases, run_case, run_sweep, sweep_config_from_args
 
 # The reference sweep's summary header with raw_wgsl_* -> fused_* and core_* -> runtime_*.
 REFERENCE_HEADER = (

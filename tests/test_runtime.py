@@ -204,6 +204,6 @@ def test_import_farm_does_not_import_wgpu_until_the_runtime_is_used():
 
     code = (
         "import sys, farm; assert 'wgpu' not in sys.modules, 'eager'; "
-        "from farm import ForgeRuntime; assert ForgeRuntime.__module__ == 'farm.runtime'"
+        "from farm import ForgeRuntime; assert ForgeRuntime.__module__ == 'farm.runtime.forge'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

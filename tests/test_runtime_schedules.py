@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from farm import ForgeRuntime, catalog, cli
+from farm.runtime.winners import Candidate, choose_winner, problem_distance
 from farm.schedule import Problem, Schedule
 from farm.store import WinnerRecord, open_store, save_winner, upsert_topology, write_schedules_file
-from farm.winners import Candidate, choose_winner, problem_distance
 
 GEMV = catalog.get("gemv")
 TUNED = Schedule.of(workgroup_size=128, items_per_invocation=2, vector_width=1, threads_per_row=8)

@@ -13,8 +13,8 @@ import pytest
 
 from farm.gpu import Timing
 from farm.schedule import Problem, Schedule, Status
-from farm.search import Budget, BudgetSpent, exhaustive, knn_predict, model_based, random_search, strategy
 from farm.trial import TrialKey, TrialResult
+from farm.tuning.search import Budget, BudgetSpent, exhaustive, knn_predict, model_based, random_search, strategy
 
 PROBLEM = Problem.of(m=1024, k=1024, n=1024)
 

@@ -58,10 +58,10 @@ def test_sqlite_write_retries_while_another_connection_holds_the_lock(tmp_path, 
     import threading
     import time
 
-    import farm.store.database as database
+    import farm.store.engine as engine
     import farm.store.transactions as transactions
 
-    monkeypatch.setattr(database, "SQLITE_BUSY_TIMEOUT_MS", 20)  # lock errors surface at once, retry must cope
+    monkeypatch.setattr(engine, "SQLITE_BUSY_TIMEOUT_MS", 20)  # lock errors surface at once, retry must cope
     backoffs: list[float] = []
     real_sleep = time.sleep
     monkeypatch.setattr(transactions.time, "sleep", lambda s: (backoffs.append(s), real_sleep(s)))

@@ -7,7 +7,7 @@ import json
 import pytest
 from test_store_support import profile
 
-from farm.cli import main
+from farm.cli.main import main
 from farm.schedule import Schedule
 from farm.store import (
     SCHEDULES_FORMAT,

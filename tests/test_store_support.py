@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from farm.gpu import HardwareProfile, Timing
-from farm.oracle import ErrorMetrics
 from farm.schedule import Problem, Schedule, Status
-from farm.trial import TrialKey, TrialResult
+from farm.trial import ErrorMetrics, TrialKey, TrialResult
 
 
 def profile(name: str = "llvmpipe (LLVM 15)", device_id: int = 0) -> HardwareProfile:

@@ -1,10 +1,11 @@
 import numpy as np
 import pytest
 
-from farm import catalog, oracle
+from farm import catalog
 from farm.catalog.ternary_gemv import EXACT_K, TernaryGemv, pack_codes, split_schedule, unpack_ternary
 from farm.gpu import fold_groups
-from farm.launch import compile_launch, prepare, run
+from farm.oracle import compare as oracle
+from farm.oracle.launch import compile_launch, prepare, run
 from farm.schedule import Schedule, Status
 
 SPEC = catalog.get("ternary_gemv")

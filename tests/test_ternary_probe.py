@@ -105,7 +105,7 @@ def test_probe_substitutions_fail_loudly_when_the_template_changes(probe):
 def test_settle_clocks_keeps_a_gpu_busy_and_skips_a_cpu_adapter(device, monkeypatch):
     from collections import deque
 
-    from farm.bench import settle_clocks
+    from farm.cli.bench import settle_clocks
 
     class AsGpu:  # the real device, reporting itself as a GPU
         def __init__(self, inner):

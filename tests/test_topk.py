@@ -1,10 +1,11 @@
 import numpy as np
 import pytest
 
-from farm import catalog, oracle
+from farm import catalog
 from farm.catalog.topk import PAD, TopK, topk_blocks
 from farm.gpu import fold_groups
-from farm.launch import run
+from farm.oracle import compare as oracle
+from farm.oracle.launch import run
 from farm.schedule import Schedule, Status
 
 SPEC = catalog.get("topk")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import faulty_kernels  # noqa: F401  (registers the fault_* kernels)
 import pytest
 
-import farm.worker as worker_module
+import farm.tuning.worker as worker_module
 from farm import catalog
 from farm.schedule import Schedule, Status
-from farm.worker import Job, TrialBench
+from farm.tuning.worker import Job, TrialBench
 
 
 @pytest.fixture

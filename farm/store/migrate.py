@@ -19,7 +19,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
 
-from farm.store.database import create_store_engine, database_url, normalize_url, sqlite_path
+from farm.store.engine import create_store_engine, database_url, normalize_url, sqlite_path
 
 # Any fixed 64-bit number works; it only has to be the same in every farm process.
 PG_MIGRATION_LOCK_KEY = 0x6661726D_6D696772  # "farmmigr"

@@ -3,23 +3,22 @@
 Per case: time the op-by-op baseline, the fused kernel and the runtime path (all from
 `farm.recurrent`), compare full outputs and stepwise states, then write Markdown, CSVs
 and JSON in the reference sweep's layouts and record the run in SQL and Parquet (both in
-`farm.sweep_report`). `run_case(device, case, config)` is the
-unit farm.cluster fans out; `run_sweep(config)` drives the whole sweep.
+`farm.recurrent.report`). `run_case(device, case, config)` is the
+unit farm.tuning.cluster fans out; `run_sweep(config)` drives the whole sweep.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
-from farm import catalog, nvidia
+from farm import catalog
 from farm.catalog.recurrent import sweep_decay
-from farm.gpu import Device, refuse_cpu
-from farm.oracle import error_metrics
-from farm.recurrent import (
+from farm.gpu import Device, nvidia, refuse_cpu
+from farm.oracle.compare import error_metrics
+from farm.recurrent.cases import SweepCase, SweepConfig, default_cases, merge_cases
+from farm.recurrent.paths import (
     STRICT_THRESHOLDS,
     BaselinePlan,
     fused_calls,
@@ -28,9 +27,9 @@ from farm.recurrent import (
     stepwise_consistency,
     strict_summary,
 )
-from farm.runtime import ForgeRuntime
+from farm.recurrent.report import format_markdown, record_report, write_artifacts
+from farm.runtime.forge import ForgeRuntime
 from farm.schedule import Schedule
-from farm.sweep_report import CASE_FIELDS, format_markdown, record_report, write_artifacts
 
 __all__ = [
     "SweepCase",
@@ -44,96 +43,7 @@ __all__ = [
 ]
 
 BENCHMARK = "farm recurrent scaling sweep"
-DEFAULT_EMBDS = (96, 128, 192, 256, 384, 512, 640, 768)
-ARTIFACT_NAMES = {
-    "markdown_path": "recurrent_scaling.md",
-    "csv_path": "recurrent_scaling.csv",
-    "json_path": "recurrent_scaling.json",
-    "steps_csv_path": "recurrent_scaling_steps.csv",
-}
 CASE_TIMEOUT_S = 600.0
-
-
-@dataclass(frozen=True)
-class SweepCase:
-    """One sweep shape: query [batch, heads, time, latent], value [batch, value_heads, time, embd]."""
-
-    name: str
-    batch: int
-    heads: int
-    value_heads: int
-    time: int
-    latent: int
-    embd: int
-
-    def as_dict(self) -> dict:
-        return {"name": self.name} | {f: getattr(self, f) for f in CASE_FIELDS}
-
-    @classmethod
-    def parse(cls, text: str) -> SweepCase:
-        """`name:B,H,VH,T,L,E` (as given to --case); ValueError naming the bad part."""
-        name, sep, dims = text.partition(":")
-        if not sep or not name.strip():
-            raise ValueError(f"--case {text!r}: expected name:B,H,VH,T,L,E")
-        parts = [p.strip() for p in dims.split(",")]
-        if len(parts) != 6:
-            raise ValueError(f"--case {text!r}: expected 6 dimensions B,H,VH,T,L,E, got {len(parts)}")
-        try:
-            values = [int(p) for p in parts]
-        except ValueError:
-            raise ValueError(f"--case {text!r}: dimensions must be integers, got {dims!r}") from None
-        case = cls(name.strip(), *values)
-        if min(values) < 1:
-            raise ValueError(f"--case {text!r}: every dimension must be >= 1")
-        if case.value_heads not in (1, case.heads):
-            raise ValueError(f"--case {text!r}: VH={case.value_heads} must be 1 or H={case.heads}")
-        return case
-
-
-def default_cases() -> list[SweepCase]:
-    return [SweepCase(f"sweep_b1_h8_t64_l64_e{e}", 1, 8, 1, 64, 64, e) for e in DEFAULT_EMBDS]
-
-
-def merge_cases(base: list[SweepCase], extra: list[SweepCase]) -> list[SweepCase]:
-    """`extra` cases replace same-named ones in place, and the rest are appended."""
-    merged = {c.name: c for c in base}
-    for case in extra:
-        merged[case.name] = case
-    return list(merged.values())
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    """The sweep's settings; `normalized()` applies the minimums and artifact defaults."""
-
-    warmup: int = 2
-    repetitions: int = 4
-    extra_repetitions: int = 3
-    heavy_min_embd: int = 512
-    gpu_util_threshold: float = 25.0
-    seed: int = 1337
-    allow_cpu: bool = False
-    db: str | None = None
-    output_dir: str | None = None
-    markdown_path: str | None = None
-    csv_path: str | None = None
-    json_path: str | None = None
-    steps_csv_path: str | None = None
-    cases: tuple[SweepCase, ...] = field(default_factory=lambda: tuple(default_cases()))
-
-    def normalized(self) -> SweepConfig:
-        paths = {}
-        if self.output_dir:
-            for key, filename in ARTIFACT_NAMES.items():
-                if getattr(self, key) is None:
-                    paths[key] = str(Path(self.output_dir) / filename)
-        return replace(
-            self,
-            warmup=max(self.warmup, 1),
-            repetitions=max(self.repetitions, 1),
-            extra_repetitions=max(self.extra_repetitions, 0),
-            **paths,
-        )
 
 
 def case_inputs(case: SweepCase, seed: int) -> dict[str, np.ndarray]:
@@ -237,12 +147,12 @@ def adapter_line(device: Device) -> str:
 
 
 def _fan_out(config: SweepConfig) -> tuple[list[dict], str, dict, dict] | None:
-    """Cases over farm.cluster.WorkerPool when it exists; None means run locally."""
+    """Cases over farm.tuning.cluster.WorkerPool when it exists; None means run locally."""
     import importlib.util
 
-    if importlib.util.find_spec("farm.cluster") is None:
+    if importlib.util.find_spec("farm.tuning.cluster") is None:
         return None
-    from farm.cluster import WorkerPool
+    from farm.tuning.cluster import WorkerPool
 
     # One case in flight per worker: two cases sharing a GPU would skew each other's timings.
     with WorkerPool(allow_cpu=config.allow_cpu, trial_timeout_s=CASE_TIMEOUT_S, max_in_flight=1) as pool:
@@ -266,7 +176,7 @@ def _run_local(config: SweepConfig) -> tuple[list[dict], str, dict, dict]:
 
 
 def run_sweep(config: SweepConfig, fan_out: bool = True) -> dict:
-    """Run every case (over the worker pool when farm.cluster exists and `fan_out`),
+    """Run every case (over the worker pool when farm.tuning.cluster exists and `fan_out`),
     build the report, print the Markdown, write the artifacts, record to SQL when
     farm.store has record_sweep. Returns the report (the JSON artifact's content)."""
     config = config.normalized()

@@ -2,14 +2,14 @@
 tuned for this machine.
 
 Everything else in farm proves kernels correct (farm.oracle) and tunes their schedules
-(farm.tune, winners in SQL). The runtime is the consumer half: a program hands over its
+(farm.tuning.campaign, winners in SQL). The runtime is the consumer half: a program hands over its
 numpy arrays and gets the answer computed by the exact certified kernel. Each method
-validates its arguments (farm.validation, before anything touches the GPU), builds the
-kernel's Problem and inputs dict and goes through `farm.launch.run` — the same
+validates its arguments (farm.runtime.validation, before anything touches the GPU), builds the
+kernel's Problem and inputs dict and goes through `farm.oracle.launch.run` — the same
 `spec.launch()` wiring the oracle certifies. The only differences from the certified path
 are where the input bytes come from and that there is no CPU check.
 
-Schedules (`ForgeRuntime.tuned_schedule`) come from farm.winners: tuned → nearest →
+Schedules (`ForgeRuntime.tuned_schedule`) come from farm.runtime.winners: tuned → nearest →
 same-device → default, stale winners skipped. Each fallback logs one warning (module
 logger `farm.runtime`) per kernel and problem. A winner that is invalid for the call's
 problem falls back to the default with a warning; it never fails the call. An unreachable
@@ -33,12 +33,12 @@ import numpy as np
 from farm import catalog
 from farm.catalog import check_launch
 from farm.gpu import Device, choose_adapter
-from farm.launch import run
+from farm.oracle.launch import run
+from farm.runtime.validation import as_array, as_count, check_input_limits, check_output_limits, expect_shape
+from farm.runtime.winners import Candidate, load_candidates, lookup_schedule
 from farm.schedule import Problem, Schedule
-from farm.validation import as_array, as_count, check_input_limits, check_output_limits, expect_shape
-from farm.winners import Candidate, load_candidates, lookup_schedule
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("farm.runtime")  # the name README promises
 
 _MAX_CACHED_LOOKUPS = 4096
 
@@ -113,7 +113,7 @@ class ForgeRuntime:
     def _run(
         self, kernel: str, dims: dict[str, int], inputs: dict[str, np.ndarray], schedule: Schedule | None = None
     ) -> dict[str, np.ndarray]:
-        """Check buffer limits, then `farm.launch.run` with the tuned (or given) schedule."""
+        """Check buffer limits, then `farm.oracle.launch.run` with the tuned (or given) schedule."""
         check_input_limits(kernel, inputs, self._binding_limit())
         spec = catalog.get(kernel)
         problem = spec.problem(**dims)

@@ -3,28 +3,17 @@ output with the numpy reference. Only certified schedules may win."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from farm import catalog
 from farm.catalog import KernelSpec
 from farm.gpu import Device, GpuError
-from farm.launch import Prepared, prepare
+from farm.oracle.launch import Prepared, prepare
 from farm.parallel import numpy_pool
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
-
-
-@dataclass(frozen=True)
-class ErrorMetrics:
-    max_abs: float = 0.0
-    mean_abs: float = 0.0
-    rmse: float = 0.0
-    max_rel: float = 0.0
-
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
-
+from farm.trial import ErrorMetrics
 
 # Outputs above PARALLEL_MIN elements are compared in CHUNK-element pieces on the shared
 # numpy pool (farm.parallel; numpy releases the GIL): a 4096^2 gemm output took 0.43 s on

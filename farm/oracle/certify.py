@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from farm import catalog, oracle
+from farm import catalog
 from farm.gpu import Device
+from farm.oracle import compare as oracle
 
 
 @dataclass(frozen=True)

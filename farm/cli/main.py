@@ -26,7 +26,7 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
-    from farm.certify import certify_kernels, format_table
+    from farm.oracle.certify import certify_kernels, format_table
 
     kernels = _kernel_names(args)
     rows = certify_kernels(kernels, schedules=args.schedules, seed=args.seed)
@@ -41,7 +41,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from farm.bench import run_bench
+    from farm.cli.bench import run_bench
 
     kernels = args.kernels or catalog.names()
     out = Path(args.out) if args.out else None
@@ -50,14 +50,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep_recurrent(args: argparse.Namespace) -> int:
-    from farm.sweep import run_sweep, sweep_config_from_args
+    from farm.recurrent.sweep import run_sweep, sweep_config_from_args
 
     report = run_sweep(sweep_config_from_args(args))
     return 0 if all(c["step_consistency"]["strict_pass"] for c in report["cases"]) else 1
 
 
 def _sweep_case(text: str):
-    from farm.sweep import SweepCase
+    from farm.recurrent.sweep import SweepCase
 
     try:
         return SweepCase.parse(text)
@@ -159,7 +159,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from farm import jobs
+    from farm.cli import cluster as jobs
 
     if args.cluster_command == "stop":
         pids = jobs.stop_head(args.temp_dir)
@@ -195,7 +195,7 @@ def _add_serving_parsers(sub) -> None:
 def cmd_tune(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from farm.tune import TuneConfig, format_winners_table, parse_sizes, tune
+    from farm.tuning.campaign import TuneConfig, format_winners_table, parse_sizes, tune
 
     sizes = parse_sizes(args.sizes) if args.sizes else {}
     kernels = list(sizes) if sizes and not args.kernels and not args.all else _kernel_names(args)

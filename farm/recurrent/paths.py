@@ -4,7 +4,7 @@ a tensor framework would run, like-for-like timing, and stepwise consistency.
 Both paths take numpy inputs (query [B,H,T,L], value [B,VH,T,E], optional rho
 [B,H,L,E] and decay [H]) and return numpy (context [B,H,T,E], rho [B,H,L,E]).
 The math and the float64 reference live in `farm.catalog.recurrent`; the scaling sweep
-that times these paths against each other (`farm sweep recurrent`) lives in `farm.sweep`.
+that times these paths against each other (`farm sweep recurrent`) lives in `farm.recurrent.sweep`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import numpy as np
 from farm import catalog
 from farm.catalog.recurrent import check_shapes, reference_recurrent, sections, sweep_decay
 from farm.gpu import Buffer, Device, Pipeline, Timing
-from farm.launch import Prepared, prepare
-from farm.oracle import ErrorMetrics, error_metrics
+from farm.oracle.compare import error_metrics
+from farm.oracle.launch import Prepared, prepare
 from farm.schedule import Problem, Schedule
+from farm.trial import ErrorMetrics
 
 __all__ = [
     "BaselinePlan",

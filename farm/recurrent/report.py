@@ -8,15 +8,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from farm.sweep import SweepConfig
+from farm.recurrent.cases import CASE_FIELDS, SweepConfig
 
-
-CASE_FIELDS = ("batch", "heads", "value_heads", "time", "latent", "embd")
 SUMMARY_HEADER = (
     "case,embd,batch,heads,value_heads,time,latent,warmup,repetitions,extra_repetitions_applied,"
     "sampled_gpu_utilization_pct,baseline_ms,fused_ms,runtime_ms,fused_speedup_x,runtime_speedup_x,"
@@ -157,8 +153,9 @@ def record_report(config: SweepConfig, report: dict) -> int | None:
     """Record the sweep in SQL (farm.store.record_sweep) and as Parquet (cases and steps,
     partitioned by topology) under `<output dir>/parquet`, or `$FARM_HOME/artifacts` without
     an output dir; returns the SQL run id (None for a report without a topology)."""
-    from farm import artifacts, store
+    from farm import store
     from farm.gpu import HardwareProfile
+    from farm.store import parquet as artifacts
 
     if not report["topology_hash"]:
         return None

@@ -5,7 +5,7 @@ cluster without GPUs, CPU-adapter workers only when `allow_cpu`), and collects e
 worker's report (HardwareProfile, adapter mapping) before any work. Jobs go out in
 small batches, at most `max_in_flight` per worker, and come back through `ray.wait`.
 A worker is a threaded actor (ACTOR_THREADS): its next batch compiles and is timed while
-the previous one finishes its comparisons (see farm.worker), so two batches may be under
+the previous one finishes its comparisons (see farm.tuning.worker), so two batches may be under
 way at once and a fault can't be pinned on the oldest one by itself. The rules:
 
 - a batch running past `trial_timeout_s` per job: the actor is killed and replaced; a
@@ -31,11 +31,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from farm import catalog, nvidia
-from farm.gpu import CpuAdapterRefused, Device, HardwareProfile, Timing, enumerate_adapters, refuse_cpu
+from farm import catalog
+from farm.gpu import CpuAdapterRefused, Device, HardwareProfile, Timing, enumerate_adapters, nvidia, refuse_cpu
 from farm.schedule import Problem, Schedule, Status
 from farm.trial import TrialKey, TrialResult
-from farm.worker import Job, TrialBench
+from farm.tuning.worker import Job, TrialBench
 
 FORWARDED_ENV = ("FARM_EXTRA_KERNELS", "FARM_ADAPTER")
 _POLL_S = 0.5

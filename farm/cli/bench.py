@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from farm import catalog, oracle
+from farm import catalog
 from farm.gpu import Device, refuse_cpu
-from farm.launch import prepare
+from farm.oracle import compare as oracle
+from farm.oracle.launch import prepare
 from farm.schedule import Problem, Schedule
 
 COPY_WGSL = """

@@ -12,7 +12,7 @@ most MAX_PENDING comparisons or PENDING_BYTES of held outputs outstanding per ba
 timing of a schedule that fails its comparison is discarded). An idle GPU drops its
 clocks, so a CPU-bound loop of compare-then-time would measure slow clocks and waste the GPU.
 
-Batches overlap: `evaluate` may be called from several threads (`farm.cluster.GpuWorker`
+Batches overlap: `evaluate` may be called from several threads (`farm.tuning.cluster.GpuWorker`
 is a threaded actor with two batches in flight). One lock (the GPU lock) serializes
 everything that uses the GPU: a batch's trial loop from its first trial to its last,
 `remeasure`, and `exclusive()` (sweep work); two timings never share the GPU. A batch
@@ -26,7 +26,7 @@ Failures become typed results: InvalidSchedule -> invalid_schedule, compile/pipe
 GpuError -> compile_error, any other GpuError -> runtime_error, outputs outside
 tolerance -> wrong_result. Anything else is a bug in a kernel spec and propagates.
 
-`farm.cluster.GpuWorker` wraps a TrialBench in a Ray actor.
+`farm.tuning.cluster.GpuWorker` wraps a TrialBench in a Ray actor.
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ import numpy as np
 from farm import catalog
 from farm.catalog import KernelSpec, Launch, check_launch
 from farm.gpu import Buffer, Device, GpuError, PendingRead, Pipeline, Timing
-from farm.launch import Prepared, compile_launch
-from farm.oracle import Certification, ErrorMetrics, compare
+from farm.oracle.compare import Certification, compare
+from farm.oracle.launch import Prepared, compile_launch
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
-from farm.trial import TrialKey, TrialResult
+from farm.trial import ErrorMetrics, TrialKey, TrialResult
 
 # Trials whose pipelines compile (on as many threads) while the current one runs: a gemm
 # pipeline takes the H200's driver about as long to compile as 1-4 trials take to run.
@@ -66,7 +66,7 @@ CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per 
 
 class StageTimes:
     """Seconds spent per stage, summed over the threads running batches, and trials: where
-    a worker's time goes (`farm.cluster.WorkerPool.stage_times`, benchmarks/throughput.py).
+    a worker's time goes (`farm.tuning.cluster.WorkerPool.stage_times`, benchmarks/throughput.py).
 
     Stages under the GPU lock (compile_wait, prepare, run, time, map, certify_wait, and
     launch but for a batch's first COMPILE_AHEAD launches, built before it takes the lock)
@@ -356,7 +356,7 @@ class TrialBench:
         return launch
 
     def _prepare(self, spec: KernelSpec, job: Job, launch: Launch | None = None) -> Prepared:
-        """Like farm.launch.prepare, but input arrays the spec passes through unchanged reuse
+        """Like farm.oracle.launch.prepare, but input arrays the spec passes through unchanged reuse
         buffers uploaded once per (kernel, problem, seed); outputs reuse cached buffers.
         `launch` is the one built when the pipeline was compiled ahead, if it was. Under
         the GPU lock: it allocates and uploads, and the entry's buffer dicts are the lock's."""

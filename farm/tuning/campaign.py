@@ -1,7 +1,7 @@
 """The campaign: kernels x problems x schedule candidates, per topology, into SQL + Parquet.
 
 For every topology the pool's workers report, and every (kernel, problem) of the
-campaign, the default schedule is tried first, then a strategy (farm.search) proposes
+campaign, the default schedule is tried first, then a strategy (farm.tuning.search) proposes
 batches from the kernel's schedule space within the budget. Trial keys already in the
 database are not run again: their recorded results are replayed to the strategy, which
 is what makes a re-run of a killed campaign resume where it stopped. Results are
@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from farm import artifacts, catalog, store
-from farm.cluster import WorkerFailure, WorkerPool
+from farm import catalog, store
 from farm.gpu import HardwareProfile, Timing
-from farm.oracle import ErrorMetrics
 from farm.schedule import Problem, Schedule, Status
-from farm.search import Budget, strategy
 from farm.store import WinnerRecord
-from farm.trial import TrialKey, TrialResult
-from farm.worker import Job, format_stage_report
+from farm.store import parquet as artifacts
+from farm.trial import ErrorMetrics, TrialKey, TrialResult
+from farm.tuning.cluster import WorkerFailure, WorkerPool
+from farm.tuning.search import Budget, strategy
+from farm.tuning.worker import Job, format_stage_report
 
 CPU_BUDGET = 8  # schedules per (kernel, problem) on a CPU adapter, besides the default
 FLUSH_EVERY = 16  # record buffered trials after this many results ...

@@ -1,0 +1,250 @@
+"""A Ray head node for `ray job submit`, with Ray 2.60's token authentication handled.
+
+Ray 2.60 decides token auth per process from `RAY_AUTH_MODE`:
+
+* `ray.init()` starting a *new local* cluster turns token auth on and writes a token to
+  `~/.ray/auth_token` when none exists (so any earlier local `farm tune` leaves one behind);
+* `ray start --head` turns it on when `RAY_AUTH_MODE` is unset *and* a token exists
+  (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`), otherwise it runs open;
+* `ray job submit` / `JobSubmissionClient` only send the token when `RAY_AUTH_MODE=token`
+  is set in *their* environment; otherwise the dashboard answers 401 "Missing authentication token".
+
+`start_head` therefore always starts the head with token auth on (generating the token when
+missing) and `submission_env` is what the submitting shell must export. Jobs inherit the
+head's environment, so a `farm tune` entrypoint connects to the cluster with the token.
+
+The dashboard (job API) binds to 127.0.0.1 unless a host is given. Ray's own gRPC servers
+(GCS, raylet, object manager) always listen on every interface; the token is what guards them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ray.job_submission import JobStatus, JobSubmissionClient
+
+DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
+TERMINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
+# `ray start` flags for the ports a head opens besides the GCS and the dashboard.
+EXTRA_PORT_FLAGS = (
+    "ray_client_server_port",
+    "dashboard_agent_listen_port",
+    "dashboard_agent_grpc_port",
+    "runtime_env_agent_port",
+    "metrics_export_port",
+    "node_manager_port",
+    "object_manager_port",
+)
+
+
+@dataclass(frozen=True)
+class HeadNode:
+    """A running head: where its job API answers and which token guards it."""
+
+    dashboard_url: str
+    gcs_port: int
+    temp_dir: Path
+    token_path: Path
+
+
+def token_path(path: str | os.PathLike | None = None) -> Path:
+    """The token file Ray reads: `path` → `$RAY_AUTH_TOKEN_PATH` → `~/.ray/auth_token`."""
+    if path is not None:
+        return Path(path)
+    env = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    return Path(env) if env else DEFAULT_TOKEN_PATH
+
+
+def ensure_token(path: str | os.PathLike | None = None) -> Path:
+    """Return the token file, creating it (mode 0600, 64 hex chars, like Ray's) when missing or empty."""
+    target = token_path(path)
+    if target.exists() and target.read_text().strip():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    return target
+
+
+def read_token(path: str | os.PathLike | None = None) -> str:
+    """The token text; raises FileNotFoundError naming the file when there is none."""
+    target = token_path(path)
+    text = target.read_text().strip() if target.exists() else ""
+    if not text:
+        raise FileNotFoundError(f"no Ray auth token in {target}; start the head with `farm cluster start`")
+    return text
+
+
+def ray_executable() -> str:
+    """The `ray` script next to this interpreter (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "ray"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("ray")
+    if found is None:
+        raise FileNotFoundError("the `ray` command is not installed next to this Python nor on PATH")
+    return found
+
+
+def head_command(
+    host: str = "127.0.0.1",
+    port: int = 6379,
+    dashboard_port: int = 8265,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    temp_dir: str | os.PathLike | None = None,
+    extra_ports: dict[str, int] | None = None,
+) -> list[str]:
+    """The `ray start --head` argv; `extra_ports` maps names in EXTRA_PORT_FLAGS to ports."""
+    unknown = sorted(set(extra_ports or {}) - set(EXTRA_PORT_FLAGS))
+    if unknown:
+        raise ValueError(f"unknown ray start port(s) {unknown}; known: {list(EXTRA_PORT_FLAGS)}")
+    argv = [ray_executable(), "start", "--head", "--node-ip-address", host, "--dashboard-host", host]
+    argv += ["--port", str(port), "--dashboard-port", str(dashboard_port), "--disable-usage-stats"]
+    if num_cpus is not None:
+        argv += ["--num-cpus", str(num_cpus)]
+    if num_gpus is not None:
+        argv += ["--num-gpus", str(num_gpus)]
+    if temp_dir is not None:
+        argv += ["--temp-dir", str(temp_dir)]
+    for name, value in sorted((extra_ports or {}).items()):
+        argv += ["--" + name.replace("_", "-"), str(value)]
+    return argv
+
+
+def head_env(token_file: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for `ray start`: token auth on, this venv's bin first on PATH (jobs find `farm`)."""
+    env = dict(os.environ if base is None else base)
+    env["RAY_AUTH_MODE"] = "token"
+    env["RAY_AUTH_TOKEN_PATH"] = str(token_file)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def start_head(
+    host: str = "127.0.0.1",
+    port: int = 6379,
+    dashboard_port: int = 8265,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    temp_dir: str | os.PathLike | None = None,
+    extra_ports: dict[str, int] | None = None,
+    token_file: str | os.PathLike | None = None,
+    timeout_s: float = 120.0,
+) -> HeadNode:
+    """Start a token-authenticated Ray head node (daemonized by `ray start`).
+
+    Raises RuntimeError with the tail of Ray's output when `ray start` fails.
+    """
+    token = ensure_token(token_file)
+    argv = head_command(host, port, dashboard_port, num_cpus, num_gpus, temp_dir, extra_ports)
+    proc = subprocess.run(argv, env=head_env(token), capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise RuntimeError(f"`{' '.join(argv)}` failed with exit code {proc.returncode}:\n{tail}")
+    return HeadNode(
+        dashboard_url=f"http://{host}:{dashboard_port}",
+        gcs_port=port,
+        temp_dir=Path(temp_dir) if temp_dir is not None else Path("/tmp/ray"),
+        token_path=token,
+    )
+
+
+def submission_env(head: HeadNode) -> dict[str, str]:
+    """What a shell exports so that `ray job submit` reaches this head and sends its token."""
+    env = {"RAY_AUTH_MODE": "token", "RAY_API_SERVER_ADDRESS": head.dashboard_url}
+    if head.token_path != DEFAULT_TOKEN_PATH:
+        env["RAY_AUTH_TOKEN_PATH"] = str(head.token_path)
+    return env
+
+
+def instructions(head: HeadNode) -> str:
+    """The exact lines a user types next, printed by `farm cluster start`."""
+    exports = "\n".join(f"export {k}={v}" for k, v in submission_env(head).items())
+    return (
+        f"Ray head running; job API at {head.dashboard_url} (token auth, token in {head.token_path}).\n"
+        f"In the shell you submit from:\n\n{exports}\n"
+        "ray job submit --working-dir . -- farm tune gemv --budget 8\n\n"
+        f"Stop it with: farm cluster stop --temp-dir {head.temp_dir}"
+    )
+
+
+def job_client(dashboard_url: str, token_file: str | os.PathLike | None = None) -> JobSubmissionClient:
+    """A JobSubmissionClient that sends the head's token whatever this process's RAY_AUTH_MODE."""
+    headers = {"Authorization": f"Bearer {read_token(token_file)}"}
+    return JobSubmissionClient(dashboard_url, headers=headers)
+
+
+def wait_for_job(client: JobSubmissionClient, job_id: str, timeout_s: float = 300.0) -> JobStatus:
+    """Poll until the job reaches SUCCEEDED/FAILED/STOPPED; TimeoutError names the job and its last status."""
+    deadline = time.monotonic() + timeout_s
+    status = client.get_job_status(job_id)
+    while status not in TERMINAL_STATUSES:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} still {status} after {timeout_s:.0f}s")
+        time.sleep(1.0)
+        status = client.get_job_status(job_id)
+    return status
+
+
+def head_pids(temp_dir: str | os.PathLike) -> list[int]:
+    """Processes of the head started with `temp_dir` (their command line names it) and their descendants."""
+    marker = str(Path(temp_dir))
+    parents: dict[int, int] = {}
+    roots: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        mentions = f"{marker}/" in cmdline or f"{marker} " in cmdline + " "
+        if mentions and int(entry.name) != os.getpid():
+            roots.append(int(entry.name))
+    found = set(roots)
+    frontier = list(roots)
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in found]
+        found.update(children)
+        frontier.extend(children)
+    return sorted(found)
+
+
+def stop_head(temp_dir: str | os.PathLike, grace_s: float = 10.0) -> list[int]:
+    """Stop only the head node that uses `temp_dir` (unlike `ray stop`, which kills every Ray process
+    on the machine): SIGTERM, then SIGKILL after `grace_s`. Returns the pids signalled."""
+    pids = head_pids(temp_dir)
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    _signal_all([pid for pid in pids if _alive(pid)], signal.SIGKILL)
+    return pids
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

@@ -1,0 +1,217 @@
+"""Timing: the value a timed dispatch yields, and the rules that decide when a GPU must
+be warmed up before its timed reps (clocks drop while it idles). `TimedDevice` is the
+timing half of `farm.gpu.device.Device`, which inherits it: it needs the device's
+`dispatch_many`, `wait_idle`, `_encode_pass` and wgpu handles, and nothing else does."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from farm.gpu.adapter import GpuError
+
+# GPU warm-up (Device._warm_up): idle gaps after which clocks have dropped, the agreement
+# between consecutive warm-up rounds that counts as steady, and the least round length.
+HOT_GAP_S = 0.25
+HOT_SPAN_S = 0.02  # a timing at least this long, ended under HOT_GAP_S ago: no warm-up rounds
+# Nor when timings kept the GPU busy for HOT_BUSY of the last HOT_WINDOW_S (back-to-back
+# short trials keep the clocks up as one long timing does; a GPU busy less than that may
+# be dropping them, and the rounds, themselves busy, bring the share back up).
+HOT_WINDOW_S = 0.1
+HOT_BUSY = 0.5
+LONG_IDLE_S = 1.0
+WARM_STEADY = 0.03
+WARM_ROUND_S = 0.01
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-dispatch times in nanoseconds over `reps` measured runs after warm-up."""
+
+    median_ns: float
+    p20_ns: float
+    p80_ns: float
+    min_ns: float
+    reps: int
+    method: str  # "timestamp" (GPU) or "host"
+
+    @classmethod
+    def from_samples(cls, samples: list[float], method: str) -> Timing:
+        ordered = sorted(samples)
+        return cls(
+            median_ns=float(statistics.median(ordered)),
+            p20_ns=float(_quantile(ordered, 0.2)),
+            p80_ns=float(_quantile(ordered, 0.8)),
+            min_ns=float(ordered[0]),
+            reps=len(ordered),
+            method=method,
+        )
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    return float(np.quantile(np.asarray(ordered, dtype=np.float64), q))
+
+
+class TimedDevice:
+    """Timing methods of a Device (mixed into it); state set up by `_init_timing`."""
+
+    def _init_timing(self, gpu: bool) -> None:
+        # Warm-up before timing on a GPU, whose clocks drop while it idles (the CPU
+        # certifying, computing a reference) and take a while to come back: at least
+        # warm_s of work after a short idle gap, warm_idle_s after a long one, then until two
+        # consecutive rounds agree, at most warm_max_s. A CPU adapter has no such ramp,
+        # and tests on lavapipe stay fast.
+        self.warm_s = 0.05 if gpu else 0.0
+        self.warm_idle_s = 0.25 if gpu else 0.0
+        self.warm_max_s = 1.0 if gpu else 0.0
+        self._busy_until = 0.0  # time.perf_counter() when timed work last finished
+        self._busy_span = 0.0  # seconds that the last timed work (warm-up and reps) lasted
+        self._recent: deque[tuple[float, float]] = deque()  # (start, end) of recent timings
+        self.warm_spent_s = 0.0  # seconds spent warming up, all timings together
+
+    def time_calls(self, calls: list, warmup: int = 2, reps: int = 10, schedule: Any = None) -> Timing:
+        """Time a submission of (pipeline, bind_group, groups) passes, one submission per rep.
+
+        Warm-up is `warmup` submissions and then, on GPUs, rounds of growing batches until two
+        consecutive rounds agree within WARM_STEADY, after at least warm_s (idle since the
+        last timing over HOT_GAP_S) or warm_idle_s (idle over LONG_IDLE_S) and at most
+        warm_max_s: a GPU idle between trials drops to idle clocks, and a few short warm-up
+        dispatches would not bring it back (seen on the H200: 2.5-5x slower trials, also
+        after 50 ms of warm-up when the GPU had idled for seconds). No rounds when the last
+        timing lasted HOT_SPAN_S or more and ended under HOT_GAP_S ago: the GPU is at its
+        clocks (gemm 4096^3 trials back to back), nor while timings have kept the GPU busy
+        for HOT_BUSY of the last HOT_WINDOW_S (a tuning worker's back-to-back short trials:
+        gemv 4096^2 trials spent 13 of their 21 ms in rounds). A GPU that ran only short
+        kernels now and then is not: skipping the rounds after 7 reps of a 50 us kernel
+        measured the H200 5x slow.
+        With timestamp queries the sample is GPU time from the start of the first pass to
+        the end of the last ("timestamp"); otherwise host wall time around a synchronous
+        submission ("host").
+        """
+        if reps < 1:
+            raise ValueError(f"reps must be >= 1, got {reps}")
+        begin = time.perf_counter()
+        self._warm_up(calls, warmup, schedule)
+        try:
+            if self.timestamps:
+                return Timing.from_samples(self._timestamp_samples(calls, reps, schedule), "timestamp")
+            self.wait_idle()  # the warm-up submissions are not part of the first sample
+            samples = []
+            for _ in range(reps):
+                start = time.perf_counter_ns()
+                self.dispatch_many(calls, schedule)
+                samples.append(float(time.perf_counter_ns() - start))
+            return Timing.from_samples(samples, "host")
+        finally:
+            self._mark_busy(begin, time.perf_counter())
+
+    def _warm_up(self, calls: list, warmup: int, schedule: Any) -> None:
+        for _ in range(max(warmup, 0)):
+            self.dispatch_many(calls, schedule, wait=False)  # the queue runs them before the timed reps
+        if self.warm_s <= 0:
+            return
+        now = time.perf_counter()
+        if now - self._busy_until < HOT_GAP_S and self._busy_span >= HOT_SPAN_S:
+            return  # long work that ended a moment ago: clocks are up, the timed reps can start
+        if self._recent_busy(now) >= HOT_BUSY * HOT_WINDOW_S:
+            return  # busy most of the last HOT_WINDOW_S: the clocks are up too
+        # Rounds compare per-call times: the queue (a certification run, the counted warm-up)
+        # must be empty first, or the first round reads slow and one more round is spent.
+        self.wait_idle()
+        start = time.perf_counter()
+        try:
+            self._warm_rounds(calls, schedule, start)
+        finally:
+            self.warm_spent_s += time.perf_counter() - start
+
+    def keep_busy(self, calls: list, seconds: float, schedule: Any = None) -> float:
+        """Dispatch the (pipeline, bind_group, groups) passes in growing batches for at least
+        `seconds` (GPUs only; returns the seconds spent). After the GPU idled for a while
+        (a tuning campaign between a problem's last trials and its finalists'
+        re-measurement), the H200 can take longer than the warm-up rounds to reach its
+        clocks, and two rounds at low clocks agree: re-measured medians of short kernels
+        read up to 2.3x their bench time."""
+        if self.warm_s <= 0 or seconds <= 0:
+            return 0.0
+        start = time.perf_counter()
+        batch = 1
+        while time.perf_counter() - start < seconds:
+            t0 = time.perf_counter()
+            self.dispatch_many(calls * batch, schedule)
+            if time.perf_counter() - t0 < WARM_ROUND_S:
+                batch = min(batch * 2, 4096)
+        end = time.perf_counter()
+        self._mark_busy(start, end)
+        self.warm_spent_s += end - start
+        return end - start
+
+    def _mark_busy(self, start: float, end: float) -> None:
+        """Record timed work from `start` to `end` (what the warm-up rules look back on)."""
+        self._busy_until, self._busy_span = end, end - start
+        self._recent.append((start, end))
+        self._drop_old(end)
+
+    def _drop_old(self, now: float) -> None:
+        while self._recent and self._recent[0][1] <= now - HOT_WINDOW_S:
+            self._recent.popleft()
+
+    def _recent_busy(self, now: float) -> float:
+        """Seconds of the last HOT_WINDOW_S spent in timed work."""
+        self._drop_old(now)
+        since = now - HOT_WINDOW_S
+        return sum(min(end, now) - max(start, since) for start, end in self._recent)
+
+    def _warm_rounds(self, calls: list, schedule: Any, start: float) -> None:
+        idle = start - self._busy_until
+        least = 0.0 if idle < HOT_GAP_S else self.warm_s if idle < LONG_IDLE_S else self.warm_idle_s
+        batch, previous = 1, None
+        while True:
+            t0 = time.perf_counter()
+            self.dispatch_many(calls * batch, schedule)
+            now = time.perf_counter()
+            per_call = (now - t0) / batch
+            if now - start >= self.warm_max_s:
+                return
+            steady = previous is not None and abs(per_call - previous) <= WARM_STEADY * previous
+            if now - start >= least and steady:
+                return
+            previous = per_call
+            if now - t0 < WARM_ROUND_S:
+                batch = min(batch * 2, 4096)
+
+    def _timestamp_samples(self, calls: list, reps: int, schedule: Any) -> list[float]:
+        wgpu = self._wgpu
+        label = calls[0][0].label if calls else ""
+        last = len(calls) - 1
+        try:
+            query_set = self.device.create_query_set(type="timestamp", count=2 * reps)
+            resolve = self.device.create_buffer(
+                size=16 * reps, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+            )
+            for rep in range(reps):
+                encoder = self.device.create_command_encoder()
+                for index, (pipeline, bind_group, groups) in enumerate(calls):
+                    writes = {"query_set": query_set}
+                    if index == 0:
+                        writes["beginning_of_pass_write_index"] = 2 * rep
+                    if index == last:
+                        writes["end_of_pass_write_index"] = 2 * rep + 1
+                    self._encode_pass(encoder, pipeline, bind_group, groups, writes if len(writes) > 1 else None)
+                self.device.queue.submit([encoder.finish()])
+            encoder = self.device.create_command_encoder()
+            encoder.resolve_query_set(query_set, 0, 2 * reps, resolve, 0)
+            self.device.queue.submit([encoder.finish()])
+            stamps = np.frombuffer(bytes(self.device.queue.read_buffer(resolve)), dtype=np.uint64)
+            resolve.destroy()
+            query_set.destroy()
+        except GpuError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise GpuError("dispatch", f"timed dispatch: {exc}", label, schedule) from exc
+        deltas = stamps[1::2].astype(np.int64) - stamps[0::2].astype(np.int64)
+        return [float(max(d, 0)) for d in deltas]
