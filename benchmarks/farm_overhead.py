@@ -28,9 +28,9 @@ from farm import catalog, store
 from farm.gpu import Buffer, Device, benchmark_device
 from farm.oracle.launch import Prepared, compile_launch
 from farm.schedule import Problem
-from farm.tuning.campaign import recorded
-from farm.tuning.cluster import WorkerPool
-from farm.tuning.worker import Job
+from farm.tuning.job import Job
+from farm.tuning.pool import WorkerPool
+from farm.tuning.recording import recorded
 
 IDLE_BEFORE_PASS_S = 0.5  # same GPU state at the start of every pass (see the docstring)
 
@@ -96,7 +96,7 @@ def farm_path(spec, problem: Problem, schedules, warmup: int, reps: int, allow_c
                 pass
             passes[name] = (time.perf_counter() - start) / len(jobs)
             after = _stage_seconds(pool)
-            # where the workers' time went this pass, ms per trial (farm.tuning.worker.StageTimes)
+            # where the workers' time went this pass, ms per trial (farm.tuning.job.StageTimes)
             passes[f"{name}_stages_ms"] = {
                 stage: round((after[stage] - before.get(stage, 0.0)) * 1e3 / len(jobs), 2) for stage in sorted(after)
             }

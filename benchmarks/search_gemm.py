@@ -20,8 +20,9 @@ from pathlib import Path
 from farm import catalog
 from farm.gpu import benchmark_device
 from farm.trial import TrialResult
+from farm.tuning.bench import TrialBench
+from farm.tuning.job import Job
 from farm.tuning.search import Budget, model_based, random_search
-from farm.tuning.worker import Job, TrialBench
 
 
 def memoized_evaluate(bench: TrialBench, problem, reps: int, cache: dict[str, TrialResult]):

@@ -11,7 +11,7 @@ scaling efficiency against one GPU, each worker's GPU (Ray GPU id -> Vulkan adap
 nvidia-smi's placement check), each GPU's mean utilization while tuning, the driver's CPU
 use, the driver's time in SQL and Parquet writes (is collection the bottleneck?), and
 each worker's milliseconds per trial by stage (waiting for the compile, run + readback,
-timing incl. warm-up, waiting for certification, for the GPU lock; farm.tuning.worker.StageTimes).
+timing incl. warm-up, waiting for certification, for the GPU lock; farm.tuning.job.StageTimes).
 
     python benchmarks/throughput.py --gpus 1,2 --configs 288 --reps 7 --out /tmp/throughput
 
@@ -34,9 +34,9 @@ from pathlib import Path
 from farm import catalog, store
 from farm.gpu import benchmark_device
 from farm.schedule import Problem, Schedule
-from farm.tuning.campaign import recorded
-from farm.tuning.cluster import WorkerPool
-from farm.tuning.worker import Job, format_stage_report
+from farm.tuning.job import Job, format_stage_report
+from farm.tuning.pool import WorkerPool
+from farm.tuning.recording import recorded
 
 
 class UtilSampler:

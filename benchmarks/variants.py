@@ -20,7 +20,8 @@ from pathlib import Path
 from farm import catalog
 from farm.gpu import benchmark_device
 from farm.schedule import Problem, Schedule
-from farm.tuning.worker import Job, TrialBench
+from farm.tuning.bench import TrialBench
+from farm.tuning.job import Job
 
 
 def s(**knobs: int) -> Schedule:

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from farm import catalog
+from farm.gpu import CpuAdapterRefused
 from farm.schedule import Schedule, Status
-from farm.tuning.cluster import CpuAdapterRefused, WorkerPool
-from farm.tuning.worker import Job
+from farm.tuning.job import Job
+from farm.tuning.pool import WorkerPool
 
 pytestmark = pytest.mark.slow
 
@@ -134,7 +135,7 @@ def test_a_fault_beside_another_batch_is_rerun_alone_before_any_verdict():
     never sent beside another batch."""
     from collections import deque
 
-    from farm.tuning.cluster import WorkerPool, _Batch, _Slot
+    from farm.tuning.dispatch import _Batch, _Slot
 
     class Actor:
         class evaluate:  # noqa: N801 - stands in for a Ray actor method
@@ -192,7 +193,7 @@ def test_a_cluster_without_gpus_is_refused_without_allow_cpu(pool):
 def test_guided_batches_shrink_towards_the_end_and_never_merge_retried_trials():
     from collections import deque
 
-    from farm.tuning.cluster import MAX_BATCH, WorkerPool, _Batch
+    from farm.tuning.dispatch import MAX_BATCH, _Batch
 
     pool = WorkerPool.__new__(WorkerPool)  # _take needs no Ray
     pool.max_in_flight = 2

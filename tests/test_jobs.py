@@ -163,10 +163,10 @@ def test_stop_head_stops_only_that_heads_processes(tmp_path):
 def test_driver_leaves_env_vars_the_job_already_sets_to_the_job(monkeypatch):
     import json
 
-    from farm.tuning import cluster
+    from farm.tuning import ray_session
 
     job = {"runtime_env": {"env_vars": {"XDG_RUNTIME_DIR": "/run/x", "FARM_ADAPTER": "0"}}}
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(job))
-    assert cluster._job_env_keys() == {"XDG_RUNTIME_DIR", "FARM_ADAPTER"}
+    assert ray_session.job_env_keys() == {"XDG_RUNTIME_DIR", "FARM_ADAPTER"}
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR")
-    assert cluster._job_env_keys() == set()
+    assert ray_session.job_env_keys() == set()

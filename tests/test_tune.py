@@ -12,15 +12,9 @@ from farm.gpu import Device
 from farm.schedule import Problem, Schedule, Status
 from farm.store import WinnerRecord
 from farm.trial import TrialKey, TrialResult
-from farm.tuning.campaign import (
-    CPU_BUDGET,
-    Progress,
-    TuneConfig,
-    format_winners_table,
-    parse_sizes,
-    plan,
-    result_from_row,
-)
+from farm.tuning.plan import CPU_BUDGET, TuneConfig, parse_sizes, plan
+from farm.tuning.recording import result_from_row
+from farm.tuning.report import Progress, format_winners_table
 
 
 def test_parse_sizes_reads_several_kernels_and_repeats():
@@ -115,7 +109,8 @@ def test_recorded_rows_replay_as_trial_results():
 
 
 def test_trial_bench_reuses_uploaded_inputs_across_schedules(device: Device):
-    from farm.tuning.worker import Job, TrialBench
+    from farm.tuning.bench import TrialBench
+    from farm.tuning.job import Job
 
     bench = TrialBench(device, compile_ahead=True)
     spec = catalog.get("gemv")
@@ -132,7 +127,8 @@ def test_trial_bench_reuses_uploaded_inputs_across_schedules(device: Device):
 def test_trial_bench_certifies_topk_against_each_schedules_own_block_size(device: Device):
     """topk's reference depends on the block (= workgroup_size): one cached reference for the
     problem would fail every schedule but the first."""
-    from farm.tuning.worker import Job, TrialBench
+    from farm.tuning.bench import TrialBench
+    from farm.tuning.job import Job
 
     bench = TrialBench(device, compile_ahead=False)
     problem = catalog.get("topk").problem(n=1000, k=4)
@@ -147,7 +143,7 @@ class TwoTopologyPool:
     both backed by the local device: what a campaign sees on a mixed cluster."""
 
     def __init__(self, device: Device):
-        from farm.tuning.worker import TrialBench
+        from farm.tuning.bench import TrialBench
 
         self.bench = TrialBench(device, compile_ahead=False)
         other = replace(device.profile, device_name="Other GPU 9000", driver_description="other 1.0")
@@ -196,7 +192,7 @@ def test_a_campaign_tunes_each_topology_separately_and_stores_winners_per_topolo
 
 
 def test_format_workers_names_each_workers_gpu_and_placement():
-    from farm.tuning.campaign import format_workers
+    from farm.tuning.report import format_workers
 
     reports = {
         "gpu1": {
@@ -227,7 +223,8 @@ def test_format_workers_names_each_workers_gpu_and_placement():
 
 
 def test_trial_bench_builds_each_launch_once_when_compiling_ahead(device: Device, monkeypatch):
-    from farm.tuning.worker import Job, TrialBench
+    from farm.tuning.bench import TrialBench
+    from farm.tuning.job import Job
 
     spec = catalog.get("gemv")
     calls = []
@@ -257,7 +254,7 @@ def test_tune_gpus_flag_takes_a_positive_count(capsys):
 
 
 def test_pool_refuses_a_gpu_cap_below_one():
-    from farm.tuning.cluster import WorkerPool
+    from farm.tuning.pool import WorkerPool
 
     with pytest.raises(ValueError, match="gpus=0"):
         WorkerPool(allow_cpu=True, gpus=0)
@@ -279,11 +276,11 @@ def test_trial_recorder_writes_every_flush_every_trials_and_the_rest_on_flush(tm
     from test_store_support import profile, trial
 
     from farm import store
-    from farm.tuning.campaign import FLUSH_EVERY, TrialRecorder, recorded
+    from farm.tuning.recording import FLUSH_EVERY, TrialRecorder, recorded
 
     db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
     topo = store.upsert_topology(db, profile())
-    monkeypatch.setattr("farm.tuning.campaign.FLUSH_INTERVAL_S", 3600.0)  # by count only
+    monkeypatch.setattr("farm.tuning.recording.FLUSH_INTERVAL_S", 3600.0)  # by count only
     flushes = []
     recorder = TrialRecorder(db, None, tmp_path / "artifacts", on_flush=lambda: flushes.append(len(recorder.buffer)))
     results = [trial(topo, wg) for wg in range(1, FLUSH_EVERY + 4)]

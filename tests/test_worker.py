@@ -6,10 +6,12 @@ from __future__ import annotations
 import faulty_kernels  # noqa: F401  (registers the fault_* kernels)
 import pytest
 
-import farm.tuning.worker as worker_module
+import farm.tuning.bench as bench_module
 from farm import catalog
 from farm.schedule import Schedule, Status
-from farm.tuning.worker import Job, TrialBench
+from farm.tuning import checking
+from farm.tuning.bench import TrialBench
+from farm.tuning.job import Job
 
 
 @pytest.fixture
@@ -30,8 +32,8 @@ def _gemv_jobs(kernel: str, count: int) -> list[Job]:
 def test_results_keep_job_order_across_more_trials_than_pending_comparisons(bench, monkeypatch, limits):
     # past MAX_PENDING trials, or PENDING_BYTES of held outputs (0: every trial waits for
     # the oldest comparison still running), the loop waits; order and verdicts are kept
-    monkeypatch.setattr(worker_module, "MAX_PENDING", limits[0])
-    monkeypatch.setattr(worker_module, "PENDING_BYTES", limits[1])
+    monkeypatch.setattr(bench_module, "MAX_PENDING", limits[0])
+    monkeypatch.setattr(bench_module, "PENDING_BYTES", limits[1])
     good = _gemv_jobs("gemv", 4 + 3)
     wrong = _gemv_jobs("fault_wrong", 2)
     invalid = Job("gemv", good[0].problem, Schedule.of(workgroup_size=48, threads_per_row=5), 0, 0, 2)
@@ -92,7 +94,7 @@ def test_two_batches_from_two_threads_overlap_but_never_share_the_gpu(bench, mon
     order: list[str] = []  # batch of each trial, in the order the trials ran
     b_compiled_while_a_on_gpu: list[bool] = []
     drained_under_lock: list[bool] = []
-    real_trial, real_ahead, real_result = fresh._trial, fresh._compile_ahead, worker_module._Pending.result
+    real_trial, real_ahead, real_result = fresh._trial, fresh._compile_ahead, checking.PendingTrial.result
 
     def trial(job, ahead):
         assert fresh._gpu.locked()
@@ -115,7 +117,7 @@ def test_two_batches_from_two_threads_overlap_but_never_share_the_gpu(bench, mon
 
     monkeypatch.setattr(fresh, "_trial", trial)
     monkeypatch.setattr(fresh, "_compile_ahead", compile_ahead)
-    monkeypatch.setattr(worker_module._Pending, "result", result)
+    monkeypatch.setattr(checking.PendingTrial, "result", result)
     got: dict[str, list] = {}
     thread_a = threading.Thread(target=lambda: got.update(A=fresh.evaluate(batch_a)), name="A")
     thread_b = threading.Thread(target=lambda: got.update(B=fresh.evaluate(batch_b)), name="B")
@@ -193,7 +195,7 @@ def test_held_bytes_count_only_comparisons_still_running():
     done, running = Future(), Future()
     done.set_result(None)
     pending = [
-        worker_module._Pending(None, None, done, None, 100),
-        worker_module._Pending(None, None, running, None, 7),
+        checking.PendingTrial(None, None, done, None, 100),
+        checking.PendingTrial(None, None, running, None, 7),
     ]
-    assert worker_module._held(pending) == 7
+    assert checking.held_bytes(pending) == 7

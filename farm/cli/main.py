@@ -195,7 +195,9 @@ def _add_serving_parsers(sub) -> None:
 def cmd_tune(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from farm.tuning.campaign import TuneConfig, format_winners_table, parse_sizes, tune
+    from farm.tuning.campaign import tune
+    from farm.tuning.plan import TuneConfig, parse_sizes
+    from farm.tuning.report import format_winners_table
 
     sizes = parse_sizes(args.sizes) if args.sizes else {}
     kernels = list(sizes) if sizes and not args.kernels and not args.all else _kernel_names(args)

@@ -1,2 +1,6 @@
-"""Campaigns on Ray: the worker pool (`cluster`), each GPU's trial bench (`worker`), the
-search strategies (`search`) and the campaign that ties them to the store (`campaign`)."""
+"""Campaigns on Ray. The driver side: the campaign that ties everything to the store
+(`campaign`), what it plans (`plan`), records (`recording`) and prints (`report`), the
+search strategies (`search`), the worker pool (`pool`) with its batch loop and failure
+rules (`dispatch`) and its Ray connection (`ray_session`). The worker side: the Ray actor
+and its GPU mapping (`actors`), each GPU's trial bench (`bench`) with its checker threads'
+work (`checking`), and what a worker is asked and how it accounts its time (`job`)."""

@@ -1,208 +1,35 @@
 """The campaign: kernels x problems x schedule candidates, per topology, into SQL + Parquet.
 
 For every topology the pool's workers report, and every (kernel, problem) of the
-campaign, the default schedule is tried first, then a strategy (farm.tuning.search) proposes
-batches from the kernel's schedule space within the budget. Trial keys already in the
-database are not run again: their recorded results are replayed to the strategy, which
-is what makes a re-run of a killed campaign resume where it stopped. Results are
-recorded as they arrive. Then the winner: the best few certified trials and the default
-are re-measured interleaved on one worker; the best median among them wins and is
-stored with its speedup over the default.
+campaign (farm.tuning.plan), the default schedule is tried first, then a strategy
+(farm.tuning.search) proposes batches from the kernel's schedule space within the budget.
+Trial keys already in the database are not run again: their recorded results are replayed
+to the strategy, which is what makes a re-run of a killed campaign resume where it
+stopped. Results are recorded as they arrive (farm.tuning.recording). Then the winner: the
+best few certified trials and the default are re-measured interleaved on one worker; the
+best median among them wins and is stored with its speedup over the default. `tune` runs
+one campaign end to end; what it prints is farm.tuning.report's.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import sys
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 from farm import catalog, store
-from farm.gpu import HardwareProfile, Timing
-from farm.schedule import Problem, Schedule, Status
+from farm.gpu import HardwareProfile
+from farm.schedule import Schedule
 from farm.store import WinnerRecord
 from farm.store import parquet as artifacts
-from farm.trial import ErrorMetrics, TrialKey, TrialResult
-from farm.tuning.cluster import WorkerFailure, WorkerPool
+from farm.trial import TrialResult
+from farm.tuning.job import Job
+from farm.tuning.plan import Task, TuneConfig, notice_cpu, plan
+from farm.tuning.pool import WorkerFailure, WorkerPool
+from farm.tuning.recording import TrialRecorder, result_from_row
+from farm.tuning.report import Progress, format_stage_times, format_workers
 from farm.tuning.search import Budget, strategy
-from farm.tuning.worker import Job, format_stage_report
-
-CPU_BUDGET = 8  # schedules per (kernel, problem) on a CPU adapter, besides the default
-FLUSH_EVERY = 16  # record buffered trials after this many results ...
-FLUSH_INTERVAL_S = 1.0  # ... or this long since the last write, whichever comes first
-
-
-@dataclass(frozen=True)
-class TuneConfig:
-    kernels: tuple[str, ...]
-    sizes: dict[str, list[Problem]] = field(default_factory=dict)
-    strategy: str = "model"
-    budget: int | None = None
-    reps: int = 10
-    warmup: int = 2
-    seed: int = 0
-    finalists: int = 3
-    rounds: int = 5
-    out: Path | None = None
-
-
-@dataclass
-class Task:
-    """One (topology, kernel, problem) to tune: its candidate space and trial budget."""
-
-    topology: str
-    kernel: str
-    problem: Problem
-    space: list[Schedule]
-    budget: int | None
-    capped_from: int | None = None
-    excluded: int = 0  # schedules of the kernel's space that fail its checks for this problem
-
-    @property
-    def trials(self) -> int:
-        """Trials this task runs: the default plus at most `budget` of the space."""
-        return 1 + min(len(self.space), self.budget if self.budget is not None else len(self.space))
-
-
-def parse_sizes(text: str) -> dict[str, list[Problem]]:
-    """`gemm:m=64,k=64,n=64;gemv:m=256,n=256` -> {kernel: [Problem, ...]} (a kernel may repeat)."""
-    sizes: dict[str, list[Problem]] = {}
-    for entry in filter(None, (e.strip() for e in text.split(";"))):
-        name, sep, dims = entry.partition(":")
-        if not sep or not dims:
-            raise ValueError(f"--sizes entry {entry!r} is not KERNEL:dim=value,...")
-        try:
-            values = {k.strip(): int(v) for k, v in (pair.split("=", 1) for pair in dims.split(","))}
-        except ValueError:
-            raise ValueError(f"--sizes entry {entry!r}: dimensions must be name=integer pairs") from None
-        sizes.setdefault(name.strip(), []).append(catalog.get(name.strip()).problem(**values))
-    return sizes
-
-
-class TrialRecorder:
-    """Buffers trials and records them, in SQL and then in Parquet under `out`, FLUSH_EVERY
-    at a time or FLUSH_INTERVAL_S after the last write, whichever comes first (`farm tune`
-    and the benchmarks that measure its path). `spent` sums the seconds of each store;
-    `on_flush` runs after each write (the campaign's progress row)."""
-
-    def __init__(self, db, campaign_id: int | None, out: Path, on_flush=None):
-        self.db, self.campaign_id, self.out, self.on_flush = db, campaign_id, out, on_flush
-        self.buffer: list[TrialResult] = []
-        self.flushed_at = time.monotonic()
-        self.spent = {"sql_s": 0.0, "parquet_s": 0.0}
-
-    def add(self, result: TrialResult) -> None:
-        self.buffer.append(result)
-        if len(self.buffer) >= FLUSH_EVERY or time.monotonic() - self.flushed_at >= FLUSH_INTERVAL_S:
-            self.flush()
-
-    def flush(self) -> None:
-        self.flushed_at = time.monotonic()
-        if not self.buffer:
-            return
-        batch, self.buffer = self.buffer, []
-        start = time.perf_counter()
-        store.record_trials(self.db, self.campaign_id, batch)
-        middle = time.perf_counter()
-        artifacts.write_trials(self.out, self.campaign_id, batch)
-        self.spent["sql_s"] += middle - start
-        self.spent["parquet_s"] += time.perf_counter() - middle
-        if self.on_flush is not None:
-            self.on_flush()
-
-
-def recorded(
-    results: Iterable[TrialResult], db, campaign_id: int | None, out: Path, spent: dict[str, float] | None = None
-) -> Iterator[TrialResult]:
-    """Yield `results` as they arrive, recording them as `farm tune` does (TrialRecorder);
-    `spent` accumulates "sql_s" and "parquet_s"."""
-    recorder = TrialRecorder(db, campaign_id, out)
-    for result in results:
-        yield result
-        recorder.add(result)
-    recorder.flush()
-    if spent is not None:
-        for key, seconds in recorder.spent.items():
-            spent[key] = spent.get(key, 0.0) + seconds
-
-
-def plan(config: TuneConfig, topology: str, profile: HardwareProfile) -> list[Task]:
-    """Tasks for one topology. Each space holds the schedules that pass the kernel's checks
-    for its problem on this adapter (budget goes to schedules that can run; `excluded`
-    counts the rest); on a CPU adapter each budget is capped at CPU_BUDGET."""
-    tasks = []
-    for name in config.kernels:
-        spec = catalog.get(name)
-        candidates = [s for s in spec.schedules() if s != spec.default]
-        for problem in config.sizes.get(name) or spec.default_problems(profile):
-            space = [s for s in candidates if not spec.invalid_reason(s, problem, profile)]
-            budget, capped = config.budget, None
-            if profile.is_cpu and (budget is None or budget > CPU_BUDGET) and len(space) > CPU_BUDGET:
-                capped, budget = min(len(space), budget or len(space)), CPU_BUDGET
-            tasks.append(Task(topology, name, problem, space, budget, capped, len(candidates) - len(space)))
-    return tasks
-
-
-class Progress:
-    """done/total, failures, skipped (resumed) and ETA on one stderr line; plain lines when not a TTY."""
-
-    def __init__(self, total: int, stream: TextIO | None = None, every_s: float = 5.0):
-        self.total, self.done, self.failures, self.skipped = total, 0, 0, 0
-        self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self.every_s = every_s
-        self.start = time.monotonic()
-        self._last = -math.inf  # the first result always prints
-
-    def advance(self, result: TrialResult, skipped: bool = False) -> None:
-        self.done += 1
-        self.skipped += skipped
-        self.failures += not result.ok
-        now = time.monotonic()
-        if self.tty or now - self._last >= self.every_s or self.done == self.total:
-            self._last = now
-            self.stream.write(("\r" if self.tty else "") + self.line() + ("" if self.tty else "\n"))
-            self.stream.flush()
-
-    def line(self) -> str:
-        ran = self.done - self.skipped
-        elapsed = time.monotonic() - self.start
-        left = self.total - self.done
-        eta = f"{left * elapsed / ran:.0f}s" if ran else "?"
-        filled = int(30 * self.done / max(self.total, 1))
-        return (
-            f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} trials, "
-            f"{self.failures} failed, {self.skipped} resumed, ETA {eta}"
-        )
-
-    def finish(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-def result_from_row(row: dict, problem: Problem) -> TrialResult:
-    """A recorded trial row back as a TrialResult (for replay on resume)."""
-    timing = None
-    if row.get("median_ns") is not None:
-        timing = Timing(
-            row["median_ns"], row["p20_ns"], row["p80_ns"], row["min_ns"], row["reps"] or 0, row["timing_method"] or ""
-        )
-    metrics = ErrorMetrics(*(row.get(k) or 0.0 for k in ("max_abs", "mean_abs", "rmse", "max_rel")))
-    key = TrialKey(row["topology_hash"], row["kernel"], row["source_hash"], problem, Schedule.from_key(row["schedule"]))
-    return TrialResult(
-        key,
-        Status(row["status"]),
-        row.get("message") or "",
-        timing,
-        metrics,
-        row.get("host") or "",
-        row.get("worker_id") or "",
-    )
 
 
 class Campaign:
@@ -222,7 +49,7 @@ class Campaign:
             profile = profiles[slots[0]]
             store.upsert_topology(self.db, profile)
             tasks += plan(self.config, topology, profile)
-            _notice_cpu(profile, [t for t in tasks if t.topology == topology])
+            notice_cpu(profile, [t for t in tasks if t.topology == topology])
         total = sum(t.trials for t in tasks)
         excluded = sum(t.excluded for t in tasks)
         if excluded:
@@ -333,39 +160,6 @@ def _median(row: dict) -> float:
     return float(row["median_ns"])
 
 
-def _notice_cpu(profile: HardwareProfile, tasks: list[Task]) -> None:
-    if not profile.is_cpu:
-        return
-    print(f"notice: tuning on CPU adapter {profile.summary}; its timings say nothing about GPUs", file=sys.stderr)
-    for task in tasks:
-        if task.capped_from is not None:
-            print(
-                f"notice: {task.kernel} {task.problem}: budget capped at {task.budget} of {task.capped_from} schedules",
-                file=sys.stderr,
-            )
-
-
-def format_winners_table(winners: list[WinnerRecord]) -> str:
-    """kernel, problem, schedule, median, default-schedule time and speedup, one row each."""
-    header = ("kernel", "problem", "schedule", "median_us", "default_us", "speedup")
-    rows = [header]
-    for w in winners:
-        rows.append(
-            (
-                w.kernel,
-                w.problem_key,
-                str(Schedule.from_key(w.schedule_key)),
-                f"{w.median_ns / 1e3:.2f}",
-                "-" if w.default_median_ns is None else f"{w.default_median_ns / 1e3:.2f}",
-                "-" if w.speedup is None or math.isnan(w.speedup) else f"{w.speedup:.2f}x",
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def tune(
     config: TuneConfig,
     db_url: str | None = None,
@@ -386,38 +180,3 @@ def tune(
             return Campaign(config, pool, db, Path(out), command).run()
         finally:
             print(format_stage_times(pool, time.perf_counter() - started), file=sys.stderr)
-
-
-def format_stage_times(pool: WorkerPool, wall_s: float) -> str:
-    """Where each worker's time went (ms per trial by stage, see StageTimes), or why unknown."""
-    try:
-        stages = pool.stage_times()
-    except Exception as exc:  # noqa: BLE001 - a dead worker must not hide the campaign's outcome
-        return f"worker stage times unavailable: {exc}"
-    lines = [f"campaign wall time {wall_s:.1f} s; worker ms per trial by stage:"]
-    for slot, report in sorted(stages.items()):
-        lines.append(f"  worker {slot}: {report.get('trials', 0)} trials; {format_stage_report(report)}")
-    return "\n".join(lines)
-
-
-def format_workers(reports: dict[str, dict]) -> str:
-    """One line per worker: where it runs and which GPU it holds (Ray GPU id -> wgpu
-    adapter index, nvidia-smi's UUID for it, and whether the process really sits there)."""
-    lines = []
-    for slot, report in sorted(reports.items()):
-        mapping = report.get("mapping", {})
-        smi = mapping.get("nvidia_smi") or {}
-        gpu = (
-            f"ray GPU {','.join(mapping['ray_gpu_ids'])} -> adapter {mapping['adapter_index']}"
-            if mapping.get("ray_gpu_ids")
-            else "no Ray GPU"
-        )
-        placed = {True: "placement ok", False: "PLACEMENT MISMATCH", None: "placement unchecked"}[
-            mapping.get("placement_ok")
-        ]
-        uuid = f" {smi['uuid']}" if smi.get("uuid") else ""
-        lines.append(
-            f"worker {slot} on {report.get('host', '?')} pid {report.get('pid', '?')}: {mapping.get('adapter', '?')};"
-            f" {gpu}{uuid}; {placed}; topology {report['topology_hash'][:16]}"
-        )
-    return "\n".join(lines)

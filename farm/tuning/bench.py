@@ -12,7 +12,7 @@ most MAX_PENDING comparisons or PENDING_BYTES of held outputs outstanding per ba
 timing of a schedule that fails its comparison is discarded). An idle GPU drops its
 clocks, so a CPU-bound loop of compare-then-time would measure slow clocks and waste the GPU.
 
-Batches overlap: `evaluate` may be called from several threads (`farm.tuning.cluster.GpuWorker`
+Batches overlap: `evaluate` may be called from several threads (`farm.tuning.actors.GpuWorker`
 is a threaded actor with two batches in flight). One lock (the GPU lock) serializes
 everything that uses the GPU: a batch's trial loop from its first trial to its last,
 `remeasure`, and `exclusive()` (sweep work); two timings never share the GPU. A batch
@@ -26,7 +26,8 @@ Failures become typed results: InvalidSchedule -> invalid_schedule, compile/pipe
 GpuError -> compile_error, any other GpuError -> runtime_error, outputs outside
 tolerance -> wrong_result. Anything else is a bug in a kernel spec and propagates.
 
-`farm.tuning.cluster.GpuWorker` wraps a TrialBench in a Ray actor.
+`farm.tuning.actors.GpuWorker` wraps a TrialBench in a Ray actor; a trial waiting for its
+comparison is a farm.tuning.checking.PendingTrial; the Job and StageTimes are farm.tuning.job's.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -44,11 +44,12 @@ import numpy as np
 
 from farm import catalog
 from farm.catalog import KernelSpec, Launch, check_launch
-from farm.gpu import Buffer, Device, GpuError, PendingRead, Pipeline, Timing
-from farm.oracle.compare import Certification, compare
+from farm.gpu import Buffer, Device, GpuError, Pipeline, Timing
 from farm.oracle.launch import Prepared, compile_launch
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
+from farm.tuning.checking import PendingTrial, held_bytes, read_and_compare
+from farm.tuning.job import Job, StageTimes
 
 # Trials whose pipelines compile (on as many threads) while the current one runs: a gemm
 # pipeline takes the H200's driver about as long to compile as 1-4 trials take to run.
@@ -62,64 +63,6 @@ MAX_PENDING = 64
 PENDING_BYTES = 2 << 30
 REMEASURE_WARM_S = 1.0  # seconds of a finalist's dispatches before the interleaved re-measurement
 CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per worker
-
-
-class StageTimes:
-    """Seconds spent per stage, summed over the threads running batches, and trials: where
-    a worker's time goes (`farm.tuning.cluster.WorkerPool.stage_times`, benchmarks/throughput.py).
-
-    Stages under the GPU lock (compile_wait, prepare, run, time, map, certify_wait, and
-    launch but for a batch's first COMPILE_AHEAD launches, built before it takes the lock)
-    are time the GPU is held; "gpu_wait" (a batch waiting for another batch's trials) and
-    "certify_drain" (a batch waiting for its last comparisons, after the lock) overlap the
-    other batch's trials, and only cost GPU time when no batch is queued behind."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self.trials = 0
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def timed(self, stage: str):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            elapsed = time.perf_counter() - start
-            with self._lock:
-                self.seconds[stage] = self.seconds.get(stage, 0.0) + elapsed
-
-    def count_trial(self) -> None:
-        with self._lock:
-            self.trials += 1
-
-    def as_dict(self) -> dict:
-        with self._lock:
-            return {"trials": self.trials, "seconds": dict(self.seconds)}
-
-
-def format_stage_report(report: dict) -> str:
-    """A `TrialBench.stage_times()` report as "stage ms/trial" pairs, stages sorted."""
-    trials = max(1, report.get("trials", 0))
-    return ", ".join(f"{k} {1e3 * v / trials:.0f}" for k, v in sorted(report.get("seconds", {}).items()))
-
-
-@dataclass(frozen=True)
-class Job:
-    """One trial to run: certify `schedule` on `problem` with seed-derived inputs, then time it."""
-
-    kernel: str
-    problem: Problem
-    schedule: Schedule
-    seed: int = 0
-    warmup: int = 2
-    reps: int = 10
-
-    def __post_init__(self) -> None:
-        if self.reps < 1:
-            raise ValueError(f"job reps must be >= 1, got {self.reps}")
-        if self.warmup < 0:
-            raise ValueError(f"job warmup must be >= 0, got {self.warmup}")
 
 
 @dataclass
@@ -167,8 +110,8 @@ class TrialBench:
         last outputs while the next one is timed."""
         depth = COMPILE_AHEAD if self._compiler is not None else 0
         ahead = {i: self._compile_ahead(jobs[i]) for i in range(min(depth, len(jobs)))}
-        outcomes: list[TrialResult | _Pending] = []
-        pending: deque[_Pending] = deque()
+        outcomes: list[TrialResult | PendingTrial] = []
+        pending: deque[PendingTrial] = deque()
         with self.stages.timed("gpu_wait"):
             self._gpu.acquire()
         try:
@@ -178,17 +121,17 @@ class TrialBench:
                 outcome = self._trial(job, ahead.pop(index, None))
                 self.stages.count_trial()
                 outcomes.append(outcome)
-                if isinstance(outcome, _Pending):
+                if isinstance(outcome, PendingTrial):
                     pending.append(outcome)
                     with self.stages.timed("certify_wait"):
                         while pending and pending[0].verdict.done():
                             pending.popleft()
-                        while len(pending) > MAX_PENDING or _held(pending) > PENDING_BYTES:
+                        while len(pending) > MAX_PENDING or held_bytes(pending) > PENDING_BYTES:
                             pending.popleft().verdict.result()
         finally:
             self._gpu.release()
         with self.stages.timed("certify_drain"):
-            return [o.result() if isinstance(o, _Pending) else o for o in outcomes]
+            return [o.result() if isinstance(o, PendingTrial) else o for o in outcomes]
 
     @contextmanager
     def exclusive(self):
@@ -266,7 +209,7 @@ class TrialBench:
             self._generating.clear()
 
     # -- one trial -------------------------------------------------------------------
-    def _trial(self, job: Job, ahead: tuple[Launch, Future] | None) -> TrialResult | _Pending:
+    def _trial(self, job: Job, ahead: tuple[Launch, Future] | None) -> TrialResult | PendingTrial:
         spec = catalog.get(job.kernel)
         key = TrialKey(self.topology_hash, job.kernel, spec.source_hash(), job.problem, job.schedule)
         try:
@@ -287,7 +230,7 @@ class TrialBench:
         finally:
             self._release_transient(prepared)
 
-    def _certify_and_time(self, key: TrialKey, prepared: Prepared, job: Job) -> TrialResult | _Pending:
+    def _certify_and_time(self, key: TrialKey, prepared: Prepared, job: Job) -> TrialResult | PendingTrial:
         """Queue one run with its outputs' copy to staging buffers, then time right behind
         it (that run is the first warm-up: same kernel, same inputs, GPU at its clocks),
         and read the outputs back and compare them with the reference on a checker thread
@@ -304,7 +247,7 @@ class TrialBench:
             with self.stages.timed("time"):
                 timing = prepared.time(warmup=max(job.warmup - 1, 0), reps=job.reps)
         except GpuError as exc:
-            verdict = _read_and_compare(pending, prepared.spec, prepared.problem, expected)
+            verdict = read_and_compare(pending, prepared.spec, prepared.problem, expected)
             return self._result(key, Status.RUNTIME_ERROR, str(exc), metrics=verdict.metrics)
         try:
             with self.stages.timed("map"):
@@ -312,8 +255,8 @@ class TrialBench:
         except GpuError as exc:
             return self._result(key, Status.RUNTIME_ERROR, str(exc))
         held = pending.nbytes  # before a checker collects it
-        verdict = self._checker.submit(_read_and_compare, pending, prepared.spec, prepared.problem, expected)
-        return _Pending(self, key, verdict, timing, held)
+        verdict = self._checker.submit(read_and_compare, pending, prepared.spec, prepared.problem, expected)
+        return PendingTrial(self._result, key, verdict, timing, held)
 
     def _result(
         self,
@@ -411,40 +354,6 @@ class TrialBench:
 
     def _release_transient(self, prepared: Prepared) -> None:
         self.device.release(*(b for b in prepared.buffers if isinstance(b, _Transient)))
-
-
-def _held(pending) -> int:
-    """Staging bytes still held by the pending trials whose comparison has not finished."""
-    return sum(p.held for p in pending if not p.verdict.done())
-
-
-def _read_and_compare(pending: PendingRead, spec: KernelSpec, problem: Problem, expected: Future) -> Certification:
-    """A checker thread's work: the outputs from their staging buffers, compared with
-    the reference once it is computed."""
-    try:
-        outputs = pending.collect()
-    except GpuError as exc:
-        return Certification(Status.RUNTIME_ERROR, ErrorMetrics(), str(exc))
-    return compare(spec, problem, outputs, expected.result())
-
-
-@dataclass
-class _Pending:
-    """A trial timed on the GPU whose comparison with the reference is still running."""
-
-    bench: TrialBench
-    key: TrialKey
-    verdict: Future
-    timing: Timing
-    held: int = 0  # staging bytes its outputs hold until the comparison has read them
-
-    def result(self) -> TrialResult:
-        certification: Certification = self.verdict.result()
-        if not certification.ok:
-            return self.bench._result(
-                self.key, certification.status, certification.message, metrics=certification.metrics
-            )
-        return self.bench._result(self.key, Status.OK, "", timing=self.timing, metrics=certification.metrics)
 
 
 class _Transient(Buffer):

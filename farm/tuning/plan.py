@@ -1,0 +1,96 @@
+"""What a campaign will run: its configuration, and the tasks it plans per topology.
+
+`TuneConfig` is what `farm tune` asked for; `parse_sizes` reads its `--sizes`; `plan` turns
+it into one `Task` per (kernel, problem) for a topology, each with the schedules that can
+run on that adapter and its trial budget (capped at CPU_BUDGET on a CPU adapter, with
+`notice_cpu` saying so).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from farm import catalog
+from farm.gpu import HardwareProfile
+from farm.schedule import Problem, Schedule
+
+CPU_BUDGET = 8  # schedules per (kernel, problem) on a CPU adapter, besides the default
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    kernels: tuple[str, ...]
+    sizes: dict[str, list[Problem]] = field(default_factory=dict)
+    strategy: str = "model"
+    budget: int | None = None
+    reps: int = 10
+    warmup: int = 2
+    seed: int = 0
+    finalists: int = 3
+    rounds: int = 5
+    out: Path | None = None
+
+
+@dataclass
+class Task:
+    """One (topology, kernel, problem) to tune: its candidate space and trial budget."""
+
+    topology: str
+    kernel: str
+    problem: Problem
+    space: list[Schedule]
+    budget: int | None
+    capped_from: int | None = None
+    excluded: int = 0  # schedules of the kernel's space that fail its checks for this problem
+
+    @property
+    def trials(self) -> int:
+        """Trials this task runs: the default plus at most `budget` of the space."""
+        return 1 + min(len(self.space), self.budget if self.budget is not None else len(self.space))
+
+
+def parse_sizes(text: str) -> dict[str, list[Problem]]:
+    """`gemm:m=64,k=64,n=64;gemv:m=256,n=256` -> {kernel: [Problem, ...]} (a kernel may repeat)."""
+    sizes: dict[str, list[Problem]] = {}
+    for entry in filter(None, (e.strip() for e in text.split(";"))):
+        name, sep, dims = entry.partition(":")
+        if not sep or not dims:
+            raise ValueError(f"--sizes entry {entry!r} is not KERNEL:dim=value,...")
+        try:
+            values = {k.strip(): int(v) for k, v in (pair.split("=", 1) for pair in dims.split(","))}
+        except ValueError:
+            raise ValueError(f"--sizes entry {entry!r}: dimensions must be name=integer pairs") from None
+        sizes.setdefault(name.strip(), []).append(catalog.get(name.strip()).problem(**values))
+    return sizes
+
+
+def plan(config: TuneConfig, topology: str, profile: HardwareProfile) -> list[Task]:
+    """Tasks for one topology. Each space holds the schedules that pass the kernel's checks
+    for its problem on this adapter (budget goes to schedules that can run; `excluded`
+    counts the rest); on a CPU adapter each budget is capped at CPU_BUDGET."""
+    tasks = []
+    for name in config.kernels:
+        spec = catalog.get(name)
+        candidates = [s for s in spec.schedules() if s != spec.default]
+        for problem in config.sizes.get(name) or spec.default_problems(profile):
+            space = [s for s in candidates if not spec.invalid_reason(s, problem, profile)]
+            budget, capped = config.budget, None
+            if profile.is_cpu and (budget is None or budget > CPU_BUDGET) and len(space) > CPU_BUDGET:
+                capped, budget = min(len(space), budget or len(space)), CPU_BUDGET
+            tasks.append(Task(topology, name, problem, space, budget, capped, len(candidates) - len(space)))
+    return tasks
+
+
+def notice_cpu(profile: HardwareProfile, tasks: list[Task]) -> None:
+    """The notices for a CPU adapter: its timings say nothing about GPUs, and which budgets were capped."""
+    if not profile.is_cpu:
+        return
+    print(f"notice: tuning on CPU adapter {profile.summary}; its timings say nothing about GPUs", file=sys.stderr)
+    for task in tasks:
+        if task.capped_from is not None:
+            print(
+                f"notice: {task.kernel} {task.problem}: budget capped at {task.budget} of {task.capped_from} schedules",
+                file=sys.stderr,
+            )

@@ -1,0 +1,89 @@
+"""How trial results reach the store: recorded as they arrive, and replayed on resume.
+
+`TrialRecorder` buffers trials and writes them in SQL and then Parquet, FLUSH_EVERY at a time
+or FLUSH_INTERVAL_S after the last write; `recorded` wraps a result stream with one (the
+throughput and overhead benchmarks record like `farm tune` does); `result_from_row` turns a
+recorded trial row back into a TrialResult, which is how a re-run campaign resumes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from farm import store
+from farm.gpu import Timing
+from farm.schedule import Problem, Schedule, Status
+from farm.store import parquet as artifacts
+from farm.trial import ErrorMetrics, TrialKey, TrialResult
+
+FLUSH_EVERY = 16  # record buffered trials after this many results ...
+FLUSH_INTERVAL_S = 1.0  # ... or this long since the last write, whichever comes first
+
+
+class TrialRecorder:
+    """Buffers trials and records them, in SQL and then in Parquet under `out`, FLUSH_EVERY
+    at a time or FLUSH_INTERVAL_S after the last write, whichever comes first (`farm tune`
+    and the benchmarks that measure its path). `spent` sums the seconds of each store;
+    `on_flush` runs after each write (the campaign's progress row)."""
+
+    def __init__(self, db, campaign_id: int | None, out: Path, on_flush=None):
+        self.db, self.campaign_id, self.out, self.on_flush = db, campaign_id, out, on_flush
+        self.buffer: list[TrialResult] = []
+        self.flushed_at = time.monotonic()
+        self.spent = {"sql_s": 0.0, "parquet_s": 0.0}
+
+    def add(self, result: TrialResult) -> None:
+        self.buffer.append(result)
+        if len(self.buffer) >= FLUSH_EVERY or time.monotonic() - self.flushed_at >= FLUSH_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> None:
+        self.flushed_at = time.monotonic()
+        if not self.buffer:
+            return
+        batch, self.buffer = self.buffer, []
+        start = time.perf_counter()
+        store.record_trials(self.db, self.campaign_id, batch)
+        middle = time.perf_counter()
+        artifacts.write_trials(self.out, self.campaign_id, batch)
+        self.spent["sql_s"] += middle - start
+        self.spent["parquet_s"] += time.perf_counter() - middle
+        if self.on_flush is not None:
+            self.on_flush()
+
+
+def recorded(
+    results: Iterable[TrialResult], db, campaign_id: int | None, out: Path, spent: dict[str, float] | None = None
+) -> Iterator[TrialResult]:
+    """Yield `results` as they arrive, recording them as `farm tune` does (TrialRecorder);
+    `spent` accumulates "sql_s" and "parquet_s"."""
+    recorder = TrialRecorder(db, campaign_id, out)
+    for result in results:
+        yield result
+        recorder.add(result)
+    recorder.flush()
+    if spent is not None:
+        for key, seconds in recorder.spent.items():
+            spent[key] = spent.get(key, 0.0) + seconds
+
+
+def result_from_row(row: dict, problem: Problem) -> TrialResult:
+    """A recorded trial row back as a TrialResult (for replay on resume)."""
+    timing = None
+    if row.get("median_ns") is not None:
+        timing = Timing(
+            row["median_ns"], row["p20_ns"], row["p80_ns"], row["min_ns"], row["reps"] or 0, row["timing_method"] or ""
+        )
+    metrics = ErrorMetrics(*(row.get(k) or 0.0 for k in ("max_abs", "mean_abs", "rmse", "max_rel")))
+    key = TrialKey(row["topology_hash"], row["kernel"], row["source_hash"], problem, Schedule.from_key(row["schedule"]))
+    return TrialResult(
+        key,
+        Status(row["status"]),
+        row.get("message") or "",
+        timing,
+        metrics,
+        row.get("host") or "",
+        row.get("worker_id") or "",
+    )

@@ -1,0 +1,114 @@
+"""What a campaign prints: the progress line, the winners table, each worker's placement
+and where each worker's time went.
+
+`Progress` keeps done/total, failures, resumed trials and the ETA on one stderr line;
+`format_winners_table`, `format_workers` (host, pid, Ray GPU -> adapter, nvidia-smi UUID,
+placement) and `format_stage_times` (ms per trial by stage) are plain text for stderr/stdout.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import TextIO
+
+from farm.schedule import Schedule
+from farm.store import WinnerRecord
+from farm.trial import TrialResult
+from farm.tuning.job import format_stage_report
+from farm.tuning.pool import WorkerPool
+
+
+class Progress:
+    """done/total, failures, skipped (resumed) and ETA on one stderr line; plain lines when not a TTY."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, every_s: float = 5.0):
+        self.total, self.done, self.failures, self.skipped = total, 0, 0, 0
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.every_s = every_s
+        self.start = time.monotonic()
+        self._last = -math.inf  # the first result always prints
+
+    def advance(self, result: TrialResult, skipped: bool = False) -> None:
+        self.done += 1
+        self.skipped += skipped
+        self.failures += not result.ok
+        now = time.monotonic()
+        if self.tty or now - self._last >= self.every_s or self.done == self.total:
+            self._last = now
+            self.stream.write(("\r" if self.tty else "") + self.line() + ("" if self.tty else "\n"))
+            self.stream.flush()
+
+    def line(self) -> str:
+        ran = self.done - self.skipped
+        elapsed = time.monotonic() - self.start
+        left = self.total - self.done
+        eta = f"{left * elapsed / ran:.0f}s" if ran else "?"
+        filled = int(30 * self.done / max(self.total, 1))
+        return (
+            f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} trials, "
+            f"{self.failures} failed, {self.skipped} resumed, ETA {eta}"
+        )
+
+    def finish(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def format_winners_table(winners: list[WinnerRecord]) -> str:
+    """kernel, problem, schedule, median, default-schedule time and speedup, one row each."""
+    header = ("kernel", "problem", "schedule", "median_us", "default_us", "speedup")
+    rows = [header]
+    for w in winners:
+        rows.append(
+            (
+                w.kernel,
+                w.problem_key,
+                str(Schedule.from_key(w.schedule_key)),
+                f"{w.median_ns / 1e3:.2f}",
+                "-" if w.default_median_ns is None else f"{w.default_median_ns / 1e3:.2f}",
+                "-" if w.speedup is None or math.isnan(w.speedup) else f"{w.speedup:.2f}x",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_stage_times(pool: WorkerPool, wall_s: float) -> str:
+    """Where each worker's time went (ms per trial by stage, see StageTimes), or why unknown."""
+    try:
+        stages = pool.stage_times()
+    except Exception as exc:  # noqa: BLE001 - a dead worker must not hide the campaign's outcome
+        return f"worker stage times unavailable: {exc}"
+    lines = [f"campaign wall time {wall_s:.1f} s; worker ms per trial by stage:"]
+    for slot, report in sorted(stages.items()):
+        lines.append(f"  worker {slot}: {report.get('trials', 0)} trials; {format_stage_report(report)}")
+    return "\n".join(lines)
+
+
+def format_workers(reports: dict[str, dict]) -> str:
+    """One line per worker: where it runs and which GPU it holds (Ray GPU id -> wgpu
+    adapter index, nvidia-smi's UUID for it, and whether the process really sits there)."""
+    lines = []
+    for slot, report in sorted(reports.items()):
+        mapping = report.get("mapping", {})
+        smi = mapping.get("nvidia_smi") or {}
+        gpu = (
+            f"ray GPU {','.join(mapping['ray_gpu_ids'])} -> adapter {mapping['adapter_index']}"
+            if mapping.get("ray_gpu_ids")
+            else "no Ray GPU"
+        )
+        placed = {True: "placement ok", False: "PLACEMENT MISMATCH", None: "placement unchecked"}[
+            mapping.get("placement_ok")
+        ]
+        uuid = f" {smi['uuid']}" if smi.get("uuid") else ""
+        lines.append(
+            f"worker {slot} on {report.get('host', '?')} pid {report.get('pid', '?')}: {mapping.get('adapter', '?')};"
+            f" {gpu}{uuid}; {placed}; topology {report['topology_hash'][:16]}"
+        )
+    return "\n".join(lines)
