@@ -264,7 +264,11 @@ def test_random_bad_inputs_raise_only_value_or_type_errors(runtime, method):
         raise AssertionError(f"{method} reached the GPU with bad input")
 
     in_use = runtime.device.memory()["in_use"]
-    with mock.patch("farm.runtime.forge.run", gpu_touched), mock.patch.object(runtime.device, "upload", gpu_touched):
+    with (
+        mock.patch.object(runtime._caller, "plan", gpu_touched),
+        mock.patch.object(runtime._pool, "take", gpu_touched),
+        mock.patch.object(runtime.device, "upload", gpu_touched),
+    ):
         check()
     assert len(calls) >= 1000
     assert runtime.device.memory()["in_use"] == in_use

@@ -217,6 +217,11 @@ class Device(TimedDevice):
         self.bytes_peak = max(self.bytes_peak, self.bytes_in_use)
         return Buffer(handle=handle, nbytes=nbytes, kind=kind)
 
+    def track(self, nbytes: int) -> None:
+        """Count `nbytes` (negative: freed) of buffers made outside `empty` (the runtime's pool)."""
+        self.bytes_in_use += nbytes
+        self.bytes_peak = max(self.bytes_peak, self.bytes_in_use)
+
     def release(self, *buffers: Buffer) -> None:
         for buffer in buffers:
             if buffer.handle is None:

@@ -16,7 +16,15 @@ problem falls back to the default with a warning; it never fails the call. An un
 or empty database gives defaults with a warning, not an error. Winners are read once per
 runtime.
 
-Input policy: arrays must be numpy arrays of the kernel's dtype (float32; uint32 for
+Device-resident data (farm.runtime.arrays): every array argument may be a DeviceArray
+(`rt.asarray(x)`, `rt.empty(shape, dtype)`, or a previous call's result). When any input
+or `out=` is one, the outputs are DeviceArrays and the call returns once the work is
+submitted, without waiting: a chain of calls waits once, in `.numpy()`. numpy-only calls
+return numpy arrays. Each (kernel, schedule, problem, input layout) is planned once
+(farm.runtime.calls); buffers come from a pool (farm.runtime.pool), so calls whose shapes
+repeat allocate nothing on the device.
+
+Input policy: arrays must be numpy arrays (or DeviceArrays) of the kernel's dtype (float32; uint32 for
 packed ternary weights and P64 words; complex64 or float32 for FFT). Nothing is cast
 silently: a float64 array raises TypeError (call `.astype(np.float32)` yourself).
 Shape, emptiness, range and adapter buffer-limit problems raise ValueError naming the
@@ -26,15 +34,17 @@ argument, the expected and the actual shape. NaN/Inf propagate as in numpy.
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import numpy as np
 
 from farm import catalog
-from farm.catalog import check_launch
 from farm.gpu import Device, choose_adapter
-from farm.oracle.launch import run
-from farm.runtime.validation import as_array, as_count, check_input_limits, check_output_limits, expect_shape
+from farm.runtime.arrays import DeviceArray, _Storage
+from farm.runtime.calls import Caller, check_out
+from farm.runtime.pool import BufferPool
+from farm.runtime.validation import as_array, as_count, check_input_limits, expect_shape
 from farm.runtime.winners import Candidate, load_candidates, lookup_schedule
 from farm.schedule import Problem, Schedule
 
@@ -49,7 +59,12 @@ class ForgeRuntime:
     `db`: SQLAlchemy URL (default `$FARM_DATABASE_URL`, else `$FARM_HOME/farm.db`);
     `adapter`: FARM_ADAPTER-style spec (index or name substring); `schedules`: a JSON
     file written by `farm export` (used instead of the database); `device`: an existing
-    `farm.gpu.Device` to share (then `adapter` is ignored).
+    `farm.gpu.Device` to share (then `adapter` is ignored); `capacity_bytes`: the most
+    device memory the runtime's buffer pool may hold, live DeviceArrays and idle buffers
+    together (None: no bound; idle buffers beyond 1 GiB are freed).
+
+    Thread safety: a runtime may be shared by threads; its calls are serialized by a lock
+    (one wgpu queue runs them in order anyway), so concurrent calls are safe, not parallel.
     """
 
     def __init__(
@@ -59,8 +74,12 @@ class ForgeRuntime:
         schedules: str | Path | None = None,
         *,
         device: Device | None = None,
+        capacity_bytes: int | None = None,
     ):
         self.device = device if device is not None else Device(choose_adapter(adapter))
+        self._lock = threading.RLock()
+        self._pool = BufferPool(self.device, capacity_bytes)
+        self._caller = Caller(self.device, self._pool, self)
         self.profile = self.device.profile
         self.topology_hash = self.profile.topology_hash()
         self._db = db
@@ -109,49 +128,123 @@ class ForgeRuntime:
             self._warned.add(key)
             log.warning(message)
 
+    # -- device arrays --------------------------------------------------------------------
+    def asarray(self, array: np.ndarray) -> DeviceArray:
+        """`array` uploaded to device memory (C order; its dtype kept: nothing is cast)."""
+        if isinstance(array, DeviceArray):
+            array.buffer("read", self, "array")  # another runtime's or released: ValueError
+            return array
+        if not isinstance(array, np.ndarray) or array.dtype.kind not in "biufc" or array.dtype.hasobject:
+            what = f"dtype {array.dtype}" if isinstance(array, np.ndarray) else type(array).__name__
+            raise TypeError(f"array: expected a numeric numpy array, got {what}")
+        check_input_limits("asarray", {"array": array}, self._binding_limit())
+        with self._lock:
+            slab = self._pool.take(array.nbytes)
+            try:
+                self._caller.write(slab, array)
+            except Exception:
+                self._pool.give(slab)
+                raise
+            return DeviceArray(_Storage(self._pool, slab, self), array.shape, array.dtype)
+
+    def empty(self, shape: int | tuple[int, ...], dtype=np.float32) -> DeviceArray:
+        """An uninitialized DeviceArray (a kernel's `out=`)."""
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        dims = tuple(as_count(f"shape[{i}]", d, 0) for i, d in enumerate(shape))
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+        if nbytes > self._binding_limit():
+            raise ValueError(
+                f"empty: shape {dims} {dtype} ({nbytes} bytes) exceeds this adapter's "
+                f"max-storage-buffer-binding-size of {self._binding_limit()} bytes"
+            )
+        with self._lock:
+            return DeviceArray(_Storage(self._pool, self._pool.take(nbytes), self), dims, dtype)
+
+    def memory(self) -> dict[str, int | None]:
+        """Device bytes of the pool: held (live arrays, calls), idle (kept for reuse), capacity."""
+        return {"held": self._pool.held, "idle": self._pool.idle, "capacity": self._pool.capacity}
+
+    def trim(self) -> int:
+        """Free the pool's idle buffers now; returns the bytes freed."""
+        with self._lock:
+            return self._pool.trim()
+
+    def close(self) -> None:
+        """Free what the runtime holds on the device (plans and idle buffers); live
+        DeviceArrays give theirs back when released or collected."""
+        with self._lock:
+            self._caller.close()
+            self._pool.trim()
+
+    def __enter__(self) -> ForgeRuntime:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _read(self, array: DeviceArray) -> np.ndarray:
+        with self._lock:
+            return self._caller.read(array)
+
     # -- the one path to the GPU ---------------------------------------------------------
     def _run(
-        self, kernel: str, dims: dict[str, int], inputs: dict[str, np.ndarray], schedule: Schedule | None = None
-    ) -> dict[str, np.ndarray]:
-        """Check buffer limits, then `farm.oracle.launch.run` with the tuned (or given) schedule."""
+        self,
+        kernel: str,
+        dims: dict[str, int],
+        inputs: dict,
+        schedule: Schedule | None = None,
+        out: dict[str, DeviceArray | None] | None = None,
+    ) -> dict:
+        """Check buffer limits, then run the call's plan (farm.runtime.calls) with the tuned
+        (or given) schedule: numpy out for numpy in, DeviceArrays (not waited for) when any
+        input or `out` is a DeviceArray."""
         check_input_limits(kernel, inputs, self._binding_limit())
         spec = catalog.get(kernel)
         problem = spec.problem(**dims)
         if schedule is None:
             schedule, _ = self.tuned_schedule(kernel, problem)
-        launch = spec.launch(schedule, problem, inputs)
-        check_output_limits(kernel, launch, self._binding_limit())
-        check_launch(spec, schedule, launch, self.profile)
-        return run(self.device, spec, schedule, problem, inputs)
+        out = {name: array for name, array in (out or {}).items() if array is not None}
+        to_device = bool(out) or any(isinstance(v, DeviceArray) for v in inputs.values())
+        with self._lock:
+            plan = self._caller.plan(spec, schedule, problem, inputs, self._binding_limit())
+            check_out(plan, inputs, out, self)
+            return self._caller.call(plan, inputs, out, to_device)
+
+    def _arg(self, name: str, value: object, dtypes: tuple[type, ...], ndim: tuple[int, ...]):
+        """`as_array` for numpy arrays; the same checks for DeviceArrays of this runtime."""
+        if isinstance(value, DeviceArray):
+            return value.checked(name, self, dtypes, ndim)
+        return as_array(name, value, dtypes, ndim)
 
     def _binding_limit(self) -> int:
         return self.profile.limit("max-storage-buffer-binding-size")
 
     # -- kernels ------------------------------------------------------------------------
-    def gemv(self, a: np.ndarray, x: np.ndarray) -> np.ndarray:
+    def gemv(self, a, x, *, out: DeviceArray | None = None):
         """y = a · x for float32 `a` (m, n) and `x` (n,); returns float32 (m,)."""
-        a = as_array("a", a, (np.float32,), (2,))
-        x = as_array("x", x, (np.float32,), (1,))
+        a = self._arg("a", a, (np.float32,), (2,))
+        x = self._arg("x", x, (np.float32,), (1,))
         m, n = a.shape
         expect_shape("x", x, (n,), f"a has {n} columns")
-        return self._run("gemv", {"m": m, "n": n}, {"a": a, "x": x})["y"]
+        return self._run("gemv", {"m": m, "n": n}, {"a": a, "x": x}, out={"y": out})["y"]
 
-    def topk(self, x: np.ndarray, k: int) -> np.ndarray:
+    def topk(self, x, k: int, *, out: DeviceArray | None = None):
         """Per-block top-k of float32 `x` (n,): for each block of `block_size` elements
         (block_size = the tuned schedule's workgroup_size, see `tuned_schedule("topk", ...)`),
         its k largest values descending, concatenated block by block: shape
         (ceil(n / block_size) * k,). The tail block is padded with -FLT_MAX; NaN sorts above
         +Inf and comes back as the canonical NaN (see farm.catalog.topk)."""
-        x = as_array("x", x, (np.float32,), (1,))
+        x = self._arg("x", x, (np.float32,), (1,))
         spec = catalog.get("topk")
         k = as_count("k", k, 1, max(spec.space["workgroup_size"]))
         problem = spec.problem(n=x.shape[0], k=k)
         schedule, _ = self.tuned_schedule("topk", problem)
         if k > schedule.workgroup_size:
             raise ValueError(f"k: expected an integer in 1..{schedule.workgroup_size} (block_size), got {k}")
-        return self._run("topk", problem.as_dict(), {"x": x}, schedule)["out"]
+        return self._run("topk", problem.as_dict(), {"x": x}, schedule, out={"out": out})["out"]
 
-    def ternary_gemv(self, x: np.ndarray, packed_w: np.ndarray, scale: np.ndarray, m: int, k: int) -> np.ndarray:
+    def ternary_gemv(self, x, packed_w, scale, m: int, k: int, *, out: DeviceArray | None = None):
         """out[o] = scale[o] * Σ_{i<k} t(w[o][i]) * x[i] for o < m; returns float32 (m,).
 
         `packed_w`: uint32 2-bit codes, 16 per word, low bits first (0→0, 1→+1, 2→−1,
@@ -167,24 +260,26 @@ class ForgeRuntime:
         precision that an f32 sum would keep. NaN/Inf in x propagate either way."""
         m = as_count("m", m)
         k = as_count("k", k)
-        x = as_array("x", x, (np.float32,), (1,))
-        packed_w = as_array("packed_w", packed_w, (np.uint32,), (1, 2))
-        scale = as_array("scale", scale, (np.float32,), (1,))
+        x = self._arg("x", x, (np.float32,), (1,))
+        packed_w = self._arg("packed_w", packed_w, (np.uint32,), (1, 2))
+        scale = self._arg("scale", scale, (np.float32,), (1,))
         words = -(-k // 16)
         expect_shape("x", x, (k,), f"k={k}")
         expect_shape("scale", scale, (m,), f"m={m}")
         want = (m, words) if packed_w.ndim == 2 else (m * words,)
         expect_shape("packed_w", packed_w, want, f"m={m} rows of ceil(k/16)={words} words")
         inputs = {"x": x, "w_packed": packed_w.reshape(-1), "scale": scale}
-        return self._run("ternary_gemv", {"m": m, "k": k}, inputs)["out"]
+        return self._run("ternary_gemv", {"m": m, "k": k}, inputs, out={"out": out})["out"]
 
     def recurrent_attention(
         self,
-        query: np.ndarray,
-        value: np.ndarray,
-        rho: np.ndarray | None = None,
-        decay: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
+        query,
+        value,
+        rho=None,
+        decay=None,
+        *,
+        out: tuple[DeviceArray, DeviceArray] | None = None,
+    ):
         """Fused recurrent linear attention over all T steps; returns (context [B,H,T,E], rho [B,H,L,E]).
 
         For t in order: context[b,h,t] = Σ_l rho[b,h,l] · query[b,h,t,l] (state before the
@@ -192,8 +287,8 @@ class ForgeRuntime:
         `query` float32 [B,H,T,L]; `value` float32 [B,VH,T,E] with VH = 1 (shared by all
         heads) or H; `rho` float32 [B,H,L,E] (zeros when None); `decay` float32 [H] (no
         decay when None)."""
-        query = as_array("query", query, (np.float32,), (4,))
-        value = as_array("value", value, (np.float32,), (4,))
+        query = self._arg("query", query, (np.float32,), (4,))
+        value = self._arg("value", value, (np.float32,), (4,))
         b, h, t, l_dim = query.shape
         vh, e = value.shape[1], value.shape[3]
         if vh not in (1, h):
@@ -203,26 +298,27 @@ class ForgeRuntime:
         expect_shape("value", value, (b, vh, t, e), f"[B,VH,T,E] with B={b}, T={t} from query")
         inputs = {"query": query, "value": value}
         if rho is not None:
-            inputs["rho"] = as_array("rho", rho, (np.float32,), (4,))
+            inputs["rho"] = self._arg("rho", rho, (np.float32,), (4,))
             expect_shape("rho", inputs["rho"], (b, h, l_dim, e), "[B,H,L,E] from query and value")
         if decay is not None:
-            inputs["decay"] = as_array("decay", decay, (np.float32,), (1,))
+            inputs["decay"] = self._arg("decay", decay, (np.float32,), (1,))
             expect_shape("decay", inputs["decay"], (h,), f"[H] with H={h}")
         dims = {"B": b, "H": h, "VH": vh, "T": t, "L": l_dim, "E": e}
-        out = self._run("recurrent", dims, inputs)
-        return out["context"], out["rho"]
+        context, rho_out = out if out is not None else (None, None)
+        result = self._run("recurrent", dims, inputs, out={"context": context, "rho": rho_out})
+        return result["context"], result["rho"]
 
-    def gemm(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def gemm(self, a, b, *, out: DeviceArray | None = None):
         """c = a · b for float32 `a` (m, k) and `b` (k, n); returns float32 (m, n)."""
-        a = as_array("a", a, (np.float32,), (2,))
-        b = as_array("b", b, (np.float32,), (2,))
+        a = self._arg("a", a, (np.float32,), (2,))
+        b = self._arg("b", b, (np.float32,), (2,))
         m, k = a.shape
         if b.shape[0] != k:
             raise ValueError(f"b: expected shape ({k}, n) since a has {k} columns, got {b.shape}")
         n = b.shape[1]
-        return self._run("gemm", {"m": m, "k": k, "n": n}, {"a": a, "b": b})["c"]
+        return self._run("gemm", {"m": m, "k": k, "n": n}, {"a": a, "b": b}, out={"c": out})["c"]
 
-    def p64_project(self, records: np.ndarray | bytes, weights: np.ndarray) -> np.ndarray:
+    def p64_project(self, records, weights, *, out: DeviceArray | None = None):
         """out[r] = Σ_{w<16} weights[w] * f32(word[r][w]) over n P64 records; returns float32 (n,).
 
         `records`: uint32 (n, 16), uint64 (n, 8) (each u64 field is two little-endian u32
@@ -234,22 +330,28 @@ class ForgeRuntime:
                 raise ValueError(f"records: expected n*64 bytes with n >= 1, got {len(raw)} bytes")
             words = np.frombuffer(raw, dtype="<u4").reshape(-1, 16)
         else:
-            array = as_array("records", records, (np.uint32, np.uint64), (2,))
+            array = self._arg("records", records, (np.uint32, np.uint64), (2,))
             per_record = 16 if array.dtype == np.uint32 else 8
             expect_shape("records", array, (array.shape[0], per_record), f"{per_record} {array.dtype} words per record")
             check_input_limits("p64_project", {"records": array}, self._binding_limit())
-            words = array if per_record == 16 else array.astype("<u8", copy=False).view("<u4").reshape(-1, 16)
-        weights = as_array("weights", weights, (np.float32,), (1,))
+            if per_record == 16:
+                words = array
+            elif isinstance(array, DeviceArray):  # device bytes are little-endian u64 already
+                words = array.view(np.uint32).reshape(-1, 16)
+            else:
+                words = array.astype("<u8", copy=False).view("<u4").reshape(-1, 16)
+        weights = self._arg("weights", weights, (np.float32,), (1,))
         expect_shape("weights", weights, (16,), "one weight per record word")
-        return self._run("p64_project", {"n": words.shape[0]}, {"records": words, "weights": weights})["out"]
+        inputs = {"records": words, "weights": weights}
+        return self._run("p64_project", {"n": words.shape[0]}, inputs, out={"out": out})["out"]
 
-    def fft(self, signal: np.ndarray) -> np.ndarray:
+    def fft(self, signal, *, out: DeviceArray | None = None):
         """Forward DFT over the last axis, batched over the leading ones (matches numpy.fft.fft).
 
         `signal`: complex64 (..., n), returned as complex64 (..., n); or interleaved
         float32 (..., 2n) (real, imaginary pairs), returned in the same form. n must be
         a power of two, 2 <= n <= min(1024, max-compute-invocations-per-workgroup)."""
-        signal = as_array("signal", signal, (np.complex64, np.float32), tuple(range(1, 33)))
+        signal = self._arg("signal", signal, (np.complex64, np.float32), tuple(range(1, 33)))
         complex_input = signal.dtype == np.complex64
         last = signal.shape[-1]
         if not complex_input and last % 2:
@@ -266,8 +368,19 @@ class ForgeRuntime:
             )
         batch = signal.size // last
         check_input_limits("fft", {"signal": signal}, self._binding_limit())
-        points = np.ascontiguousarray(signal).view(np.float32)
-        y = self._run("fft", {"n": n, "batch": batch}, {"x": points.reshape(batch, n, 2)})["y"]
+        on_device = isinstance(signal, DeviceArray)
+        points = (signal if on_device else np.ascontiguousarray(signal)).view(np.float32)
+        target = None
+        if out is not None:
+            if not isinstance(out, DeviceArray) or out.shape != signal.shape or out.dtype != signal.dtype:
+                what = f"{out.shape} {out.dtype}" if isinstance(out, DeviceArray) else type(out).__name__
+                raise ValueError(
+                    f"out: expected a DeviceArray of shape {signal.shape} and dtype {signal.dtype}, got {what}"
+                )
+            target = out.view(np.float32).reshape(batch, n, 2)
+        y = self._run("fft", {"n": n, "batch": batch}, {"x": points.reshape(batch, n, 2)}, out={"y": target})["y"]
+        if out is not None:
+            return out
         if complex_input:
             return y.reshape(-1).view(np.complex64).reshape(signal.shape)
         return y.reshape(signal.shape)

@@ -1,0 +1,170 @@
+"""DeviceArray: an array that lives in GPU memory between runtime calls.
+
+`rt.asarray(x)` uploads, `rt.empty(shape, dtype)` allocates; kernel methods given a
+DeviceArray return DeviceArrays without waiting for the GPU, so a chain of calls costs one
+wait, at the end (`.numpy()`). The wgpu queue runs in order: reading an array waits for
+exactly the work submitted before, which includes whatever writes it.
+
+`reshape` and `view` (numpy's meaning, C order) give arrays that share the buffer; the
+buffer goes back to the runtime's pool when `release()` is called on any of them, or when
+the last of them is garbage-collected. Using a released array, or one from another
+runtime, raises ValueError.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from farm.gpu import Buffer
+
+if TYPE_CHECKING:
+    from farm.runtime.pool import Slab
+
+
+class _Storage:
+    """The slab behind a DeviceArray and its views; gives it back to the pool once."""
+
+    __slots__ = ("pool", "slab", "owner")
+
+    def __init__(self, pool, slab: Slab, owner: object):
+        self.pool, self.slab, self.owner = pool, slab, owner
+
+    def release(self) -> None:
+        slab, self.slab = self.slab, None
+        if slab is not None:
+            self.pool.give(slab)
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the device may be gone already
+            pass
+
+
+class DeviceArray:
+    """A C-ordered array in device memory, owned by one ForgeRuntime."""
+
+    __slots__ = ("_storage", "shape", "dtype")
+
+    def __init__(self, storage: _Storage, shape: tuple[int, ...], dtype: np.dtype):
+        self._storage = storage
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+
+    # -- what it is -------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def released(self) -> bool:
+        return self._storage.slab is None
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d DeviceArray")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        state = ", released" if self.released else ""
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}{state})"
+
+    # -- back to the host ---------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """A host copy, after the work submitted so far (which includes what writes it)."""
+        return self._storage.owner._read(self)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    # -- the same bytes, another shape ----------------------------------------------------
+    def reshape(self, *shape) -> DeviceArray:
+        """numpy's reshape (C order, one -1 allowed), sharing the buffer."""
+        self._check_live("reshape")
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return DeviceArray(self._storage, _resolve_shape(shape, self.size, self.shape), self.dtype)
+
+    def view(self, dtype) -> DeviceArray:
+        """numpy's view for C-contiguous arrays: the last axis rescaled by the itemsizes."""
+        self._check_live("view")
+        dtype = np.dtype(dtype)
+        if dtype.itemsize == self.dtype.itemsize:
+            return DeviceArray(self._storage, self.shape, dtype)
+        last = self.shape[-1] if self.shape else 1
+        if (last * self.dtype.itemsize) % dtype.itemsize:
+            raise ValueError(
+                f"view: a last axis of {last} {self.dtype} is not a whole number of {dtype} "
+                f"(shape {self.shape})"
+            )
+        return DeviceArray(self._storage, (*self.shape[:-1], last * self.dtype.itemsize // dtype.itemsize), dtype)
+
+    # -- lifetime -------------------------------------------------------------------
+    def release(self) -> None:
+        """Give the buffer back now (this array and every view of it become unusable)."""
+        self._storage.release()
+
+    def __enter__(self) -> DeviceArray:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    # -- for the runtime ----------------------------------------------------------------
+    def buffer(self, kind: str, owner: object, name: str) -> Buffer:
+        """The buffer to bind as `kind`; ValueError if released or from another runtime."""
+        if self._storage.owner is not owner:
+            raise ValueError(f"{name}: DeviceArray {self.shape} {self.dtype} belongs to another ForgeRuntime")
+        self._check_live(name)
+        return self._storage.slab.view(self.nbytes, kind)
+
+    def checked(self, name: str, owner: object, dtypes: tuple[type, ...], ndim: tuple[int, ...]) -> DeviceArray:
+        """The runtime's argument checks (farm.runtime.validation.as_array's, same messages)
+        for a DeviceArray: this runtime's and live, an accepted dtype and rank, non-empty."""
+        self.buffer("read", owner, name)
+        expected = " or ".join(np.dtype(d).name for d in dtypes)
+        if self.dtype not in [np.dtype(d) for d in dtypes]:
+            raise TypeError(f"{name}: expected dtype {expected}, got {self.dtype} (cast it yourself: no silent casts)")
+        if self.ndim not in ndim:
+            ranks = " or ".join(f"{r}-D" for r in ndim)
+            raise ValueError(f"{name}: expected a {ranks} array, got shape {self.shape}")
+        if self.size == 0:
+            raise ValueError(f"{name}: expected a non-empty array, got shape {self.shape}")
+        return self
+
+    def serial(self) -> int:
+        return self._storage.slab.serial
+
+    def same_buffer(self, other: DeviceArray) -> bool:
+        return self._storage is other._storage
+
+    def _check_live(self, name: str) -> None:
+        if self._storage.slab is None:
+            raise ValueError(f"{name}: DeviceArray {self.shape} {self.dtype} was released")
+
+
+def _resolve_shape(shape: tuple, size: int, old: tuple[int, ...]) -> tuple[int, ...]:
+    dims = [int(d) for d in shape]
+    unknown = [i for i, d in enumerate(dims) if d == -1]
+    if len(unknown) > 1 or any(d < -1 for d in dims):
+        raise ValueError(f"reshape: bad shape {tuple(dims)}")
+    if unknown:
+        known = math.prod(d for d in dims if d != -1)
+        if known == 0 or size % known:
+            raise ValueError(f"reshape: cannot reshape {old} ({size} elements) into {tuple(dims)}")
+        dims[unknown[0]] = size // known
+    if math.prod(dims) != size:
+        raise ValueError(f"reshape: cannot reshape {old} ({size} elements) into {tuple(dims)}")
+    return tuple(dims)

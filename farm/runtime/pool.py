@@ -1,0 +1,147 @@
+"""The runtime's device memory: a size-bucketed pool of wgpu buffers (the seed's slab idea).
+
+A call whose shapes repeat takes the buffers the last such call gave back, so the hot path
+creates and destroys nothing. Sizes are rounded up to a size class (powers of two up to
+1 MiB, then quarter steps: at most 25% slack) and kept per class on a free list. Bound:
+`capacity_bytes` caps everything the pool holds, live and idle; a request that doesn't fit
+after dropping idle buffers raises ValueError naming the requested and the free bytes.
+Idle buffers beyond `idle_bytes` are destroyed, least recently used first.
+
+Reusing a buffer right after giving it back is safe without waiting: a wgpu queue runs
+writes and submissions in the order they were issued, so a later call's upload into a
+buffer lands after every earlier submission that read it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from farm.gpu import Buffer, Device
+
+MIN_CLASS = 256
+DEFAULT_IDLE_BYTES = 1 << 30  # idle buffers kept for the next call, when no capacity is set
+
+
+def size_class(nbytes: int, largest: int) -> int:
+    """The bucket a request of `nbytes` is served from (never above `largest`, the adapter's
+    max-buffer-size; a request above every class is served at its own aligned size)."""
+    nbytes = max(nbytes, 4)
+    if nbytes <= MIN_CLASS:
+        size = MIN_CLASS
+    else:
+        power = 1 << (nbytes - 1).bit_length()
+        if power <= 1 << 20:
+            size = power
+        else:
+            step = power // 8  # quarter steps of the lower power of two: 1.25, 1.5, 1.75, 2
+            size = -(-nbytes // step) * step
+    aligned = (nbytes + 3) & ~3
+    return size if size <= largest else aligned
+
+
+@dataclass(eq=False)
+class Slab:
+    """One pooled wgpu buffer. `serial` is unique for the pool's life (bind groups are
+    cached by it: an id() could be reused by a later buffer)."""
+
+    handle: Any
+    capacity: int
+    uniform: bool
+    serial: int
+    live: bool = field(default=True)
+
+    def view(self, nbytes: int, kind: str) -> Buffer:
+        """The first `nbytes` (4-byte aligned, at least 4) as a Buffer to bind as `kind`."""
+        return Buffer(handle=self.handle, nbytes=max((nbytes + 3) & ~3, 4), kind=kind)
+
+
+class BufferPool:
+    """Buffers of one Device, handed out by size class; thread-safe (an RLock: a DeviceArray
+    collected by the garbage collector during a call gives its buffer back on that thread)."""
+
+    def __init__(self, device: Device, capacity_bytes: int | None = None, idle_bytes: int | None = None):
+        if capacity_bytes is not None and (isinstance(capacity_bytes, bool) or int(capacity_bytes) < 1):
+            raise ValueError(f"capacity_bytes: expected a positive integer or None, got {capacity_bytes!r}")
+        self.device = device
+        self.capacity = int(capacity_bytes) if capacity_bytes is not None else None
+        self.idle_limit = idle_bytes if idle_bytes is not None else (self.capacity or DEFAULT_IDLE_BYTES)
+        self._largest = device.profile.limit("max-buffer-size") or (1 << 62)
+        self._free: OrderedDict[int, Slab] = OrderedDict()  # serial -> idle slab, least recent first
+        self._by_class: dict[tuple[bool, int], list[Slab]] = {}
+        self._serials = itertools.count(1)
+        self._lock = threading.RLock()
+        self.held = 0  # bytes of slabs handed out
+        self.idle = 0  # bytes of slabs on the free lists
+        self.created = 0  # slabs ever created (the hot-path test counts these)
+
+    def take(self, nbytes: int, uniform: bool = False) -> Slab:
+        """A slab of at least `nbytes`, exclusively the caller's until `give`."""
+        size = size_class(nbytes, self._largest)
+        with self._lock:
+            free = self._by_class.get((uniform, size))
+            if free:
+                slab = free.pop()
+                del self._free[slab.serial]
+                self.idle -= slab.capacity
+                self.held += slab.capacity
+                return slab
+            self._make_room(size)
+            usage = self.device._wgpu.BufferUsage
+            flags = usage.COPY_DST | usage.COPY_SRC | (usage.UNIFORM if uniform else usage.STORAGE)
+            try:
+                handle = self.device.device.create_buffer(size=size, usage=flags)
+            except Exception as exc:  # noqa: BLE001 - out of device memory, over a limit
+                raise ValueError(f"device memory: allocating {size} bytes failed: {exc}") from exc
+            self.created += 1
+            self.device.track(size)
+            self.held += size
+            return Slab(handle, size, uniform, next(self._serials))
+
+    def give(self, slab: Slab) -> None:
+        """Back to its free list (idle beyond `idle_limit` is destroyed, oldest first)."""
+        with self._lock:
+            if not slab.live or slab.serial in self._free:
+                return
+            self.held -= slab.capacity
+            self.idle += slab.capacity
+            self._free[slab.serial] = slab
+            self._by_class.setdefault((slab.uniform, slab.capacity), []).append(slab)
+            while self.idle > self.idle_limit and self._free:
+                self._destroy_oldest()
+
+    def trim(self) -> int:
+        """Destroy every idle slab; returns the bytes freed."""
+        with self._lock:
+            freed = self.idle
+            while self._free:
+                self._destroy_oldest()
+            return freed
+
+    def free_bytes(self) -> int | None:
+        return None if self.capacity is None else self.capacity - self.held
+
+    def _make_room(self, size: int) -> None:
+        if self.capacity is None:
+            return
+        if self.held + size > self.capacity:
+            raise ValueError(
+                f"capacity_bytes={self.capacity}: a request of {size} bytes does not fit, "
+                f"{self.capacity - self.held} bytes free ({self.held} held by live DeviceArrays and calls)"
+            )
+        while self.held + self.idle + size > self.capacity and self._free:
+            self._destroy_oldest()
+
+    def _destroy_oldest(self) -> None:
+        _, slab = self._free.popitem(last=False)
+        self._by_class[(slab.uniform, slab.capacity)].remove(slab)
+        self.idle -= slab.capacity
+        slab.live = False
+        slab.handle.destroy()
+        self.device.track(-slab.capacity)
+
+    def close(self) -> None:
+        self.trim()
