@@ -237,3 +237,19 @@ def test_threads_sharing_a_runtime_get_correct_answers(rt):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_large_uploads_go_through_mapped_staging_and_arrive_intact(rt):
+    from farm.runtime.calls import MAPPED_UPLOAD_MIN
+
+    a = f32(300, 300)  # 360 KB: above MAPPED_UPLOAD_MIN, so through a staging buffer
+    x = f32(300, seed=1)
+    assert a.nbytes >= MAPPED_UPLOAD_MIN > x.nbytes
+    staging_before = sum(1 for use, _ in rt._pool._by_class if use == "upload")
+    np.testing.assert_array_equal(rt.asarray(a).numpy(), a)
+    want = a.astype(np.float64) @ x.astype(np.float64)
+    for _ in range(3):  # the staging buffer is reused, and what it held before doesn't leak in
+        np.testing.assert_allclose(rt.gemv(a, x), want, rtol=1e-4, atol=1e-4)
+        a = a[::-1].copy()
+        want = want[::-1]
+    assert sum(1 for use, _ in rt._pool._by_class if use == "upload") == staging_before + 1

@@ -141,7 +141,7 @@ class ForgeRuntime:
         with self._lock:
             slab = self._pool.take(array.nbytes)
             try:
-                self._caller.write(slab, array)
+                self._caller.upload(slab, array)
             except Exception:
                 self._pool.give(slab)
                 raise
@@ -160,6 +160,11 @@ class ForgeRuntime:
             )
         with self._lock:
             return DeviceArray(_Storage(self._pool, self._pool.take(nbytes), self), dims, dtype)
+
+    def synchronize(self) -> None:
+        """Wait for every call submitted so far (DeviceArray calls return without waiting)."""
+        with self._lock:
+            self.device.wait_idle()
 
     def memory(self) -> dict[str, int | None]:
         """Device bytes of the pool: held (live arrays, calls), idle (kept for reuse), capacity."""

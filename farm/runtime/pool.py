@@ -50,7 +50,7 @@ class Slab:
 
     handle: Any
     capacity: int
-    uniform: bool
+    use: str  # storage | uniform | upload
     serial: int
     live: bool = field(default=True)
 
@@ -71,18 +71,20 @@ class BufferPool:
         self.idle_limit = idle_bytes if idle_bytes is not None else (self.capacity or DEFAULT_IDLE_BYTES)
         self._largest = device.profile.limit("max-buffer-size") or (1 << 62)
         self._free: OrderedDict[int, Slab] = OrderedDict()  # serial -> idle slab, least recent first
-        self._by_class: dict[tuple[bool, int], list[Slab]] = {}
+        self._by_class: dict[tuple[str, int], list[Slab]] = {}
         self._serials = itertools.count(1)
         self._lock = threading.RLock()
         self.held = 0  # bytes of slabs handed out
         self.idle = 0  # bytes of slabs on the free lists
         self.created = 0  # slabs ever created (the hot-path test counts these)
 
-    def take(self, nbytes: int, uniform: bool = False) -> Slab:
-        """A slab of at least `nbytes`, exclusively the caller's until `give`."""
+    def take(self, nbytes: int, use: str = "storage") -> Slab:
+        """A slab of at least `nbytes`, exclusively the caller's until `give`. `use`:
+        storage (bound as read or read_write storage), uniform, or upload (mappable for
+        writing, the source of a copy: the staging of a large upload)."""
         size = size_class(nbytes, self._largest)
         with self._lock:
-            free = self._by_class.get((uniform, size))
+            free = self._by_class.get((use, size))
             if free:
                 slab = free.pop()
                 del self._free[slab.serial]
@@ -91,7 +93,10 @@ class BufferPool:
                 return slab
             self._make_room(size)
             usage = self.device._wgpu.BufferUsage
-            flags = usage.COPY_DST | usage.COPY_SRC | (usage.UNIFORM if uniform else usage.STORAGE)
+            if use == "upload":
+                flags = usage.MAP_WRITE | usage.COPY_SRC
+            else:
+                flags = usage.COPY_DST | usage.COPY_SRC | (usage.UNIFORM if use == "uniform" else usage.STORAGE)
             try:
                 handle = self.device.device.create_buffer(size=size, usage=flags)
             except Exception as exc:  # noqa: BLE001 - out of device memory, over a limit
@@ -99,7 +104,7 @@ class BufferPool:
             self.created += 1
             self.device.track(size)
             self.held += size
-            return Slab(handle, size, uniform, next(self._serials))
+            return Slab(handle, size, use, next(self._serials))
 
     def give(self, slab: Slab) -> None:
         """Back to its free list (idle beyond `idle_limit` is destroyed, oldest first)."""
@@ -109,7 +114,7 @@ class BufferPool:
             self.held -= slab.capacity
             self.idle += slab.capacity
             self._free[slab.serial] = slab
-            self._by_class.setdefault((slab.uniform, slab.capacity), []).append(slab)
+            self._by_class.setdefault((slab.use, slab.capacity), []).append(slab)
             while self.idle > self.idle_limit and self._free:
                 self._destroy_oldest()
 
@@ -137,7 +142,7 @@ class BufferPool:
 
     def _destroy_oldest(self) -> None:
         _, slab = self._free.popitem(last=False)
-        self._by_class[(slab.uniform, slab.capacity)].remove(slab)
+        self._by_class[(slab.use, slab.capacity)].remove(slab)
         self.idle -= slab.capacity
         slab.live = False
         slab.handle.destroy()

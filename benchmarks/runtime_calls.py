@@ -1,0 +1,388 @@
+"""What a program pays per ForgeRuntime call, next to plain wgpu-py and torch (issue 15).
+
+Every number is a per-call median of host wall time with a sync each call (perf_counter
+around the call and its wait), unless its method says otherwise:
+- floors, plain wgpu-py (no farm code): submit + wait; 4 KB write + dispatch + read back
+  (persistent buffers); 256 MB H2D by queue.write_buffer and by a mapped staging buffer,
+  256 MB D2H through a mapped staging buffer; torch: op + synchronize, 256 MB pageable and
+  pinned H2D/D2H;
+- per kernel: the runtime from numpy (numpy in, numpy out), the runtime on DeviceArrays
+  (`rt.synchronize()` each call), the kernel alone by GPU timestamps (same schedule), torch
+  from numpy (H2D, op, D2H) and torch on device tensors (op + synchronize; FLA's
+  `fused_recurrent_rwkv6` for recurrent);
+- chains of dependent calls with one sync at the end, per call: recurrent stepwise T=64
+  with rho on the GPU (FLA stepwise with its state on the GPU), gemm -> topk (torch's same
+  chain).
+Prints a table; writes runtime-calls.{md,json} under --out.
+
+    python3 benchmarks/runtime_calls.py --db sqlite:///.h200/farm.db --out /tmp/rc [--quick] [--allow-cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from farm import ForgeRuntime, catalog
+from farm.cli.bench import _vendor_fn, settle_clocks
+from farm.oracle.launch import prepare
+
+COPY = """@group(0) @binding(0) var<storage, read> src: array<u32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+  if (g.x < arrayLength(&dst)) { dst[g.x] = src[g.x]; }
+}"""
+
+
+def per_call(fn, seconds: float = 0.4, least: int = 10, most: int = 2000) -> float:
+    """Median seconds of `fn()` (which includes its own sync) over repeated calls."""
+    fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < least or (time.perf_counter() - start < seconds and len(times) < most):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+# -- floors: plain wgpu-py and torch ---------------------------------------------------------
+def wgpu_floors(big: int) -> dict[str, float]:
+    import wgpu
+
+    adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    dev = adapter.request_device_sync()
+    use = wgpu.BufferUsage
+    module = dev.create_shader_module(code=COPY)
+    pipe = dev.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+    small = np.arange(1024, dtype=np.uint32)  # 4 KB
+    src = dev.create_buffer(size=small.nbytes, usage=use.STORAGE | use.COPY_DST)
+    dst = dev.create_buffer(size=small.nbytes, usage=use.STORAGE | use.COPY_SRC)
+    stage = dev.create_buffer(size=small.nbytes, usage=use.MAP_READ | use.COPY_DST)
+    bind = dev.create_bind_group(
+        layout=pipe.get_bind_group_layout(0),
+        entries=[{"binding": 0, "resource": {"buffer": src}}, {"binding": 1, "resource": {"buffer": dst}}],
+    )
+
+    def dispatch(encoder):
+        p = encoder.begin_compute_pass()
+        p.set_pipeline(pipe)
+        p.set_bind_group(0, bind)
+        p.dispatch_workgroups(16)
+        p.end()
+
+    def submit_wait():
+        encoder = dev.create_command_encoder()
+        dispatch(encoder)
+        dev.queue.submit([encoder.finish()])
+        dev._poll_wait()
+
+    def round_trip():
+        dev.queue.write_buffer(src, 0, small)
+        encoder = dev.create_command_encoder()
+        dispatch(encoder)
+        encoder.copy_buffer_to_buffer(dst, 0, stage, 0, small.nbytes)
+        dev.queue.submit([encoder.finish()])
+        stage.map_sync("READ")
+        np.frombuffer(stage.read_mapped(copy=False), np.uint32).copy()
+        stage.unmap()
+
+    data = np.ones(big // 4, np.float32)
+    target = dev.create_buffer(size=big, usage=use.STORAGE | use.COPY_DST | use.COPY_SRC)
+    upload = dev.create_buffer(size=big, usage=use.MAP_WRITE | use.COPY_SRC)
+    download = dev.create_buffer(size=big, usage=use.MAP_READ | use.COPY_DST)
+
+    def h2d_write_buffer():
+        dev.queue.write_buffer(target, 0, data)
+        dev._poll_wait()
+
+    def h2d_mapped():
+        upload.map_sync("WRITE")
+        upload.write_mapped(data)
+        upload.unmap()
+        encoder = dev.create_command_encoder()
+        encoder.copy_buffer_to_buffer(upload, 0, target, 0, big)
+        dev.queue.submit([encoder.finish()])
+        dev._poll_wait()
+
+    def d2h():
+        encoder = dev.create_command_encoder()
+        encoder.copy_buffer_to_buffer(target, 0, download, 0, big)
+        dev.queue.submit([encoder.finish()])
+        download.map_sync("READ")
+        np.frombuffer(download.read_mapped(copy=False), np.float32).copy()
+        download.unmap()
+
+    out = {
+        "submit_wait_us": per_call(submit_wait) * 1e6,
+        "roundtrip_4k_us": per_call(round_trip) * 1e6,
+        "h2d_write_buffer_gbps": big / per_call(h2d_write_buffer, least=5) / 1e9,
+        "h2d_mapped_gbps": big / per_call(h2d_mapped, least=5) / 1e9,
+        "d2h_mapped_gbps": big / per_call(d2h, least=5) / 1e9,
+    }
+    for b in (src, dst, stage, target, upload, download):
+        b.destroy()
+    return out
+
+
+def torch_floors(torch, big: int) -> dict[str, float]:
+    dev = torch.device("cuda")
+    x = torch.ones(1024, device=dev)
+    host = np.ones(big // 4, np.float32)
+    pinned = torch.from_numpy(host).pin_memory()
+    on_gpu = torch.from_numpy(host).to(dev)
+
+    def op():
+        x.add_(1.0)
+        torch.cuda.synchronize()
+
+    def h2d(src):
+        return lambda: (src.to(dev, non_blocking=False), torch.cuda.synchronize())
+
+    return {
+        "op_sync_us": per_call(op) * 1e6,
+        "h2d_pageable_gbps": big / per_call(h2d(torch.from_numpy(host)), least=5) / 1e9,
+        "h2d_pinned_gbps": big / per_call(h2d(pinned), least=5) / 1e9,
+        "d2h_pageable_gbps": big / per_call(lambda: on_gpu.cpu().numpy(), least=5) / 1e9,
+    }
+
+
+# -- kernels ----------------------------------------------------------------------------------
+def cases(quick: bool):
+    g = np.random.default_rng(0)
+
+    def f32(*shape):
+        return g.standard_normal(shape).astype(np.float32)
+
+    gemm_sizes = (64, 128) if quick else (256, 1024, 4096)
+    out = [(f"gemm {s}^3", "gemm", (f32(s, s), f32(s, s)), {}) for s in gemm_sizes]
+    gemv_sizes = (256,) if quick else (4096, 16384)
+    out += [(f"gemv {s}^2", "gemv", (f32(s, s), f32(s)), {}) for s in gemv_sizes]
+    batch = 16 if quick else 16384
+    out.append((f"fft {batch}x1024", "fft", ((f32(batch, 1024) + 1j * f32(batch, 1024)).astype(np.complex64),), {}))
+    bits = 16 if quick else 26
+    out.append((f"topk 2^{bits} k=8", "topk", (f32(1 << bits),), {"k": 8}))
+    for e in (96, 768) if quick else (96, 128, 192, 256, 384, 512, 640, 768):
+        q, v = f32(1, 8, 64, 64), f32(1, 1, 64, e)
+        decay = np.linspace(0.85, 0.95, 8).astype(np.float32)
+        out.append((f"recurrent E={e}", "recurrent_attention", (q, v, np.zeros((1, 8, 64, e), np.float32), decay), {}))
+    return out
+
+
+KERNEL = {"recurrent_attention": "recurrent"}
+
+
+def runtime_row(rt, torch, label, method, args, kwargs) -> dict:
+    fn = getattr(rt, method)
+    row = {"case": label, "method": "host wall, sync each call"}
+    row["numpy_ms"] = per_call(lambda: fn(*args, **kwargs)) * 1e3
+    device_args = [rt.asarray(a) for a in args]
+
+    def on_device():
+        fn(*device_args, **kwargs)
+        rt.synchronize()
+
+    row["device_ms"] = per_call(on_device) * 1e3
+    spec, problem, inputs = _plan_inputs(rt, method, args, kwargs)
+    schedule, source = rt.tuned_schedule(spec.name, problem)
+    row["schedule_source"] = source
+    with prepare(rt.device, spec, schedule, problem, inputs) as prepared:
+        row["kernel_ms"] = prepared.time(warmup=3, reps=30).median_ns / 1e6  # GPU timestamps
+    if torch is not None:
+        row.update(torch_row(torch, spec, problem, inputs, schedule))
+    for a in device_args:
+        a.release()
+    return row
+
+
+def _plan_inputs(rt, method, args, kwargs):
+    """The kernel's spec, problem and inputs dict for a runtime call (as the runtime builds them)."""
+    name = KERNEL.get(method, method)
+    spec = catalog.get(name)
+    if name == "gemm":
+        (a, b) = args
+        return spec, spec.problem(m=a.shape[0], k=a.shape[1], n=b.shape[1]), {"a": a, "b": b}
+    if name == "gemv":
+        (a, x) = args
+        return spec, spec.problem(m=a.shape[0], n=a.shape[1]), {"a": a, "x": x}
+    if name == "fft":
+        (s,) = args
+        pts = s.view(np.float32).reshape(s.shape[0], s.shape[1], 2)
+        return spec, spec.problem(n=s.shape[1], batch=s.shape[0]), {"x": pts}
+    if name == "topk":
+        (x,) = args
+        return spec, spec.problem(n=x.shape[0], k=kwargs["k"]), {"x": x}
+    q, v, rho, decay = args
+    b, h, t, l_dim = q.shape
+    dims = {"B": b, "H": h, "VH": v.shape[1], "T": t, "L": l_dim, "E": v.shape[3]}
+    return spec, spec.problem(**dims), {"query": q, "value": v, "rho": rho, "decay": decay}
+
+
+def torch_row(torch, spec, problem, inputs, schedule) -> dict:
+    dev = torch.device("cuda")
+    t = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dev) for k, v in inputs.items()}
+    fn, checks, label = _vendor_fn(torch, spec.name, problem, t, schedule)
+    if fn is None:
+        return {"vendor": label}
+
+    def on_device():
+        fn()
+        torch.cuda.synchronize()
+
+    row = {"vendor": label, "vendor_device_ms": per_call(on_device) * 1e3}
+    if spec.name != "recurrent":
+
+        def from_numpy():
+            t.update({k: torch.from_numpy(np.ascontiguousarray(v)).to(dev) for k, v in inputs.items()})
+            got = fn()
+            got = got if isinstance(got, dict) else {checks[0]: got}
+            [got[c].cpu().numpy() for c in checks]
+
+        row["vendor_numpy_ms"] = per_call(from_numpy) * 1e3
+    return row
+
+
+# -- chains -----------------------------------------------------------------------------------
+def chains(rt, torch, quick: bool) -> list[dict]:
+    g = np.random.default_rng(1)
+    rows = []
+    for e in (96,) if quick else (96, 768):
+        steps, h, l_dim = 64, 8, 64
+        q = g.standard_normal((1, h, steps, l_dim)).astype(np.float32)
+        v = g.standard_normal((1, 1, steps, e)).astype(np.float32)
+        decay = np.linspace(0.85, 0.95, h).astype(np.float32)
+        qs = [rt.asarray(np.ascontiguousarray(q[:, :, i : i + 1])) for i in range(steps)]
+        vs = [rt.asarray(np.ascontiguousarray(v[:, :, i : i + 1])) for i in range(steps)]
+        dec, rho0 = rt.asarray(decay), rt.asarray(np.zeros((1, h, l_dim, e), np.float32))
+
+        def chain(qs=qs, vs=vs, dec=dec, rho0=rho0):
+            rho = rho0
+            for qi, vi in zip(qs, vs, strict=True):
+                _, rho = rt.recurrent_attention(qi, vi, rho, dec)
+            rt.synchronize()
+
+        row = {"case": f"recurrent stepwise T=64 E={e}", "method": "host wall, one sync per chain, per call"}
+        row["device_ms"] = per_call(chain, least=5) * 1e3 / steps
+        if torch is not None:
+            row.update(_fla_chain(torch, q, v, decay, steps))
+        rows.append(row)
+    s = 128 if quick else 1024
+    a, b = (g.standard_normal((s, s)).astype(np.float32) for _ in range(2))
+    da, db = rt.asarray(a), rt.asarray(b)
+    block = rt.tuned_schedule("topk", catalog.get("topk").problem(n=s * s, k=8))[0].workgroup_size
+
+    def chain2():
+        rt.topk(rt.gemm(da, db).reshape(-1), 8)
+        rt.synchronize()
+
+    row = {"case": f"gemm {s}^3 -> topk k=8", "method": "host wall, one sync per chain, per call"}
+    row["device_ms"] = per_call(chain2) * 1e3 / 2
+    if torch is not None:
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+
+        def torch_chain():
+            torch.topk((ta @ tb).view(-1, block), 8, dim=1)
+            torch.cuda.synchronize()
+
+        row["vendor_device_ms"] = per_call(torch_chain) * 1e3 / 2
+        row["vendor"] = "torch"
+    rows.append(row)
+    return rows
+
+
+def _fla_chain(torch, q, v, decay, steps) -> dict:
+    try:
+        from fla.ops.rwkv6 import fused_recurrent_rwkv6
+    except ImportError as exc:
+        return {"vendor": f"fla not importable: {exc}"[:80]}
+    dev = torch.device("cuda")
+    h, l_dim, e = q.shape[1], q.shape[3], v.shape[3]
+    r = torch.from_numpy(q).to(dev).permute(0, 2, 1, 3).contiguous()
+    dk = torch.from_numpy(decay).to(dev).view(1, 1, h, 1)
+    k = (r * dk).contiguous()
+    vv = torch.from_numpy(v).to(dev).permute(0, 2, 1, 3).expand(1, steps, h, e).contiguous()
+    w = torch.log(dk).expand(1, steps, h, l_dim).contiguous()
+    u = torch.zeros(h, l_dim, device=dev)
+    per = [(r[:, i : i + 1].contiguous(), k[:, i : i + 1].contiguous(), vv[:, i : i + 1].contiguous(),
+            w[:, i : i + 1].contiguous()) for i in range(steps)]
+    rho0 = torch.zeros(1, h, l_dim, e, device=dev)
+
+    def chain():
+        state = rho0
+        for ri, ki, vi, wi in per:
+            _, state = fused_recurrent_rwkv6(ri, ki, vi, wi, u, scale=1.0, initial_state=state, output_final_state=True)
+        torch.cuda.synchronize()
+
+    return {"vendor": "fla fused_recurrent_rwkv6 stepwise", "vendor_device_ms": per_call(chain, least=5) * 1e3 / steps}
+
+
+# -- report -----------------------------------------------------------------------------------
+def markdown(result: dict) -> str:
+    lines = [f"# ForgeRuntime per call ({result['adapter']}, {result['date']})", "", "## Floors", ""]
+    lines += [f"- {k}: {v:.3g}" for k, v in {**result["wgpu_floors"], **result.get("torch_floors", {})}.items()]
+    lines += ["", "## Per call (ms; host wall with a sync each call, kernel by GPU timestamps)", ""]
+    cols = ["numpy_ms", "device_ms", "kernel_ms", "vendor_numpy_ms", "vendor_device_ms"]
+    lines += ["| case | " + " | ".join(cols) + " | numpy/vendor | device/vendor | schedule |", "|" + " --- |" * 9]
+
+    def cell(row, key):
+        return f"{row[key]:.4g}" if isinstance(row.get(key), float) else "-"
+
+    def ratio(row, a, b):
+        ok = isinstance(row.get(a), float) and isinstance(row.get(b), float)
+        return f"{row[a] / row[b]:.2f}x" if ok else "-"
+
+    for row in result["kernels"] + result["chains"]:
+        lines.append(
+            f"| {row['case']} | " + " | ".join(cell(row, c) for c in cols)
+            + f" | {ratio(row, 'numpy_ms', 'vendor_numpy_ms')} | {ratio(row, 'device_ms', 'vendor_device_ms')}"
+            + f" | {row.get('schedule_source', '-')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", default=None)
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--allow-cpu", action="store_true")
+    parser.add_argument("--settle-s", type=float, default=8.0)
+    args = parser.parse_args()
+    rt = ForgeRuntime(db=args.db)
+    if rt.profile.is_cpu and not args.allow_cpu:
+        print(f"refusing to benchmark on CPU adapter {rt.profile.summary}; pass --allow-cpu", file=sys.stderr)
+        return 2
+    try:
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch = torch if torch.cuda.is_available() else None
+    except ImportError:
+        torch = None
+    settle_clocks(rt.device, args.settle_s)
+    big = (1 << 22) if args.quick else (1 << 28)
+    result = {"adapter": rt.profile.summary, "date": time.strftime("%Y-%m-%d"), "wgpu_floors": wgpu_floors(big)}
+    if torch is not None:
+        result["torch_floors"] = torch_floors(torch, big)
+    result["kernels"] = []
+    for label, method, a, kw in cases(args.quick):
+        result["kernels"].append(runtime_row(rt, torch, label, method, a, kw))
+        print(json.dumps(result["kernels"][-1]), flush=True)
+    result["chains"] = chains(rt, torch, args.quick)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runtime-calls.json").write_text(json.dumps(result, indent=2))
+    text = markdown(result)
+    (out / "runtime-calls.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
