@@ -119,7 +119,27 @@ def wgpu_floors(big: int) -> dict[str, float]:
         np.frombuffer(download.read_mapped(copy=False), np.float32).copy()
         download.unmap()
 
+    mid = {}
+    for size in (1 << 18, 1 << 20, 1 << 22, 1 << 24):  # where a mapped upload starts to pay
+        part = data[: size // 4]
+
+        def by_write(part=part):
+            dev.queue.write_buffer(target, 0, part)
+            dev._poll_wait()
+
+        def by_map(part=part, size=size):
+            upload.map_sync("WRITE", 0, size)
+            upload.write_mapped(part, 0)
+            upload.unmap()
+            encoder = dev.create_command_encoder()
+            encoder.copy_buffer_to_buffer(upload, 0, target, 0, size)
+            dev.queue.submit([encoder.finish()])
+            dev._poll_wait()
+
+        mid[f"h2d_{size >> 10}k_write_buffer_us"] = per_call(by_write) * 1e6
+        mid[f"h2d_{size >> 10}k_mapped_us"] = per_call(by_map) * 1e6
     out = {
+        **mid,
         "submit_wait_us": per_call(submit_wait) * 1e6,
         "roundtrip_4k_us": per_call(round_trip) * 1e6,
         "h2d_write_buffer_gbps": big / per_call(h2d_write_buffer, least=5) / 1e9,

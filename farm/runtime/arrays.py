@@ -132,15 +132,17 @@ class DeviceArray:
 
     def checked(self, name: str, owner: object, dtypes: tuple[type, ...], ndim: tuple[int, ...]) -> DeviceArray:
         """The runtime's argument checks (farm.runtime.validation.as_array's, same messages)
-        for a DeviceArray: this runtime's and live, an accepted dtype and rank, non-empty."""
-        self.buffer("read", owner, name)
-        expected = " or ".join(np.dtype(d).name for d in dtypes)
-        if self.dtype not in [np.dtype(d) for d in dtypes]:
+        for a DeviceArray: this runtime's and live, an accepted dtype and rank, non-empty.
+        On the hot path: the messages are built only when a check fails."""
+        if self._storage.owner is not owner or self._storage.slab is None:
+            self.buffer("read", owner, name)  # raises the ValueError that says which
+        if self.dtype not in dtypes:
+            expected = " or ".join(np.dtype(d).name for d in dtypes)
             raise TypeError(f"{name}: expected dtype {expected}, got {self.dtype} (cast it yourself: no silent casts)")
-        if self.ndim not in ndim:
+        if len(self.shape) not in ndim:
             ranks = " or ".join(f"{r}-D" for r in ndim)
             raise ValueError(f"{name}: expected a {ranks} array, got shape {self.shape}")
-        if self.size == 0:
+        if 0 in self.shape:
             raise ValueError(f"{name}: expected a non-empty array, got shape {self.shape}")
         return self
 

@@ -109,7 +109,7 @@ class Caller:
     # -- plans --------------------------------------------------------------------------
     def plan(self, spec: KernelSpec, schedule: Schedule, problem: Problem, inputs: dict, limit: int) -> CallPlan:
         layout = tuple((name, value.dtype.str, value.shape) for name, value in inputs.items())
-        key = (spec.name, schedule.key(), problem.key(), layout)
+        key = (spec.name, schedule, problem, layout)
         plan = self._plans.get(key)
         if plan is not None:
             self._plans.move_to_end(key)
@@ -183,8 +183,19 @@ class Caller:
         except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step
             raise GpuError("dispatch", str(exc), plan.spec.name, plan.schedule) from exc
         finally:
-            for slab in taken:
-                self.pool.give(slab)
+            self._give(taken)
+
+    def _give(self, taken: list[Slab]) -> None:
+        """Back to the pool once the call is submitted. An upload slab is mapped for writing
+        again first (WebGPU resolves it once the copy from it is done; the call's own wait,
+        or the next one, polls it through), so its next use doesn't wait for a map."""
+        for slab in taken:
+            if slab.use == "upload" and slab.live:
+                try:
+                    slab.mapping = slab.handle.map_async("WRITE")
+                except Exception:  # noqa: BLE001 - mapping later, in `write`, still works
+                    slab.mapping = None
+            self.pool.give(slab)
 
     def _transformed(self, plan: CallPlan, inputs: dict) -> dict[str, np.ndarray]:
         if not any(s.role == "transformed" for s in plan.slots):
@@ -231,7 +242,11 @@ class Caller:
             return
         stage = self.pool.take(len(raw), "upload")
         taken.append(stage)
-        stage.handle.map_sync("WRITE", 0, len(raw))
+        if stage.mapping is not None:  # mapped again after its last copy: usually done by now
+            mapping, stage.mapping = stage.mapping, None
+            mapping.sync_wait()
+        else:
+            stage.handle.map_sync("WRITE")
         try:
             stage.handle.write_mapped(raw, 0)
         finally:
@@ -246,8 +261,7 @@ class Caller:
             self.write(slab, value, encoder, taken)
             self.device.device.queue.submit([encoder.finish()])
         finally:
-            for stage in taken:
-                self.pool.give(stage)
+            self._give(taken)
 
     def _bind(self, plan: CallPlan, buffers: list[Buffer], serials: tuple) -> list:
         calls = plan.bind_sets.get(serials)

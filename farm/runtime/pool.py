@@ -23,7 +23,9 @@ from typing import Any
 from farm.gpu import Buffer, Device
 
 MIN_CLASS = 256
-DEFAULT_IDLE_BYTES = 1 << 30  # idle buffers kept for the next call, when no capacity is set
+DEFAULT_IDLE_BYTES = 4 << 30  # idle buffers kept for the next call, when no capacity is set
+# (a gemv 16384^2 call holds 2 GiB: its input and the input's staging; at 1 GiB every call
+# destroyed and re-created them, 3x slower on the H200)
 
 
 def size_class(nbytes: int, largest: int) -> int:
@@ -53,10 +55,15 @@ class Slab:
     use: str  # storage | uniform | upload
     serial: int
     live: bool = field(default=True)
+    mapping: Any = None  # upload slabs: the pending map for writing, made when last given back
+    _views: dict = field(default_factory=dict, repr=False)
 
     def view(self, nbytes: int, kind: str) -> Buffer:
         """The first `nbytes` (4-byte aligned, at least 4) as a Buffer to bind as `kind`."""
-        return Buffer(handle=self.handle, nbytes=max((nbytes + 3) & ~3, 4), kind=kind)
+        view = self._views.get((nbytes, kind))
+        if view is None:
+            view = self._views[(nbytes, kind)] = Buffer(handle=self.handle, nbytes=max((nbytes + 3) & ~3, 4), kind=kind)
+        return view
 
 
 class BufferPool:
