@@ -242,8 +242,8 @@ def test_threads_sharing_a_runtime_get_correct_answers(rt):
 def test_large_uploads_go_through_mapped_staging_and_arrive_intact(rt):
     from farm.runtime.calls import MAPPED_UPLOAD_MIN
 
-    a = f32(300, 300)  # 360 KB: above MAPPED_UPLOAD_MIN, so through a staging buffer
-    x = f32(300, seed=1)
+    a = f32(800, 800)  # 2.5 MB: above MAPPED_UPLOAD_MIN, so through a staging buffer
+    x = f32(800, seed=1)
     assert a.nbytes >= MAPPED_UPLOAD_MIN > x.nbytes
     staging_before = sum(1 for use, _ in rt._pool._by_class if use == "upload")
     np.testing.assert_array_equal(rt.asarray(a).numpy(), a)

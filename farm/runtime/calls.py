@@ -36,7 +36,10 @@ from farm.schedule import Problem, Schedule
 
 MAX_PLANS = 256  # plans kept per runtime (each holds its constants and scratch on the device)
 MAX_BIND_SETS = 16  # bind-group sets kept per plan
-MAPPED_UPLOAD_MIN = 1 << 18  # uploads of this many bytes or more go through a mapped staging buffer
+# Uploads of this many bytes or more go through a mapped staging buffer. H200, plain wgpu-py
+# (benchmarks/runtime_calls.py floors): write_buffer 63/242/1010/3820 us for 256 KB/1/4/16 MB,
+# mapped (map included) 179/361/581/1610 us; the runtime's staging is mapped ahead.
+MAPPED_UPLOAD_MIN = 2 << 20
 
 
 @dataclass
@@ -105,6 +108,15 @@ class Caller:
         self.pool = pool
         self.owner = owner
         self._plans: OrderedDict[tuple, CallPlan] = OrderedDict()
+        self._recent: dict[tuple, CallPlan] = {}  # the runtime's own call keys -> plan
+
+    def recent(self, key: tuple) -> CallPlan | None:
+        return self._recent.get(key)
+
+    def remember(self, key: tuple, plan: CallPlan) -> None:
+        if len(self._recent) >= 4 * MAX_PLANS:
+            self._recent.clear()
+        self._recent[key] = plan
 
     # -- plans --------------------------------------------------------------------------
     def plan(self, spec: KernelSpec, schedule: Schedule, problem: Problem, inputs: dict, limit: int) -> CallPlan:
@@ -132,6 +144,7 @@ class Caller:
         while len(self._plans) > MAX_PLANS:
             _, old = self._plans.popitem(last=False)
             self.device.release(*old.owned)
+            self._recent.clear()  # it may name the plan just released
         return plan
 
     def _slot(self, arg, placeholders: dict[str, np.ndarray], owned: list[Buffer]) -> Slot:
@@ -285,3 +298,4 @@ class Caller:
         for plan in self._plans.values():
             self.device.release(*plan.owned)
         self._plans.clear()
+        self._recent.clear()

@@ -204,16 +204,22 @@ class ForgeRuntime:
         """Check buffer limits, then run the call's plan (farm.runtime.calls) with the tuned
         (or given) schedule: numpy out for numpy in, DeviceArrays (not waited for) when any
         input or `out` is a DeviceArray."""
-        check_input_limits(kernel, inputs, self._binding_limit())
-        spec = catalog.get(kernel)
-        problem = spec.problem(**dims)
-        if schedule is None:
-            schedule, _ = self.tuned_schedule(kernel, problem)
         out = {name: array for name, array in (out or {}).items() if array is not None}
         to_device = bool(out) or any(isinstance(v, DeviceArray) for v in inputs.values())
+        # The call's shapes seen before: its plan, without rebuilding the problem and
+        # looking up the schedule again (the same shapes passed these checks then).
+        recent = (kernel, tuple(dims.values()), schedule, tuple((n, v.dtype, v.shape) for n, v in inputs.items()))
         with self._lock:
-            plan = self._caller.plan(spec, schedule, problem, inputs, self._binding_limit())
-            check_out(plan, inputs, out, self)
+            plan = self._caller.recent(recent)
+            if plan is None:
+                check_input_limits(kernel, inputs, self._binding_limit())
+                spec = catalog.get(kernel)
+                problem = spec.problem(**dims)
+                chosen = schedule if schedule is not None else self.tuned_schedule(kernel, problem)[0]
+                plan = self._caller.plan(spec, chosen, problem, inputs, self._binding_limit())
+                self._caller.remember(recent, plan)
+            if out:
+                check_out(plan, inputs, out, self)
             return self._caller.call(plan, inputs, out, to_device)
 
     def _arg(self, name: str, value: object, dtypes: tuple[type, ...], ndim: tuple[int, ...]):
