@@ -120,7 +120,7 @@ def wgpu_floors(big: int) -> dict[str, float]:
         download.unmap()
 
     mid = {}
-    for size in (1 << 18, 1 << 20, 1 << 22, 1 << 24):  # where a mapped upload starts to pay
+    for size in [s for s in (1 << 18, 1 << 20, 1 << 22, 1 << 24) if s <= big]:  # where mapping pays
         part = data[: size // 4]
 
         def by_write(part=part):
@@ -149,6 +149,71 @@ def wgpu_floors(big: int) -> dict[str, float]:
     for b in (src, dst, stage, target, upload, download):
         b.destroy()
     return out
+
+
+class TransferFloor:
+    """Plain wgpu-py doing a call's transfers with no kernel of ours: write each input into
+    a persistent buffer (write_buffer, or a staging buffer mapped for it: the faster of the
+    two for the whole call), one trivial dispatch, copy each output to a persistent staging
+    buffer, map it and copy it out. The runtime's overhead is its call minus this floor and
+    the kernel's own time."""
+
+    def __init__(self):
+        import wgpu
+
+        self.wgpu = wgpu
+        self.dev = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
+        module = self.dev.create_shader_module(code=COPY)
+        self.pipe = self.dev.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+        self.buffers: dict = {}
+
+    def _buffer(self, key, size, usage):
+        if key not in self.buffers:
+            self.buffers[key] = self.dev.create_buffer(size=size, usage=usage)
+        return self.buffers[key]
+
+    def seconds(self, inputs: list[np.ndarray], out_sizes: list[int]) -> float:
+        use = self.wgpu.BufferUsage
+        dev = self.dev
+        sizes = [a.nbytes for a in inputs]
+        targets = [self._buffer(("in", i, n), n, use.STORAGE | use.COPY_DST) for i, n in enumerate(sizes)]
+        stages = [self._buffer(("up", i, n), n, use.MAP_WRITE | use.COPY_SRC) for i, n in enumerate(sizes)]
+        outs = [self._buffer(("out", i, n), n, use.STORAGE | use.COPY_SRC) for i, n in enumerate(out_sizes)]
+        reads = [self._buffer(("rd", i, n), n, use.MAP_READ | use.COPY_DST) for i, n in enumerate(out_sizes)]
+        small = self._buffer("small", 256, use.STORAGE)
+        bind = dev.create_bind_group(
+            layout=self.pipe.get_bind_group_layout(0),
+            entries=[{"binding": 0, "resource": {"buffer": small}}, {"binding": 1, "resource": {"buffer": outs[0]}}],
+        )
+
+        def call(mapped: bool):
+            encoder = dev.create_command_encoder()
+            for a, target, stage in zip(inputs, targets, stages, strict=True):
+                if mapped:
+                    stage.map_sync("WRITE")
+                    stage.write_mapped(a, 0)
+                    stage.unmap()
+                    encoder.copy_buffer_to_buffer(stage, 0, target, 0, a.nbytes)
+                else:
+                    dev.queue.write_buffer(target, 0, a)
+            p = encoder.begin_compute_pass()
+            p.set_pipeline(self.pipe)
+            p.set_bind_group(0, bind)
+            p.dispatch_workgroups(1)
+            p.end()
+            for out, read, n in zip(outs, reads, out_sizes, strict=True):
+                encoder.copy_buffer_to_buffer(out, 0, read, 0, n)
+            dev.queue.submit([encoder.finish()])
+            for read in reads:
+                read.map_sync("READ")
+                np.frombuffer(read.read_mapped(copy=False), np.uint8).copy()
+                read.unmap()
+
+        return min(per_call(lambda: call(False)), per_call(lambda: call(True)))
+
+    def close(self):
+        for b in self.buffers.values():
+            b.destroy()
 
 
 def torch_floors(torch, big: int) -> dict[str, float]:
@@ -198,7 +263,7 @@ def cases(quick: bool):
 KERNEL = {"recurrent_attention": "recurrent"}
 
 
-def runtime_row(rt, torch, label, method, args, kwargs) -> dict:
+def runtime_row(rt, torch, floor, label, method, args, kwargs) -> dict:
     fn = getattr(rt, method)
     row = {"case": label, "method": "host wall, sync each call"}
     row["numpy_ms"] = per_call(lambda: fn(*args, **kwargs)) * 1e3
@@ -214,6 +279,10 @@ def runtime_row(rt, torch, label, method, args, kwargs) -> dict:
     row["schedule_source"] = source
     with prepare(rt.device, spec, schedule, problem, inputs) as prepared:
         row["kernel_ms"] = prepared.time(warmup=3, reps=30).median_ns / 1e6  # GPU timestamps
+        outs = [arg.nbytes for arg in prepared.launch.args if arg.output]
+    host_inputs = [np.ascontiguousarray(a) for a in args if isinstance(a, np.ndarray)]
+    row["floor_ms"] = floor.seconds(host_inputs, outs) * 1e3  # plain wgpu-py, same transfers
+    row["numpy_overhead_us"] = (row["numpy_ms"] - row["floor_ms"] - row["kernel_ms"]) * 1e3
     if torch is not None:
         row.update(torch_row(torch, spec, problem, inputs, schedule))
     for a in device_args:
@@ -346,9 +415,12 @@ def _fla_chain(torch, q, v, decay, steps) -> dict:
 def markdown(result: dict) -> str:
     lines = [f"# ForgeRuntime per call ({result['adapter']}, {result['date']})", "", "## Floors", ""]
     lines += [f"- {k}: {v:.3g}" for k, v in {**result["wgpu_floors"], **result.get("torch_floors", {})}.items()]
-    lines += ["", "## Per call (ms; host wall with a sync each call, kernel by GPU timestamps)", ""]
-    cols = ["numpy_ms", "device_ms", "kernel_ms", "vendor_numpy_ms", "vendor_device_ms"]
-    lines += ["| case | " + " | ".join(cols) + " | numpy/vendor | device/vendor | schedule |", "|" + " --- |" * 9]
+    lines += ["", "## Per call (host wall with a sync each call; kernel_ms by GPU timestamps; floor_ms: plain",
+              "wgpu-py doing the same transfers; overheads: numpy_ms - floor_ms - kernel_ms and",
+              "device_ms - kernel_ms - submit_wait)", ""]
+    cols = ["numpy_ms", "floor_ms", "numpy_overhead_us", "device_ms", "kernel_ms", "device_overhead_us",
+            "vendor_numpy_ms", "vendor_device_ms"]
+    lines += ["| case | " + " | ".join(cols) + " | numpy/vendor | device/vendor | schedule |", "|" + " --- |" * 12]
 
     def cell(row, key):
         return f"{row[key]:.4g}" if isinstance(row.get(key), float) else "-"
@@ -391,8 +463,12 @@ def main() -> int:
     if torch is not None:
         result["torch_floors"] = torch_floors(torch, big)
     result["kernels"] = []
+    floor = TransferFloor()
+    submit_wait = result["wgpu_floors"]["submit_wait_us"]
     for label, method, a, kw in cases(args.quick):
-        result["kernels"].append(runtime_row(rt, torch, label, method, a, kw))
+        row = runtime_row(rt, torch, floor, label, method, a, kw)
+        row["device_overhead_us"] = (row["device_ms"] - row["kernel_ms"]) * 1e3 - submit_wait
+        result["kernels"].append(row)
         print(json.dumps(result["kernels"][-1]), flush=True)
     result["chains"] = chains(rt, torch, args.quick)
     out = Path(args.out)
