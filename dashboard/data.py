@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from farm import catalog
 from farm.schedule import Status
 from farm.store.database import Store, open_store
+from farm.store.engine import mask_secrets
 from farm.store.models import Campaign, SweepCase, Topology, Trial, Winner
 from farm.store.repo import campaigns, count_trials, fetch_rows, trial_status_counts, trials, winners
 from farm.store.sweeps import sweep_cases, sweep_steps, sweeps
@@ -123,7 +124,7 @@ def campaign_table(store: Store, limit: int = 50) -> list[dict]:
             "failures": row["failures"],
             "strategy": row["strategy"],
             "budget": row["budget"],
-            "command": row["command"],
+            "command": mask_secrets(row["command"] or ""),  # rows stored before commands were masked
             "host": row["host"],
             "started_at": row["started_at"],
             "finished_at": row["finished_at"],

@@ -19,13 +19,14 @@ def app_path() -> Path:
     return path
 
 
-def streamlit_argv(db: str | None = None, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST) -> list[str]:
-    """`python -m streamlit run app.py ...`: headless, no usage stats, the database URL after `--`."""
+def streamlit_argv(port: int = DEFAULT_PORT, host: str = DEFAULT_HOST) -> list[str]:
+    """`python -m streamlit run app.py ...`: headless, no usage stats. No database URL: it may
+    hold a password and any user can read a process's argv; it goes in the environment."""
     if not 0 < port < 65536:
         raise ValueError(f"port must be in 1..65535, got {port}")
     argv = [sys.executable, "-m", "streamlit", "run", str(app_path())]
     argv += ["--server.address", host, "--server.port", str(port), "--server.headless", "true"]
-    argv += [
+    return argv + [
         "--browser.gatherUsageStats",
         "false",
         "--server.fileWatcherType",
@@ -33,16 +34,23 @@ def streamlit_argv(db: str | None = None, port: int = DEFAULT_PORT, host: str = 
         "--client.toolbarMode",
         "viewer",
     ]
-    return argv + (["--", "--db", db] if db else [])
+
+
+def streamlit_env(db: str | None = None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The server's environment: `base` (default: this process's) with FARM_DATABASE_URL set to
+    `database_url(db)`, which the app reads (farm.dashboard.connection.database_url)."""
+    from farm.store.engine import database_url, normalize_url
+
+    url = database_url(db)
+    normalize_url(url)  # a malformed URL fails here, with its password masked, not in the browser
+    return dict(os.environ if base is None else base) | {"FARM_DATABASE_URL": url}
 
 
 def serve(db: str | None = None, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST) -> None:
     """Replace this process with the Streamlit server (so signals reach it directly); never returns."""
-    from sqlalchemy.engine import make_url
+    from farm.store.engine import mask_url
 
-    from farm.store.engine import database_url
-
-    argv = streamlit_argv(db, port, host)
-    shown = make_url(database_url(db)).render_as_string(hide_password=True)
-    print(f"farm dashboard on http://{host}:{port} reading {shown}", flush=True)
-    os.execv(argv[0], argv)
+    argv = streamlit_argv(port, host)
+    env = streamlit_env(db)
+    print(f"farm dashboard on http://{host}:{port} reading {mask_url(env['FARM_DATABASE_URL'])}", flush=True)
+    os.execve(argv[0], argv, env)

@@ -144,11 +144,12 @@ def test_empty_database_shows_how_to_start(page, tmp_path, monkeypatch):
     assert "farm tune" in at.info[0].value
 
 
-def test_dashboard_command_binds_loopback_with_the_db_after_dashdash():
-    argv = serve.streamlit_argv("sqlite:////x/farm.db", port=8600)
+def test_dashboard_command_binds_loopback_with_the_db_in_its_environment():
+    argv = serve.streamlit_argv(port=8600)
     assert argv[:5] == [sys.executable, "-m", "streamlit", "run", APP] and Path(APP).name == "app.py"
     assert argv[argv.index("--server.address") + 1] == "127.0.0.1"
-    assert argv[-3:] == ["--", "--db", "sqlite:////x/farm.db"]
+    assert "--db" not in argv  # argv is readable by every user (/proc/PID/cmdline): the URL goes in the env
+    assert serve.streamlit_env("sqlite:////x/farm.db", base={})["FARM_DATABASE_URL"] == "sqlite:////x/farm.db"
     with pytest.raises(ValueError, match="70000"):
         serve.streamlit_argv(port=70000)
 

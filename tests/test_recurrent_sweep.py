@@ -44,8 +44,12 @@ def test_flag_defaults_match_the_issue():
     assert config.markdown_path is None and config.csv_path is None
 
 
-def test_warmup_and_repetitions_have_minimum_one():
-    config = _config("--warmup", "0", "--repetitions", "0")
+def test_warmup_and_repetitions_have_minimum_one(capsys):
+    for flag in ("--warmup", "--repetitions"):  # the CLI refuses 0 (issue 16: it was silently raised to 1)
+        with pytest.raises(SystemExit) as exit_info:
+            _config(flag, "0")
+        assert exit_info.value.code == 2 and "expected a positive integer, got '0'" in capsys.readouterr().err
+    config = SweepConfig(warmup=0, repetitions=0).normalized()  # a config built in code is clamped
     assert (config.warmup, config.repetitions) == (1, 1)
 
 

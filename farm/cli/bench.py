@@ -114,12 +114,19 @@ def settle_clocks(device: Device, seconds: float = 2.0, nbytes: int = 1 << 28) -
 
 
 def tuned_schedules(db: str | None, topology: str) -> dict[tuple[str, str], Schedule]:
+    """The stored winners for `topology`, read-only: none (not an error) when there is no database yet."""
     try:
         from farm import store
     except ImportError:
         return {}
-    st = store.open_store(db)
-    return {(w.kernel, w.problem_key): Schedule.from_key(w.schedule_key) for w in store.winners(st, topology=topology)}
+    st = store.open_existing(db)
+    if st is None:
+        return {}
+    try:
+        records = store.winners(st, topology=topology)
+    finally:
+        st.engine.dispose()
+    return {(w.kernel, w.problem_key): Schedule.from_key(w.schedule_key) for w in records}
 
 
 def run_bench(kernels: list[str], out: Path | None, db: str | None, allow_cpu: bool, reps: int) -> list[BenchRow]:

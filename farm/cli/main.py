@@ -1,12 +1,28 @@
 """The `farm` command. Each subcommand parses its flags here and calls one function
-in the module that owns the idea."""
+in the module that owns the idea. A user's mistake is one line `farm: error: ...` and
+exit status 2 (farm.cli.errors); the store commands live in farm.cli.database."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from farm import catalog
+from farm.cli import database
+from farm.cli.errors import (
+    EXIT_INTERRUPTED,
+    FarmParser,
+    database_bugs,
+    finite_float,
+    nonnegative_int,
+    port,
+    positive_float,
+    positive_int,
+    report,
+    user_errors,
+)
 
 
 def cmd_adapters(args: argparse.Namespace) -> int:
@@ -26,34 +42,48 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
-    from farm.oracle.certify import certify_kernels, format_table
+    from farm.oracle.certify import certify_kernels, format_table, verdict
 
     kernels = _kernel_names(args)
     rows = certify_kernels(kernels, schedules=args.schedules, seed=args.seed)
     print(format_table(rows))
-    failed = [r for r in rows if r.status not in ("ok", "invalid_schedule")]
-    if failed:
-        print(f"{len(failed)} schedule(s) failed certification", file=sys.stderr)
+    problem = verdict(rows)
+    if problem:
+        print(problem, file=sys.stderr)
         return 1
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from farm.cli.bench import run_bench
 
     kernels = args.kernels or catalog.names()
-    out = Path(args.out) if args.out else None
+    for name in kernels:
+        catalog.get(name)  # an unknown kernel fails before the adapter is opened
+    out = writable_dir(Path(args.out), "bench results") if args.out else None
     rows = run_bench(kernels, out, args.db, args.allow_cpu, args.reps)
     return 0 if all(r.certified for r in rows if r.variant != "vendor" and r.note != "no winner stored") else 1
 
 
 def cmd_sweep_recurrent(args: argparse.Namespace) -> int:
     from farm.recurrent.sweep import run_sweep, sweep_config_from_args
+    from farm.store import farm_home, open_store
 
-    report = run_sweep(sweep_config_from_args(args))
+    config = sweep_config_from_args(args)
+    writable_dir(Path(args.output_dir) if args.output_dir else farm_home() / "artifacts", "sweep artifacts")
+    open_store(args.db).engine.dispose()  # an unreachable or unusable database fails now, not after the sweep
+    report = run_sweep(config)
     return 0 if all(c["step_consistency"]["strict_pass"] for c in report["cases"]) else 1
+
+
+def writable_dir(path: Path, what: str) -> Path:
+    """`path`, created if missing; PermissionError/FileExistsError naming it when it can't hold `what`."""
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"{what}: {path} is a file, not a directory")
+    path.mkdir(parents=True, exist_ok=True)
+    if not os.access(path, os.W_OK):
+        raise PermissionError(f"{what}: {path} is not writable")
+    return path
 
 
 def _sweep_case(text: str):
@@ -68,11 +98,13 @@ def _sweep_case(text: str):
 def _add_sweep_parser(sub) -> None:
     sweep = sub.add_parser("sweep", help="scaling sweeps").add_subparsers(dest="sweep", required=True)
     p = sweep.add_parser("recurrent", help="recurrent attention: op-by-op baseline vs fused kernel vs runtime")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up calls per path (min 1)")
-    p.add_argument("--repetitions", type=int, default=4, help="timed calls per path (min 1)")
-    p.add_argument("--extra-repetitions", type=int, default=3, help="added for heavy cases on an idle GPU")
-    p.add_argument("--heavy-min-embd", type=int, default=512, help="E from which a case is heavy")
-    p.add_argument("--gpu-util-threshold", type=float, default=25.0, help="max nvidia-smi utilization for extra reps")
+    p.add_argument("--warmup", type=positive_int, default=2, help="warm-up calls per path (min 1)")
+    p.add_argument("--repetitions", type=positive_int, default=4, help="timed calls per path (min 1)")
+    p.add_argument("--extra-repetitions", type=nonnegative_int, default=3, help="added for heavy cases on an idle GPU")
+    p.add_argument("--heavy-min-embd", type=positive_int, default=512, help="E from which a case is heavy")
+    p.add_argument(
+        "--gpu-util-threshold", type=finite_float, default=25.0, help="max nvidia-smi utilization for extra reps"
+    )
     p.add_argument("--output-dir", default=None, help="default directory for the four artifacts")
     p.add_argument("--artifact-md", "--artifact", dest="artifact_md", default=None)
     p.add_argument("--artifact-csv", default=None)
@@ -90,65 +122,6 @@ def _add_sweep_parser(sub) -> None:
     )
     p.add_argument("--db", default=None, help="SQLAlchemy URL for tuned winners and the sweep record")
     p.set_defaults(func=cmd_sweep_recurrent)
-
-
-def cmd_db(args: argparse.Namespace) -> int:
-    from farm.store import database_url
-    from farm.store.migrate import current, downgrade, upgrade
-
-    url = database_url(args.db)
-    if args.db_command == "upgrade":
-        upgrade(url, args.revision)
-    elif args.db_command == "downgrade":
-        downgrade(url, args.revision)
-    print(f"{current(url) or '(empty: no migrations applied)'}  {url}")
-    return 0
-
-
-def cmd_winners(args: argparse.Namespace) -> int:
-    from farm.store import format_winners, open_store, winners
-
-    def current_hash(kernel: str) -> str | None:
-        return catalog.get(kernel).source_hash() if kernel in catalog.names() else None
-
-    print(format_winners(winners(open_store(args.db), kernel=args.kernel, topology=args.topology), current_hash))
-    return 0
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    from farm.store import open_store, write_schedules_file
-
-    count = write_schedules_file(open_store(args.db), args.topology, args.out)
-    print(f"wrote {count} winner(s) for topology {args.topology} to {args.out}")
-    return 0
-
-
-def _add_store_parsers(sub) -> None:
-    db = sub.add_parser("db", help="database migrations (Alembic)").add_subparsers(dest="db_command", required=True)
-    for name, help_text, default in (
-        ("upgrade", "migrate up (default: to the newest revision)", "head"),
-        ("downgrade", "migrate down to REVISION ('base' drops every farm table)", None),
-        ("current", "print the revision the database is at", None),
-    ):
-        p = db.add_parser(name, help=help_text)
-        if name == "upgrade":
-            p.add_argument("revision", nargs="?", default=default)
-        elif name == "downgrade":
-            p.add_argument("revision")
-        p.add_argument("--db", default=None, help="SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)")
-        p.set_defaults(func=cmd_db)
-
-    p = sub.add_parser("winners", help="list the stored winners")
-    p.add_argument("--kernel", default=None)
-    p.add_argument("--topology", default=None, help="topology hash")
-    p.add_argument("--db", default=None, help="SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)")
-    p.set_defaults(func=cmd_winners)
-
-    p = sub.add_parser("export", help="write one topology's winners as JSON for ForgeRuntime(schedules=...)")
-    p.add_argument("--topology", required=True, help="topology hash (see `farm adapters` / `farm winners`)")
-    p.add_argument("--out", required=True, help="FILE.json")
-    p.add_argument("--db", default=None, help="SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)")
-    p.set_defaults(func=cmd_export)
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -172,8 +145,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 def _add_serving_parsers(sub) -> None:
     p = sub.add_parser("dashboard", help="Streamlit dashboard over the database (read-only)")
-    p.add_argument("--db", default=None, help="SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)")
-    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--db", default=None, help=database.DB_HELP)
+    p.add_argument("--port", type=port, default=8501)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.set_defaults(func=cmd_dashboard)
 
@@ -181,10 +154,10 @@ def _add_serving_parsers(sub) -> None:
     cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
     p = cluster_sub.add_parser("start", help="ray start --head on 127.0.0.1 with token auth; prints what to export")
     p.add_argument("--host", default="127.0.0.1", help="address for the job API (dashboard) to bind")
-    p.add_argument("--port", type=int, default=6379, help="GCS port")
-    p.add_argument("--dashboard-port", type=int, default=8265, help="job API / Ray dashboard port")
-    p.add_argument("--num-cpus", type=int, default=None)
-    p.add_argument("--num-gpus", type=int, default=None)
+    p.add_argument("--port", type=port, default=6379, help="GCS port")
+    p.add_argument("--dashboard-port", type=port, default=8265, help="job API / Ray dashboard port")
+    p.add_argument("--num-cpus", type=nonnegative_int, default=None)
+    p.add_argument("--num-gpus", type=nonnegative_int, default=None)
     p.add_argument("--temp-dir", default="/tmp/ray", help="Ray's session directory root")
     p.set_defaults(func=cmd_cluster)
     p = cluster_sub.add_parser("stop", help="stop the head started with --temp-dir (only its processes)")
@@ -193,14 +166,16 @@ def _add_serving_parsers(sub) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    from farm.store import farm_home
+    from farm.store.engine import mask_command
     from farm.tuning.campaign import tune
     from farm.tuning.plan import TuneConfig, parse_sizes
     from farm.tuning.report import format_winners_table
 
-    sizes = parse_sizes(args.sizes) if args.sizes else {}
+    sizes = parse_sizes(args.sizes) if args.sizes is not None else {}
     kernels = list(sizes) if sizes and not args.kernels and not args.all else _kernel_names(args)
+    _check_sizes(sizes, kernels, args)
+    writable_dir(Path(args.out) if args.out else farm_home() / "artifacts", "tuning artifacts")
     config = TuneConfig(
         kernels=tuple(kernels),
         sizes=sizes,
@@ -211,23 +186,52 @@ def cmd_tune(args: argparse.Namespace) -> int:
         seed=args.seed,
         out=args.out and Path(args.out),
     )
-    command = "farm tune " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["tune"] else [])
-    winners = tune(config, args.db, args.ray_address, args.allow_cpu, args.trial_timeout, command.strip(), args.gpus)
+    command = mask_command(["farm", "tune", *(sys.argv[2:] if sys.argv[1:2] == ["tune"] else [])])
+    winners = tune(config, args.db, args.ray_address, args.allow_cpu, args.trial_timeout, command, args.gpus)
     print(format_winners_table(winners))
+    missing = _without_winner(kernels, sizes, winners)
+    if missing:
+        print(f"farm: no certified schedule, so no winner, for {', '.join(missing)}", file=sys.stderr)
+        return 1
     return 0
 
 
-DEFAULT_TUNE_BUDGET = 64
+def _check_sizes(sizes: dict, kernels: list[str], args: argparse.Namespace) -> None:
+    """Before Ray starts: every --sizes kernel is one being tuned, and every problem fits the
+    adapter a local cluster's workers will use (parse_sizes already refused what fits none)."""
+    from farm.tuning.problems import check_problem
+
+    ignored = sorted(set(sizes) - set(kernels))
+    if ignored:
+        raise ValueError(f"--sizes names {', '.join(ignored)}, not among the kernels to tune ({', '.join(kernels)})")
+    profile = _local_profile(args) if sizes else None
+    for name, problems in sizes.items():
+        for problem in problems:
+            check_problem(catalog.get(name), problem, profile)
 
 
-def _positive_int(text: str) -> int:
+def _local_profile(args: argparse.Namespace):
+    """This machine's adapter when the workers will be local (no --ray-address/$RAY_ADDRESS)
+    and may use it; None otherwise (a remote cluster's adapters are not known here)."""
+    from farm.gpu import HardwareProfile, NoAdapterError, choose_adapter
+
+    if args.ray_address or os.environ.get("RAY_ADDRESS"):
+        return None
     try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+        profile = HardwareProfile.from_adapter(choose_adapter())
+    except NoAdapterError:
+        return None
+    return profile if args.allow_cpu or not profile.is_cpu else None
+
+
+def _without_winner(kernels: list[str], sizes: dict, winners: list) -> list[str]:
+    """`kernel problem` (or `kernel`) for each asked-for problem (or kernel) no winner came back for."""
+    won = {(w.kernel, w.problem_key) for w in winners}
+    missing = [f"{k} {p.key()}" for k, problems in sizes.items() for p in problems if (k, p.key()) not in won]
+    return missing + [k for k in kernels if k not in sizes and not any(w.kernel == k for w in winners)]
+
+
+DEFAULT_TUNE_BUDGET = 64
 
 
 def _budget(text: str) -> int | None:
@@ -235,7 +239,7 @@ def _budget(text: str) -> int | None:
     if text == "all":
         return None
     try:
-        return _positive_int(text)
+        return positive_int(text)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"budget must be a positive integer or 'all', got {text!r}") from None
 
@@ -252,15 +256,17 @@ def _add_tune_parser(sub) -> None:
         default=DEFAULT_TUNE_BUDGET,
         help=f"schedules per kernel and problem, or 'all' (default {DEFAULT_TUNE_BUDGET}; CPU adapters cap it lower)",
     )
-    p.add_argument("--reps", type=int, default=10, help="timed repetitions per trial")
-    p.add_argument("--warmup", type=int, default=2, help="untimed runs before timing")
-    p.add_argument("--db", default=None, help="SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)")
+    p.add_argument("--reps", type=positive_int, default=10, help="timed repetitions per trial")
+    p.add_argument("--warmup", type=nonnegative_int, default=2, help="untimed runs before timing")
+    p.add_argument("--db", default=None, help=database.DB_HELP)
     p.add_argument("--ray-address", default=None, help="Ray cluster address (default: $RAY_ADDRESS or a local Ray)")
     p.add_argument("--allow-cpu", action="store_true", help="tune on a CPU adapter (lavapipe) when there is no GPU")
     p.add_argument("--out", default=None, help="artifacts directory (default: $FARM_HOME/artifacts)")
-    p.add_argument("--trial-timeout", type=float, default=60.0, help="seconds per trial before its worker is replaced")
     p.add_argument(
-        "--gpus", type=_positive_int, default=None, help="use at most this many of the cluster's GPUs (default: all)"
+        "--trial-timeout", type=positive_float, default=60.0, help="seconds per trial before its worker is replaced"
+    )
+    p.add_argument(
+        "--gpus", type=positive_int, default=None, help="use at most this many of the cluster's GPUs (default: all)"
     )
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_tune)
@@ -275,7 +281,7 @@ def _kernel_names(args: argparse.Namespace) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = FarmParser(
         prog="farm",
         description="A tuning farm for WebGPU compute kernels: certify, tune on a Ray cluster, serve the winners.",
     )
@@ -287,7 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("certify", help="certify kernels against their numpy references")
     p.add_argument("kernels", nargs="*", help="kernel names (default: all)")
     p.add_argument("--all", action="store_true", help="every kernel in the catalog")
-    p.add_argument("--schedules", type=int, default=4, help="sampled schedules per kernel besides the default")
+    p.add_argument(
+        "--schedules", type=nonnegative_int, default=4, help="sampled schedules per kernel besides the default"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_certify)
 
@@ -295,26 +303,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernels", nargs="*", default=None, help="kernel names (default: all)")
     p.add_argument("--out", default=None, help="directory for bench.md and bench.json")
     p.add_argument("--db", default=None, help="SQLAlchemy URL holding the tuned winners")
-    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--reps", type=positive_int, default=20)
     p.add_argument("--allow-cpu", action="store_true", help="allow a CPU adapter (numbers mean little)")
     p.set_defaults(func=cmd_bench)
 
     _add_sweep_parser(sub)
     _add_tune_parser(sub)
-    _add_store_parsers(sub)
+    database.add_parsers(sub)
     _add_serving_parsers(sub)
 
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; a user error (farm.cli.errors.user_errors) is one line and exit 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ValueError as exc:
-        print(f"farm: error: {exc}", file=sys.stderr)
-        return 2
+    except database_bugs():
+        raise  # the farm's SQL is wrong: keep the traceback
+    except user_errors() as exc:
+        return report(exc, getattr(args, "db", None))
+    except KeyboardInterrupt:
+        print("farm: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

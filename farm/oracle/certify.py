@@ -46,6 +46,17 @@ def certify_kernels(
     return rows
 
 
+def verdict(rows: list[CertifyRow]) -> str:
+    """Why `farm certify` fails ("" when it passes): a schedule failed, or none was certified
+    (every one rejected as invalid, or nothing ran): a run that certified nothing proves nothing."""
+    failed = [r for r in rows if r.status not in ("ok", "invalid_schedule")]
+    if failed:
+        return f"{len(failed)} schedule(s) failed certification"
+    if not any(r.status == "ok" for r in rows):
+        return f"nothing was certified: {len(rows)} schedule(s) ran, every one rejected as invalid"
+    return ""
+
+
 def format_table(rows: list[CertifyRow]) -> str:
     header = f"{'kernel':<14} {'problem':<26} {'status':<17} {'max_abs':>10} {'max_rel':>10}  schedule"
     lines = [header, "-" * len(header)]

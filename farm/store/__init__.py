@@ -4,9 +4,9 @@ Open with `open_store(url=None, read_only=False)`; every query is a function tak
 Store (see docs/internals.md, "Store").
 """
 
-from farm.store.database import ReadOnlyStoreError, Store, database_url, farm_home, open_store
+from farm.store.database import ReadOnlyStoreError, Store, database_url, farm_home, open_existing, open_store
 from farm.store.export import SCHEDULES_FORMAT, export_schedules, load_schedules_file, write_schedules_file
-from farm.store.listing import format_winners
+from farm.store.listing import format_winners, resolve_topology
 from farm.store.records import WinnerRecord
 from farm.store.repo import (
     campaign,
@@ -40,9 +40,11 @@ __all__ = [
     "finish_campaign",
     "format_winners",
     "load_schedules_file",
+    "open_existing",
     "open_store",
     "record_sweep",
     "record_trials",
+    "resolve_topology",
     "recorded_schedules",
     "save_winner",
     "start_campaign",

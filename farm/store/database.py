@@ -6,15 +6,14 @@ migrations (farm.store.migrate) to head the first time a process opens a URL.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, inspect
-from sqlalchemy.engine import make_url
 
-from farm.store.engine import create_store_engine, database_url, farm_home
-from farm.store.migrate import upgrade
+from farm.store.engine import create_store_engine, database_url, farm_home, mask_url
+from farm.store.migrate import refuse_foreign, upgrade
 
-__all__ = ["ReadOnlyStoreError", "Store", "database_url", "farm_home", "open_store"]
+__all__ = ["ReadOnlyStoreError", "Store", "database_url", "farm_home", "open_existing", "open_store"]
 
 _migrated: set[str] = set()
 _migrated_lock = threading.Lock()
@@ -29,7 +28,7 @@ class Store:
     """An engine plus what it was opened for. Repository functions take a Store."""
 
     engine: Engine
-    url: str
+    url: str = field(repr=False)  # may hold a password: show `safe_url`
     read_only: bool = False
 
     @property
@@ -46,7 +45,8 @@ class Store:
 
     @property
     def safe_url(self) -> str:
-        return make_url(self.url).render_as_string(hide_password=True)
+        """The URL with its password masked (farm.store.engine.mask_url)."""
+        return mask_url(self.url)
 
 
 def open_store(url: str | None = None, read_only: bool = False) -> Store:
@@ -66,3 +66,19 @@ def open_store(url: str | None = None, read_only: bool = False) -> Store:
                 upgrade(store.url, engine=engine)
                 _migrated.add(resolved)
     return store
+
+
+def open_existing(url: str | None = None) -> Store | None:
+    """The read-only store for commands that only read (`farm winners`, `export`): None when
+    there is no farm database yet (no SQLite file, or a database without tables);
+    ValueError for another program's database. Creates nothing, not even a directory."""
+    try:
+        store = open_store(url, read_only=True)
+    except FileNotFoundError:
+        return None
+    if store.has_schema():
+        return store
+    tables = sorted(inspect(store.engine).get_table_names())
+    store.engine.dispose()
+    refuse_foreign(tables, store.url)
+    return None

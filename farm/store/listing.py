@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from farm.store.records import WinnerRecord
+
+SHORT_HASH = 12  # how `farm winners` shows a topology hash; any unique prefix selects it
 
 
 def format_winners(records: Sequence[WinnerRecord], current_source_hash: Callable[[str], str | None]) -> str:
@@ -32,7 +34,20 @@ def _winner_cells(record: WinnerRecord, current: str | None) -> tuple[str, ...]:
         f"{record.median_ns / 1000:.2f}",
         "-" if record.default_median_ns is None else f"{record.default_median_ns / 1000:.2f}",
         "-" if record.speedup is None else f"{record.speedup:.2f}x",
-        record.topology_hash[:12],
+        record.topology_hash[:SHORT_HASH],
         record.device_name,
         stale,
     )
+
+
+def resolve_topology(prefix: str, stored: Iterable[str]) -> str:
+    """The one stored topology hash starting with `prefix` (as `farm winners` prints them, or
+    whole); ValueError naming the stored ones when none or several match."""
+    hashes = sorted(set(stored))
+    matches = [h for h in hashes if h.startswith(prefix.strip().lower())] if prefix.strip() else []
+    if len(matches) == 1:
+        return matches[0]
+    shown = ", ".join(h[:SHORT_HASH] for h in hashes) or "none"
+    if not matches:
+        raise ValueError(f"no stored topology matches {prefix!r}; stored topologies: {shown}")
+    raise ValueError(f"topology {prefix!r} matches {len(matches)} stored topologies ({shown}): give more of the hash")

@@ -17,9 +17,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, inspect, text
 
-from farm.store.engine import create_store_engine, database_url, normalize_url, sqlite_path
+from farm.store.engine import create_store_engine, database_url, mask_url, normalize_url, sqlite_path
 
 # Any fixed 64-bit number works; it only has to be the same in every farm process.
 PG_MIGRATION_LOCK_KEY = 0x6661726D_6D696772  # "farmmigr"
@@ -51,8 +51,28 @@ def head_revision() -> str:
 
 
 def upgrade(url: str | None = None, revision: str = "head", engine: Engine | None = None) -> None:
-    """Migrate the database at `url` up to `revision` (default: the newest)."""
-    _run_locked(url, engine, lambda config: command.upgrade(config, revision))
+    """Migrate the database at `url` up to `revision` (default: the newest). A database that
+    holds tables but no migration history is another program's: ValueError, nothing added."""
+
+    def action(config: Config) -> None:
+        _refuse_foreign(config.attributes["connection"], database_url(url))
+        command.upgrade(config, revision)
+
+    _run_locked(url, engine, action)
+
+
+def _refuse_foreign(connection: Connection, url: str) -> None:
+    refuse_foreign(sorted(inspect(connection).get_table_names()), url)
+
+
+def refuse_foreign(tables: list[str], url: str) -> None:
+    """ValueError when `tables` (a database's) hold no farm migration history but something else."""
+    if tables and "alembic_version" not in tables:
+        shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+        raise ValueError(
+            f"the database {mask_url(url)} is not a farm database: it holds tables ({shown}) but no farm "
+            "migration history; use a new database file or URL"
+        )
 
 
 def downgrade(url: str | None = None, revision: str = "-1", engine: Engine | None = None) -> None:
@@ -61,9 +81,14 @@ def downgrade(url: str | None = None, revision: str = "-1", engine: Engine | Non
 
 
 def current(url: str | None = None, engine: Engine | None = None) -> str | None:
-    """The revision the database is at, or None when it was never migrated."""
+    """The revision the database is at, or None when it was never migrated. Opens the
+    database read-only (FileNotFoundError for a missing SQLite file: nothing is created)."""
     own = engine is None
-    engine = engine or create_store_engine(database_url(url))
+    if engine is None:
+        resolved = database_url(url)
+        parsed = normalize_url(resolved)
+        in_memory = parsed.get_backend_name() == "sqlite" and sqlite_path(parsed) is None  # can't be read-only
+        engine = create_store_engine(resolved, read_only=not in_memory)
     try:
         with engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from farm.store.engine import mask_secrets
 from farm.store.models import CASE_METRIC_COLUMNS, STEP_MAX_COLUMNS, STEP_METRIC_COLUMNS
 from farm.store.records import WinnerRecord
 from farm.store.sweeps import CASE_DIMS, CASE_TIMINGS, case_row, step_row
@@ -164,6 +165,13 @@ def _winner_row(record: WinnerRecord) -> dict:
     }
 
 
+def _shown(key: str, value):
+    """A campaign row's value as summary.json holds it: ISO times, the command with secrets masked."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return mask_secrets(value) if key == "command" and isinstance(value, str) else value
+
+
 def write_campaign_summary(
     out: str | Path, campaign: dict, winners: Sequence[WinnerRecord], status_counts: dict[str, int]
 ) -> dict[str, Path]:
@@ -180,7 +188,7 @@ def write_campaign_summary(
     summary = {
         "format": "farm-campaign-summary/1",
         "farm_version": farm_version(),
-        "campaign": {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in campaign.items()},
+        "campaign": {k: _shown(k, v) for k, v in campaign.items()},
         "trial_counts": dict(sorted(status_counts.items())),
         "trials": sum(status_counts.values()),
         "winners": rows,

@@ -18,6 +18,7 @@ from sqlalchemy.sql import Select
 
 from farm.schedule import Status
 from farm.store.database import Store
+from farm.store.engine import mask_secrets
 from farm.store.models import CAMPAIGN_STATUSES, Campaign, Topology, Trial, Winner, utcnow
 from farm.store.records import WinnerRecord
 from farm.store.transactions import dialect_insert, write_transaction
@@ -72,7 +73,7 @@ def require_topologies(conn: Connection, hashes: set[str]) -> None:
 
 @write_transaction
 def start_campaign(store: Store, command: str, strategy: str, budget: int | None, reps: int, total: int) -> int:
-    """Create a running campaign and return its id."""
+    """Create a running campaign and return its id. `command` is stored with any password in it masked."""
     if reps < 1:
         raise ValueError(f"reps must be >= 1, got {reps}")
     if total < 0:
@@ -82,7 +83,7 @@ def start_campaign(store: Store, command: str, strategy: str, budget: int | None
     row = Campaign.__table__.insert().values(
         started_at=utcnow(),
         status="running",
-        command=command,
+        command=mask_secrets(command),
         strategy=strategy,
         budget=budget,
         reps=reps,

@@ -15,6 +15,7 @@ from pathlib import Path
 from farm import catalog
 from farm.gpu import HardwareProfile
 from farm.schedule import Problem, Schedule
+from farm.tuning.problems import check_problem
 
 CPU_BUDGET = 8  # schedules per (kernel, problem) on a CPU adapter, besides the default
 
@@ -52,7 +53,9 @@ class Task:
 
 
 def parse_sizes(text: str) -> dict[str, list[Problem]]:
-    """`gemm:m=64,k=64,n=64;gemv:m=256,n=256` -> {kernel: [Problem, ...]} (a kernel may repeat)."""
+    """`gemm:m=64,k=64,n=64;gemv:m=256,n=256` -> {kernel: [Problem, ...]} (a kernel may repeat).
+
+    ValueError when it names no problem, or one that no adapter can run (`check_problem`)."""
     sizes: dict[str, list[Problem]] = {}
     for entry in filter(None, (e.strip() for e in text.split(";"))):
         name, sep, dims = entry.partition(":")
@@ -62,7 +65,12 @@ def parse_sizes(text: str) -> dict[str, list[Problem]]:
             values = {k.strip(): int(v) for k, v in (pair.split("=", 1) for pair in dims.split(","))}
         except ValueError:
             raise ValueError(f"--sizes entry {entry!r}: dimensions must be name=integer pairs") from None
-        sizes.setdefault(name.strip(), []).append(catalog.get(name.strip()).problem(**values))
+        spec = catalog.get(name.strip())
+        problem = spec.problem(**values)
+        check_problem(spec, problem)
+        sizes.setdefault(spec.name, []).append(problem)
+    if not sizes:
+        raise ValueError(f"--sizes {text!r} names no problem; expected e.g. 'gemv:m=256,n=256'")
     return sizes
 
 

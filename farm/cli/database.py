@@ -1,0 +1,103 @@
+"""`farm db`, `farm winners`, `farm export`: the commands over the store.
+
+`winners`, `export` and `db current` only read: they open the database read-only and
+create nothing (no directory, no SQLite file, no -wal/-shm). URLs are shown with their
+password masked (farm.store.engine.mask_url), whether they came from `--db` or
+$FARM_DATABASE_URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from farm import catalog
+
+DB_HELP = "SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)"
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from farm.store import database_url
+    from farm.store.engine import mask_url, normalize_url, sqlite_path
+    from farm.store.migrate import current, downgrade, upgrade
+
+    url = database_url(args.db)
+    path = sqlite_path(normalize_url(url))
+    if path is not None and not path.exists() and args.db_command != "upgrade":
+        if args.db_command == "downgrade":
+            raise FileNotFoundError(f"no database at {path}: nothing to downgrade")
+        print(f"(no database yet: no migrations applied)  {mask_url(url)}")
+        return 0
+    if args.db_command == "upgrade":
+        upgrade(url, args.revision)
+    elif args.db_command == "downgrade":
+        downgrade(url, args.revision)
+    print(f"{current(url) or '(empty: no migrations applied)'}  {mask_url(url)}")
+    return 0
+
+
+def cmd_winners(args: argparse.Namespace) -> int:
+    from farm.store import format_winners, open_existing, resolve_topology, topologies, winners
+
+    def current_hash(kernel: str) -> str | None:
+        return catalog.get(kernel).source_hash() if kernel in catalog.names() else None
+
+    store = open_existing(args.db)
+    if store is None:
+        if args.kernel is not None:
+            catalog.get(args.kernel)  # an unknown kernel is an error even with nothing stored
+        print(format_winners([], current_hash))
+        return 0
+    try:
+        topology = args.topology and resolve_topology(args.topology, (t["hash"] for t in topologies(store)))
+        records = winners(store, kernel=args.kernel, topology=topology)
+    finally:
+        store.engine.dispose()
+    if not records and args.kernel is not None and args.kernel not in catalog.names():
+        catalog.get(args.kernel)  # raises with the known names; a removed kernel's winners still list
+    print(format_winners(records, current_hash))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from farm.store import database_url, open_existing, resolve_topology, topologies, write_schedules_file
+    from farm.store.engine import mask_url
+
+    store = open_existing(args.db)
+    if store is None:
+        raise FileNotFoundError(f"no farm database at {mask_url(database_url(args.db))}: run `farm tune` first")
+    try:
+        topology = resolve_topology(args.topology, (t["hash"] for t in topologies(store)))
+        count = write_schedules_file(store, topology, Path(args.out))
+    finally:
+        store.engine.dispose()
+    print(f"wrote {count} winner(s) for topology {topology} to {args.out}")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    db = sub.add_parser("db", help="database migrations (Alembic)").add_subparsers(dest="db_command", required=True)
+    for name, help_text, default in (
+        ("upgrade", "migrate up (default: to the newest revision)", "head"),
+        ("downgrade", "migrate down to REVISION ('base' drops every farm table)", None),
+        ("current", "print the revision the database is at", None),
+    ):
+        p = db.add_parser(name, help=help_text)
+        if name == "upgrade":
+            p.add_argument("revision", nargs="?", default=default)
+        elif name == "downgrade":
+            p.add_argument("revision")
+        p.add_argument("--db", default=None, help=DB_HELP)
+        p.set_defaults(func=cmd_db)
+
+    p = sub.add_parser("winners", help="list the stored winners")
+    p.add_argument("--kernel", default=None)
+    p.add_argument("--topology", default=None, help="topology hash, or a unique prefix of it (as listed)")
+    p.add_argument("--db", default=None, help=DB_HELP)
+    p.set_defaults(func=cmd_winners)
+
+    p = sub.add_parser("export", help="write one topology's winners as JSON for ForgeRuntime(schedules=...)")
+    p.add_argument("--topology", required=True, help="topology hash or a unique prefix (`farm adapters`/`winners`)")
+    p.add_argument("--out", required=True, help="FILE.json")
+    p.add_argument("--db", default=None, help=DB_HELP)
+    p.set_defaults(func=cmd_export)

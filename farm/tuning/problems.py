@@ -1,0 +1,82 @@
+"""Whether a campaign can run a problem at all, decided before any worker starts.
+
+A `--sizes` problem that no schedule of its kernel can run (a dimension below 1, topk's k
+above every block size, buffers larger than an adapter binds) used to reach the Ray
+workers, which generated its inputs (3.64 TiB for gemv m=n=10^6) or failed with a
+traceback. `check_problem` refuses it with one sentence naming the kernel and the size.
+
+Checks run against the adapter the workers will use when that is known (a local cluster:
+this machine's adapter), else against `ANY_ADAPTER`, the largest limits and every
+feature any adapter the farm runs on offers, so only what no adapter can run is refused
+there (the campaign's plan filters schedules per adapter later).
+"""
+
+from __future__ import annotations
+
+from farm.catalog import KernelSpec
+from farm.gpu import HardwareProfile
+from farm.gpu.adapter import TOPOLOGY_FEATURES, TOPOLOGY_LIMITS
+from farm.schedule import Problem
+
+# Vulkan's maxStorageBufferRange is 32-bit: no Vulkan adapter binds 4 GiB or more (the H200
+# reports 2147483644). The other limits are as large as the checks could want.
+MAX_BINDING_ANY_ADAPTER = 2**32 - 1
+_LARGE = 2**31 - 1
+ANY_ADAPTER = HardwareProfile(
+    backend="any",
+    adapter_type="any",
+    vendor_id=0,
+    device_id=0,
+    device_name="any adapter",
+    driver_description="",
+    limits=tuple(
+        (name, MAX_BINDING_ANY_ADAPTER if name == "max-storage-buffer-binding-size" else _LARGE)
+        for name in TOPOLOGY_LIMITS
+    ),
+    features=TOPOLOGY_FEATURES,
+    subgroup_min_size=128,
+)
+
+
+def check_problem(spec: KernelSpec, problem: Problem, profile: HardwareProfile | None = None) -> None:
+    """ValueError, naming the kernel and the size, when no schedule of `spec` can run
+    `problem` on `profile` (default: ANY_ADAPTER): a dimension below 1, the kernel's own
+    checks refusing every schedule, or buffers over the adapter's binding limit."""
+    target = profile or ANY_ADAPTER
+    where = f"on {target.summary}" if profile is not None else "on any adapter"
+    small = [f"{name}={value}" for name, value in problem.dims if value < 1]
+    if small:
+        raise ValueError(f"{spec.name} {problem}: every dimension must be >= 1, got {', '.join(small)}")
+    _check_buffers(spec, problem, target, where)
+    reasons = [spec.invalid_reason(s, problem, target) for s in [spec.default, *spec.schedules()]]
+    if all(reasons):
+        raise ValueError(f"{spec.name} {problem}: no schedule of {spec.name} can run it {where} ({reasons[0]})")
+
+
+def _check_buffers(spec: KernelSpec, problem: Problem, profile: HardwareProfile, where: str) -> None:
+    """Refuse a problem one of whose buffers must exceed the binding limit, before any input
+    is generated. `spec.work(problem)` gives the bytes its buffers add up to (kernels that
+    don't say give 0: not checked here; the worker's launch check still applies); spread over
+    the launch's bindings (counted at the kernel's first certify problem), one buffer holds
+    at least the share."""
+    _, total = spec.work(problem)
+    if total <= 0:
+        return
+    limit = profile.limit("max-storage-buffer-binding-size")
+    if total <= limit:
+        return
+    small = spec.certify_problems()[0]
+    bindings = len(spec.launch(spec.default, small, spec.generate(small, 0)).args)
+    if total / bindings > limit:
+        raise ValueError(
+            f"{spec.name} {problem}: its buffers add up to {_size(total)} over {bindings} bindings, so one "
+            f"holds at least {_size(total / bindings)}, over the {_size(limit)} a binding may hold {where} "
+            "(max-storage-buffer-binding-size)"
+        )
+
+
+def _size(nbytes: float) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes:.0f} B"
