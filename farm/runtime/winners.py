@@ -185,24 +185,22 @@ def _candidates_from_file(path: Path) -> tuple[list[Candidate], str]:
 
 def _candidates_from_db(db: str | None) -> tuple[list[Candidate], str]:
     from farm.store import database_url, open_store, winners
+    from farm.store.engine import mask_secrets, mask_url
 
-    url = database_url(db)
+    def reason(url: str, what: str, exc: Exception) -> str:
+        detail = mask_secrets(str(exc).splitlines()[0] if str(exc) else "")
+        return f"database {mask_url(url)} is {what} ({type(exc).__name__}: {detail})"
+
+    url = db or "$FARM_DATABASE_URL / $FARM_HOME/farm.db"
     try:
+        url = database_url(db)
         store = open_store(url, read_only=True)
     except Exception as exc:  # noqa: BLE001 - a missing or unreachable database means "use defaults"
-        return [], f"database {_redact(url)} is unavailable ({type(exc).__name__}: {exc})"
+        return [], reason(url, "unavailable", exc)
     try:
         records = [Candidate.of(r) for r in winners(store)]
     except Exception as exc:  # noqa: BLE001
-        return [], f"database {_redact(url)} is unreachable ({type(exc).__name__}: {exc})"
+        return [], reason(url, "unreachable", exc)
     finally:
         store.engine.dispose()
-    return records, "" if records else f"database {_redact(url)} holds no winners"
-
-
-def _redact(url: str) -> str:
-    """`url` without its password, for log messages."""
-    if "@" not in url or "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+    return records, "" if records else f"database {mask_url(url)} holds no winners"
