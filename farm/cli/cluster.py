@@ -15,6 +15,11 @@ head's environment, so a `farm tune` entrypoint connects to the cluster with the
 
 The dashboard (job API) binds to 127.0.0.1 unless a host is given. Ray's own gRPC servers
 (GCS, raylet, object manager) always listen on every interface; the token is what guards them.
+Ray 2.60 binds its metrics endpoints to the node IP, which `ray start` never lets be loopback
+(127.0.0.1 is replaced by the machine's address), and they answer without the token: the
+per-node exporter is turned off (`head_env`); the dashboard's and the autoscaler's
+Prometheus endpoints (ports $DASHBOARD_METRIC_PORT=44227, $AUTOSCALER_METRIC_PORT=44217)
+can't be, so firewall them.
 """
 
 from __future__ import annotations
@@ -64,13 +69,17 @@ def token_path(path: str | os.PathLike | None = None) -> Path:
 
 
 def ensure_token(path: str | os.PathLike | None = None) -> Path:
-    """Return the token file, creating it (mode 0600, 64 hex chars, like Ray's) when missing or empty."""
+    """Return the token file, creating it (64 hex chars, like Ray's) when missing or empty;
+    always mode 0600, also when Ray's `ray.init()` wrote it 0644 or an empty file is refilled."""
     target = token_path(path)
     if target.exists() and target.read_text().strip():
+        if target.stat().st_mode & 0o077:
+            target.chmod(0o600)
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
+        os.fchmod(handle.fileno(), 0o600)  # O_CREAT's mode only applies to a file it creates
         handle.write(secrets.token_hex(32))
     return target
 
@@ -122,8 +131,11 @@ def head_command(
 
 
 def head_env(token_file: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for `ray start`: token auth on, this venv's bin first on PATH (jobs find `farm`)."""
+    """Environment for `ray start`: token auth on, this venv's bin first on PATH (jobs find `farm`),
+    and no per-node metrics exporter (RAY_enable_metrics_collection=0 unless set): it would answer
+    on 0.0.0.0 without the token, and the farm reads no Ray metrics."""
     env = dict(os.environ if base is None else base)
+    env.setdefault("RAY_enable_metrics_collection", "0")
     env["RAY_AUTH_MODE"] = "token"
     env["RAY_AUTH_TOKEN_PATH"] = str(token_file)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
