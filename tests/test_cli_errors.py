@@ -28,6 +28,12 @@ UNREACHABLE_PG = f"postgresql+psycopg://farm:{PASSWORD}@127.0.0.1:1/farm"
 APP = str(serve.app_path())
 
 
+@pytest.fixture(autouse=True)
+def own_ray_token(tmp_path, monkeypatch):
+    """`farm tune` makes sure of the Ray token before a local Ray starts: keep it off ~/.ray."""
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "ray_auth_token"))
+
+
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
     """`farm ARGV` in this process: (exit status, stdout, stderr). An exception escaping
     main() is what a user would see as a traceback: it fails the test."""

@@ -98,6 +98,29 @@ def test_db_commands_print_the_url_masked_also_from_the_environment(tmp_path, ca
     assert PASSWORD not in out and out.count("password=***") == 4
 
 
+def test_ray_token_is_always_0600(tmp_path):
+    from farm.cli.cluster import ensure_token
+
+    written_by_ray = tmp_path / "auth_token"
+    written_by_ray.write_text("a" * 64)
+    written_by_ray.chmod(0o644)  # what ray.init() leaves
+    assert ensure_token(written_by_ray).stat().st_mode & 0o777 == 0o600
+    assert written_by_ray.read_text() == "a" * 64
+    empty = tmp_path / "empty_token"
+    empty.write_text("")
+    empty.chmod(0o644)
+    assert ensure_token(empty).stat().st_mode & 0o777 == 0o600 and len(empty.read_text()) == 64
+    assert ensure_token(tmp_path / "new" / "token").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_head_starts_without_the_per_node_metrics_exporter():
+    from farm.cli.cluster import head_env
+
+    env = head_env(Path("/tmp/token"), base={"PATH": "/bin"})
+    assert env["RAY_enable_metrics_collection"] == "0" and env["RAY_AUTH_MODE"] == "token"
+    assert head_env(Path("/t"), base={"RAY_enable_metrics_collection": "1"})["RAY_enable_metrics_collection"] == "1"
+
+
 # ------------------------------------------------------------------ end to end, real PostgreSQL
 
 

@@ -186,6 +186,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         seed=args.seed,
         out=args.out and Path(args.out),
     )
+    if _local_cluster(args):
+        from farm.cli.cluster import ensure_token
+
+        ensure_token()  # the token a new local Ray uses; ray.init() would write one 0644
     command = mask_command(["farm", "tune", *(sys.argv[2:] if sys.argv[1:2] == ["tune"] else [])])
     winners = tune(config, args.db, args.ray_address, args.allow_cpu, args.trial_timeout, command, args.gpus)
     print(format_winners_table(winners))
@@ -215,13 +219,17 @@ def _local_profile(args: argparse.Namespace):
     and may use it; None otherwise (a remote cluster's adapters are not known here)."""
     from farm.gpu import HardwareProfile, NoAdapterError, choose_adapter
 
-    if args.ray_address or os.environ.get("RAY_ADDRESS"):
+    if not _local_cluster(args):
         return None
     try:
         profile = HardwareProfile.from_adapter(choose_adapter())
     except NoAdapterError:
         return None
     return profile if args.allow_cpu or not profile.is_cpu else None
+
+
+def _local_cluster(args: argparse.Namespace) -> bool:
+    return not (args.ray_address or os.environ.get("RAY_ADDRESS"))
 
 
 def _without_winner(kernels: list[str], sizes: dict, winners: list) -> list[str]:
