@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from farm import catalog
 from farm.cli.main import build_parser, main
 from farm.recurrent.report import STEPS_HEADER, SUMMARY_HEADER, rust_exp
 from farm.recurrent.sweep import SweepCase, SweepConfig, default_cases, run_case, run_sweep, sweep_config_from_args
@@ -177,3 +178,26 @@ def test_small_sweep_is_recorded_in_sql_and_parquet(tmp_path, farm_home):
     assert list(cases["name"]) == ["small"] and bool(cases["strict_pass"].iloc[0])
     assert set(cases["topology"].astype(str)) == {report["topology_hash"]}
     assert sorted(steps["step"]) == [0, 1, 2, 3, 4]
+
+
+def test_a_case_times_the_runtime_both_ways_and_steps_it_on_the_device(device, farm_home):
+    config = SweepConfig(allow_cpu=True, warmup=1, repetitions=2, cases=SMALL)
+    record = run_case(device, SMALL[1], config)
+    assert record["runtime_ms"] > 0 and record["runtime_device_ms"] > 0
+    assert record["step_consistency"]["strict_pass"]
+    assert len(record["step_metrics"]) == SMALL[1].time
+    assert record["memory_after_bytes"]["in_use"] == record["memory_before_bytes"]["in_use"]  # rt closed
+
+
+def test_stepwise_consistency_through_the_runtime_matches_the_direct_fused_steps(device, tmp_path):
+    from farm import ForgeRuntime
+    from farm.recurrent.paths import stepwise_consistency
+    from farm.recurrent.sweep import case_inputs
+
+    inputs = case_inputs(SMALL[1], 7)
+    rt = ForgeRuntime(db=f"sqlite:///{tmp_path / 'absent.db'}", device=device)
+    schedule = catalog.get("recurrent").default
+    direct = stepwise_consistency(device, schedule, **inputs)
+    chained = stepwise_consistency(device, schedule, **inputs, runtime=rt)
+    assert [s.as_dict() for s in chained] == [s.as_dict() for s in direct]  # same kernel, same numbers
+    rt.close()

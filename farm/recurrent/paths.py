@@ -237,16 +237,30 @@ def strict_summary(steps: list[StepMetrics]) -> dict:
     return summary
 
 
-def stepwise_consistency(device: Device, schedule: Schedule, query, value, rho=None, decay=None) -> list[StepMetrics]:
+def stepwise_consistency(
+    device: Device, schedule: Schedule, query, value, rho=None, decay=None, runtime=None
+) -> list[StepMetrics]:
     """Run both paths one step at a time, each carrying its own state, and compare the
-    fused step's context and state with the baseline's at every step."""
+    fused step's context and state with the baseline's at every step. With `runtime` (a
+    ForgeRuntime on `device`) the fused steps are a DeviceArray chain through it: the state
+    stays on the GPU from step to step (it is read back only to be compared)."""
     _, h, _, t, l_dim, e = check_shapes(query, value, rho, decay)
     start = np.zeros((query.shape[0], h, l_dim, e), np.float32) if rho is None else rho
     base_state, fused_state = start, start
+    if runtime is not None:
+        fused_state = runtime.asarray(np.ascontiguousarray(start))
+        shared = {} if decay is None else {"decay": runtime.asarray(decay)}
     steps = []
     for step in range(t):
         q_t, v_t = query[:, :, step : step + 1], value[:, :, step : step + 1]
         base_ctx, base_state = baseline_recurrent(device, q_t, v_t, base_state, decay)
-        fused_ctx, fused_state = fused_recurrent(device, schedule, q_t, v_t, fused_state, decay)
-        steps.append(StepMetrics(step, error_metrics(fused_ctx, base_ctx), error_metrics(fused_state, base_state)))
+        if runtime is None:
+            fused_ctx, fused_state = fused_recurrent(device, schedule, q_t, v_t, fused_state, decay)
+            ctx, state = fused_ctx, fused_state
+        else:
+            inputs = {"query": np.ascontiguousarray(q_t), "value": np.ascontiguousarray(v_t), "rho": fused_state}
+            out = runtime.run("recurrent", recurrent_problem(q_t, v_t).as_dict(), inputs | shared, schedule=schedule)
+            fused_state = out["rho"]
+            ctx, state = out["context"].numpy(), fused_state.numpy()
+        steps.append(StepMetrics(step, error_metrics(ctx, base_ctx), error_metrics(state, base_state)))
     return steps

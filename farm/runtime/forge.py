@@ -193,6 +193,14 @@ class ForgeRuntime:
             return self._caller.read(array)
 
     # -- the one path to the GPU ---------------------------------------------------------
+    def run(self, kernel: str, dims: dict[str, int], inputs: dict, *, schedule: Schedule | None = None, out=None):
+        """Any catalog kernel by name: `dims` its problem (`spec.problem(**dims)`), `inputs`
+        its arrays by the names its `launch()` reads (numpy or DeviceArrays), `schedule`
+        the tuned one when None, `out` {output name: DeviceArray}. Returns {output name:
+        array}. The kernel methods above check their arguments first; this checks only
+        buffer limits and what the kernel's spec checks."""
+        return self._run(kernel, dims, inputs, schedule, out)
+
     def _run(
         self,
         kernel: str,
