@@ -1,13 +1,33 @@
-"""Shared fixtures: one wgpu device per test session (lavapipe on CI), an isolated FARM_HOME."""
+"""Shared fixtures: one wgpu device per test session (lavapipe on CI), an isolated FARM_HOME,
+and a Ray of the session's own.
+
+Ray state on the machine can't reach the suite: the session gets its own Ray temp dir
+(RAY_TMPDIR, so a local Ray's session files and the `ray_current_cluster` a bare
+`ray.init()` would read live there, not in /tmp/ray) and RAY_ADDRESS is cleared (a test
+that wants an address sets it). Subprocesses (`python -m farm ...`) inherit both.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 from pg import pg_fresh_url, pg_server, pg_url  # noqa: F401  (PostgreSQL fixtures: tests/pg.py)
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+# Short (Ray's unix socket paths under it must stay below ~100 characters); set at import,
+# before any test module or fixture can start Ray.
+RAY_TMPDIR = tempfile.mkdtemp(prefix="farm-ray-", dir="/tmp")
+os.environ["RAY_TMPDIR"] = RAY_TMPDIR
+os.environ.pop("RAY_ADDRESS", None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_ray_temp_dir():
+    yield RAY_TMPDIR
+    shutil.rmtree(RAY_TMPDIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -141,17 +141,24 @@ def _warm_settings(device, monkeypatch, least, idle, most):
 
 
 def test_gpu_warm_up_after_a_long_idle_runs_warm_idle_s_before_timing(device, monkeypatch):
-    """GPUs idle between trials sit at low clocks: timing starts only after enough work."""
+    """GPUs idle between trials sit at low clocks: timing starts only after enough work.
+    The idle is the device's whole record of timed work (last end and the recent window):
+    work timed a moment before (an earlier test on the session's device, here on purpose)
+    must not leave the window looking busy, or the rounds are skipped."""
     import time
+    from collections import deque
 
     pipeline = device.pipeline(COUNTER, label="counter")
     buf = device.upload(np.zeros(1, np.float32), "storage")
     _warm_settings(device, monkeypatch, 0.05, 0.2, 2.0)
-    monkeypatch.setattr(device, "_busy_until", time.perf_counter() - 10)  # idle for 10 s
+    device.time(pipeline, [buf], 1, warmup=0, reps=1)  # timed work that just ended
+    before = device.read(buf, np.float32, 1)[0]
+    monkeypatch.setattr(device, "_busy_until", time.perf_counter() - 10)  # idle for 10 s:
+    monkeypatch.setattr(device, "_recent", deque())  # nothing timed in the recent window either
     start = time.perf_counter()
     device.time(pipeline, [buf], 1, warmup=1, reps=3)
     elapsed = time.perf_counter() - start
-    count = device.read(buf, np.float32, 1)[0]
+    count = device.read(buf, np.float32, 1)[0] - before
     device.release(buf)
     assert elapsed >= 0.2
     assert count > 1 + 3 + 1  # the warm-up kept dispatching beyond the counted warm-up runs

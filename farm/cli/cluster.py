@@ -37,6 +37,7 @@ from pathlib import Path
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
+RAY_ADDRESS_FILE = "ray_current_cluster"  # what `ray start` writes into its temp dir
 TERMINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
 # `ray start` flags for the ports a head opens besides the GCS and the dashboard.
 EXTRA_PORT_FLAGS = (
@@ -236,14 +237,43 @@ def head_pids(temp_dir: str | os.PathLike) -> list[int]:
 
 def stop_head(temp_dir: str | os.PathLike, grace_s: float = 10.0) -> list[int]:
     """Stop only the head node that uses `temp_dir` (unlike `ray stop`, which kills every Ray process
-    on the machine): SIGTERM, then SIGKILL after `grace_s`. Returns the pids signalled."""
+    on the machine): SIGTERM, then SIGKILL after `grace_s`. Then, as `ray stop` does for its head,
+    remove `temp_dir/ray_current_cluster` when it names this head's GCS (a bare `ray.init()`
+    would otherwise go on joining the dead address). Returns the pids signalled."""
     pids = head_pids(temp_dir)
+    addresses = gcs_addresses(pids)
     _signal_all(pids, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
         time.sleep(0.2)
     _signal_all([pid for pid in pids if _alive(pid)], signal.SIGKILL)
+    forget_address(temp_dir, addresses)
     return pids
+
+
+def gcs_addresses(pids: list[int]) -> set[str]:
+    """The GCS addresses (`--gcs-address=HOST:PORT`, what `ray start` records) on the command lines of `pids`."""
+    found = set()
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        found.update(arg.removeprefix("--gcs-address=") for arg in argv if arg.startswith("--gcs-address="))
+    return found - {""}
+
+
+def forget_address(temp_dir: str | os.PathLike, addresses: set[str]) -> bool:
+    """Remove `temp_dir/ray_current_cluster` if it names one of `addresses`; True when removed."""
+    recorded = Path(temp_dir) / RAY_ADDRESS_FILE
+    try:
+        named = recorded.read_text().strip()
+    except OSError:
+        return False
+    if named not in addresses:
+        return False
+    recorded.unlink(missing_ok=True)
+    return True
 
 
 def _signal_all(pids: list[int], sig: signal.Signals) -> None:

@@ -39,6 +39,7 @@ class WorkerPool(BatchDispatch):
         compile_ahead: bool = True,
         startup_timeout_s: float = 300.0,
         gpus: int | None = None,
+        connect_timeout_s: float | None = None,
     ):
         import ray
 
@@ -60,7 +61,7 @@ class WorkerPool(BatchDispatch):
         self.max_retries = max_retries
         self.compile_ahead = compile_ahead
         self.startup_timeout_s = startup_timeout_s
-        self._owns_ray = init_ray(ray_address, num_cpus)
+        self._owns_ray = init_ray(ray_address, num_cpus, connect_timeout_s)
         resources = ray.cluster_resources()
         self.gpus = int(resources.get("GPU", 0))
         if gpus is not None and self.gpus > gpus:

@@ -1,20 +1,43 @@
-"""Connecting to Ray: start a local one or join a cluster, with the farm's env forwarded.
+"""Connecting to Ray: start a local one, or join a cluster only when one is named.
 
-`init_ray` starts or joins Ray for the driver; FORWARDED_ENV are the variables the workers
-need from the driver's environment (an extra kernel module, the adapter choice), except
-those an enclosing `ray job submit` already sets (`job_env_keys`).
+`init_ray(address, ...)` joins `address`, else $RAY_ADDRESS (`ray job submit` sets it for
+the job's driver, so `farm tune` inside a job joins its cluster), else starts a local Ray
+with `address="local"`. Never a bare `ray.init()`: Ray 2.60 then joins whatever
+`<temp dir>/ray_current_cluster` names (`ray start` writes it, only `ray stop` removes it),
+so a head stopped any other way left every later local tune retrying a dead address for
+minutes, and a live head made a "local" tune silently join it.
+
+Joining is bounded: the address must accept a TCP connection within `connect_timeout_s`
+(CONNECT_TIMEOUT_S, $FARM_RAY_CONNECT_TIMEOUT_S) before Ray is asked to connect (Ray itself
+retries an unreachable GCS for 20 x ~36 s); otherwise, or when Ray then fails to connect
+(a refused auth token among others), `RayUnreachable`: a ValueError the CLI prints as one
+line naming the address and the fix.
+
+FORWARDED_ENV are the variables the workers need from the driver's environment (an extra
+kernel module, the adapter choice), except those an enclosing `ray job submit` already
+sets (`job_env_keys`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import time
 
 FORWARDED_ENV = ("FARM_EXTRA_KERNELS", "FARM_ADAPTER")
+CONNECT_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_ENV = "FARM_RAY_CONNECT_TIMEOUT_S"
+_RETRY_S = 0.5  # between connection attempts to an address that refused
 
 
-def init_ray(address: str | None, num_cpus: int | None) -> bool:
-    """Join `address` / $RAY_ADDRESS, or start a local Ray; True when we started it."""
+class RayUnreachable(ValueError):
+    """The Ray cluster named by --ray-address or $RAY_ADDRESS did not answer in time."""
+
+
+def init_ray(address: str | None, num_cpus: int | None, connect_timeout_s: float | None = None) -> bool:
+    """Join `address` / $RAY_ADDRESS (bounded by `connect_timeout_s`), or start a local Ray
+    with `num_cpus`; True when this call initialized Ray, False when it already was."""
     import ray
 
     if ray.is_initialized():
@@ -22,11 +45,23 @@ def init_ray(address: str | None, num_cpus: int | None) -> bool:
     job_keys = job_env_keys()
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ and k not in job_keys}
     runtime_env = {"env_vars": env} if env else None
+    source = "--ray-address" if address else "$RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="WARNING")
+    if address and address != "local":
+        timeout_s = _connect_timeout(connect_timeout_s)
+        probe(address, timeout_s, source)
+        try:
+            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="WARNING")
+        except ConnectionError as exc:
+            if "InvalidAuthToken" in str(exc.__cause__):
+                raise RayUnreachable(
+                    f"the Ray cluster at {address} ({source}) refused this process's auth token; "
+                    "export RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH as `farm cluster start` printed"
+                ) from exc
+            raise RayUnreachable(_unreachable(address, source, str(exc).splitlines()[0])) from exc
         return True
     ray.init(
+        address="local",  # never the cluster named in ray_current_cluster
         num_cpus=num_cpus,
         include_dashboard=False,
         runtime_env=runtime_env,
@@ -34,6 +69,67 @@ def init_ray(address: str | None, num_cpus: int | None) -> bool:
         logging_level="WARNING",
     )
     return True
+
+
+def probe(address: str, timeout_s: float, source: str = "--ray-address") -> None:
+    """Return once `address` accepts a TCP connection; retry refusals until `timeout_s` has
+    passed, then raise RayUnreachable naming the address, where it came from and the fix."""
+    hosts, port = _endpoints(address, source)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        error = ""
+        for host in hosts:
+            left = deadline - time.monotonic()
+            try:
+                with socket.create_connection((host, port), timeout=max(0.1, min(2.0, left))):
+                    return
+            except OSError as exc:
+                error = exc.strerror or str(exc) or type(exc).__name__
+        if time.monotonic() + _RETRY_S >= deadline:
+            raise RayUnreachable(_unreachable(address, source, f"no answer within {timeout_s:g} s ({error})"))
+        time.sleep(_RETRY_S)
+
+
+def _endpoints(address: str, source: str) -> tuple[list[str], int]:
+    """Hosts to try and the port of `address` (HOST:PORT, ray://HOST:PORT or "auto"). A
+    loopback host is also tried at this node's IP, which is where Ray connects for it."""
+    import ray
+
+    if address == "auto":  # Ray's own lookup: ray_current_cluster, else a local GCS process
+        from ray._private.services import canonicalize_bootstrap_address
+
+        try:
+            address = canonicalize_bootstrap_address("auto") or ""
+        except ConnectionError:
+            raise RayUnreachable(_unreachable("auto", source, "no running Ray cluster found")) from None
+    host, _, port = address.split("://", 1)[-1].rstrip("/").rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        raise RayUnreachable(f"bad Ray address {address!r} ({source}): expected HOST:PORT or ray://HOST:PORT")
+    hosts = [host]
+    if host in ("localhost", "::1") or host.startswith("127."):
+        hosts.append(ray.util.get_node_ip_address())
+    return hosts, int(port)
+
+
+def _unreachable(address: str, source: str, reason: str) -> str:
+    drop = "drop --ray-address" if source == "--ray-address" else "unset RAY_ADDRESS"
+    return (
+        f"cannot reach the Ray cluster at {address} ({source}): {reason}; "
+        f"start it with `farm cluster start`, or {drop} to tune on a local Ray"
+    )
+
+
+def _connect_timeout(value: float | None) -> float:
+    if value is None:
+        raw = os.environ.get(CONNECT_TIMEOUT_ENV)
+        try:
+            value = float(raw) if raw else CONNECT_TIMEOUT_S
+        except ValueError:
+            raise ValueError(f"${CONNECT_TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"the Ray connect timeout must be > 0 seconds, got {value}")
+    return float(value)
 
 
 def job_env_keys() -> set[str]:
