@@ -27,3 +27,13 @@ def test_the_device_resident_example_runs_and_computes_what_numpy_does(farm_home
     np.testing.assert_allclose(scope["y"].numpy(), a.sum(axis=1), rtol=1e-4, atol=1e-4)
     assert capsys.readouterr().out.strip().startswith("[")
     rt.close()
+
+
+def test_the_example_program_runs(farm_home):
+    import subprocess
+    import sys
+
+    example = README.parent / "examples" / "device_chain.py"
+    done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "gemm -> topk:" in done.stdout and "recurrence: 64 steps on the GPU" in done.stdout

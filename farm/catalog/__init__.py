@@ -4,7 +4,7 @@ A KernelSpec says everything the farm needs about a kernel: its WGSL source
 (`kernels/<name>.wgsl`), the schedule space and default, how to check a schedule
 against the adapter and problem, a seed-derived input generator, the numpy
 reference and tolerance, and `launch()`: the exact buffer wiring, constants and
-workgroup count. Certification (farm.oracle), tuning (farm.tuning.cluster) and the
+workgroup count. Certification (farm.oracle), tuning (farm.tuning) and the
 runtime library (farm.runtime) all go through `launch()`, so the runtime path is
 the certified path.
 """

@@ -1,34 +1,19 @@
 """ForgeRuntime: run the certified kernels on the caller's own arrays, with the schedule
-tuned for this machine.
+tuned for this machine: the consumer half of the farm (farm.oracle proves kernels
+correct, farm.tuning tunes them). Each method validates its arguments before anything
+touches the GPU (farm.runtime.validation), builds the kernel's problem and inputs and runs
+the call's plan (farm.runtime.calls): the same `spec.launch()` wiring the oracle certifies.
 
-Everything else in farm proves kernels correct (farm.oracle) and tunes their schedules
-(farm.tuning.campaign, winners in SQL). The runtime is the consumer half: a program hands over its
-numpy arrays and gets the answer computed by the exact certified kernel. Each method
-validates its arguments (farm.runtime.validation, before anything touches the GPU), builds the
-kernel's Problem and inputs dict and goes through `farm.oracle.launch.run` — the same
-`spec.launch()` wiring the oracle certifies. The only differences from the certified path
-are where the input bytes come from and that there is no CPU check.
+Schedules (`tuned_schedule`) come from farm.runtime.winners: tuned → nearest →
+same-device → default, stale winners skipped, each fallback one warning (logger
+`farm.runtime`) per kernel and problem; a winner invalid for the problem, or an
+unreachable or empty database, means the default with a warning, never a failed call.
 
-Schedules (`ForgeRuntime.tuned_schedule`) come from farm.runtime.winners: tuned → nearest →
-same-device → default, stale winners skipped. Each fallback logs one warning (module
-logger `farm.runtime`) per kernel and problem. A winner that is invalid for the call's
-problem falls back to the default with a warning; it never fails the call. An unreachable
-or empty database gives defaults with a warning, not an error. Winners are read once per
-runtime.
-
-Device-resident data (farm.runtime.arrays): every array argument may be a DeviceArray
-(`rt.asarray(x)`, `rt.empty(shape, dtype)`, or a previous call's result). When any input
-or `out=` is one, the outputs are DeviceArrays and the call returns once the work is
-submitted, without waiting: a chain of calls waits once, in `.numpy()`. numpy-only calls
-return numpy arrays. Each (kernel, schedule, problem, input layout) is planned once
-(farm.runtime.calls); buffers come from a pool (farm.runtime.pool), so calls whose shapes
-repeat allocate nothing on the device.
-
-Input policy: arrays must be numpy arrays (or DeviceArrays) of the kernel's dtype (float32; uint32 for
-packed ternary weights and P64 words; complex64 or float32 for FFT). Nothing is cast
-silently: a float64 array raises TypeError (call `.astype(np.float32)` yourself).
-Shape, emptiness, range and adapter buffer-limit problems raise ValueError naming the
-argument, the expected and the actual shape. NaN/Inf propagate as in numpy.
+Any array argument may be a DeviceArray (farm.runtime.arrays); with one among the inputs
+or `out=`, outputs are DeviceArrays and the call returns once submitted. Buffers come from
+a pool (farm.runtime.pool). Nothing is cast silently: a wrong dtype is a TypeError; shape,
+emptiness, range and buffer-limit problems are ValueErrors naming the argument, the
+expected and the actual shape. NaN/Inf propagate as in numpy.
 """
 
 from __future__ import annotations
