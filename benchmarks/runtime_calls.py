@@ -238,6 +238,23 @@ def torch_floors(torch, big: int) -> dict[str, float]:
     }
 
 
+def runtime_transfers(rt, big: int) -> dict[str, float]:
+    """The runtime's own 256 MB upload (`rt.asarray` + synchronize) and read back (`.numpy()`)."""
+    host = np.ones(big // 4, np.float32)
+    kept = rt.asarray(host)
+
+    def upload():
+        rt.asarray(host).release()
+        rt.synchronize()
+
+    out = {
+        "h2d_gbps": big / per_call(upload, least=5) / 1e9,
+        "d2h_gbps": big / per_call(kept.numpy, least=5) / 1e9,
+    }
+    kept.release()
+    return out
+
+
 # -- kernels ----------------------------------------------------------------------------------
 def cases(quick: bool):
     g = np.random.default_rng(0)
@@ -415,6 +432,7 @@ def _fla_chain(torch, q, v, decay, steps) -> dict:
 def markdown(result: dict) -> str:
     lines = [f"# ForgeRuntime per call ({result['adapter']}, {result['date']})", "", "## Floors", ""]
     lines += [f"- {k}: {v:.3g}" for k, v in {**result["wgpu_floors"], **result.get("torch_floors", {})}.items()]
+    lines += [f"- runtime {k}: {v:.3g}" for k, v in result["runtime_transfers"].items()]
     lines += ["", "## Per call (host wall with a sync each call; kernel_ms by GPU timestamps; floor_ms: plain",
               "wgpu-py doing the same transfers; overheads: numpy_ms - floor_ms - kernel_ms and",
               "device_ms - kernel_ms - submit_wait)", ""]
@@ -462,6 +480,7 @@ def main() -> int:
     result = {"adapter": rt.profile.summary, "date": time.strftime("%Y-%m-%d"), "wgpu_floors": wgpu_floors(big)}
     if torch is not None:
         result["torch_floors"] = torch_floors(torch, big)
+    result["runtime_transfers"] = runtime_transfers(rt, big)
     result["kernels"] = []
     floor = TransferFloor()
     submit_wait = result["wgpu_floors"]["submit_wait_us"]

@@ -253,3 +253,19 @@ def test_large_uploads_go_through_mapped_staging_and_arrive_intact(rt):
         a = a[::-1].copy()
         want = want[::-1]
     assert sum(1 for use, _ in rt._pool._by_class if use == "upload") == staging_before + 1
+
+
+def test_a_gemm_the_host_pads_reads_device_inputs_back_and_is_still_right(rt):
+    from farm import catalog
+
+    spec = catalog.get("gemm")
+    problem = spec.problem(m=5, k=7, n=9)  # k and n not multiples of 4: the host pads a and b
+    schedule = next(
+        s for s in spec.schedules() if s.vector_width == 4 and not spec.invalid_reason(s, problem, rt.profile)
+    )
+    a, b = f32(5, 7), f32(7, 9, seed=1)
+    got = rt.run("gemm", problem.as_dict(), {"a": rt.asarray(a), "b": rt.asarray(b)}, schedule=schedule)["c"]
+    assert isinstance(got, DeviceArray)
+    np.testing.assert_allclose(got.numpy(), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    plan = next(iter(rt._caller._plans.values()))
+    assert [s.role for s in plan.slots] == ["transformed", "transformed", "output", "constant"]

@@ -54,6 +54,10 @@ class Slot:
     shape: tuple[int, ...] = ()
     buffer: Buffer | None = None  # constant and scratch: the plan's own
 
+    @property
+    def count(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
 
 @dataclass
 class CallPlan:
@@ -65,10 +69,19 @@ class CallPlan:
     slots: list[Slot]
     owned: list[Buffer]
     bind_sets: OrderedDict = field(default_factory=OrderedDict)
+    transformed: bool = False  # any arg recomputed on the host per call
 
     @property
     def outputs(self) -> list[Slot]:
         return [s for s in self.slots if s.role == "output"]
+
+    def reads(self, buffers: list[Buffer]) -> list:
+        """The Device's read list (name, buffer, dtype, count, shape) for the outputs."""
+        return [
+            (slot.name, buffer, slot.dtype, slot.count, slot.shape)
+            for slot, buffer in zip(self.slots, buffers, strict=True)
+            if slot.role == "output"
+        ]
 
 
 def _same_bytes(data: np.ndarray, placeholder: np.ndarray) -> bool:
@@ -140,6 +153,7 @@ class Caller:
             raise
         passes = [(step.bindings, step.groups) for step in launch.passes()]
         plan = CallPlan(spec, schedule, problem, pipelines, passes, slots, owned)
+        plan.transformed = any(s.role == "transformed" for s in slots)
         self._plans[key] = plan
         while len(self._plans) > MAX_PLANS:
             _, old = self._plans.popitem(last=False)
@@ -183,12 +197,7 @@ class Caller:
             if to_device:
                 self.device.device.queue.submit([encoder.finish()])
                 return results
-            reads = [
-                (slot.name, buffer, slot.dtype, int(np.prod(slot.shape, dtype=np.int64)), slot.shape)
-                for slot, buffer in zip(plan.slots, buffers, strict=True)
-                if slot.role == "output"
-            ]
-            return self.device.submit_reads(reads, encoder).collect()
+            return self.device.submit_reads(plan.reads(buffers), encoder).collect()
         except GpuError:
             raise
         except (ValueError, TypeError):
@@ -211,7 +220,7 @@ class Caller:
             self.pool.give(slab)
 
     def _transformed(self, plan: CallPlan, inputs: dict) -> dict[str, np.ndarray]:
-        if not any(s.role == "transformed" for s in plan.slots):
+        if not plan.transformed:
             return {}
         host = {n: v.numpy() if isinstance(v, DeviceArray) else v for n, v in inputs.items()}
         launch = plan.spec.launch(plan.schedule, plan.problem, host)

@@ -60,6 +60,10 @@ def init_ray(address: str | None, num_cpus: int | None, connect_timeout_s: float
                 ) from exc
             raise RayUnreachable(_unreachable(address, source, str(exc).splitlines()[0])) from exc
         return True
+    # The per-node metrics exporter answers on 0.0.0.0 without the token (a local Ray's node
+    # address is never loopback); a local tune doesn't need it: off unless the user set it,
+    # as `farm cluster start` does.
+    os.environ.setdefault("RAY_enable_metrics_collection", "0")
     ray.init(
         address="local",  # never the cluster named in ray_current_cluster
         num_cpus=num_cpus,
