@@ -33,6 +33,13 @@ fn cmul(u: vec2<f32>, w: vec2<f32>) -> vec2<f32> {
     return vec2<f32>(u.x * w.x - u.y * w.y, u.x * w.y + u.y * w.x);
 }
 
+// v · twiddle[t]. The twiddle of t = 0 is 1 (the table's (1, -0)) and is not multiplied:
+// 1 · Inf is Inf, but the complex multiply would add -0 · Inf = NaN to the other part.
+// It is the table's only entry with a zero part, so no twiddle multiply makes Inf · 0.
+fn twiddled(v: vec2<f32>, t: u32) -> vec2<f32> {
+    return select(cmul(v, twiddle[t]), v, t == 0u);
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
@@ -60,7 +67,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             let i0 = tr * N + ((b >> s) << (s + 1u)) + j;
             let i1 = i0 + span;
             let u = d[i0];
-            let v = cmul(d[i1], twiddle[j << (LOGN - 1u - s)]);
+            let v = twiddled(d[i1], j << (LOGN - 1u - s));
             d[i0] = u + v;
             d[i1] = u - v;
         }
@@ -97,6 +104,11 @@ fn tw(t: u32) -> vec2<f32> {
         return twiddle[t];
     }
     return -twiddle[t - HALF];
+}
+
+// v · tw(t), with the twiddles ±1 (t = 0, N/2) applied exactly, as in `twiddled`.
+fn tw_mul(v: vec2<f32>, t: u32) -> vec2<f32> {
+    return select(select(cmul(v, tw(t)), -v, t == HALF), v, t == 0u);
 }
 
 @compute @workgroup_size(WG)

@@ -85,11 +85,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             }
             for (var k = 0u; k < ROWS; k++) {
                 let l = k * TPC + lane;
-                let q = select(0.0, {{Q_AT}}, l < LQ);
+                let in_l = l < LQ;  // rows l >= L pad the lanes' share when TPC doesn't divide L
+                let q = select(0.0, {{Q_AT}}, in_l);
                 for (var i = 0u; i < IPI; i++) {
                     let old = r[k * IPI + i];
                     acc[i] += old * q;
-                    r[k * IPI + i] = (old + q * v[i]) * d;
+                    // A padded row keeps its zero state: (0 + 0 * v) * d would turn an Inf in
+                    // v or d into NaN, and that NaN into the column's context (NaN * 0),
+                    // where numpy has no such row.
+                    r[k * IPI + i] = select(old, (old + q * v[i]) * d, in_l);
                 }
             }
 {{REDUCE}}

@@ -257,3 +257,57 @@ def test_fft_speed_knobs_at_zero_emit_the_original_kernel():
     original = SPEC.launch(SPEC.default, problem, inputs)
     assert SPEC.launch(zeros, problem, inputs).source == original.source
     assert "main_stockham" not in original.source and original.entry_point == "main"
+
+
+# -- NaN and Inf (issue 16 §5): numpy's answer where both algorithms agree ------------------
+
+NONFINITE = np.array([np.inf, -np.inf, np.nan], np.float32)
+NONFINITE_SCHEDULES = [
+    SPEC.default,
+    VEC2_TWO_PER_GROUP,
+    *STOCKHAM_SCHEDULES[:3],  # radix 4, 16, 8
+    Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=2, stockham=2, swizzle=0),
+]
+
+
+def _spoiled(rng, n: int, batch: int, points: tuple[int, ...]) -> np.ndarray:
+    """(batch, n, 2) normal values with ±Inf/NaN in random parts of `points` of each transform
+    (some transforms get none, some every part)."""
+    x = rng.standard_normal((batch, n, 2)).astype(np.float32)
+    for row in range(batch):
+        for point in points:
+            for part in range(2):
+                if rng.random() < 0.5:
+                    x[row, point, part] = rng.choice(NONFINITE)
+    return x
+
+
+def _numpy(x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.fft.fft(x.view(np.complex64)[..., 0]).view(np.float32).reshape(x.shape)
+
+
+@pytest.mark.parametrize("n", [2, 4, 16, 128, 1024])
+@pytest.mark.parametrize("schedule", NONFINITE_SCHEDULES, ids=str)
+def test_fft_nonfinite_at_points_0_and_half_match_numpy_exactly(device, schedule, n):
+    """The twiddle 1 was multiplied: -0 · Inf made a NaN where numpy has ±Inf or a number."""
+    x = _spoiled(np.random.default_rng(n), n, 24, (0, n // 2))
+    out = run(device, SPEC, schedule, SPEC.problem(n=n, batch=24), {"x": x})["y"]
+    atol = 4e-6 * np.sqrt(n) * np.log2(n)
+    np.testing.assert_allclose(out, _numpy(x), atol=atol, rtol=1e-4, equal_nan=True)  # NaN, ±Inf in place
+
+
+@pytest.mark.parametrize("schedule", NONFINITE_SCHEDULES, ids=str)
+def test_fft_nonfinite_elsewhere_keeps_numpy_nonfinite_points_and_infs(device, schedule):
+    """Where the butterfly orders differ (farm.catalog.fft): an output point is non-finite
+    exactly where numpy's is, and numpy's ±Inf parts come back as that Inf or NaN."""
+    n, rng = 64, np.random.default_rng(7)
+    x = rng.standard_normal((n, n, 2)).astype(np.float32)
+    x[np.arange(n), np.arange(n), rng.integers(0, 2, n)] = rng.choice(NONFINITE, n)  # point t of row t
+    out = run(device, SPEC, schedule, SPEC.problem(n=n, batch=n), {"x": x})["y"]
+    want = _numpy(x)
+    np.testing.assert_array_equal(np.isfinite(out).all(-1), np.isfinite(want).all(-1))
+    infs = np.isinf(want)
+    assert np.all((out[infs] == want[infs]) | np.isnan(out[infs]))
+    finite = np.isfinite(want).all(-1)
+    np.testing.assert_allclose(out[finite], want[finite], atol=1e-4, rtol=1e-4)

@@ -7,6 +7,7 @@ import pytest
 from farm import catalog
 from farm.catalog.recurrent import reference_recurrent, sweep_decay
 from farm.oracle import compare as oracle
+from farm.oracle.launch import run
 from farm.recurrent.paths import (
     BaselinePlan,
     baseline_recurrent,
@@ -185,3 +186,56 @@ def test_invalid_schedules_say_which_knob(device):
     big_l = SPEC.problem(B=1, H=1, VH=1, T=1, L=1024, E=4)
     with pytest.raises(InvalidSchedule, match="state floats per thread"):
         SPEC.check(Schedule.of(workgroup_size=64, threads_per_column=1, reduce=0), big_l, device.profile)
+
+
+def _nonfinite_cases(rng):
+    """(name, query, value, rho, decay) with ±Inf/NaN inputs and L = 7, a multiple of no
+    threads_per_column > 1, so every schedule has padding rows. Positive data keeps the
+    Infs of one sign, so numpy's contexts are +Inf (not NaN) where they reach."""
+    b, h, t, l_dim, e = 1, 2, 5, 7, 8
+    q = rng.uniform(0.5, 1.5, (b, h, t, l_dim)).astype(np.float32)
+    v = rng.uniform(0.5, 1.5, (b, 1, t, e)).astype(np.float32)
+    rho = rng.uniform(0.05, 0.15, (b, h, l_dim, e)).astype(np.float32)
+    inf_v = v.copy()
+    inf_v[0, 0, 1, 3], inf_v[0, 0, 3, 5] = np.inf, -np.inf
+    inf_q = q.copy()
+    inf_q[0, 1, 2, 6] = np.inf
+    nan_rho = rho.copy()
+    nan_rho[0, 0, 4, 2] = np.nan
+    mixed = rng.standard_normal((b, h, t, l_dim)).astype(np.float32)  # ±Inf terms meet: NaN
+    return [
+        ("value_inf", q, inf_v, None, None),
+        ("decay_inf", q, v, rho, np.array([np.inf, 0.9], np.float32)),
+        ("decay_inf_no_rho", q, v, None, np.array([0.9, np.inf], np.float32)),
+        ("query_inf", inf_q, v, rho, sweep_decay(h)),
+        ("rho_nan_value_inf", q, inf_v, nan_rho, sweep_decay(h)),
+        ("mixed_signs", mixed, inf_v, rho, np.array([np.inf, 0.5], np.float32)),
+    ]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=str)
+def test_inf_and_nan_propagate_as_in_numpy_with_padding_rows(device, schedule):
+    """Issue 16 §5: padding rows computed (0 + 0·v)·d, so an Inf in value or decay became NaN
+    in every context of its column where numpy has ±Inf."""
+    problem = SPEC.problem(B=1, H=2, VH=1, T=5, L=7, E=8)
+    for name, q, v, rho, decay in _nonfinite_cases(np.random.default_rng(16)):
+        inputs = {"query": q, "value": v}
+        inputs |= {} if rho is None else {"rho": rho}
+        inputs |= {} if decay is None else {"decay": decay}
+        got = run(device, SPEC, schedule, problem, inputs)
+        with np.errstate(invalid="ignore", over="ignore"):
+            want_ctx, want_rho = reference_recurrent(q, v, rho, decay)
+        assert np.isinf(want_ctx).any(), name  # the case does put ±Inf in numpy's contexts
+        for out, want in (("context", want_ctx), ("rho", want_rho)):
+            np.testing.assert_allclose(
+                got[out], want.astype(np.float32), atol=1e-4, rtol=1e-4, equal_nan=True, err_msg=f"{name} {out}"
+            )
+
+
+def test_largest_l_any_schedule_runs_is_max_l(device):
+    from farm.catalog.recurrent import MAX_L
+
+    for l_dim, runnable in ((MAX_L, True), (MAX_L + 1, False)):
+        problem = SPEC.problem(B=1, H=1, VH=1, T=1, L=l_dim, E=4)
+        valid = [s for s in SPEC.schedules() if not SPEC.invalid_reason(s, problem, device.profile)]
+        assert bool(valid) is runnable

@@ -6,6 +6,9 @@ Math (exact), for t = 0..T-1 in order:
 with value heads VH = 1 (broadcast) or VH = H, rho zeros and decay ones when absent.
 Problem dims are B, H, VH, T, L, E. Inputs: query [B,H,T,L], value [B,VH,T,E],
 rho [B,H,L,E], decay [H]; outputs context [B,H,T,E] and rho [B,H,L,E].
+NaN/Inf propagate as in the reference: the padding rows of a column (past L, when
+threads_per_column doesn't divide L) keep a zero state, so an Inf in value or decay
+never meets them as 0 · Inf. L is at most MAX_L (2048) for every schedule.
 """
 
 from __future__ import annotations
@@ -20,6 +23,12 @@ from farm.schedule import InvalidSchedule, Problem, Schedule
 
 REDUCE_MODES = {0: "workgroup", 1: "subgroup", 2: "deferred"}  # deferred: chunked kernel only
 MAX_REGISTER_FLOATS = 128  # per-thread state floats beyond which the state spills
+MAX_TPC = 16  # the most threads a column's L rows are split over (space["threads_per_column"])
+# The largest L any schedule can run: ceil(L / MAX_TPC) state floats per thread <= 128.
+# ForgeRuntime.recurrent_attention refuses larger L with ValueError. Split L instead: each
+# state row evolves on its own and context sums over the rows, so chunks of <= MAX_L rows
+# run apart give the rows of rho and contexts to add.
+MAX_L = MAX_REGISTER_FLOATS * MAX_TPC
 _VEC = {1: "f32", 2: "vec2<f32>", 4: "vec4<f32>"}
 UNCHUNKED = 0xFFFFFFFF  # CT without chunking: one pass over all T steps
 # Where a step reads its value vector i and query row l: storage, or the staged chunk.
@@ -86,7 +95,7 @@ class Recurrent(KernelSpec):
         "workgroup_size": (32, 64, 128, 256),
         "items_per_invocation": (1, 2),
         "vector_width": (1, 2, 4),
-        "threads_per_column": (1, 2, 4, 8, 16),
+        "threads_per_column": (1, 2, 4, 8, MAX_TPC),
         "reduce": (0, 1, 2),
         "chunk": (0, 8, 16, 32),
     }

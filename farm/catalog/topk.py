@@ -48,9 +48,12 @@ def topk_blocks(x: np.ndarray, k: int, block_size: int) -> np.ndarray:
     if not 1 <= k <= block_size:
         raise ValueError(f"k must be in 1..=block_size ({block_size}); got {k}")
     blocks = -(-x.size // block_size)
-    padded = np.full(blocks * block_size, PAD, np.float32)
-    padded[: x.size] = x
-    ordered = np.sort(padded.reshape(blocks, block_size), axis=1)  # NaN sorts last
+    padded = np.full(blocks * block_size, PAD, np.float32).reshape(blocks, block_size)
+    padded.reshape(-1)[: x.size] = x
+    # Ascending by value (NaN last), -0.0 before +0.0 (np.sort alone may order them either
+    # way: they compare equal), as the kernel's total order does.
+    order = np.lexsort((~np.signbit(padded), padded), axis=1)
+    ordered = np.take_along_axis(padded, order, axis=1)
     out = np.ascontiguousarray(ordered[:, ::-1][:, :k]).ravel()
     out.view(np.uint32)[np.isnan(out)] = CANONICAL_NAN_BITS
     return out
