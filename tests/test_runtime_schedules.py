@@ -3,13 +3,15 @@ real SQLite database written through farm.store, stale winners skipped, one warn
 fallback, and the `farm export` file round trip."""
 
 import dataclasses
+import json
 import logging
+import os
 
 import numpy as np
 import pytest
 
 from farm import ForgeRuntime, catalog, cli
-from farm.runtime.winners import Candidate, choose_winner, problem_distance
+from farm.runtime.winners import Candidate, choose_winner, load_candidates, problem_distance, read_schedules_file
 from farm.schedule import Problem, Schedule
 from farm.store import WinnerRecord, open_store, save_winner, upsert_topology, write_schedules_file
 
@@ -144,16 +146,36 @@ def test_winner_invalid_for_the_call_falls_back_to_default(device, db, caplog):
     assert rt.tuned_schedule("gemv", GEMV.problem(m=64, n=64)) == (vec4, "tuned")
 
 
-def test_topk_winner_with_small_block_falls_back_when_k_exceeds_it(device, db):
+def test_topk_k_above_the_tuned_block_is_a_value_error_naming_it(device, db):
+    """Issue 16 §5: k=40 above a winner's block of 32 used to fall back to the default block of
+    64, changing the output layout (README: k outside 1..block_size raises ValueError)."""
     url, store = db
     topk = catalog.get("topk")
     small = Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=1)
-    store_winner(store, device.profile, topk.problem(n=100, k=40), small, kernel="topk")
+    store_winner(store, device.profile, topk.problem(n=100, k=8), small, kernel="topk")
     rt = ForgeRuntime(db=url, device=device)
     x = np.arange(100, dtype=np.float32)
-    out = rt.topk(x, 40)  # k=40 > 32: the default block of 64 is used
-    np.testing.assert_array_equal(out[:40], np.arange(63, 23, -1))
-    assert out.shape == (80,)
+    with pytest.raises(ValueError, match=r"k: expected an integer in 1\.\.32 .*got 40"):
+        rt.topk(x, 40)
+    assert rt.tuned_schedule("topk", topk.problem(n=100, k=40)) == (small, "nearest")
+    np.testing.assert_array_equal(rt.topk(x, 8)[:8], np.arange(31, 23, -1))  # blocks of 32 as tuned
+
+
+def test_topk_winner_invalid_for_another_reason_keeps_its_block(device, db, caplog):
+    url, store = db
+    topk = catalog.get("topk")
+    vec4 = Schedule.of(workgroup_size=128, items_per_invocation=2, vector_width=4)
+    store_winner(store, device.profile, topk.problem(n=400, k=8), vec4, kernel="topk")
+    rt = ForgeRuntime(db=url, device=device)
+    odd = topk.problem(n=401, k=8)  # vector width 4 does not divide n
+    with caplog.at_level(logging.WARNING, logger="farm.runtime"):
+        schedule, source = rt.tuned_schedule("topk", odd)
+    assert (schedule.workgroup_size, schedule.vector_width, source) == (128, 1, "nearest")
+    assert any("same result (block=128)" in r.message for r in caplog.records)
+    x = np.random.default_rng(5).standard_normal(401).astype(np.float32)
+    out = rt.topk(x, 8)
+    assert out.shape == (4 * 8,)  # ceil(401 / 128) blocks of the tuned 128, not the default 64
+    np.testing.assert_array_equal(out[:8], np.sort(x[:128])[::-1][:8])
 
 
 def test_empty_database_gives_defaults_with_one_warning(device, db, caplog):
@@ -250,3 +272,150 @@ def test_choose_winner_orders_sources(device):
     moved = dataclasses.replace(mine, topology_hash="other")
     assert choose_winner([moved], GEMV, GEMV.problem(m=9, n=8), profile)[1] == "same-device"
     assert choose_winner([], GEMV, GEMV.problem(m=9, n=8), profile) == (None, "default")
+
+
+# -- malformed schedules files (issue 16 §5): ValueError naming the file and the entry -------
+
+
+def _file(tmp_path, winners=None, raw=None, **top):
+    path = tmp_path / "winners.json"
+    if raw is not None:
+        path.write_bytes(raw if isinstance(raw, bytes) else raw.encode())
+        return path
+    document = {"format": "farm-schedules/1", "topology_hash": "t" * 64, "device_name": "gpu"} | top
+    document["winners"] = winners if winners is not None else []
+    path.write_text(json.dumps(document).replace('"@1e400"', "1e400"))  # a literal json.dumps can't write
+    return path
+
+
+def _entry(**changes):
+    entry = {
+        "kernel": "gemv",
+        "problem": "m=40,n=64",
+        "schedule": {"workgroup_size": 128, "items_per_invocation": 2, "vector_width": 1},
+        "source_hash": "abc",
+        "median_ns": 1234.5,
+        "speedup": 1.5,
+    }
+    return entry | changes
+
+
+def _knobs(**changes):
+    return {"workgroup_size": 128, "items_per_invocation": 2, "vector_width": 1} | changes
+
+
+BAD_WHOLE_FILES = {
+    "binary": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", r"byte 0 \(b'\\x89'\) is not UTF-8"),
+    "latin1": ('{"format": "farm-schedules/1", "device_name": "caf\xe9"}'.encode("latin-1"), "is not UTF-8"),
+    "deep_nesting": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    "deep_nesting_in_an_entry": (
+        '{"format": "farm-schedules/1", "topology_hash": "t", "winners": [' + "[" * 50_000 + "]" * 50_000 + "]}",
+        "nested too deeply",
+    ),
+    "huge_integer_literal": ('{"format": "farm-schedules/1", "x": ' + "9" * 5000 + "}", "not JSON"),
+    "nan_literal": ('{"format": "farm-schedules/1", "topology_hash": "t", "winners": [], "x": NaN}', "NaN is not"),
+    "not_an_object": ("[1, 2]", "found 'list'"),
+    "empty": ("", "not JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_WHOLE_FILES))
+def test_malformed_schedules_file_is_a_value_error_naming_the_file(device, tmp_path, case):
+    raw, message = BAD_WHOLE_FILES[case]
+    path = _file(tmp_path, raw=raw)
+    with pytest.raises(ValueError, match=message) as info:
+        ForgeRuntime(schedules=path, device=device)
+    assert str(path) in str(info.value)
+
+
+BAD_ENTRIES = {
+    "wg_float": (_entry(schedule=_knobs(workgroup_size=256.5)), "knob 'workgroup_size' must be an integer.*256.5"),
+    "wg_float_integral": (_entry(schedule=_knobs(workgroup_size=256.0)), "'workgroup_size' must be an integer"),
+    "wg_string": (_entry(schedule=_knobs(workgroup_size="256")), r"'workgroup_size' must be an integer.*'256' \(str\)"),
+    "wg_true": (_entry(schedule=_knobs(workgroup_size=True)), r"'workgroup_size' must be an integer.*True \(bool\)"),
+    "wg_null": (_entry(schedule=_knobs(workgroup_size=None)), "'workgroup_size' must be an integer"),
+    "wg_huge": (
+        _entry(schedule=_knobs(workgroup_size=10**30)),
+        r"'workgroup_size' must be an integer in 0\.\.2147483647",
+    ),
+    "wg_1e400": (_entry(schedule=_knobs(workgroup_size="@1e400")), "'workgroup_size' must be an integer"),
+    "knob_negative": (_entry(schedule=_knobs(threads_per_row=-4)), "'threads_per_row' must be an integer"),
+    "knob_list": (_entry(schedule=_knobs(tile=[[[[1]]]])), r"'tile' must be an integer.*\[\[\[\.\.\.\]\]\]"),
+    "schedule_empty": (_entry(schedule={}), "schedule must be an object"),
+    "schedule_list": (_entry(schedule=[64]), "schedule must be an object"),
+    "schedule_bad_string": (_entry(schedule="workgroup_size=64"), "schedule is a string but not a JSON object"),
+    "schedule_string_float": (_entry(schedule='{"workgroup_size": 64.5}'), "'workgroup_size' must be an integer"),
+    "median_huge": (_entry(median_ns="@1e400"), "median_ns must be a finite positive number"),
+    "median_huge_int": (_entry(median_ns=10**400), "median_ns must be a finite positive number"),
+    "median_string": (_entry(median_ns="5"), "median_ns must be a finite positive number"),
+    "median_bool": (_entry(median_ns=True), "median_ns must be a finite positive number"),
+    "speedup_negative": (_entry(speedup=-2.0), "speedup must be a finite positive number"),
+    "problem_float": (_entry(problem="m=4.5,n=8"), "problem must look like"),
+    "problem_huge": (_entry(problem="m=99999999999999999999,n=8"), "problem must look like"),
+    "problem_over_int64": (_entry(problem="m=9999999999999999999,n=8"), "exceeds"),
+    "problem_repeated": (_entry(problem="m=4,m=8"), "repeats a dimension"),
+    "problem_unicode_digits": (_entry(problem="m=\u0663"), "problem must look like"),
+    "problem_not_string": (_entry(problem={"m": 4}), "problem must be a string"),
+    "kernel_number": (_entry(kernel=5), "kernel must be a string"),
+    "source_hash_null": (_entry(source_hash=None), "source_hash must be a string"),
+    "entry_not_object": ("gemv", "is str, expected an object"),
+    "entry_missing": ({"kernel": "gemv"}, r"lacks \['problem', 'schedule', 'source_hash', 'median_ns'\]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ENTRIES))
+def test_malformed_schedules_entry_is_a_value_error_naming_file_and_entry(device, tmp_path, case):
+    bad, message = BAD_ENTRIES[case]
+    path = _file(tmp_path, [_entry(), bad])
+    with pytest.raises(ValueError, match=message) as info:
+        ForgeRuntime(schedules=path, device=device)
+    assert f"{path}: winners[1]" in str(info.value)
+    assert len(str(info.value)) < 400  # huge or deep values are quoted short
+
+
+@pytest.mark.parametrize(
+    "top,message",
+    [
+        ({"topology_hash": 5}, "needs a string 'topology_hash'"),
+        ({"winners": {"a": 1}}, "a list 'winners'"),
+        ({"device_name": ["gpu"]}, "device_name must be a string"),
+        ({"format": "farm-schedules/2"}, "expected format 'farm-schedules/1', found 'farm-schedules/2'"),
+    ],
+)
+def test_malformed_schedules_header_is_a_value_error_naming_the_file(device, tmp_path, top, message):
+    path = tmp_path / "winners.json"
+    document = {"format": "farm-schedules/1", "topology_hash": "t", "winners": []} | top
+    path.write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=message) as info:
+        ForgeRuntime(schedules=path, device=device)
+    assert str(path) in str(info.value)
+
+
+def test_schedules_directory_or_fifo_is_a_value_error_from_the_reader(tmp_path):
+    # ForgeRuntime's own check still says "does not exist" for a directory (forge.py: the
+    # lead applies /tmp/forge_changes_16_5.diff); the reader behind it names it.
+    with pytest.raises(ValueError, match=f"{tmp_path} is a directory; expected a farm-schedules/1 JSON file"):
+        load_candidates(None, tmp_path)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="is not a regular file"):
+        read_schedules_file(fifo)  # reading it would block
+    with pytest.raises(FileNotFoundError, match="absent.json does not exist"):
+        read_schedules_file(tmp_path / "absent.json")
+
+
+def test_a_good_file_with_a_bom_and_a_string_schedule_still_loads(device, tmp_path):
+    path = tmp_path / "winners.json"
+    key = Schedule.of(workgroup_size=128, items_per_invocation=2, vector_width=1).key()
+    document = {"format": "farm-schedules/1", "topology_hash": device.profile.topology_hash(), "winners": []}
+    document["winners"] = [_entry(schedule=key, source_hash=GEMV.source_hash(), speedup=None)]
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(document).encode())
+    rt = ForgeRuntime(schedules=path, device=device)
+    assert rt.tuned_schedule("gemv", GEMV.problem(m=40, n=64)) == (Schedule.from_key(key), "tuned")
+
+
+def test_runtime_and_store_agree_on_the_format_name():
+    from farm.runtime import winners
+    from farm.store import SCHEDULES_FORMAT
+
+    assert winners.SCHEDULES_FORMAT == SCHEDULES_FORMAT

@@ -278,3 +278,21 @@ def test_random_bad_inputs_raise_only_value_or_type_errors(runtime, method):
         np.testing.assert_allclose(out, want, atol=1e-5)
     else:
         np.testing.assert_allclose(out[0], [[[[0.0], [1.0]]]])  # context: step 1 sees q0*v0 = 1
+
+
+@pytest.mark.parametrize(
+    "method,args,name",
+    [
+        ("gemv", (np.ma.masked_array(f32(2, 3), mask=True), f32(3)), "a"),
+        ("gemm", (f32(2, 3), np.ma.masked_array(f32(3, 2))), "b"),  # even with nothing masked
+        ("topk", (np.ma.masked_invalid(np.array([1, np.nan], np.float32)), 1), "x"),
+        ("p64_project", (np.ones((1, 16), np.uint32), np.ma.masked_array(f32(16), mask=[1] * 16)), "weights"),
+        ("p64_project", (np.ma.masked_array(np.ones((1, 8), np.uint64)), f32(16)), "records"),
+        ("fft", (np.ma.masked_array(np.ones(8, np.complex64)),), "signal"),
+        ("recurrent_attention", (f32(1, 1, 2, 3), f32(1, 1, 2, 4), np.ma.masked_array(f32(1, 1, 3, 4))), "rho"),
+    ],
+)
+def test_masked_arrays_are_refused_not_unmasked(runtime, method, args, name):
+    """Issue 16 §5: a masked array's data went to the GPU and its mask was ignored."""
+    with pytest.raises(TypeError, match=f"^{name}: .*masked array"):
+        getattr(runtime, method)(*args)

@@ -1,9 +1,11 @@
 """Argument checks for the runtime's kernel calls, done before anything touches the GPU.
 
 Every message names the argument, what was expected and what was given (the actual shape
-for arrays). Nothing is cast silently: a wrong dtype is a TypeError telling the caller to
-cast it themselves. Shape, emptiness, range and adapter buffer-limit problems are
-ValueErrors.
+for arrays). Nothing is cast silently: a wrong dtype (or a masked array, whose mask a
+kernel would ignore) is a TypeError telling the caller to convert it themselves. Shape,
+emptiness, range and adapter buffer-limit problems are ValueErrors, raised before anything
+is packed for the GPU (so an output too large for a u32 parameter is a ValueError too, not
+numpy's OverflowError).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import operator
 import numpy as np
 
 from farm.catalog import Launch
+from farm.catalog.recurrent import MAX_L
+from farm.schedule import Schedule
 
 
 def as_array(name: str, value: object, dtypes: tuple[type, ...], ndim: tuple[int, ...]) -> np.ndarray:
@@ -24,6 +28,11 @@ def as_array(name: str, value: object, dtypes: tuple[type, ...], ndim: tuple[int
     expected = " or ".join(np.dtype(d).name for d in dtypes)
     if not isinstance(value, np.ndarray):
         raise TypeError(f"{name}: expected a numpy array of {expected}, got {type(value).__name__}")
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError(
+            f"{name}: expected a plain numpy array of {expected}, got a masked array (the kernels would ignore "
+            "its mask: pass .filled(value) or .data yourself)"
+        )
     if value.dtype not in [np.dtype(d) for d in dtypes]:
         raise TypeError(f"{name}: expected dtype {expected}, got {value.dtype} (cast it yourself: no silent casts)")
     if value.ndim not in ndim:
@@ -72,3 +81,54 @@ def check_output_limits(kernel: str, launch: Launch, limit: int) -> None:
                 f"{kernel}: output {arg.name} of shape {arg.shape} ({arg.nbytes} bytes) exceeds this "
                 f"adapter's max-storage-buffer-binding-size of {limit} bytes"
             )
+
+
+def check_output_size(args: str, output: str, shape: tuple[int, ...], itemsize: int, limit: int, why: str = "") -> None:
+    """ValueError naming the arguments `args` whose shapes make the output `output` of
+    `shape` larger than `limit` bytes (max-storage-buffer-binding-size). Python integers:
+    checked before anything is packed into u32 kernel parameters."""
+    nbytes = itemsize
+    for dim in shape:
+        nbytes *= int(dim)
+    if nbytes > limit:
+        because = f" ({why})" if why else ""
+        raise ValueError(
+            f"{args}: the output {output} would have shape {tuple(int(d) for d in shape)}{because}, "
+            f"{nbytes} bytes, over this adapter's max-storage-buffer-binding-size of {limit} bytes"
+        )
+
+
+def check_recurrent_shape(b: int, h: int, t: int, l_dim: int, e: int, limit: int) -> None:
+    """recurrent_attention's limits beyond buffer sizes: L (query's last axis) at most
+    farm.catalog.recurrent.MAX_L, the most rows a column's state can be split into
+    registers for (ceil(L / 16) <= 128 floats per thread), and outputs context [B,H,T,E]
+    and rho [B,H,L,E] within max-storage-buffer-binding-size (with VH = 1, value is H
+    times smaller than context)."""
+    if l_dim > MAX_L:
+        raise ValueError(
+            f"query: expected L (its last axis) <= {MAX_L}, the most the recurrent kernel keeps in registers "
+            f"(ceil(L/16) <= 128 state floats per thread), got shape {(b, h, t, l_dim)}; split L into chunks "
+            f"of at most {MAX_L} rows (state rows are independent: add the chunks' contexts)"
+        )
+    check_output_size("query, value", "context", (b, h, t, e), 4, limit, "[B,H,T,E]")
+    check_output_size("query, value", "rho", (b, h, l_dim, e), 4, limit, "[B,H,L,E]")
+
+
+def check_topk_k(k: int, schedule: Schedule, source: str) -> None:
+    """ValueError unless 1 <= k <= the block size in force (the `source` schedule's
+    workgroup_size): topk never changes the block size, and so the output layout, to fit k."""
+    block = schedule.workgroup_size
+    if k > block:
+        raise ValueError(
+            f"k: expected an integer in 1..{block} (block_size: the workgroup_size of the {source} schedule "
+            f"{schedule}, which fixes the output layout), got {k}"
+        )
+
+
+def p64_words(records: np.ndarray) -> np.ndarray:
+    """The (n, 16) little-endian uint32 words of checked uint32 (n, 16) or uint64 (n, 8)
+    records: a uint64 array of any layout (Fortran order, strided, negative strides) is
+    copied to C order first, a uint32 one is passed as is (the upload makes it contiguous)."""
+    if records.dtype == np.uint64:
+        return np.ascontiguousarray(records, dtype="<u8").view("<u4").reshape(-1, 16)
+    return records
