@@ -89,7 +89,7 @@ def test_arrays_over_the_binding_limit_are_refused_before_any_copy(runtime):
 def test_output_over_the_binding_limit_is_refused(runtime):
     side = int(np.sqrt(runtime.profile.limit("max-storage-buffer-binding-size") // 4)) + 1
     in_use = runtime.device.memory()["in_use"]
-    with pytest.raises(ValueError, match=r"gemm: output c of shape .* exceeds"):
+    with pytest.raises(ValueError, match=r"output c (of|would have) shape .*max-storage-buffer-binding-size"):
         runtime.gemm(f32(side, 1), f32(1, side))
     assert runtime.device.memory()["in_use"] == in_use
 

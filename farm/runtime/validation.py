@@ -43,14 +43,17 @@ def as_array(name: str, value: object, dtypes: tuple[type, ...], ndim: tuple[int
     return value
 
 
-def as_count(name: str, value: object, low: int = 1, high: int | None = None) -> int:
-    """A Python/numpy integer in [low, high]; TypeError for non-integers, ValueError out of range."""
+def as_count(name: str, value: object, low: int | None = 1, high: int | None = None) -> int:
+    """A Python/numpy integer in [low, high] (None: unbounded, for a caller that checks the
+    range itself); TypeError for non-integers, ValueError out of range."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name}: expected an integer, got bool")
     try:
         number = operator.index(value)
     except TypeError:
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__}") from None
+    if low is None:
+        return number
     if number < low or (high is not None and number > high):
         span = f"{low}..{high}" if high is not None else f">= {low}"
         raise ValueError(f"{name}: expected an integer in {span}, got {number}")
@@ -118,7 +121,7 @@ def check_topk_k(k: int, schedule: Schedule, source: str) -> None:
     """ValueError unless 1 <= k <= the block size in force (the `source` schedule's
     workgroup_size): topk never changes the block size, and so the output layout, to fit k."""
     block = schedule.workgroup_size
-    if k > block:
+    if not 1 <= k <= block:
         raise ValueError(
             f"k: expected an integer in 1..{block} (block_size: the workgroup_size of the {source} schedule "
             f"{schedule}, which fixes the output layout), got {k}"
