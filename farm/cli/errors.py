@@ -103,25 +103,23 @@ def _int_at_least(text: str, low: int, what: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    """A finite number > 0 (no nan, no inf)."""
+def _finite(text: str, positive: bool) -> float:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    if not math.isfinite(value) or (positive and value <= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number{' > 0' if positive else ''}, got {text!r}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (no nan, no inf)."""
+    return _finite(text, positive=True)
 
 
 def finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
+    return _finite(text, positive=False)
 
 
 def port(text: str) -> int:
