@@ -139,6 +139,7 @@ class Caller:
         if plan is not None:
             self._plans.move_to_end(key)
             return plan
+        spec.check(schedule, problem, self.device.profile)  # InvalidSchedule, as the certified path
         placeholders = {name: np.zeros(shape, np.dtype(dtype)) for name, dtype, shape in layout}
         launch = spec.launch(schedule, problem, placeholders)
         check_output_limits(spec.name, launch, limit)
@@ -274,6 +275,17 @@ class Caller:
         finally:
             stage.handle.unmap()
         encoder.copy_buffer_to_buffer(stage.handle, 0, slab.handle, 0, len(raw))
+
+    def new_array(self, shape: tuple[int, ...], dtype: np.dtype, data: np.ndarray | None = None) -> DeviceArray:
+        """A DeviceArray of this runtime from the pool, holding `data` when given."""
+        slab = self.pool.take(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+        if data is not None:
+            try:
+                self.upload(slab, data)
+            except Exception:
+                self.pool.give(slab)
+                raise
+        return DeviceArray(_Storage(self.pool, slab, self.owner), shape, dtype)
 
     def upload(self, slab: Slab, value: np.ndarray) -> None:
         """`write` in a submission of its own (`ForgeRuntime.asarray`)."""

@@ -6,8 +6,9 @@ the call's plan (farm.runtime.calls): the same `spec.launch()` wiring the oracle
 
 Schedules (`tuned_schedule`) come from farm.runtime.winners: tuned → nearest →
 same-device → default, stale winners skipped, each fallback one warning (logger
-`farm.runtime`) per kernel and problem; a winner invalid for the problem, or an
-unreachable or empty database, means the default with a warning, never a failed call.
+`farm.runtime`) per kernel and problem; a winner invalid for the problem (topk: one of
+the same block size), or an unreachable or empty database, means the default with a
+warning, not a failed call.
 
 Any array argument may be a DeviceArray (farm.runtime.arrays); with one among the inputs
 or `out=`, outputs are DeviceArrays and the call returns once submitted. Buffers come from
@@ -26,11 +27,21 @@ import numpy as np
 
 from farm import catalog
 from farm.gpu import Device, choose_adapter
-from farm.runtime.arrays import DeviceArray, _Storage
+from farm.runtime.arrays import DeviceArray
 from farm.runtime.calls import Caller, check_out
 from farm.runtime.pool import BufferPool
-from farm.runtime.validation import as_array, as_count, check_input_limits, expect_shape
-from farm.runtime.winners import Candidate, load_candidates, lookup_schedule
+from farm.runtime.validation import (
+    as_array,
+    as_count,
+    check_input_limits,
+    check_output_size,
+    check_recurrent_shape,
+    check_topk_k,
+    expect_shape,
+    fft_shape,
+    p64_words,
+)
+from farm.runtime.winners import Candidate, check_schedules_path, load_candidates, lookup_schedule
 from farm.schedule import Problem, Schedule
 
 log = logging.getLogger("farm.runtime")  # the name README promises
@@ -73,8 +84,7 @@ class ForgeRuntime:
         self._lookups: dict[tuple[str, str], tuple[Schedule, str]] = {}
         self._warned: set[tuple[str, ...]] = set()
         if self._schedules is not None:
-            if not self._schedules.is_file():
-                raise FileNotFoundError(f"schedules: file {self._schedules} does not exist")
+            check_schedules_path(self._schedules)  # FileNotFoundError; ValueError for a directory
             self.winners()  # a malformed file fails here, not in the first kernel call
 
     # -- schedules ----------------------------------------------------------------------
@@ -92,7 +102,10 @@ class ForgeRuntime:
         "tuned" | "nearest" | "same-device" | "default".
 
         `problem=None` stands for the kernel's first default problem on this adapter. A
-        winner that is invalid for `problem` is replaced by the default (source "default").
+        winner that is invalid for `problem` is replaced by the default (source "default"),
+        except topk's, which only a schedule of the same block size replaces (same source);
+        when none can run the problem (k above the block size) the winner is returned and
+        the call raises ValueError.
         """
         spec = catalog.get(kernel)
         problem = problem if problem is not None else spec.default_problems(self.profile)[0]
@@ -124,13 +137,7 @@ class ForgeRuntime:
             raise TypeError(f"array: expected a numeric numpy array, got {what}")
         check_input_limits("asarray", {"array": array}, self._binding_limit())
         with self._lock:
-            slab = self._pool.take(array.nbytes)
-            try:
-                self._caller.upload(slab, array)
-            except Exception:
-                self._pool.give(slab)
-                raise
-            return DeviceArray(_Storage(self._pool, slab, self), array.shape, array.dtype)
+            return self._caller.new_array(array.shape, array.dtype, array)
 
     def empty(self, shape: int | tuple[int, ...], dtype=np.float32) -> DeviceArray:
         """An uninitialized DeviceArray (a kernel's `out=`)."""
@@ -144,7 +151,7 @@ class ForgeRuntime:
                 f"max-storage-buffer-binding-size of {self._binding_limit()} bytes"
             )
         with self._lock:
-            return DeviceArray(_Storage(self._pool, self._pool.take(nbytes), self), dims, dtype)
+            return self._caller.new_array(dims, dtype)
 
     def synchronize(self) -> None:
         """Wait for every call submitted so far (DeviceArray calls return without waiting)."""
@@ -238,14 +245,15 @@ class ForgeRuntime:
         (block_size = the tuned schedule's workgroup_size, see `tuned_schedule("topk", ...)`),
         its k largest values descending, concatenated block by block: shape
         (ceil(n / block_size) * k,). The tail block is padded with -FLT_MAX; NaN sorts above
-        +Inf and comes back as the canonical NaN (see farm.catalog.topk)."""
+        +Inf and comes back as the canonical NaN (see farm.catalog.topk). 1 <= k <=
+        block_size, else ValueError naming the block size in force: the block size is never
+        changed to fit k (that would change the layout)."""
         x = self._arg("x", x, (np.float32,), (1,))
         spec = catalog.get("topk")
-        k = as_count("k", k, 1, max(spec.space["workgroup_size"]))
-        problem = spec.problem(n=x.shape[0], k=k)
-        schedule, _ = self.tuned_schedule("topk", problem)
-        if k > schedule.workgroup_size:
-            raise ValueError(f"k: expected an integer in 1..{schedule.workgroup_size} (block_size), got {k}")
+        k = as_count("k", k, None)  # an integer; its range is the block size's, below
+        problem = spec.problem(n=x.shape[0], k=max(k, 1))
+        schedule, source = self.tuned_schedule("topk", problem)
+        check_topk_k(k, schedule, source)
         return self._run("topk", problem.as_dict(), {"x": x}, schedule, out={"out": out})["out"]
 
     def ternary_gemv(self, x, packed_w, scale, m: int, k: int, *, out: DeviceArray | None = None):
@@ -272,6 +280,7 @@ class ForgeRuntime:
         expect_shape("scale", scale, (m,), f"m={m}")
         want = (m, words) if packed_w.ndim == 2 else (m * words,)
         expect_shape("packed_w", packed_w, want, f"m={m} rows of ceil(k/16)={words} words")
+        check_input_limits("ternary_gemv", {"x": x, "packed_w": packed_w, "scale": scale}, self._binding_limit())
         inputs = {"x": x, "w_packed": packed_w.reshape(-1), "scale": scale}
         return self._run("ternary_gemv", {"m": m, "k": k}, inputs, out={"out": out})["out"]
 
@@ -290,7 +299,9 @@ class ForgeRuntime:
         update), then rho = (rho + query[b,h,t,:,None] · value[b,vh,t]) · decay[h].
         `query` float32 [B,H,T,L]; `value` float32 [B,VH,T,E] with VH = 1 (shared by all
         heads) or H; `rho` float32 [B,H,L,E] (zeros when None); `decay` float32 [H] (no
-        decay when None)."""
+        decay when None). L <= 2048 (farm.catalog.recurrent.MAX_L: the state of a column
+        lives in registers), else ValueError; split L (state rows are independent, add the
+        chunks' contexts)."""
         query = self._arg("query", query, (np.float32,), (4,))
         value = self._arg("value", value, (np.float32,), (4,))
         b, h, t, l_dim = query.shape
@@ -300,6 +311,7 @@ class ForgeRuntime:
                 f"value: expected shape ({b}, 1 or {h}, {t}, E) for query {query.shape}, got {value.shape}"
             )
         expect_shape("value", value, (b, vh, t, e), f"[B,VH,T,E] with B={b}, T={t} from query")
+        check_recurrent_shape(b, h, t, l_dim, e, self._binding_limit())
         inputs = {"query": query, "value": value}
         if rho is not None:
             inputs["rho"] = self._arg("rho", rho, (np.float32,), (4,))
@@ -320,6 +332,7 @@ class ForgeRuntime:
         if b.shape[0] != k:
             raise ValueError(f"b: expected shape ({k}, n) since a has {k} columns, got {b.shape}")
         n = b.shape[1]
+        check_output_size("a, b", "c", (m, n), 4, self._binding_limit(), f"a has {m} rows, b {n} columns")
         return self._run("gemm", {"m": m, "k": k, "n": n}, {"a": a, "b": b}, out={"c": out})["c"]
 
     def p64_project(self, records, weights, *, out: DeviceArray | None = None):
@@ -343,7 +356,7 @@ class ForgeRuntime:
             elif isinstance(array, DeviceArray):  # device bytes are little-endian u64 already
                 words = array.view(np.uint32).reshape(-1, 16)
             else:
-                words = array.astype("<u8", copy=False).view("<u4").reshape(-1, 16)
+                words = p64_words(array)  # any layout: Fortran order, strided
         weights = self._arg("weights", weights, (np.float32,), (1,))
         expect_shape("weights", weights, (16,), "one weight per record word")
         inputs = {"records": words, "weights": weights}
@@ -354,23 +367,16 @@ class ForgeRuntime:
 
         `signal`: complex64 (..., n), returned as complex64 (..., n); or interleaved
         float32 (..., 2n) (real, imaginary pairs), returned in the same form. n must be
-        a power of two, 2 <= n <= min(1024, max-compute-invocations-per-workgroup)."""
+        a power of two, 2 <= n <= min(1024, max-compute-invocations-per-workgroup).
+
+        NaN/Inf: an output point is non-finite exactly where numpy's is, and numpy's ±Inf
+        parts come back as that ±Inf or NaN. NaN and ±Inf are in exactly numpy's parts when
+        a transform's non-finite values sit at points 0 and n/2; elsewhere the butterfly
+        order decides, and numpy's pocketfft has another (see farm.catalog.fft)."""
         signal = self._arg("signal", signal, (np.complex64, np.float32), tuple(range(1, 33)))
-        complex_input = signal.dtype == np.complex64
-        last = signal.shape[-1]
-        if not complex_input and last % 2:
-            raise ValueError(
-                f"signal: expected interleaved float32 (..., 2n) with an even last axis, got shape {signal.shape}"
-            )
-        n = last if complex_input else last // 2
         max_n = min(1024, self.profile.limit("max-compute-invocations-per-workgroup"))
-        if n < 2 or n > max_n or n & (n - 1):
-            form = "n" if complex_input else "2n"
-            raise ValueError(
-                f"signal: expected a last axis of {form} with n a power of two in 2..{max_n}, "
-                f"got shape {signal.shape} (n={n})"
-            )
-        batch = signal.size // last
+        n, batch = fft_shape(signal.shape, signal.dtype == np.complex64, max_n)
+        complex_input = signal.dtype == np.complex64
         check_input_limits("fft", {"signal": signal}, self._binding_limit())
         on_device = isinstance(signal, DeviceArray)
         points = (signal if on_device else np.ascontiguousarray(signal)).view(np.float32)

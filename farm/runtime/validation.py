@@ -135,3 +135,18 @@ def p64_words(records: np.ndarray) -> np.ndarray:
     if records.dtype == np.uint64:
         return np.ascontiguousarray(records, dtype="<u8").view("<u4").reshape(-1, 16)
     return records
+
+
+def fft_shape(shape: tuple[int, ...], complex_input: bool, max_n: int) -> tuple[int, int]:
+    """(n, batch) of an fft `signal` of `shape`: complex64 (..., n) or interleaved float32
+    (..., 2n), n a power of two in 2..max_n; ValueError naming `signal` otherwise."""
+    last = shape[-1]
+    if not complex_input and last % 2:
+        raise ValueError(f"signal: expected interleaved float32 (..., 2n) with an even last axis, got shape {shape}")
+    n = last if complex_input else last // 2
+    if n < 2 or n > max_n or n & (n - 1):
+        form = "n" if complex_input else "2n"
+        raise ValueError(
+            f"signal: expected a last axis of {form} with n a power of two in 2..{max_n}, got shape {shape} (n={n})"
+        )
+    return n, int(np.prod(shape, dtype=np.int64)) // last
