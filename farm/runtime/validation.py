@@ -25,15 +25,16 @@ def as_array(name: str, value: object, dtypes: tuple[type, ...], ndim: tuple[int
     TypeError when it's not an ndarray of an accepted dtype (no silent casts); ValueError
     for a wrong rank or an empty array.
     """
-    expected = " or ".join(np.dtype(d).name for d in dtypes)
+    # On every call's hot path: the messages are built only when a check fails.
     if not isinstance(value, np.ndarray):
-        raise TypeError(f"{name}: expected a numpy array of {expected}, got {type(value).__name__}")
+        raise TypeError(f"{name}: expected a numpy array of {_names(dtypes)}, got {type(value).__name__}")
     if isinstance(value, np.ma.MaskedArray):
         raise TypeError(
-            f"{name}: expected a plain numpy array of {expected}, got a masked array (the kernels would ignore "
-            "its mask: pass .filled(value) or .data yourself)"
+            f"{name}: expected a plain numpy array of {_names(dtypes)}, got a masked array (the kernels would "
+            "ignore its mask: pass .filled(value) or .data yourself)"
         )
-    if value.dtype not in [np.dtype(d) for d in dtypes]:
+    if value.dtype not in dtypes:
+        expected = _names(dtypes)
         raise TypeError(f"{name}: expected dtype {expected}, got {value.dtype} (cast it yourself: no silent casts)")
     if value.ndim not in ndim:
         ranks = " or ".join(f"{r}-D" for r in ndim)
@@ -41,6 +42,10 @@ def as_array(name: str, value: object, dtypes: tuple[type, ...], ndim: tuple[int
     if value.size == 0:
         raise ValueError(f"{name}: expected a non-empty array, got shape {value.shape}")
     return value
+
+
+def _names(dtypes: tuple[type, ...]) -> str:
+    return " or ".join(np.dtype(d).name for d in dtypes)
 
 
 def as_count(name: str, value: object, low: int | None = 1, high: int | None = None) -> int:
