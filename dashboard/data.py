@@ -18,7 +18,7 @@ from farm.schedule import Status
 from farm.store.database import Store, open_store
 from farm.store.engine import mask_secrets
 from farm.store.models import Campaign, SweepCase, Topology, Trial, Winner
-from farm.store.repo import campaigns, count_trials, fetch_rows, trial_status_counts, trials, winners
+from farm.store.repo import campaigns, count_trials, fetch_rows, live_campaigns, trial_status_counts, trials, winners
 from farm.store.sweeps import sweep_cases, sweep_steps, sweeps
 
 START_HINT = (
@@ -113,7 +113,8 @@ def _count_by(store: Store, column) -> dict[str, int]:
 
 
 def campaign_table(store: Store, limit: int = 50) -> list[dict]:
-    """The newest campaigns with status and progress (done/total as a 0..1 fraction)."""
+    """The newest campaigns with status (`interrupted`: its driver stopped, see repo.campaign_status),
+    progress (done/total as a 0..1 fraction, resumed trials included) and when its driver was last seen."""
     return [
         {
             "id": row["id"],
@@ -128,15 +129,15 @@ def campaign_table(store: Store, limit: int = 50) -> list[dict]:
             "host": row["host"],
             "started_at": row["started_at"],
             "finished_at": row["finished_at"],
+            "last_seen": row["heartbeat_at"] or row["started_at"],
         }
         for row in campaigns(store, limit=limit)
     ]
 
 
 def running_campaigns(store: Store) -> list[int]:
-    """Ids of campaigns still running: their pages refresh themselves."""
-    with store.engine.connect() as conn:
-        return [int(i) for i in conn.scalars(select(Campaign.id).where(Campaign.status == "running"))]
+    """Ids of campaigns still running (heartbeat fresh; a killed driver's is not): their pages refresh themselves."""
+    return live_campaigns(store)
 
 
 def status_counts(store: Store, kernel: str | None = None, topology: str | None = None) -> list[dict]:

@@ -157,6 +157,7 @@ def test_campaign_table_reports_status_and_progress(db):
     assert (running["status"], running["progress"], running["total"]) == ("running", 0.4, 10)
     assert (done["status"], done["progress"], done["failures"]) == ("done", 1.0, 3)
     assert data.running_campaigns(db) == [running["id"]]
+    assert running["last_seen"] >= running["started_at"] and done["last_seen"] >= done["started_at"]
 
 
 def test_status_counts_list_every_status(db):

@@ -14,6 +14,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 from test_store_support import store_url  # noqa: F401  (fixture)
 
+from farm.store.database import open_store
 from farm.store.engine import create_store_engine
 from farm.store.migrate import alembic_config, current, downgrade, head_revision, migrations_dir, upgrade
 from farm.store.models import Base
@@ -97,3 +98,35 @@ def test_cli_db_upgrade_rejects_an_unsupported_url(capsys):
 
     assert main(["db", "upgrade", "--db", "mysql://u@h/db"]) == 2
     assert "unsupported database 'mysql'" in capsys.readouterr().err
+
+
+def test_heartbeat_revision_adds_and_drops_its_column_and_keeps_the_campaigns(store_url):  # noqa: F811
+    from datetime import UTC, datetime
+
+    from sqlalchemy import select
+
+    from farm.store.models import Campaign
+    from farm.store.repo import campaign
+
+    upgrade(store_url, "0001_initial")
+    engine = create_store_engine(store_url)
+    started = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    values = {"started_at": started, "status": "running", "command": "farm tune", "strategy": "random"}
+    values |= {"budget": None, "reps": 5, "host": "h", "total": 4, "done": 2, "failures": 0}
+    try:
+        with engine.begin() as conn:  # a campaign a driver of revision 0001 was running
+            cid = conn.execute(Campaign.__table__.insert().values(values)).inserted_primary_key[0]
+        upgrade(store_url, "0002_campaign_heartbeat")
+        assert "heartbeat_at" in {c["name"] for c in inspect(engine).get_columns("campaigns")}
+        store = open_store(store_url)
+        row = campaign(store, cid)
+        assert row["heartbeat_at"] is None and row["done"] == 2
+        assert row["status"] == "interrupted"  # no heartbeat ever: its start is long past
+        store.engine.dispose()
+        downgrade(store_url, "0001_initial")
+        assert "heartbeat_at" not in {c["name"] for c in inspect(engine).get_columns("campaigns")}
+        with engine.connect() as conn:
+            kept = conn.execute(select(Campaign.id, Campaign.status, Campaign.done)).all()
+        assert [tuple(r) for r in kept] == [(cid, "running", 2)]
+    finally:
+        engine.dispose()

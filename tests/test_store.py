@@ -178,7 +178,7 @@ def test_campaign_functions_reject_bad_values(store):
     with pytest.raises(ValueError, match="reps must be >= 1, got 0"):
         start_campaign(store, "x", "random", None, 0, 1)
     cid = start_campaign(store, "x", "random", None, 1, 1)
-    with pytest.raises(ValueError, match="finish status must be 'done' or 'failed', got 'ok'"):
+    with pytest.raises(ValueError, match="finish status must be 'done', 'failed' or 'interrupted', got 'ok'"):
         finish_campaign(store, cid, "ok")
     with pytest.raises(ValueError, match="no campaign with id 999"):
         update_campaign(store, 999, 1, 0)

@@ -9,10 +9,14 @@ import sqlite3
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import faulty_kernels
 import pytest
+
+from farm.store.parquet import read_trials
+from farm.store.repo import STALE_AFTER_S, campaign_status
 
 pytestmark = pytest.mark.slow
 
@@ -87,3 +91,24 @@ def test_killed_campaign_resumes_without_duplicates_and_matches_an_uninterrupted
     assert [(s, st) for s, st, _ in after] == [(s, st) for s, st, _ in trial_rows(clean_db)]
     assert all(status == "ok" for _, status, _ in after)
     assert "slow_gemv  m=64,n=64" in rerun.stdout and "slow_gemv  m=64,n=64" in clean.stdout
+
+    # the re-run counts what it replayed; the killed campaign reads interrupted once its heartbeat is stale
+    killed, resumed = sorted(campaign_rows(resumed_db), key=lambda row: row["id"])
+    assert (resumed["status"], resumed["done"], resumed["total"]) == ("done", 7, 7)
+    assert killed["status"] in ("running", "interrupted") and killed["heartbeat_at"] is not None
+    assert campaign_status(killed, killed["heartbeat_at"] + timedelta(seconds=STALE_AFTER_S + 1)) == "interrupted"
+    # Parquet holds each trial key once, and only keys SQL holds (all of them when nothing was killed)
+    for db, out, complete in ((resumed_db, tmp_path / "out1", False), (clean_db, tmp_path / "out2", True)):
+        frame = read_trials(out)
+        assert len(set(frame["schedule"])) == len(frame) and set(frame["schedule"]) <= {r[0] for r in trial_rows(db)}
+        assert not complete or len(frame) == 7
+
+
+def campaign_rows(db: Path) -> list[dict]:
+    from farm import store
+
+    opened = store.open_store(f"sqlite:///{db}", read_only=True)
+    try:
+        return store.campaigns(opened)
+    finally:
+        opened.engine.dispose()

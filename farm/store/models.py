@@ -35,7 +35,9 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-CAMPAIGN_STATUSES = ("running", "done", "failed")
+# "interrupted": the driver stopped (Ctrl-C, or killed: its heartbeat went stale, see
+# farm.store.repo.STALE_AFTER_S); a re-run of the same command resumes its trials.
+CAMPAIGN_STATUSES = ("running", "done", "failed", "interrupted")
 
 
 class UtcDateTime(TypeDecorator):
@@ -82,7 +84,7 @@ class Topology(Base):
 
 
 class Campaign(Base):
-    """One `farm tune` run: its command, strategy and progress."""
+    """One `farm tune` run: its command, strategy, progress and heartbeat."""
 
     __tablename__ = "campaigns"
 
@@ -98,6 +100,9 @@ class Campaign(Base):
     total: Mapped[int] = mapped_column(Integer, default=0)
     done: Mapped[int] = mapped_column(Integer, default=0)
     failures: Mapped[int] = mapped_column(Integer, default=0)
+    # The driver's last sign of life (start, each progress write, at least every
+    # farm.tuning.campaign.HEARTBEAT_S); NULL on rows from before revision 0002.
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class Trial(Base):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 import socket
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, case, func, select, update
 from sqlalchemy.sql import Select
 
 from farm.schedule import Status
@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 TRIAL_KEY = ("topology_hash", "kernel", "source_hash", "problem", "schedule")
 WINNER_KEY = ("topology_hash", "kernel", "problem")
 INSERT_CHUNK = 500  # rows per INSERT statement: well under SQLite's and PostgreSQL's bind limits
+# A running campaign whose heartbeat (campaigns.heartbeat_at, else started_at) is older than
+# this is interrupted: its driver was killed. Its driver beats at least every
+# farm.tuning.campaign.HEARTBEAT_S; the bound also absorbs clock skew between machines.
+STALE_AFTER_S = 60.0
 
 
 # ---------------------------------------------------------------- topologies
@@ -91,6 +95,7 @@ def start_campaign(store: Store, command: str, strategy: str, budget: int | None
         total=total,
         done=0,
         failures=0,
+        heartbeat_at=utcnow(),
     )
     with store.engine.begin() as conn:
         return int(conn.execute(row).inserted_primary_key[0])
@@ -98,18 +103,56 @@ def start_campaign(store: Store, command: str, strategy: str, budget: int | None
 
 @write_transaction
 def update_campaign(store: Store, campaign_id: int, done: int, failures: int) -> None:
-    """Set a campaign's progress counters (absolute values, not increments)."""
+    """Set a campaign's progress counters (absolute values, not increments) and its heartbeat.
+
+    A campaign marked interrupted while its driver was in fact alive (suspended past
+    STALE_AFTER_S, or a clock skewed by more) is running again from its next update."""
     if done < 0 or failures < 0 or failures > done:
         raise ValueError(f"need 0 <= failures <= done, got done={done} failures={failures}")
-    _update_campaign(store, campaign_id, done=done, failures=failures)
+    revived = (Campaign.status == "interrupted") & Campaign.finished_at.is_(None)
+    status = case((revived, "running"), else_=Campaign.status)
+    _update_campaign(store, campaign_id, done=done, failures=failures, heartbeat_at=utcnow(), status=status)
 
 
 @write_transaction
 def finish_campaign(store: Store, campaign_id: int, status: str) -> None:
-    """Mark a campaign `done` or `failed` and stamp finished_at."""
+    """Mark a campaign `done`, `failed` or `interrupted` (Ctrl-C) and stamp finished_at."""
     if status not in CAMPAIGN_STATUSES or status == "running":
-        raise ValueError(f"finish status must be 'done' or 'failed', got {status!r}")
-    _update_campaign(store, campaign_id, status=status, finished_at=utcnow())
+        raise ValueError(f"finish status must be 'done', 'failed' or 'interrupted', got {status!r}")
+    now = utcnow()
+    _update_campaign(store, campaign_id, status=status, finished_at=now, heartbeat_at=now)
+
+
+@write_transaction
+def interrupt_stale_campaigns(store: Store, now: datetime | None = None) -> list[dict]:
+    """Mark every running campaign whose heartbeat is older than STALE_AFTER_S `interrupted`
+    (their drivers are gone; what they recorded stays and a re-run resumes it); returns
+    those rows (id, command, host, started_at, heartbeat_at, done, total), oldest first.
+    finished_at stays NULL: they never finished, and heartbeat_at is when they were last seen."""
+    cutoff = (now or utcnow()) - timedelta(seconds=STALE_AFTER_S)
+    stale = (Campaign.status == "running") & (func.coalesce(Campaign.heartbeat_at, Campaign.started_at) < cutoff)
+    columns = (Campaign.id, Campaign.command, Campaign.host, Campaign.started_at, Campaign.heartbeat_at)
+    stmt = update(Campaign).where(stale).values(status="interrupted")
+    with store.engine.begin() as conn:
+        rows = conn.execute(stmt.returning(*columns, Campaign.done, Campaign.total)).mappings().all()
+    return sorted((dict(row) for row in rows), key=lambda row: row["id"])
+
+
+def campaign_status(row: dict, now: datetime | None = None) -> str:
+    """A campaign row's status as shown: `interrupted` for a running one whose heartbeat
+    (or, on rows from before heartbeats, start) is older than STALE_AFTER_S."""
+    if row["status"] != "running":
+        return row["status"]
+    seen = row.get("heartbeat_at") or row["started_at"]
+    return "interrupted" if (now or utcnow()) - seen > timedelta(seconds=STALE_AFTER_S) else "running"
+
+
+def live_campaigns(store: Store) -> list[int]:
+    """Ids of the campaigns running now (status running, heartbeat within STALE_AFTER_S)."""
+    columns = (Campaign.id, Campaign.status, Campaign.started_at, Campaign.heartbeat_at)
+    rows = fetch_rows(store, select(*columns).where(Campaign.status == "running").order_by(Campaign.id))
+    now = utcnow()
+    return [int(row["id"]) for row in rows if campaign_status(row, now) == "running"]
 
 
 def _update_campaign(store: Store, campaign_id: int, **values: Any) -> None:
@@ -120,44 +163,56 @@ def _update_campaign(store: Store, campaign_id: int, **values: Any) -> None:
 
 
 def campaigns(store: Store, limit: int | None = None) -> list[dict]:
-    """Campaigns, newest first."""
-    return fetch_rows(store, _paged(select(Campaign.__table__).order_by(Campaign.id.desc()), limit, 0))
+    """Campaigns, newest first; `status` as shown (campaign_status: a dead driver's is interrupted)."""
+    rows = fetch_rows(store, _paged(select(Campaign.__table__).order_by(Campaign.id.desc()), limit, 0))
+    now = utcnow()
+    return [row | {"status": campaign_status(row, now)} for row in rows]
 
 
 def campaign(store: Store, campaign_id: int) -> dict:
-    """One campaign as a dict; ValueError when the id is unknown."""
+    """One campaign as a dict (`status` as campaigns() shows it); ValueError when the id is unknown."""
     rows = fetch_rows(store, select(Campaign.__table__).where(Campaign.id == campaign_id))
     if not rows:
         raise ValueError(f"no campaign with id {campaign_id!r}")
-    return rows[0]
+    return rows[0] | {"status": campaign_status(rows[0])}
 
 
 # ---------------------------------------------------------------- trials
 
 
-@write_transaction
 def record_trials(store: Store, campaign_id: int | None, results: Sequence[TrialResult]) -> int:
-    """Insert trials, skipping trial keys already stored; returns how many rows were new.
+    """Insert trials, skipping trial keys already stored; returns how many rows were new (see insert_trials)."""
+    return len(insert_trials(store, campaign_id, results))
 
-    Idempotent (INSERT .. ON CONFLICT DO NOTHING on the trial key), so concurrent
+
+@write_transaction
+def insert_trials(store: Store, campaign_id: int | None, results: Sequence[TrialResult]) -> list[TrialResult]:
+    """Insert trials, skipping trial keys already stored; returns the results SQL inserted
+    (in `results`' order; of repeated keys in `results`, the first), which is what a
+    campaign writes to Parquet too, so the files never hold a row SQL skipped.
+
+    Idempotent (INSERT .. ON CONFLICT DO NOTHING .. RETURNING the trial key), so concurrent
     campaigns writing the same keys lose nothing and duplicate nothing. Rows go in key
     order, which keeps two PostgreSQL writers from deadlocking on each other's keys.
     """
     rows = _trial_rows(campaign_id, results)
     if not rows:
-        return 0
-    inserted = 0
+        return []
+    inserted: set[tuple] = set()
     with store.engine.begin() as conn:
-        require_topologies(conn, {row["topology_hash"] for row in rows})
-        for start in range(0, len(rows), INSERT_CHUNK):
-            chunk = rows[start : start + INSERT_CHUNK]
+        require_topologies(conn, {row["topology_hash"] for row, _ in rows.values()})
+        ordered = [rows[key][0] for key in sorted(rows)]
+        for start in range(0, len(ordered), INSERT_CHUNK):
+            chunk = ordered[start : start + INSERT_CHUNK]
             stmt = dialect_insert(store, Trial.__table__).values(chunk).on_conflict_do_nothing(index_elements=TRIAL_KEY)
-            inserted += len(conn.execute(stmt.returning(Trial.id)).all())  # rowcount is -1 on psycopg
-    return inserted
+            returned = conn.execute(stmt.returning(*(Trial.__table__.c[k] for k in TRIAL_KEY)))
+            inserted.update(tuple(r) for r in returned)  # rowcount is -1 on psycopg
+    return [result for key, (_, result) in rows.items() if key in inserted]
 
 
-def _trial_rows(campaign_id: int | None, results: Iterable[TrialResult]) -> list[dict]:
-    by_key: dict[tuple, dict] = {}
+def _trial_rows(campaign_id: int | None, results: Iterable[TrialResult]) -> dict[tuple, tuple[dict, TrialResult]]:
+    """Trial key -> (row, result), the first result of each key, in `results`' order."""
+    by_key: dict[tuple, tuple[dict, TrialResult]] = {}
     for index, result in enumerate(results):
         if not isinstance(result, TrialResult):
             raise TypeError(f"results[{index}] is {type(result).__name__}, expected TrialResult")
@@ -165,8 +220,8 @@ def _trial_rows(campaign_id: int | None, results: Iterable[TrialResult]) -> list
         row["campaign_id"] = campaign_id
         row["finished_at"] = datetime.fromtimestamp(row["finished_at"], UTC)
         row = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-        by_key.setdefault(tuple(row[k] for k in TRIAL_KEY), row)
-    return [by_key[key] for key in sorted(by_key)]
+        by_key.setdefault(tuple(row[k] for k in TRIAL_KEY), (row, result))
+    return by_key
 
 
 def recorded_schedules(

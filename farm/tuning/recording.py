@@ -1,9 +1,11 @@
 """How trial results reach the store: recorded as they arrive, and replayed on resume.
 
 `TrialRecorder` buffers trials and writes them in SQL and then Parquet, FLUSH_EVERY at a time
-or FLUSH_INTERVAL_S after the last write; `recorded` wraps a result stream with one (the
-throughput and overhead benchmarks record like `farm tune` does); `result_from_row` turns a
-recorded trial row back into a TrialResult, which is how a re-run campaign resumes.
+or FLUSH_INTERVAL_S after the last write; Parquet gets only the trials SQL inserted (a key
+another campaign stored first is SQL's, once, and not written again). `recorded` wraps a
+result stream with one (the throughput and overhead benchmarks record like `farm tune`
+does); `result_from_row` turns a recorded trial row back into a TrialResult, which is how a
+re-run campaign resumes.
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from farm import store
 from farm.gpu import Timing
 from farm.schedule import Problem, Schedule, Status
 from farm.store import parquet as artifacts
+from farm.store.repo import insert_trials
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 
 FLUSH_EVERY = 16  # record buffered trials after this many results ...
@@ -25,14 +27,17 @@ FLUSH_INTERVAL_S = 1.0  # ... or this long since the last write, whichever comes
 class TrialRecorder:
     """Buffers trials and records them, in SQL and then in Parquet under `out`, FLUSH_EVERY
     at a time or FLUSH_INTERVAL_S after the last write, whichever comes first (`farm tune`
-    and the benchmarks that measure its path). `spent` sums the seconds of each store;
-    `on_flush` runs after each write (the campaign's progress row)."""
+    and the benchmarks that measure its path). Parquet gets only what SQL inserted: trial
+    keys already stored (by a concurrent campaign) are counted in `duplicates` and dropped,
+    so the files hold each key at most once and with SQL's values. `spent` sums the seconds
+    of each store; `on_flush` runs after each write (the campaign's progress row)."""
 
     def __init__(self, db, campaign_id: int | None, out: Path, on_flush=None):
         self.db, self.campaign_id, self.out, self.on_flush = db, campaign_id, out, on_flush
         self.buffer: list[TrialResult] = []
         self.flushed_at = time.monotonic()
         self.spent = {"sql_s": 0.0, "parquet_s": 0.0}
+        self.duplicates = 0
 
     def add(self, result: TrialResult) -> None:
         self.buffer.append(result)
@@ -45,9 +50,10 @@ class TrialRecorder:
             return
         batch, self.buffer = self.buffer, []
         start = time.perf_counter()
-        store.record_trials(self.db, self.campaign_id, batch)
+        inserted = insert_trials(self.db, self.campaign_id, batch)
+        self.duplicates += len(batch) - len(inserted)
         middle = time.perf_counter()
-        artifacts.write_trials(self.out, self.campaign_id, batch)
+        artifacts.write_trials(self.out, self.campaign_id, inserted)
         self.spent["sql_s"] += middle - start
         self.spent["parquet_s"] += time.perf_counter() - middle
         if self.on_flush is not None:

@@ -1,7 +1,8 @@
 """What a campaign prints: the progress line, the winners table, each worker's placement
 and where each worker's time went.
 
-`Progress` keeps done/total, failures, resumed trials and the ETA on one stderr line;
+`Progress` keeps done/total, failures, resumed trials (replayed from the store: they count
+into done, as they do in the campaign row) and the ETA on one stderr line;
 `format_winners_table`, `format_workers` (host, pid, Ray GPU -> adapter, nvidia-smi UUID,
 placement) and `format_stage_times` (ms per trial by stage) are plain text for stderr/stdout.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -21,7 +23,8 @@ from farm.tuning.pool import WorkerPool
 
 
 class Progress:
-    """done/total, failures, skipped (resumed) and ETA on one stderr line; plain lines when not a TTY."""
+    """done/total, failures, skipped (resumed) and ETA on one stderr line; plain lines when not a TTY.
+    `counts()` is (done, failures) read together, for a thread writing the campaign row."""
 
     def __init__(self, total: int, stream: TextIO | None = None, every_s: float = 5.0):
         self.total, self.done, self.failures, self.skipped = total, 0, 0, 0
@@ -30,16 +33,22 @@ class Progress:
         self.every_s = every_s
         self.start = time.monotonic()
         self._last = -math.inf  # the first result always prints
+        self._lock = threading.Lock()
 
     def advance(self, result: TrialResult, skipped: bool = False) -> None:
-        self.done += 1
-        self.skipped += skipped
-        self.failures += not result.ok
+        with self._lock:
+            self.done += 1
+            self.skipped += skipped
+            self.failures += not result.ok
         now = time.monotonic()
         if self.tty or now - self._last >= self.every_s or self.done == self.total:
             self._last = now
             self.stream.write(("\r" if self.tty else "") + self.line() + ("" if self.tty else "\n"))
             self.stream.flush()
+
+    def counts(self) -> tuple[int, int]:
+        with self._lock:
+            return self.done, self.failures
 
     def line(self) -> str:
         ran = self.done - self.skipped
