@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from farm import ForgeRuntime, catalog
-from farm.cli.bench import _vendor_fn, settle_clocks
+from farm.cli.bench import settle_clocks
+from farm.cli.vendor import vendor_fn
 from farm.oracle.launch import prepare
 
 COPY = """@group(0) @binding(0) var<storage, read> src: array<u32>;
@@ -333,7 +334,7 @@ def _plan_inputs(rt, method, args, kwargs):
 def torch_row(torch, spec, problem, inputs, schedule) -> dict:
     dev = torch.device("cuda")
     t = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dev) for k, v in inputs.items()}
-    fn, checks, label = _vendor_fn(torch, spec.name, problem, t, schedule)
+    fn, checks, label = vendor_fn(torch, spec.name, problem, t, schedule)
     if fn is None:
         return {"vendor": label}
 
