@@ -130,3 +130,22 @@ def test_heartbeat_revision_adds_and_drops_its_column_and_keeps_the_campaigns(st
         assert [tuple(r) for r in kept] == [(cid, "running", 2)]
     finally:
         engine.dispose()
+
+
+def _trial_indexes(url: str) -> set[str]:
+    engine = create_store_engine(url)
+    try:
+        return {ix["name"] for ix in inspect(engine).get_indexes("trials")}
+    finally:
+        engine.dispose()
+
+
+def test_revision_0003_adds_and_drops_the_trial_indexes(store_url):  # noqa: F811
+    new = {"ix_trials_campaign_id_id", "ix_trials_kernel_problem_topology"}
+    upgrade(store_url, "0003_trial_indexes")
+    assert new <= _trial_indexes(store_url)
+    downgrade(store_url, "0002_campaign_heartbeat")
+    assert not new & _trial_indexes(store_url)
+    assert "ix_trials_kernel_status" in _trial_indexes(store_url)
+    upgrade(store_url)
+    assert new <= _trial_indexes(store_url)

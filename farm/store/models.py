@@ -113,6 +113,9 @@ class Trial(Base):
         UniqueConstraint("topology_hash", "kernel", "source_hash", "problem", "schedule"),
         Index("ix_trials_kernel_status", "kernel", "status"),
         Index("ix_trials_campaign_status", "campaign_id", "status"),
+        # Revision 0003: a campaign's trials by id (keyset paging) and per-kernel dashboard reads.
+        Index("ix_trials_campaign_id_id", "campaign_id", "id"),
+        Index("ix_trials_kernel_problem_topology", "kernel", "problem", "topology_hash", "status"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
