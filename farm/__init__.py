@@ -1,11 +1,13 @@
 """farm: a distributed tuning farm for WebGPU compute kernels.
 
-`from farm import ForgeRuntime` is resolved lazily, so `import farm` never imports wgpu.
+The public names are resolved lazily, so `import farm` never imports wgpu:
+`ForgeRuntime` (run kernels), `Kernel` (define your own, farm.catalog.user),
+`tune_kernel` (tune one in this process, farm.tuning.local).
 """
 
 from __future__ import annotations
 
-__all__ = ["ForgeRuntime"]
+__all__ = ["ForgeRuntime", "Kernel", "tune_kernel"]
 
 
 def __getattr__(name: str):
@@ -13,4 +15,12 @@ def __getattr__(name: str):
         from farm.runtime.forge import ForgeRuntime
 
         return ForgeRuntime
+    if name == "Kernel":
+        from farm.catalog.user import Kernel
+
+        return Kernel
+    if name == "tune_kernel":
+        from farm.tuning.local import tune_kernel
+
+        return tune_kernel
     raise AttributeError(f"module 'farm' has no attribute {name!r}")

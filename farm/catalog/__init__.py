@@ -319,6 +319,7 @@ def _load_all() -> None:
     for module in KERNEL_MODULES:
         importlib.import_module(f"farm.catalog.{module}")
     _load_extra(os.environ.get("FARM_EXTRA_KERNELS", ""))
+    importlib.import_module("farm.catalog.files").load_configured()  # user kernel files (farm.Kernel)
 
 
 def _load_extra(spec: str) -> None:

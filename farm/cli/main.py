@@ -174,6 +174,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     sizes = parse_sizes(args.sizes) if args.sizes is not None else {}
     kernels = list(sizes) if sizes and not args.kernels and not args.all else _kernel_names(args)
+    if args.kernels_file and not (sizes or args.kernels or args.all):
+        kernels = args.user_kernels  # `farm tune --kernels-file F`: the kernels F defines
     _check_sizes(sizes, kernels, args)
     writable_dir(Path(args.out) if args.out else farm_home() / "artifacts", "tuning artifacts")
     config = TuneConfig(
@@ -319,6 +321,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tune_parser(sub)
     database.add_parsers(sub)
     _add_serving_parsers(sub)
+    for name in ("tune", "certify", "winners", "export", "dashboard", "bench"):
+        sub.choices[name].add_argument(
+            "--kernels-file",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help="a Python file defining farm.Kernel(s) (repeatable; also $FARM_KERNELS_FILES)",
+        )
 
     return parser
 
@@ -328,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "kernels_file", None):
+            from farm.catalog import files
+
+            args.user_kernels = files.load(args.kernels_file)  # before anything reads the catalog
         return int(args.func(args) or 0)
     except database_bugs():
         raise  # the farm's SQL is wrong: keep the traceback

@@ -27,6 +27,7 @@ import numpy as np
 
 from farm import catalog
 from farm.gpu import Device, choose_adapter
+from farm.runtime import signature
 from farm.runtime.arrays import DeviceArray
 from farm.runtime.calls import Caller, check_out
 from farm.runtime.pool import BufferPool
@@ -107,7 +108,7 @@ class ForgeRuntime:
         when none can run the problem (k above the block size) the winner is returned and
         the call raises ValueError.
         """
-        spec = catalog.get(kernel)
+        spec = catalog.get(getattr(kernel, "name", kernel))
         problem = problem if problem is not None else spec.default_problems(self.profile)[0]
         key = (spec.name, problem.key())
         cached = self._lookups.get(key)
@@ -185,13 +186,15 @@ class ForgeRuntime:
             return self._caller.read(array)
 
     # -- the one path to the GPU ---------------------------------------------------------
-    def run(self, kernel: str, dims: dict[str, int], inputs: dict, *, schedule: Schedule | None = None, out=None):
-        """Any catalog kernel by name: `dims` its problem (`spec.problem(**dims)`), `inputs`
-        its arrays by the names its `launch()` reads (numpy or DeviceArrays), `schedule`
-        the tuned one when None, `out` {output name: DeviceArray}. Returns {output name:
-        array}. The kernel methods above check their arguments first; this checks only
-        buffer limits and what the kernel's spec checks."""
-        return self._run(kernel, dims, inputs, schedule, out)
+    def run(self, kernel, dims: dict | None = None, inputs: dict | None = None, *, schedule=None, out=None, **arrays):
+        """Any kernel, built-in or `farm.Kernel`, by name or object. `run(k, x=x)`: arrays (and dims
+        no input's axis gives) by name, checked against the declared shapes and dtypes (farm.runtime.
+        signature); returns the output (a tuple for several). `run(k, dims, inputs)`: {output: array},
+        only limits and the spec's checks. `schedule`: tuned when None; `out`: DeviceArray or dict."""
+        name = getattr(kernel, "name", kernel)
+        if dims is None and inputs is None:
+            return signature.call(self, catalog.get(name), arrays, schedule, out)
+        return self._run(name, dims or {}, inputs or {}, schedule, out)
 
     def _run(
         self,

@@ -15,7 +15,9 @@ line naming the address and the fix.
 
 FORWARDED_ENV are the variables the workers need from the driver's environment (an extra
 kernel module, the adapter choice), except those an enclosing `ray job submit` already
-sets (`job_env_keys`).
+sets (`job_env_keys`). User kernel files (`--kernels-file`, $FARM_KERNELS_FILES) travel by
+value: their texts and WGSL in $FARM_KERNELS_BUNDLE (farm.catalog.files.bundle), so no
+node needs them at a path.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ import json
 import os
 import socket
 import time
+
+from farm import catalog
+from farm.catalog import files as kernel_files
 
 FORWARDED_ENV = ("FARM_EXTRA_KERNELS", "FARM_ADAPTER")
 CONNECT_TIMEOUT_S = 30.0
@@ -44,6 +49,10 @@ def init_ray(address: str | None, num_cpus: int | None, connect_timeout_s: float
         return False
     job_keys = job_env_keys()
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ and k not in job_keys}
+    catalog.names()  # loads $FARM_KERNELS_FILES too, so the bundle holds them
+    shipped = kernel_files.bundle()  # user kernel files travel by value: no path needed on any node
+    if shipped:
+        env[kernel_files.BUNDLE_ENV] = shipped
     runtime_env = {"env_vars": env} if env else None
     source = "--ray-address" if address else "$RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS")

@@ -1,0 +1,349 @@
+"""`farm.Kernel`: the public way to define a kernel of your own (README "Tune your own kernel").
+
+One declaration builds a KernelSpec, so a user kernel goes through exactly the paths the
+built-ins take (certification, tuning, the runtime):
+
+    Kernel("softmax", source="softmax.wgsl", dims=("rows", "cols"),
+           inputs={"x": "f32[rows, cols]"}, outputs={"y": "f32[rows, cols]"},
+           space={"workgroup_size": [32, 64, 128], "unroll": [1, 2, 4]},
+           restrict="unroll <= cols", grid="rows", reference=softmax_numpy,
+           atol=1e-6, rtol=1e-5, sizes=["rows=64,cols=1000"])
+
+- `source`: WGSL text, or a path (relative paths are relative to the defining file).
+  `{{name}}` placeholders take knob or dim values; `override name: T;` declarations whose
+  name is a knob get the knob's value as a pipeline constant.
+- bindings, in order: every input (read-only storage), every output (read_write
+  storage), then a uniform with the dims as u32, in `dims` order (`struct Params { rows:
+  u32, cols: u32 }`); `params=False` leaves it out.
+- shapes: `"dtype[expr, ...]"` with expressions of the dims; dtypes f32, i32, u32 (or
+  numpy names). Knob values may be int, bool or str (schedules store a str knob as its
+  index in the list). Restrictions: expressions (str or list of str) over knobs and dims,
+  or a function; `grid`: an expression, a tuple of up to 3 of them, or a function, of
+  dims and knobs. A function of one argument gets a namespace of dims and knobs (`n.rows`
+  or `n["rows"]`), one of two gets (dims, knobs). The reference gets the inputs (and any
+  dims or knobs it names as parameters) and returns the output (a tuple or dict for
+  several). Inputs default to seeded normal floats / small integers (`generate=` replaces
+  them: a function of (dims dict, numpy Generator) returning {input: array}).
+- staleness: the hash covers the WGSL, the defining file's text (else the functions'
+  source) and every argument, so changing any of them makes old winners stale.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from farm.catalog import _REGISTRY, KERNEL_MODULES, Arg, KernelSpec, Launch, register, rng_for
+from farm.catalog.rules import (
+    TEXTS,
+    KernelError,
+    Namespace,
+    check_names,
+    defining_file,
+    evaluate,
+    parse_shape,
+    read_text,
+    workgroup_threads,
+)
+from farm.gpu import MAX_GROUPS_PER_DIM, HardwareProfile
+from farm.schedule import BASE_KNOBS, InvalidSchedule, Problem, Schedule
+
+DTYPES = {"f32": np.float32, "i32": np.int32, "u32": np.uint32, "f16": np.float16}
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+_OVERRIDE = re.compile(r"^\s*override\s+(\w+)", re.MULTILINE)
+
+
+class Kernel(KernelSpec):
+    """A user kernel; see the module docstring. Registered in the catalog when defined."""
+
+    def __init__(
+        self,
+        name: str,
+        source: str,
+        *,
+        dims: tuple[str, ...] | list[str],
+        inputs: Mapping[str, str],
+        outputs: Mapping[str, str],
+        space: Mapping[str, list],
+        grid: str | tuple | Callable,
+        reference: Callable,
+        restrict: str | list[str] | Callable | None = None,
+        sizes: list[str | Mapping[str, int]] = (),
+        atol: float = 1e-5,
+        rtol: float = 1e-5,
+        exact: bool | None = None,
+        generate: Callable | None = None,
+        params: bool = True,
+        defaults: Mapping[str, object] | None = None,
+        workgroup_bytes: str | Callable | None = None,
+    ):
+        self.name, self.dims, self.params = name, tuple(dims), params
+        self.origin = defining_file()
+        self.source_path, self._template = self._source(source)
+        self.inputs = {k: self._shape_spec(k, v) for k, v in inputs.items()}
+        self.outputs = {k: self._shape_spec(k, v) for k, v in outputs.items()}
+        self.values = {k: list(v) for k, v in space.items()}
+        for knob, values in self.values.items():
+            if not values or not all(isinstance(v, (int, bool, str, np.integer)) for v in values):
+                self._fail(f"space[{knob!r}] must be a non-empty list of int, bool or str values, got {values!r}")
+        clash = set(self.values) & set(self.dims)
+        if clash:
+            self._fail(f"{sorted(clash)} are both knobs and dims; rename one")
+        self.space = {
+            k: tuple(range(len(v))) if _is_str(v) else tuple(int(x) for x in v) for k, v in self.values.items()
+        }
+        chosen = {k: v[0] for k, v in self.values.items()} | dict(defaults or {})
+        self.default = Schedule.of(**{k: self._encode(k, v) for k, v in chosen.items()})
+        self.restrictions = [restrict] if isinstance(restrict, str) or callable(restrict) else list(restrict or ())
+        self.grid_rule, self.shared_rule = grid, workgroup_bytes
+        for rule in self.restrictions:
+            self._check_names(rule, "restriction")
+        for rule in [*(grid if isinstance(grid, tuple) else (grid,)), *([workgroup_bytes] if workgroup_bytes else [])]:
+            self._check_names(rule, "grid" if rule is not workgroup_bytes else "workgroup_bytes")
+        self.reference_fn, self.generate_fn = reference, generate
+        ref_params = set(inspect.signature(reference).parameters)
+        unknown = ref_params - set(self.inputs) - set(self.dims) - set(self.values)
+        if unknown:
+            self._fail(
+                f"reference parameter(s) {sorted(unknown)} are no input, dim or knob; inputs: {list(self.inputs)}"
+            )
+        self.reference_knobs = sorted(ref_params & set(self.values))
+        self.schedule_dependent_reference = bool(self.reference_knobs)
+        self.atol, self.rtol = atol, rtol
+        integer_out = all(np.dtype(d).kind in "iu" for d, _ in self.outputs.values())
+        self.exact = integer_out if exact is None else exact
+        self.sizes = [self._size(s) for s in sizes]
+        if defaults is None and self.sizes:  # the first schedule the restrictions allow for the first size
+            self.default = next((s for s in self.schedules() if self._allowed(s, self.sizes[0])), self.default)
+        for placeholder in _PLACEHOLDER.findall(self._template):
+            if placeholder not in self.values and placeholder not in self.dims:
+                self._fail(
+                    f"{self._where(placeholder)} has placeholder {{{{{placeholder}}}}}, which is no knob or dim "
+                    f"(knobs: {', '.join(self.values)}; dims: {', '.join(self.dims)})"
+                )
+        self.overrides = set(_OVERRIDE.findall(self._template)) & set(self.values)
+        existing = _REGISTRY.get(name)
+        if name in KERNEL_MODULES or (existing is not None and not isinstance(existing, Kernel)):
+            self._fail("a built-in kernel has that name; choose another")
+        if isinstance(existing, Kernel) and existing.origin != self.origin:
+            self._fail(f"defined twice, in {existing.origin or '<interactive>'} and {self.origin or '<interactive>'}")
+        register(self)
+
+    # -- definition checks -------------------------------------------------------------
+    def _fail(self, message: str):
+        raise KernelError(f"kernel {self.name!r}: {message}")
+
+    def _source(self, source: str) -> tuple[str | None, str]:
+        if "\n" in source or "@compute" in source:
+            return None, source
+        path = Path(source)
+        if not path.is_absolute():
+            path = (Path(self.origin).parent if self.origin else Path.cwd()) / path
+        try:
+            return str(path), read_text(str(path))
+        except OSError as exc:
+            self._fail(f"cannot read its WGSL {path}: {exc.strerror or exc}; `source` is WGSL text or a path "
+                       "relative to the file that defines the kernel")  # fmt: skip
+
+    def _where(self, text: str) -> str:
+        line = next((i for i, row in enumerate(self._template.splitlines(), 1) if text in row), 0)
+        return f"{Path(self.source_path).name if self.source_path else 'source'} line {line}"
+
+    def _shape_spec(self, arg: str, text: str) -> tuple[type, tuple[str, ...]]:
+        dtype, shape = parse_shape(self.name, arg, text)
+        for expr in shape:
+            self._check_names(expr, f"shape of {arg}", dims_only=True)
+        return dtype, shape
+
+    def _check_names(self, rule, what: str, dims_only: bool = False) -> None:
+        check_names(self.name, rule, what, self.dims, () if dims_only else getattr(self, "values", ()))
+
+    def _size(self, size) -> Problem:
+        if isinstance(size, str):
+            try:
+                size = {k.strip(): int(v) for k, v in (pair.split("=", 1) for pair in size.split(","))}
+            except ValueError:
+                self._fail(f"size {size!r}: expected 'dim=value,...'")
+        try:
+            return self.problem(**size)
+        except ValueError as exc:
+            self._fail(str(exc))
+
+    def _allowed(self, schedule: Schedule, problem: Problem) -> bool:
+        ns = self.namespace(problem, schedule)
+        return all(self.evaluate(rule, ns, "restriction") for rule in self.restrictions)
+
+    def _encode(self, knob: str, value) -> int:
+        if knob not in self.values:
+            self._fail(f"defaults name {knob!r}, which is not a knob ({', '.join(self.values)})")
+        if _is_str(self.values[knob]):
+            return self.values[knob].index(value)
+        return int(value)
+
+    # -- evaluation ----------------------------------------------------------------------
+    def knobs(self, schedule: Schedule) -> dict[str, object]:
+        """The schedule's knob values as declared (str and bool knobs decoded)."""
+        out = {}
+        for knob, values in self.values.items():
+            raw = schedule.get(knob, self.default.get(knob, 0))
+            if _is_str(values):
+                out[knob] = values[raw] if 0 <= raw < len(values) else raw
+            else:
+                out[knob] = bool(raw) if all(isinstance(v, bool) for v in values) else raw
+        return out
+
+    def namespace(self, problem: Problem, schedule: Schedule | None = None) -> Namespace:
+        return Namespace(self.name, problem.as_dict() | (self.knobs(schedule) if schedule is not None else {}))
+
+    def evaluate(self, rule, ns: Namespace, what: str):
+        return evaluate(self.name, self.dims, rule, ns, what)
+
+    def shape(self, arg: str, problem: Problem) -> tuple[int, ...]:
+        spec = self.inputs.get(arg) or self.outputs[arg]
+        ns = self.namespace(problem)
+        return tuple(int(self.evaluate(expr, ns, f"shape of {arg}")) for expr in spec[1])
+
+    def groups(self, schedule: Schedule, problem: Problem) -> int | tuple[int, int, int]:
+        ns = self.namespace(problem, schedule)
+        rules = self.grid_rule if isinstance(self.grid_rule, tuple) else None
+        grid = (
+            tuple(self.evaluate(g, ns, "grid") for g in rules) if rules else self.evaluate(self.grid_rule, ns, "grid")
+        )
+        if isinstance(grid, (int, np.integer)):
+            return max(1, int(grid))
+        grid = tuple(max(1, int(g)) for g in grid)
+        if not 1 <= len(grid) <= 3:
+            self._fail(f"grid must give 1 to 3 workgroup counts, got {grid}")
+        return (*grid, 1, 1)[:3]
+
+    # -- KernelSpec ------------------------------------------------------------------------
+    def template(self) -> str:
+        return self._template
+
+    def host_source(self) -> str:
+        """The defining file's text (else the functions' source) and every declared value."""
+        parts = (
+            [read_text(self.origin)] if self.origin and (self.origin in TEXTS or Path(self.origin).is_file()) else []
+        )
+        if not parts:
+            for fn in (self.reference_fn, self.generate_fn, self.grid_rule, *self.restrictions):
+                if callable(fn):
+                    try:
+                        parts.append(inspect.getsource(fn))
+                    except (OSError, TypeError):
+                        parts.append(repr(getattr(fn, "__code__", fn).co_code if hasattr(fn, "__code__") else fn))
+        rules = [r for r in self.restrictions if not callable(r)], repr(self.grid_rule), repr(self.shared_rule)
+        declared = (self.dims, self.inputs, self.outputs, self.values, self.default.key(), self.params, self.exact)
+        return "\n".join(parts) + repr((declared, self.atol, self.rtol, rules))
+
+    def default_problems(self, profile: HardwareProfile) -> list[Problem]:
+        if not self.sizes:
+            self._fail("no sizes to tune; pass sizes=['dim=value,...'] to Kernel or --sizes to `farm tune`")
+        return list(self.sizes)
+
+    def certify_problems(self) -> list[Problem]:
+        return self.default_problems(None)  # type: ignore[arg-type]
+
+    def check(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
+        for knob in schedule.as_dict():
+            if knob not in self.space and knob not in BASE_KNOBS:
+                raise InvalidSchedule(self.name, schedule, f"unknown knob {knob!r} (space: {sorted(self.space)})")
+        ns = self.namespace(problem, schedule)
+        for rule in self.restrictions:
+            if not self.evaluate(rule, ns, "restriction"):
+                shown = rule if isinstance(rule, str) else getattr(rule, "__name__", "restriction")
+                raise InvalidSchedule(self.name, schedule, f"restriction {shown!r} is false")
+        threads = self.threads(ns)
+        limit = profile.limit("max-compute-invocations-per-workgroup")
+        if threads is not None and threads > limit:
+            raise InvalidSchedule(
+                self.name,
+                schedule,
+                f"{threads} invocations per workgroup > max-compute-invocations-per-workgroup {limit}",
+            )
+        groups = self.groups(schedule, problem)
+        for axis, count in zip("xyz", (groups,) if isinstance(groups, int) else groups, strict=False):
+            if count > MAX_GROUPS_PER_DIM:
+                hint = "; return a tuple (x, y) from grid and use workgroup_id.y" if isinstance(groups, int) else ""
+                raise InvalidSchedule(
+                    self.name, schedule, f"grid {axis} of {count} workgroups > {MAX_GROUPS_PER_DIM}{hint}"
+                )
+        need, storage = self.workgroup_bytes(schedule, problem), profile.limit("max-compute-workgroup-storage-size")
+        if need > storage:
+            raise InvalidSchedule(self.name, schedule, f"needs {need} bytes of workgroup storage > {storage}")
+
+    def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
+        if self.shared_rule is None:
+            return 0
+        return int(self.evaluate(self.shared_rule, self.namespace(problem, schedule), "workgroup_bytes"))
+
+    def threads(self, ns: Namespace) -> int | None:
+        return workgroup_threads(self.render(ns), ns)
+
+    def render(self, ns: Mapping) -> str:
+        def value(match: re.Match) -> str:
+            v = ns[match.group(1)]
+            return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+        return _PLACEHOLDER.sub(value, self._template)
+
+    def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
+        if self.generate_fn is not None:
+            data = self.generate_fn(problem.as_dict(), rng_for(seed, self.name, problem.key()))
+            return {name: np.ascontiguousarray(data[name], dtype) for name, (dtype, _) in self.inputs.items()}
+        out = {}
+        for name, (dtype, _) in self.inputs.items():
+            rng, shape = rng_for(seed, self.name, problem.key(), name), self.shape(name, problem)
+            kind = np.dtype(dtype).kind
+            if kind == "f":
+                out[name] = rng.standard_normal(shape).astype(dtype)
+            else:
+                out[name] = rng.integers(-100 if kind == "i" else 0, 100, shape).astype(dtype)
+        return out
+
+    def reference_key(self, schedule: Schedule) -> str:
+        return ",".join(f"{k}={schedule.get(k, 0)}" for k in self.reference_knobs)
+
+    def reference(self, problem: Problem, schedule: Schedule, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        ns = self.namespace(problem, schedule)
+        params = inspect.signature(self.reference_fn).parameters
+        result = self.reference_fn(**{p: inputs[p] if p in self.inputs else ns[p] for p in params})
+        names = list(self.outputs)
+        if isinstance(result, Mapping):
+            values = [result.get(n) for n in names]
+        else:
+            values = list(result) if isinstance(result, tuple) else [result]
+        if len(values) != len(names) or any(v is None for v in values):
+            self._fail(f"reference returned {len(values)} value(s); expected one per output {names} (a tuple or dict)")
+        out = {}
+        for name, value in zip(names, values, strict=True):
+            value, want = np.asarray(value), self.shape(name, problem)
+            if value.shape != want:
+                self._fail(f"reference returned shape {value.shape} for output {name!r}; expected {want} "
+                           f"({', '.join(self.outputs[name][1])}) for {problem}")  # fmt: skip
+            out[name] = value.astype(self.outputs[name][0])
+        return out
+
+    def launch(self, schedule: Schedule, problem: Problem, inputs: dict[str, np.ndarray]) -> Launch:
+        ns = self.namespace(problem, schedule)
+        args = [Arg(n, "read", np.ascontiguousarray(inputs[n], dtype)) for n, (dtype, _) in self.inputs.items()]
+        args += [
+            Arg(n, "storage", dtype=dtype, shape=self.shape(n, problem), output=True)
+            for n, (dtype, _) in self.outputs.items()
+        ]
+        if self.params and self.dims:
+            values = [problem[d] for d in self.dims]
+            args.append(Arg("params", "uniform", np.array(values + [0] * (-len(values) % 4), np.uint32)))
+        constants = {k: float(ns[k]) for k in self.overrides if not isinstance(ns[k], str)}
+        return Launch(source=self.render(ns), args=args, groups=self.groups(schedule, problem), constants=constants)
+
+    def tolerance(self, problem: Problem) -> tuple[float, float]:
+        return (self.atol, self.rtol)
+
+
+def _is_str(values: list) -> bool:
+    return any(isinstance(v, str) for v in values)
