@@ -17,6 +17,7 @@ kernel = Kernel(
     inputs={"x": "f32[rows, cols]"},
     outputs={"y": "f32[rows, cols]"},
     space={"workgroup_size": [32, 64, 128, 256], "store_exp": [False, True]},
+    restrict="workgroup_size <= 4 * cols",
     grid="rows",  # one workgroup per row
     reference=softmax,
     atol=1e-6,
