@@ -58,7 +58,7 @@ def test_two_campaigns_recording_overlapping_trials_leave_parquet_equal_to_sql(s
         for name, recorder in recorders.items():
             recorder.add(streams[name][index])
     for recorder in recorders.values():
-        recorder.flush()
+        recorder.close()
     assert_parquet_is_sql(db, out)
     assert sum(r.duplicates for r in recorders.values()) == 30
     db.engine.dispose()
@@ -71,7 +71,7 @@ def record_campaign(url: str, out: str, name: str, barrier) -> None:
     barrier.wait(timeout=60)
     for result in results_of(name, topo):
         recorder.add(result)
-    recorder.flush()
+    recorder.close()
     db.engine.dispose()
 
 

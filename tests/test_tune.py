@@ -290,7 +290,8 @@ def test_trial_recorder_writes_every_flush_every_trials_and_the_rest_on_flush(tm
     for result in results[FLUSH_EVERY:]:
         recorder.add(result)
     assert store.count_trials(db) == FLUSH_EVERY and len(recorder.buffer) == 3
-    recorder.flush()
+    assert not list((tmp_path / "artifacts").rglob("*.parquet"))  # Parquet waits for close()
+    recorder.close()
     assert flushes == [0, 0] and store.count_trials(db) == len(results)
     assert recorder.spent["sql_s"] > 0 and recorder.spent["parquet_s"] > 0
     spent: dict[str, float] = {}

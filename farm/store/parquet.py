@@ -5,7 +5,8 @@ Trials are a hive-partitioned dataset,
 
     <out>/trials/topology=<hash>/kernel=<name>/part-<campaign>-<uuid>.parquet
 
-(one new file per write, so concurrent writers never touch the same file). The
+(one new file per write, so concurrent writers never touch the same file; a campaign
+writes one per partition at its end and farm.store.compaction merges a partition's files). The
 partition columns `topology` and `kernel` come from the path, not the files; each
 file's schema metadata carries farm.version, farm.schema_version, farm.source_hashes,
 farm.topology, farm.kernel and farm.campaign_id. `read_trials` reads it back with the
@@ -110,7 +111,7 @@ def _write_trial_group(out: Path, campaign_id: int | None, topology: str, kernel
     directory.mkdir(parents=True, exist_ok=True)
     campaign = "none" if campaign_id is None else str(campaign_id)
     path = directory / f"part-{campaign}-{uuid.uuid4().hex}.parquet"
-    tmp = path.with_suffix(".parquet.tmp")
+    tmp = directory / f".{path.name}.tmp"  # a dot file is no part of the dataset
     pq.write_table(table, tmp)
     tmp.rename(path)  # readers never see a half-written file
     return path

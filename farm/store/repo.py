@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, case, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Select
 
 from farm.schedule import Status
@@ -199,15 +200,30 @@ def insert_trials(store: Store, campaign_id: int | None, results: Sequence[Trial
     if not rows:
         return []
     inserted: set[tuple] = set()
+    stmt = _insert_trials_statement(store.dialect)
     with store.engine.begin() as conn:
         require_topologies(conn, {row["topology_hash"] for row, _ in rows.values()})
         ordered = [rows[key][0] for key in sorted(rows)]
         for start in range(0, len(ordered), INSERT_CHUNK):
-            chunk = ordered[start : start + INSERT_CHUNK]
-            stmt = dialect_insert(store, Trial.__table__).values(chunk).on_conflict_do_nothing(index_elements=TRIAL_KEY)
-            returned = conn.execute(stmt.returning(*(Trial.__table__.c[k] for k in TRIAL_KEY)))
+            returned = conn.execute(stmt, ordered[start : start + INSERT_CHUNK])
             inserted.update(tuple(r) for r in returned)  # rowcount is -1 on psycopg
     return [result for key, (_, result) in rows.items() if key in inserted]
+
+
+_INSERT_STATEMENTS: dict[str, Any] = {}
+
+
+def _insert_trials_statement(dialect: str):
+    """The one INSERT .. ON CONFLICT DO NOTHING .. RETURNING key statement, built once per
+    dialect and executed with the rows as a parameter list: SQLAlchemy compiles it once
+    (its compiled cache) and batches the rows itself ("insertmanyvalues"), where a
+    statement built with .values(rows) was compiled anew for every 500-row chunk."""
+    stmt = _INSERT_STATEMENTS.get(dialect)
+    if stmt is None:
+        module = postgresql if dialect == "postgresql" else sqlite
+        insert = module.insert(Trial.__table__).on_conflict_do_nothing(index_elements=TRIAL_KEY)
+        stmt = _INSERT_STATEMENTS[dialect] = insert.returning(*(Trial.__table__.c[k] for k in TRIAL_KEY))
+    return stmt
 
 
 def _trial_rows(campaign_id: int | None, results: Iterable[TrialResult]) -> dict[tuple, tuple[dict, TrialResult]]:

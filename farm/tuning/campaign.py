@@ -139,12 +139,13 @@ class Campaign:
             winners = [w for task in tasks if (w := self._tune(task, profiles)) is not None]
         except BaseException as exc:
             self.heartbeat.stop()
-            self.recorder.flush()
+            self.recorder.close()
             self._update_campaign()
             status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
             store.finish_campaign(self.db, self.campaign_id, status)
             raise
         self.heartbeat.stop()
+        self.recorder.close()  # Parquet: one file per partition, compacted (farm.store.compaction)
         self._update_campaign()
         self.progress.finish()
         store.finish_campaign(self.db, self.campaign_id, "done")

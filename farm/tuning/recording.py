@@ -1,11 +1,15 @@
 """How trial results reach the store: recorded as they arrive, and replayed on resume.
 
-`TrialRecorder` buffers trials and writes them in SQL and then Parquet, FLUSH_EVERY at a time
-or FLUSH_INTERVAL_S after the last write; Parquet gets only the trials SQL inserted (a key
-another campaign stored first is SQL's, once, and not written again). `recorded` wraps a
-result stream with one (the throughput and overhead benchmarks record like `farm tune`
-does); `result_from_row` turns a recorded trial row back into a TrialResult, which is how a
-re-run campaign resumes.
+`TrialRecorder` buffers trials and writes them in SQL FLUSH_EVERY at a time or
+FLUSH_INTERVAL_S after the last write; the trials SQL inserted (a key another campaign
+stored first is SQL's, once, and not written again) wait in one Parquet buffer per
+(topology, kernel) partition, written as one file per partition at `close()` (the
+campaign's end) or when a partition holds PARQUET_ROWS. `close()` then restores from SQL
+what Parquet lacks and compacts the partitions (farm.store.compaction): a killed driver
+loses only its Parquet buffer, which the next campaign's end or `farm compact` writes back
+from SQL. `recorded` wraps a result stream with one (the throughput and overhead
+benchmarks record like `farm tune` does); `result_from_row` turns a recorded trial row back
+into a TrialResult, which is how a re-run campaign resumes.
 """
 
 from __future__ import annotations
@@ -17,24 +21,29 @@ from pathlib import Path
 from farm.gpu import Timing
 from farm.schedule import Problem, Schedule, Status
 from farm.store import parquet as artifacts
+from farm.store.compaction import finish_artifacts
 from farm.store.repo import insert_trials
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 
 FLUSH_EVERY = 16  # record buffered trials after this many results ...
 FLUSH_INTERVAL_S = 1.0  # ... or this long since the last write, whichever comes first
+PARQUET_ROWS = 20_000  # a partition's Parquet buffer is written as a file at this many trials
 
 
 class TrialRecorder:
-    """Buffers trials and records them, in SQL and then in Parquet under `out`, FLUSH_EVERY
-    at a time or FLUSH_INTERVAL_S after the last write, whichever comes first (`farm tune`
-    and the benchmarks that measure its path). Parquet gets only what SQL inserted: trial
-    keys already stored (by a concurrent campaign) are counted in `duplicates` and dropped,
-    so the files hold each key at most once and with SQL's values. `spent` sums the seconds
-    of each store; `on_flush` runs after each write (the campaign's progress row)."""
+    """Buffers trials and records them in SQL FLUSH_EVERY at a time or FLUSH_INTERVAL_S after
+    the last write, whichever comes first (`farm tune` and the benchmarks that measure its
+    path), and in Parquet under `out` one file per partition at `close()` or PARQUET_ROWS.
+    Parquet gets only what SQL inserted: trial keys already stored (by a concurrent
+    campaign) are counted in `duplicates` and dropped, so the files hold each key at most
+    once and with SQL's values. `spent` sums the seconds of each store; `on_flush` runs
+    after each SQL write (the campaign's progress row)."""
 
     def __init__(self, db, campaign_id: int | None, out: Path, on_flush=None):
         self.db, self.campaign_id, self.out, self.on_flush = db, campaign_id, out, on_flush
         self.buffer: list[TrialResult] = []
+        self.pending: dict[tuple[str, str], list[TrialResult]] = {}  # partition -> inserted, not yet in Parquet
+        self.touched: set[tuple[str, str]] = set()
         self.flushed_at = time.monotonic()
         self.spent = {"sql_s": 0.0, "parquet_s": 0.0}
         self.duplicates = 0
@@ -45,6 +54,7 @@ class TrialRecorder:
             self.flush()
 
     def flush(self) -> None:
+        """Write the buffered trials in SQL; Parquet only for partitions that reached PARQUET_ROWS."""
         self.flushed_at = time.monotonic()
         if not self.buffer:
             return
@@ -52,12 +62,31 @@ class TrialRecorder:
         start = time.perf_counter()
         inserted = insert_trials(self.db, self.campaign_id, batch)
         self.duplicates += len(batch) - len(inserted)
-        middle = time.perf_counter()
-        artifacts.write_trials(self.out, self.campaign_id, inserted)
-        self.spent["sql_s"] += middle - start
-        self.spent["parquet_s"] += time.perf_counter() - middle
+        self.spent["sql_s"] += time.perf_counter() - start
+        for result in inserted:
+            partition = (result.key.topology_hash, result.key.kernel)
+            self.pending.setdefault(partition, []).append(result)
+            self.touched.add(partition)
+        full = [partition for partition, rows in self.pending.items() if len(rows) >= PARQUET_ROWS]
+        self._write_parquet(full)
         if self.on_flush is not None:
             self.on_flush()
+
+    def close(self) -> dict:
+        """Flush, write every partition's Parquet buffer (one file each), then restore from SQL
+        what Parquet lacks and compact the touched partitions (farm.store.compaction)."""
+        self.flush()
+        self._write_parquet(list(self.pending))
+        start = time.perf_counter()
+        done = finish_artifacts(self.db, self.out, self.campaign_id, self.touched)
+        self.spent["parquet_s"] += time.perf_counter() - start
+        return done
+
+    def _write_parquet(self, partitions: list[tuple[str, str]]) -> None:
+        start = time.perf_counter()
+        for partition in partitions:
+            artifacts.write_trials(self.out, self.campaign_id, self.pending.pop(partition))
+        self.spent["parquet_s"] += time.perf_counter() - start
 
 
 def recorded(
@@ -69,7 +98,7 @@ def recorded(
     for result in results:
         yield result
         recorder.add(result)
-    recorder.flush()
+    recorder.close()
     if spent is not None:
         for key, seconds in recorder.spent.items():
             spent[key] = spent.get(key, 0.0) + seconds

@@ -1,0 +1,85 @@
+"""Parquet at scale (issue 20): few files per partition, and nothing SQL holds missing after a crash.
+
+A campaign writes one file per (topology, kernel) at its end and compacts; a killed driver
+loses only its Parquet buffer, which the next campaign's end (or `farm compact`) restores
+from SQL without writing anything twice."""
+
+from __future__ import annotations
+
+from test_store_support import profile, store_url, trial  # noqa: F401  (store_url is a fixture)
+
+from farm import store
+from farm.store import compaction
+from farm.store import parquet as artifacts
+from farm.store.repo import TRIAL_KEY
+from farm.tuning.recording import TrialRecorder
+
+
+def parquet_keys(out) -> list[tuple]:
+    frame = artifacts.read_trials(out)
+    return list(zip(*(frame[c] for c in ("topology", "kernel", "source_hash", "problem", "schedule")), strict=True))
+
+
+def sql_keys(db) -> set[tuple]:
+    return {tuple(r[k] for k in TRIAL_KEY) for r in store.trials(db)}
+
+
+def test_a_campaign_leaves_one_file_per_partition(store_url, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setattr("farm.tuning.recording.FLUSH_EVERY", 4)
+    monkeypatch.setattr("farm.tuning.recording.PARQUET_ROWS", 10)  # two size-bound files, then compaction
+    db = store.open_store(store_url)
+    topo = store.upsert_topology(db, profile())
+    out = tmp_path / "artifacts"
+    recorder = TrialRecorder(db, store.start_campaign(db, "farm tune", "random", None, 7, 60), out)
+    for wg in range(1, 41):
+        recorder.add(trial(topo, wg, kernel="gemv" if wg % 2 else "gemm"))
+    recorder.flush()
+    assert len(compaction.partition_files(out, topo, "gemv")) == 2  # 20 rows: written at 10 and 20
+    done = recorder.close()
+    assert done == {"restored": 0, "compacted": 2}
+    for kernel in ("gemv", "gemm"):
+        assert len(compaction.partition_files(out, topo, kernel)) == 1
+    keys = parquet_keys(out)
+    assert len(keys) == len(set(keys)) == 40 and set(keys) == sql_keys(db)
+    db.engine.dispose()
+
+
+def test_a_killed_campaigns_trials_are_restored_from_sql_by_the_rerun(store_url, tmp_path):  # noqa: F811
+    db = store.open_store(store_url)
+    topo = store.upsert_topology(db, profile())
+    out = tmp_path / "artifacts"
+    killed = store.start_campaign(db, "farm tune", "random", None, 7, 60)
+    recorder = TrialRecorder(db, killed, out)
+    for wg in range(1, 30):
+        recorder.add(trial(topo, wg))
+    recorder.flush()  # in SQL; the Parquet buffer dies with the driver
+    assert not list(out.rglob("*.parquet"))
+    rerun = TrialRecorder(db, store.start_campaign(db, "farm tune", "random", None, 7, 60), out)
+    rerun.add(trial(topo, 100))
+    assert rerun.close()["restored"] == 0  # the killed campaign still reads as live: left alone
+    assert len(parquet_keys(out)) == 1
+    store.finish_campaign(db, killed, "interrupted")  # its heartbeat went stale
+    again = TrialRecorder(db, store.start_campaign(db, "farm tune", "random", None, 7, 60), out)
+    again.add(trial(topo, 100))  # a replayed key: SQL skips it
+    assert again.close() == {"restored": 29, "compacted": 1}
+    keys = parquet_keys(out)
+    assert len(keys) == len(set(keys)) == 30 and set(keys) == sql_keys(db)
+    frame = artifacts.read_trials(out)
+    assert sorted(set(frame["campaign_id"])) == sorted({killed, rerun.campaign_id})
+    assert len(compaction.partition_files(out, topo, "gemv")) == 1
+    db.engine.dispose()
+
+
+def test_compaction_merges_small_files_and_drops_repeated_keys(tmp_path):
+    topo = "t" * 64
+    for wg in range(1, 13):
+        artifacts.write_trials(tmp_path, wg // 4, [trial(topo, wg), trial(topo, wg, kernel="gemm")])
+    artifacts.write_trials(tmp_path, 9, [trial(topo, 1, median_ns=5.0)])  # a key written twice
+    assert len(compaction.partition_files(tmp_path, topo, "gemv")) == 13
+    assert compaction.finish_artifacts(None, tmp_path, touched=compaction.partitions(tmp_path))["compacted"] == 2
+    assert [len(compaction.partition_files(tmp_path, topo, k)) for k in ("gemm", "gemv")] == [1, 1]
+    frame = artifacts.read_trials(tmp_path)
+    assert len(frame) == 24 and len(set(parquet_keys(tmp_path))) == 24
+    assert 5.0 not in set(frame["median_ns"])  # the first row of a key is kept
+    assert compaction.compact_partition(tmp_path, topo, "gemv") is None  # already one file
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
