@@ -19,7 +19,9 @@ from farm.store.engine import create_store_engine
 from farm.store.migrate import alembic_config, current, downgrade, head_revision, migrations_dir, upgrade
 from farm.store.models import Base
 
-FARM_TABLES = {"topologies", "campaigns", "trials", "winners", "sweep_runs", "sweep_cases", "sweep_steps"}
+FARM_TABLES = {
+    "topologies", "campaigns", "trials", "winners", "sweep_runs", "sweep_cases", "sweep_steps", "tuning_requests"
+}
 
 
 def _tables(url: str) -> set[str]:

@@ -1,4 +1,5 @@
-"""SQLAlchemy 2 typed models: topologies, campaigns, trials, winners and the recurrent sweep tables.
+"""SQLAlchemy 2 typed models: topologies, campaigns, trials, winners, the recurrent sweep tables
+and the tuning queue (tuning_requests).
 
 Queries live in `farm.store.repo`, not here. Constraint names come from the naming
 convention so they are the same on SQLite and PostgreSQL (Alembic relies on that).
@@ -24,6 +25,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -244,3 +246,51 @@ class SweepStep(Base):
     rho_mean_abs: Mapped[float | None] = mapped_column(Float)
     rho_rmse: Mapped[float | None] = mapped_column(Float)
     rho_max_rel: Mapped[float | None] = mapped_column(Float)
+
+
+# A tuning request's life: queued -> claimed (a drainer holds its lease) -> done, or back to
+# queued (the lease expired: its drainer was killed; or an attempt failed), or failed after
+# farm.store.queue's max attempts. "any" as the topology: whichever topology a drainer has.
+REQUEST_STATUSES = ("queued", "claimed", "done", "failed")
+ANY_TOPOLOGY = "any"
+_OPEN_REQUEST = "status IN ('queued', 'claimed')"
+
+
+class TuningRequest(Base):
+    """One wanted (topology, kernel, problem, source): from `farm request` or a runtime miss,
+    drained by `farm serve` (farm.store.queue holds the queries). At most one open (queued or
+    claimed) request per key: a partial unique index, so a second enqueue finds the first."""
+
+    __tablename__ = "tuning_requests"
+    __table_args__ = (
+        Index(
+            "uq_tuning_requests_open",
+            "topology_hash",
+            "kernel",
+            "problem",
+            "source_hash",
+            unique=True,
+            sqlite_where=text(_OPEN_REQUEST),
+            postgresql_where=text(_OPEN_REQUEST),
+        ),
+        Index("ix_tuning_requests_status_priority", "status", "priority", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    topology_hash: Mapped[str] = mapped_column(String(64))  # a topology hash, or ANY_TOPOLOGY
+    kernel: Mapped[str] = mapped_column(String(64))
+    problem: Mapped[str] = mapped_column(String(256))
+    source_hash: Mapped[str] = mapped_column(String(64))
+    priority: Mapped[int] = mapped_column(Integer, default=0)  # higher first
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    requested_by: Mapped[str] = mapped_column(String(256), default="")
+    claimed_by: Mapped[str | None] = mapped_column(String(256))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    note: Mapped[str] = mapped_column(Text, default="")  # e.g. why it is still queued
+    campaign_id: Mapped[int | None] = mapped_column(ForeignKey("campaigns.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    claimed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
