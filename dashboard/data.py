@@ -8,25 +8,34 @@ topology hashes), so pages only lay them out and tests can check values directly
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 
 from sqlalchemy import func, select
 
 from farm import catalog
+from farm.dashboard.display import SHORT_HASH, schedule_text, short, us  # noqa: F401  (data.short etc.)
+from farm.dashboard.trial_data import (  # noqa: F401  (the Trials page's queries, as data.*)
+    FAILURE_GROUPS,
+    MAX_CHART_TRIALS,
+    TrialPage,
+    failure_summary,
+    knob_names,
+    knob_timings,
+    normalize_message,
+    trial_count,
+    trial_page,
+)
 from farm.schedule import Status
 from farm.store.database import Store, open_store
 from farm.store.engine import mask_secrets
 from farm.store.models import Campaign, SweepCase, Topology, Trial, Winner
-from farm.store.repo import campaigns, count_trials, fetch_rows, live_campaigns, trial_status_counts, trials, winners
+from farm.store.repo import campaigns, fetch_rows, live_campaigns, trial_status_counts, winners
 from farm.store.sweeps import sweep_cases, sweep_steps, sweeps
 
 START_HINT = (
     "Fill it with a tuning campaign, e.g. `farm tune gemv --allow-cpu` (or `farm tune --all` on a GPU machine), "
     "or a recurrent sweep with `farm sweep recurrent`, then reload this page."
 )
-SHORT_HASH = 12
-MAX_CHART_TRIALS = 5000
 # The columns of the recurrent sweep's Markdown table (farm.recurrent.report.format_markdown), in its order:
 # (title, sweep_cases column); runtime_mode is derived from whether the runtime path was timed.
 SWEEP_COLUMNS = (
@@ -69,19 +78,6 @@ def require_data(store: Store) -> None:
             if conn.scalar(select(func.count()).select_from(table)):
                 return
     raise NoData(f"The database {store.safe_url} is empty. {START_HINT}")
-
-
-def short(topology_hash: str | None) -> str:
-    return (topology_hash or "")[:SHORT_HASH]
-
-
-def us(ns: float | None) -> float | None:
-    return None if ns is None else ns / 1000.0
-
-
-def schedule_text(schedule_key: str) -> str:
-    """`{"vector_width":1,"workgroup_size":64}` → `vector_width=1, workgroup_size=64` (sorted knobs)."""
-    return ", ".join(f"{k}={v}" for k, v in sorted(json.loads(schedule_key).items()))
 
 
 # ---------------------------------------------------------------- overview
@@ -140,9 +136,11 @@ def running_campaigns(store: Store) -> list[int]:
     return live_campaigns(store)
 
 
-def status_counts(store: Store, kernel: str | None = None, topology: str | None = None) -> list[dict]:
+def status_counts(
+    store: Store, kernel: str | None = None, topology: str | None = None, campaign: int | None = None
+) -> list[dict]:
     """Trials per status, every Status listed (zeros included) in the enum's order."""
-    counts = trial_status_counts(store, topology=topology, kernel=kernel)
+    counts = trial_status_counts(store, topology=topology, kernel=kernel, campaign=campaign)
     return [{"status": s.value, "trials": counts.get(s.value, 0)} for s in Status]
 
 
@@ -200,93 +198,6 @@ def winner_table(store: Store, kernel: str | None = None, topology: str | None =
             "updated_at": w.updated_at,
         }
         for w in winners(store, kernel=kernel, topology=topology)
-    ]
-
-
-# ---------------------------------------------------------------- trials
-
-
-def trial_page(
-    store: Store,
-    page: int = 1,
-    page_size: int = 100,
-    kernel: str | None = None,
-    topology: str | None = None,
-    status: str | None = None,
-    campaign: int | None = None,
-) -> tuple[list[dict], int]:
-    """One page (1-based) of trials matching the filters, and how many match in all."""
-    if page < 1 or page_size < 1:
-        raise ValueError(f"page and page_size must be >= 1, got page={page} page_size={page_size}")
-    filters = {"kernel": kernel, "topology": topology, "status": status, "campaign": campaign}
-    rows = trials(store, **filters, limit=page_size, offset=(page - 1) * page_size)
-    table = [
-        {
-            "id": row["id"],
-            "kernel": row["kernel"],
-            "problem": row["problem"],
-            "schedule": schedule_text(row["schedule"]),
-            "status": row["status"],
-            "median_us": us(row["median_ns"]),
-            "p20_us": us(row["p20_ns"]),
-            "p80_us": us(row["p80_ns"]),
-            "max_abs": row["max_abs"],
-            "max_rel": row["max_rel"],
-            "message": row["message"],
-            "topology": short(row["topology_hash"]),
-            "campaign": row["campaign_id"],
-            "worker": row["worker_id"],
-        }
-        for row in rows
-    ]
-    return table, count_trials(store, **filters)
-
-
-def trial_count(
-    store: Store,
-    kernel: str | None = None,
-    topology: str | None = None,
-    status: str | None = None,
-    campaign: int | None = None,
-) -> int:
-    """How many trials match the filters (for the page count)."""
-    return count_trials(store, kernel=kernel, topology=topology, status=status, campaign=campaign)
-
-
-def knob_timings(store: Store, kernel: str, problem: str | None = None, topology: str | None = None) -> list[dict]:
-    """Certified (ok) trials of `kernel` as `{problem, median_us, <knob>: value...}` for time-vs-knob charts."""
-    stmt = select(Trial.problem, Trial.schedule, Trial.median_ns).where(
-        Trial.kernel == kernel, Trial.status == Status.OK.value, Trial.median_ns.is_not(None)
-    )
-    if problem is not None:
-        stmt = stmt.where(Trial.problem == problem)
-    if topology is not None:
-        stmt = stmt.where(Trial.topology_hash == topology)
-    rows = fetch_rows(store, stmt.order_by(Trial.id).limit(MAX_CHART_TRIALS))
-    return [
-        {"problem": row["problem"], "median_us": us(row["median_ns"])} | json.loads(row["schedule"]) for row in rows
-    ]
-
-
-def knob_names(rows: list[dict]) -> list[str]:
-    """The schedule knobs present in `knob_timings` rows, sorted."""
-    return sorted({key for row in rows for key in row} - {"problem", "median_us"})
-
-
-def failure_summary(
-    store: Store, kernel: str | None = None, topology: str | None = None, campaign: int | None = None
-) -> list[dict]:
-    """Failed trials grouped by category (status) and message, most frequent first."""
-    stmt = select(Trial.status, Trial.message, func.count().label("trials")).where(Trial.status != Status.OK.value)
-    if kernel is not None:
-        stmt = stmt.where(Trial.kernel == kernel)
-    if topology is not None:
-        stmt = stmt.where(Trial.topology_hash == topology)
-    if campaign is not None:
-        stmt = stmt.where(Trial.campaign_id == campaign)
-    stmt = stmt.group_by(Trial.status, Trial.message).order_by(func.count().desc(), Trial.status, Trial.message)
-    return [
-        {"category": r["status"], "trials": int(r["trials"]), "message": r["message"]} for r in fetch_rows(store, stmt)
     ]
 
 

@@ -178,23 +178,26 @@ def test_winner_table_flags_stale_source_and_filters(db):
 def test_filters_are_values_not_sql(db):
     hostile = "gemv' OR '1'='1"
     assert data.winner_table(db, kernel=hostile) == []
-    assert data.trial_page(db, kernel=hostile) == ([], 0)
+    assert data.trial_page(db, kernel=hostile) == ([], None, None)
     assert data.failure_summary(db, kernel=hostile) == []
 
 
-def test_trial_page_paginates_in_insertion_order(db):
-    first, total = data.trial_page(db, page=1, page_size=4, kernel="gemv")
-    second, _ = data.trial_page(db, page=2, page_size=4, kernel="gemv")
-    assert total == 6 and [len(first), len(second)] == [4, 2]
+def test_trial_page_pages_by_keyset_newest_first(db):
+    first = data.trial_page(db, page_size=4, kernel="gemv")
+    second = data.trial_page(db, page_size=4, before=first.older, kernel="gemv")
+    assert [len(first.rows), len(second.rows)] == [4, 2] and first.newer is None and second.older is None
+    ids = [r["id"] for r in first.rows + second.rows]
+    assert ids == sorted(ids, reverse=True) and len(set(ids)) == 6
+    back = data.trial_page(db, page_size=4, after=second.newer, kernel="gemv")
+    assert back == first  # the newer page from the older one is the newest page again
     assert data.trial_count(db, kernel="gemv") == 6 and data.trial_count(db, status="ok") == 3
-    assert [r["id"] for r in first + second] == sorted(r["id"] for r in first + second)
-    failed, count = data.trial_page(db, status="invalid_schedule")
-    assert count == 2 and {r["message"] for r in failed} == {"workgroup too big"}
+    failed = data.trial_page(db, status="invalid_schedule")
+    assert len(failed.rows) == 2 and {r["message"] for r in failed.rows} == {"workgroup too big"}
 
 
 def test_trial_page_rejects_bad_paging_and_status(db):
-    with pytest.raises(ValueError, match="page=0"):
-        data.trial_page(db, page=0)
+    with pytest.raises(ValueError, match="page_size=0"):
+        data.trial_page(db, page_size=0)
     with pytest.raises(ValueError, match="finished"):
         data.trial_page(db, status="finished")
 
@@ -208,8 +211,13 @@ def test_knob_timings_expand_schedules_of_certified_trials(db):
 
 def test_failure_summary_groups_by_category_and_message(db):
     assert data.failure_summary(db, kernel="gemv") == [
-        {"category": "invalid_schedule", "trials": 2, "message": "workgroup too big"},
-        {"category": "wrong_result", "trials": 1, "message": "max_abs 0.5 > atol 1e-4"},
+        {"category": "invalid_schedule", "message": "workgroup too big", "trials": 2, "example": "workgroup too big"},
+        {
+            "category": "wrong_result",
+            "message": "max_abs # > atol #",
+            "trials": 1,
+            "example": "max_abs 0.5 > atol 1e-4",
+        },
     ]
 
 

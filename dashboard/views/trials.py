@@ -1,4 +1,5 @@
-"""Trials: every measured schedule (filtered, paginated), time vs each schedule knob, failures by category."""
+"""Trials: every measured schedule (filtered, newest first, keyset pages), time vs each schedule knob of the
+current kernel source, failures by category and message pattern."""
 
 import streamlit as st
 
@@ -26,16 +27,26 @@ with cols[3]:
 
 def render_table() -> None:
     filters = {"kernel": kernel, "topology": topology, "status": status, "campaign": campaign}
-    total = data.trial_count(db, **filters)
-    pages = max(1, -(-total // PAGE_SIZE))
-    page_key = "trials_page_" + "_".join(str(v) for v in filters.values())  # new filters start at page 1
-    page = st.number_input(f"Page (of {pages}; {total} trials)", min_value=1, max_value=pages, key=page_key)
-    rows, _ = data.trial_page(db, int(page), PAGE_SIZE, **filters)
-    st.dataframe(rows, hide_index=True)
+    total = data.trial_count(db, **filters)  # once per render
+    cursor_key = "trials_cursor_" + "_".join(str(v) for v in filters.values())  # new filters start at the newest
+    cursor = st.session_state.get(cursor_key, {})
+    page = data.trial_page(db, PAGE_SIZE, **cursor, **filters)
+    st.caption(f"{total} trials, newest first")
+    st.dataframe(page.rows, hide_index=True)
+    cols = st.columns(3)
+    if cols[0].button("Newest", key="trials_newest", disabled=not cursor):
+        st.session_state[cursor_key] = {}
+        st.rerun()
+    if cols[1].button("Newer", key="trials_newer", disabled=page.newer is None):
+        st.session_state[cursor_key] = {"after": page.newer}
+        st.rerun()
+    if cols[2].button("Older", key="trials_older", disabled=page.older is None):
+        st.session_state[cursor_key] = {"before": page.older}
+        st.rerun()
 
 
 def render_knobs() -> None:
-    st.subheader("Time vs schedule knob")
+    st.subheader("Time vs schedule knob (current kernel source, newest trials)")
     chart_kernel = kernel or (kernels[0] if kernels else None)
     if chart_kernel is None:
         st.info("No trials yet.")
@@ -52,15 +63,14 @@ def render_knobs() -> None:
 
 
 def render_failures() -> None:
-    st.subheader("Failures by category")
+    st.subheader(f"Failures by category and message (values stripped; top {data.FAILURE_GROUPS})")
     failures = data.failure_summary(db, kernel=kernel, topology=topology, campaign=campaign)
     if not failures:
         st.success("No failed trials for this selection.")
         return
-    by_category: dict[str, int] = {}
-    for row in failures:
-        by_category[row["category"]] = by_category.get(row["category"], 0) + row["trials"]
-    st.bar_chart([{"category": c, "trials": n} for c, n in by_category.items()], x="category", y="trials")
+    counts = data.status_counts(db, kernel=kernel, topology=topology, campaign=campaign)
+    by_category = [{"category": r["status"], "trials": r["trials"]} for r in counts if r["status"] != Status.OK.value]
+    st.bar_chart([r for r in by_category if r["trials"]], x="category", y="trials")
     st.dataframe(failures, hide_index=True)
 
 
