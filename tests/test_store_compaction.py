@@ -83,3 +83,20 @@ def test_compaction_merges_small_files_and_drops_repeated_keys(tmp_path):
     assert 5.0 not in set(frame["median_ns"])  # the first row of a key is kept
     assert compaction.compact_partition(tmp_path, topo, "gemv") is None  # already one file
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_farm_compact_merges_and_restores(tmp_path, capsys):
+    from farm.cli.main import main
+
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    db = store.open_store(url)
+    topo = store.upsert_topology(db, profile())
+    out = tmp_path / "artifacts"
+    store.record_trials(db, None, [trial(topo, wg) for wg in range(1, 6)])  # in SQL, never in Parquet
+    for wg in range(6, 9):
+        artifacts.write_trials(out, None, [trial(topo, wg)])
+    store.record_trials(db, None, [trial(topo, wg) for wg in range(6, 9)])
+    assert main(["compact", "--out", str(out), "--db", url]) == 0
+    assert "1 partition(s) compacted, 5 trial(s) restored from SQL" in capsys.readouterr().out
+    assert len(compaction.partition_files(out, topo, "gemv")) == 1 and set(parquet_keys(out)) == sql_keys(db)
+    db.engine.dispose()

@@ -1,4 +1,4 @@
-"""`farm db`, `farm winners`, `farm export`: the commands over the store.
+"""`farm db`, `farm winners`, `farm export`, `farm compact`: the commands over the store.
 
 `winners`, `export` and `db current` only read: they open the database read-only and
 create nothing (no directory, no SQLite file, no -wal/-shm). URLs are shown with their
@@ -75,6 +75,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compact(args: argparse.Namespace) -> int:
+    from farm.store import farm_home, open_existing
+    from farm.store.compaction import finish_artifacts, partitions
+
+    out = Path(args.out) if args.out else farm_home() / "artifacts"
+    if not (out / "trials").is_dir():
+        raise FileNotFoundError(f"no trials dataset at {out / 'trials'}")
+    db = None if args.no_restore else open_existing(args.db)
+    try:
+        done = finish_artifacts(db, out, None, partitions(out))
+    finally:
+        if db is not None:
+            db.engine.dispose()
+    restored = "not checked against SQL" if db is None else f"{done['restored']} trial(s) restored from SQL"
+    print(f"{out / 'trials'}: {done['compacted']} partition(s) compacted, {restored}")
+    return 0
+
+
 def add_parsers(sub) -> None:
     db = sub.add_parser("db", help="database migrations (Alembic)").add_subparsers(dest="db_command", required=True)
     for name, help_text, default in (
@@ -101,3 +119,12 @@ def add_parsers(sub) -> None:
     p.add_argument("--out", required=True, help="FILE.json")
     p.add_argument("--db", default=None, help=DB_HELP)
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "compact",
+        help="merge each Parquet trials partition into one file, writing back from SQL what the files lack",
+    )
+    p.add_argument("--out", default=None, help="artifacts directory (default: $FARM_HOME/artifacts)")
+    p.add_argument("--db", default=None, help=DB_HELP)
+    p.add_argument("--no-restore", action="store_true", help="only merge files; do not compare with SQL")
+    p.set_defaults(func=cmd_compact)
