@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from farm import catalog
-from farm.cli import database
+from farm.cli import database, queue
 from farm.cli.errors import (
     EXIT_INTERRUPTED,
     FarmParser,
@@ -320,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_parser(sub)
     _add_tune_parser(sub)
     database.add_parsers(sub)
+    queue.add_parsers(sub)  # farm request, farm serve
     _add_serving_parsers(sub)
     for name in ("tune", "certify", "winners", "export", "dashboard", "bench"):
         sub.choices[name].add_argument(

@@ -1,0 +1,231 @@
+"""`farm serve`: the drainer of the tuning queue (farm.store.queue), locally or as the
+entrypoint of a `ray job submit`.
+
+Each round: leases that ran out are put back (or failed after their attempts), queued
+requests for a topology none of this drainer's workers has are noted as such and left
+queued, then up to `batch` requests for its topologies (and "any") are claimed under a
+lease. They are grouped per topology ("any" goes to the topology with the most workers)
+and each group is one campaign (farm.tuning.campaign.Campaign, with farm.tuning.plan's
+config: the requested problems only) on that topology's workers, with trials and winners
+stored as `farm tune` stores them. A request with a winner is done; one whose campaign
+raised or found no certified schedule is retried (up to `max_attempts`), then failed with
+the reason. While a group is tuned its leases are renewed every third of the lease; Ctrl-C
+gives the claims back untried. `once`: rounds until nothing is claimable, then return.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TextIO
+
+from farm import catalog, store
+from farm.schedule import Problem
+from farm.store import queue
+from farm.store.queue import ANY_TOPOLOGY, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
+from farm.tuning.campaign import Campaign, Heartbeat
+from farm.tuning.device_lock import device_locks
+from farm.tuning.plan import TuneConfig
+from farm.tuning.pool import WorkerPool
+from farm.tuning.problems import check_problem
+from farm.tuning.report import format_workers
+
+SHORT = 12
+
+
+@dataclass
+class Tally:
+    """What drain rounds did; `failed` counts requests that used their last attempt."""
+
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    expired: int = 0
+    unserved: set[int] = field(default_factory=set)
+
+    def add(self, other: Tally) -> None:
+        for name in ("claimed", "done", "retried", "failed", "expired"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.unserved |= other.unserved
+
+    def line(self) -> str:
+        waiting = f", {len(self.unserved)} left queued for topologies no worker here has" if self.unserved else ""
+        return (f"serve: {self.claimed} claimed, {self.done} done, {self.retried} to retry, "
+                f"{self.failed} failed{waiting}")  # fmt: skip
+
+
+class TopologyView:
+    """A pool that shows only one topology's workers: a Campaign on it tunes that topology alone."""
+
+    def __init__(self, pool, topology: str):
+        self._pool, self._topology = pool, topology
+
+    def topologies(self) -> dict[str, list[str]]:
+        return {self._topology: self._pool.topologies()[self._topology]}
+
+    def __getattr__(self, name: str):
+        return getattr(self._pool, name)
+
+
+def drainer_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Drainer:
+    """Drains the queue onto `pool` (a WorkerPool, or anything with its campaign methods)."""
+
+    def __init__(
+        self,
+        pool,
+        db: store.Store,
+        config: TuneConfig,
+        out: Path,
+        name: str | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        batch: int = 16,
+        stream: TextIO | None = None,
+    ):
+        if lease_s <= 0 or max_attempts < 1 or batch < 1:
+            raise ValueError(f"need lease > 0, max attempts >= 1, batch >= 1; got {lease_s}, {max_attempts}, {batch}")
+        self.pool, self.db, self.config, self.out = pool, db, config, Path(out)
+        self.name = name or drainer_name()
+        self.lease_s, self.max_attempts, self.batch = lease_s, max_attempts, batch
+        self.stream = stream or sys.stderr
+
+    def serve(self, once: bool = False, poll_s: float = 30.0, stop: threading.Event | None = None) -> Tally:
+        """Drain rounds until stopped (`stop` set, Ctrl-C), waiting `poll_s` after a round that
+        claimed nothing; with `once`, return after the first such round."""
+        stop = stop or threading.Event()
+        total = Tally()
+        while True:
+            tally = self.drain_once()
+            total.add(tally)
+            if tally.claimed:
+                continue  # there may be more, or retries
+            if once or stop.wait(poll_s):
+                return total
+
+    def drain_once(self) -> Tally:
+        tally = Tally()
+        topologies = self.pool.topologies()
+        for row in queue.expire_leases(self.db, self.max_attempts):
+            tally.expired += 1
+            self._say(f"request {row['id']} ({row['kernel']} {row['problem']}): {row['last_error']}; {row['status']}")
+        have = ", ".join(h[:SHORT] for h in sorted(topologies)) or "none"
+        note = f"no worker of this topology at drainer {self.name} (its topologies: {have})"
+        for row in queue.note_unserved(self.db, topologies, note):
+            self._say(f"request {row['id']} ({row['kernel']} {row['problem']}) is for topology "
+                      f"{row['topology_hash'][:SHORT]}, which no worker here has ({have}): left queued")  # fmt: skip
+        tally.unserved = {r["id"] for r in queue.requests(self.db, "queued") if r["note"] == note}
+        claimed = queue.claim(self.db, self.name, [*topologies, ANY_TOPOLOGY], self.lease_s, self.batch)
+        tally.claimed = len(claimed)
+        busiest = max(sorted(topologies), key=lambda h: len(topologies[h]), default=None)
+        groups: dict[str, list[dict]] = {}
+        for row in claimed:
+            topology = busiest if row["topology_hash"] == ANY_TOPOLOGY else row["topology_hash"]
+            groups.setdefault(topology, []).append(row)
+        for topology, rows in groups.items():
+            self._drain_group(topology, rows, tally)
+        return tally
+
+    def _drain_group(self, topology: str, rows: list[dict], tally: Tally) -> None:
+        ids = [r["id"] for r in rows]
+        self._say(f"tuning request(s) {', '.join(map(str, ids))} on topology {topology[:SHORT]}")
+        renew = Heartbeat(lambda: queue.renew(self.db, self.name, ids, self.lease_s), self.lease_s / 3).start()
+        try:
+            self._tune(topology, rows, tally)
+        except KeyboardInterrupt:
+            queue.release(self.db, self.name, ids)
+            self._say(f"interrupted: request(s) {', '.join(map(str, ids))} given back to the queue")
+            raise
+        finally:
+            renew.stop()
+
+    def _tune(self, topology: str, rows: list[dict], tally: Tally) -> None:
+        profile = self.pool.profiles()[self.pool.topologies()[topology][0]]
+        sizes: dict[str, list[Problem]] = {}
+        wanted: dict[int, tuple[str, str]] = {}
+        for row in rows:
+            try:
+                spec = catalog.get(row["kernel"])
+                problem = spec.problem(**Problem.from_key(row["problem"]).as_dict())
+                check_problem(spec, problem, profile)
+            except ValueError as exc:  # an unknown kernel here, or a problem this adapter can't run
+                self._failed([row["id"]], f"{type(exc).__name__}: {exc}", tally)
+                continue
+            wanted[row["id"]] = (spec.name, problem.key())
+            if problem not in sizes.setdefault(spec.name, []):
+                sizes[spec.name].append(problem)
+        if not wanted:
+            return
+        config = replace(self.config, kernels=tuple(sizes), sizes=sizes)
+        command = f"farm serve ({self.name}): request(s) {', '.join(map(str, wanted))}"
+        view = TopologyView(self.pool, topology)
+        campaign = Campaign(config, view, self.db, self.out, command)
+        try:
+            with device_locks(_reports(self.pool, view.topologies()[topology]), command, self.stream):
+                winners = campaign.run()
+        except Exception as exc:  # noqa: BLE001 - the attempt failed: retried, then failed with the reason
+            self._failed(list(wanted), f"{type(exc).__name__}: {exc}", tally)
+            return
+        won = {(w.kernel, w.problem_key) for w in winners}
+        done = [i for i, key in wanted.items() if key in won]
+        note = f"tuned on {topology[:SHORT]}"
+        tally.done += queue.complete(self.db, self.name, done, campaign.campaign_id or None, note)
+        missing = [i for i in wanted if i not in done]
+        reason = f"no certified schedule, so no winner (campaign {campaign.campaign_id}: see its failed trials)"
+        self._failed(missing, reason, tally)
+
+    def _failed(self, ids: list[int], reason: str, tally: Tally) -> None:
+        for request, status in sorted(queue.fail(self.db, self.name, ids, reason, self.max_attempts).items()):
+            if status == "failed":
+                tally.failed += 1
+                self._say(f"request {request} failed after its last attempt: {reason}")
+            else:
+                tally.retried += 1
+                self._say(f"request {request}: {reason}; queued again")
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+
+def _reports(pool, slots: list[str]) -> dict[str, dict]:
+    reports: Callable[[], dict] | None = getattr(pool, "reports", None)
+    return {slot: r for slot, r in reports().items() if slot in slots} if reports else {}
+
+
+def serve(
+    config: TuneConfig,
+    db_url: str | None = None,
+    ray_address: str | None = None,
+    allow_cpu: bool = False,
+    trial_timeout_s: float = 60.0,
+    once: bool = False,
+    poll_s: float = 30.0,
+    gpus: int | None = None,
+    lease_s: float = DEFAULT_LEASE_S,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> Tally:
+    """`farm serve`: the pool up, rounds until stopped (`once`: until nothing is claimable), pool down.
+    With `once` and nothing queued or claimed, returns without starting Ray."""
+    db = store.open_store(db_url)
+    out = Path(config.out or store.farm_home() / "artifacts")
+    counts = queue.status_counts(db)
+    if once and not counts["queued"] and not counts["claimed"]:
+        print("serve: the queue is empty", file=sys.stderr)
+        return Tally()
+    with WorkerPool(ray_address, allow_cpu=allow_cpu, trial_timeout_s=trial_timeout_s, gpus=gpus) as pool:
+        print(format_workers(pool.reports()), file=sys.stderr)
+        drainer = Drainer(pool, db, config, out, lease_s=lease_s, max_attempts=max_attempts)
+        print(f"serve: drainer {drainer.name} on topologies "
+              f"{', '.join(h[:SHORT] for h in sorted(pool.topologies()))}", file=sys.stderr)  # fmt: skip
+        total = drainer.serve(once, poll_s)
+    print(total.line(), file=sys.stderr)
+    return total
