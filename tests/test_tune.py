@@ -89,10 +89,11 @@ def test_winners_table_shows_median_default_and_speedup():
     record = WinnerRecord("t", "gemv", "m=8,n=8", "s", Schedule(workgroup_size=32).key(), 2000.0, 5000.0, 2.5)
     table = format_winners_table([record, replace(record, kernel="gemm", default_median_ns=None, speedup=None)])
     lines = table.splitlines()
-    assert lines[0].split() == ["kernel", "problem", "schedule", "median_us", "default_us", "speedup"]
+    assert lines[0].split() == ["kernel", "problem", "schedule", "median_us", "default_us", "speedup", "p20-p80_us",
+                                "margin"]  # fmt: skip
     assert lines[2].split() == ["gemv", "m=8,n=8", "workgroup_size=32,items_per_invocation=1,vector_width=1", "2.00",
-                                "5.00", "2.50x"]  # fmt: skip
-    assert lines[3].split()[-2:] == ["-", "-"]
+                                "5.00", "2.50x", "-", "-"]  # fmt: skip
+    assert lines[3].split()[-4:] == ["-", "-", "-", "-"]
 
 
 def test_recorded_rows_replay_as_trial_results():

@@ -199,3 +199,15 @@ def test_held_bytes_count_only_comparisons_still_running():
         checking.PendingTrial(None, None, running, None, 7),
     ]
     assert checking.held_bytes(pending) == 7
+
+
+def test_remeasure_rounds_returns_paired_rounds_and_adds_them_only_for_close_finalists(bench):
+    # issue 21: per-round medians, rounds past `rounds` only for finalists not yet separated
+    # (a noise of 1e9 makes every pair a tie at once: no extra rounds), None for a failure
+    jobs = _gemv_jobs("gemv", 2)
+    bad = Schedule.of(workgroup_size=48, threads_per_row=5)
+    schedules = [jobs[0].schedule, jobs[1].schedule, bad]
+    samples = bench.remeasure_rounds("gemv", jobs[0].problem, schedules, reps=2, rounds=2, max_rounds=4, noise=1e9)
+    assert [len(samples[s.key()]) for s in schedules[:2]] == [2, 2] and samples[bad.key()] is None
+    capped = bench.remeasure_rounds("gemv", jobs[0].problem, schedules[:2], reps=2, rounds=2, max_rounds=3, noise=0)
+    assert 2 <= len(capped[schedules[0].key()]) <= 3 and all(v > 0 for v in capped[schedules[0].key()])

@@ -114,6 +114,19 @@ class GpuWorker:
     ) -> dict[str, Timing | None]:
         return self.bench.remeasure(kernel, problem, schedules, reps, rounds, seed)
 
+    def remeasure_rounds(
+        self,
+        kernel: str,
+        problem: Problem,
+        schedules: list[Schedule],
+        reps: int,
+        rounds: int,
+        seed: int = 0,
+        max_rounds: int | None = None,
+        noise: float = 0.01,
+    ) -> dict[str, list[float] | None]:
+        return self.bench.remeasure_rounds(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
+
     def stage_times(self) -> dict:
         return self.bench.stage_times()
 

@@ -49,6 +49,7 @@ from farm.oracle.launch import Prepared, compile_launch
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 from farm.tuning.checking import PendingTrial, held_bytes, read_and_compare
+from farm.tuning.finalists import measure_until_resolved
 from farm.tuning.job import Job, StageTimes
 
 # Trials whose pipelines compile (on as many threads) while the current one runs: a gemm
@@ -148,14 +149,39 @@ class TrialBench:
         Returns {schedule key: Timing over the per-round medians}, None for a schedule that
         fails to prepare or run, so drift and warm-up hit every finalist alike.
         """
+        samples = self.remeasure_rounds(kernel, problem, schedules, reps, rounds, seed)
+        return {k: Timing.from_samples(v, "interleaved") if v else None for k, v in samples.items()}
+
+    def remeasure_rounds(
+        self,
+        kernel: str,
+        problem: Problem,
+        schedules: list[Schedule],
+        reps: int = 10,
+        rounds: int = 5,
+        seed: int = 0,
+        max_rounds: int | None = None,
+        noise: float = 0.01,
+    ) -> dict[str, list[float] | None]:
+        """Like `remeasure`, but {schedule key: the median of each round, in round order}
+        (None: failed), and past `rounds` more rounds, up to `max_rounds`, for the leader
+        and the finalists not yet separated from it (farm.tuning.finalists.measure_until_resolved)."""
         if rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {rounds}")
         with self._gpu:
-            return self._remeasure(kernel, problem, schedules, reps, rounds, seed)
+            return self._remeasure(kernel, problem, schedules, reps, rounds, seed, max_rounds or rounds, noise)
 
     def _remeasure(
-        self, kernel: str, problem: Problem, schedules: list[Schedule], reps: int, rounds: int, seed: int
-    ) -> dict[str, Timing | None]:
+        self,
+        kernel: str,
+        problem: Problem,
+        schedules: list[Schedule],
+        reps: int,
+        rounds: int,
+        seed: int,
+        max_rounds: int,
+        noise: float,
+    ) -> dict[str, list[float] | None]:
         spec = catalog.get(kernel)
         prepared: dict[str, Prepared] = {}
         for schedule in schedules:
@@ -163,32 +189,28 @@ class TrialBench:
                 prepared[schedule.key()] = self._prepare(spec, Job(kernel, problem, schedule, seed, 0, reps))
             except (InvalidSchedule, GpuError):
                 continue
-        samples: dict[str, list[float]] = {key: [] for key in prepared}
-        failed: set[str] = set()
         order = list(prepared)
         if order:  # clocks up before the first round (see Device.keep_busy)
-            first = prepared[order[0]]
             try:
-                first.keep_busy(REMEASURE_WARM_S)
+                prepared[order[0]].keep_busy(REMEASURE_WARM_S)
             except GpuError:
                 pass  # that finalist's own timing reports it
-        for round_index in range(rounds):
-            shift = round_index % max(len(order), 1)
-            for key in order[shift:] + order[:shift]:
-                if key in failed:
-                    continue
+
+        def measure_round(keys: list[str]) -> dict[str, float | None]:
+            out: dict[str, float | None] = {}
+            for key in keys:
                 try:
-                    samples[key].append(prepared[key].time(warmup=1, reps=reps).median_ns)
+                    out[key] = prepared[key].time(warmup=1, reps=reps).median_ns
                 except GpuError:
-                    failed.add(key)
-        for item in prepared.values():
-            self._release_transient(item)
-        return {
-            s.key(): Timing.from_samples(samples[s.key()], "interleaved")
-            if samples.get(s.key()) and s.key() not in failed
-            else None
-            for s in schedules
-        }
+                    out[key] = None
+            return out
+
+        try:
+            samples = measure_until_resolved(measure_round, order, rounds, max(rounds, max_rounds), noise)
+        finally:
+            for item in prepared.values():
+                self._release_transient(item)
+        return {s.key(): samples.get(s.key()) for s in schedules}
 
     def stage_times(self) -> dict:
         """{"trials": n, "seconds": {stage: seconds over the batches' threads}} (see

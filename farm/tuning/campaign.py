@@ -5,9 +5,14 @@ campaign (farm.tuning.plan), the default schedule is tried first, then a strateg
 (farm.tuning.search) proposes batches from the kernel's schedule space within the budget.
 Trial keys already in the database are not run again: their recorded results are replayed
 to the strategy, which is what makes a re-run of a killed campaign resume where it
-stopped. Results are recorded as they arrive (farm.tuning.recording). Then the winner: the
-best few certified trials and the default are re-measured interleaved on one worker; the
-best median among them wins and is stored with its speedup over the default. `tune` runs
+stopped; the model strategy also gets them all as its warm start (any campaign's trials of
+this topology, kernel, source and problem seed its models and count against the budget, a
+cap it may stop short of: config.adaptive). Results are recorded as they arrive
+(farm.tuning.recording). Then the winner: the best few certified trials, the default and
+the stored winner are re-measured interleaved on one worker, rounds added to separate
+close ones, and farm.tuning.finalists decides (a tie within config.noise keeps the stored
+winner, else the default, else the simplest); it is stored with its speedup over the
+default and returned with its runner-up, margin and quantiles (a TunedWinner). `tune` runs
 one campaign end to end; what it prints is farm.tuning.report's.
 
 Lifecycle: the campaign row's heartbeat_at is written with its progress counters (replayed
@@ -22,6 +27,7 @@ exception as failed. `tune` holds each local GPU's lock (farm.tuning.device_lock
 from __future__ import annotations
 
 import random
+import statistics
 import sys
 import threading
 import time
@@ -36,6 +42,7 @@ from farm.store import parquet as artifacts
 from farm.store.repo import STALE_AFTER_S, interrupt_stale_campaigns
 from farm.trial import TrialResult
 from farm.tuning.device_lock import device_locks
+from farm.tuning.finalists import TunedWinner, decide
 from farm.tuning.job import Job
 from farm.tuning.plan import Task, TuneConfig, notice_cpu, plan
 from farm.tuning.pool import WorkerFailure, WorkerPool
@@ -167,10 +174,26 @@ class Campaign:
         evaluate([spec.default])
         rng = random.Random(f"{self.config.seed}:{task.kernel}:{task.problem.key()}")
         workers = len(self.pool.topologies()[task.topology])
-        strategy(self.config.strategy)(task.space, evaluate, Budget(task.budget), rng, workers=workers)
+        budget = Budget(task.budget)
+        strategy(self.config.strategy)(task.space, evaluate, budget, rng, workers=workers, **self._warm(task, recorded))
+        if self.progress is not None and task.budget is not None:
+            self.progress.total -= max(0, min(len(task.space), task.budget) - budget.spent)  # stopped short of its cap
         self.recorder.flush()
         self.heartbeat.beat()  # the counters, also when the task only replayed recorded trials
         return self._winner(task, profiles)
+
+    def _warm(self, task: Task, recorded: dict[str, dict]) -> dict:
+        """The model strategy's extra arguments: the trials stored for this problem by any
+        campaign seed its models (counted into done as resumed, and against the budget), and
+        its adaptive stop (config.noise) unless config.adaptive is off."""
+        if self.config.strategy != "model":
+            return {}
+        space = {s.key() for s in task.space}
+        prior = [result_from_row(row, task.problem) for key, row in recorded.items() if key in space]
+        prior = prior[: min(len(task.space), task.budget or len(task.space))]
+        for result in prior if self.progress is not None else ():
+            self.progress.advance(result, skipped=True)
+        return {"prior": prior, "noise": self.config.noise if self.config.adaptive else None}
 
     def _evaluator(self, task: Task, recorded: dict[str, dict]):
         config = self.config
@@ -197,6 +220,10 @@ class Campaign:
         store.update_campaign(self.db, self.campaign_id, *self.progress.counts())
 
     def _winner(self, task: Task, profiles: dict[str, HardwareProfile]) -> WinnerRecord | None:
+        """The best few certified trials of this problem (any campaign's), the default and the
+        stored winner, re-measured interleaved with rounds added to separate close ones, and
+        chosen by farm.tuning.finalists.decide (a tie within config.noise keeps the stored
+        winner, else the default, else the simplest); stored, and returned as a TunedWinner."""
         spec = catalog.get(task.kernel)
         rows = store.recorded_schedules(self.db, task.topology, task.kernel, spec.source_hash(), task.problem.key())
         certified = sorted((r for r in rows.values() if r["status"] == "ok" and r["median_ns"]), key=_median)
@@ -204,41 +231,71 @@ class Campaign:
             print(f"no certified schedule for {task.kernel} {task.problem}: no winner", file=sys.stderr)
             return None
         finalists = [Schedule.from_key(r["schedule"]) for r in certified[: self.config.finalists]]
-        default_row = rows.get(spec.default.key())
-        default_ok = default_row is not None and default_row["status"] == "ok"
-        if default_ok and spec.default not in finalists:
-            finalists.append(spec.default)
+        ok = {r["schedule"] for r in certified}
+        stored = self._stored_winner(task, spec.source_hash())
+        for extra in (spec.default.key(), stored):
+            if extra in ok and Schedule.from_key(extra) not in finalists:
+                finalists.append(Schedule.from_key(extra))
         slot = self.pool.topologies()[task.topology][0]
-        medians = self._remeasure(slot, task, finalists, rows)
-        if not any(medians.get(s.key()) for s in finalists):
-            medians = {s.key(): rows[s.key()]["median_ns"] for s in finalists}
-        best = min((s for s in finalists if medians.get(s.key())), key=lambda s: medians[s.key()])
-        default_ns = medians.get(spec.default.key()) if default_ok else None
-        record = WinnerRecord(
+        samples = self._remeasure_rounds(slot, task, finalists, rows)
+        if not any(samples.values()):
+            samples = {s.key(): [rows[s.key()]["median_ns"]] for s in finalists}
+        decision = decide(samples, self.config.noise, stored, spec.default)
+        best = decision.timings[decision.winner]
+        default = decision.timings.get(spec.default.key())
+        runner_up = decision.timings.get(decision.runner_up) if decision.runner_up else None
+        record = TunedWinner(
             topology_hash=task.topology,
             kernel=task.kernel,
             problem_key=task.problem.key(),
             source_hash=spec.source_hash(),
-            schedule_key=best.key(),
-            median_ns=medians[best.key()],
-            default_median_ns=default_ns,
-            speedup=default_ns / medians[best.key()] if default_ns else None,
+            schedule_key=decision.winner,
+            median_ns=best.median_ns,
+            default_median_ns=default.median_ns if default else None,
+            speedup=default.median_ns / best.median_ns if default else None,
             campaign_id=self.campaign_id,
             device_name=profiles[slot].device_name,
+            p20_ns=best.p20_ns,
+            p80_ns=best.p80_ns,
+            rounds=decision.rounds,
+            runner_up=decision.runner_up,
+            runner_up_ns=runner_up.median_ns if runner_up else None,
+            margin=decision.margin,
+            margin_low=decision.margin_low,
+            margin_high=decision.margin_high,
+            tie=decision.tie,
         )
         store.save_winner(self.db, record)
         return record
 
+    def _stored_winner(self, task: Task, source_hash: str) -> str | None:
+        """The schedule key of the winner stored for this problem and source, if any."""
+        for w in store.winners(self.db, kernel=task.kernel, topology=task.topology):
+            if w.problem_key == task.problem.key() and w.source_hash == source_hash:
+                return w.schedule_key
+        return None
+
     def _remeasure(self, slot: str, task: Task, finalists: list[Schedule], rows: dict) -> dict[str, float]:
         """Interleaved medians; the recorded trial medians if re-measurement fails."""
+        samples = self._remeasure_rounds(slot, task, finalists, rows)
+        return {k: statistics.median(v) for k, v in samples.items() if v}
+
+    def _remeasure_rounds(
+        self, slot: str, task: Task, finalists: list[Schedule], rows: dict
+    ) -> dict[str, list[float] | None]:
+        """Per-round medians (None: failed); the recorded trial medians, as one round, if
+        re-measurement fails. A pool with only `remeasure` (one Timing each) gives one round."""
+        c = self.config
         try:
-            timings = self.pool.remeasure(
-                slot, task.kernel, task.problem, finalists, self.config.reps, self.config.rounds, self.config.seed
+            if not hasattr(self.pool, "remeasure_rounds"):
+                timings = self.pool.remeasure(slot, task.kernel, task.problem, finalists, c.reps, c.rounds, c.seed)
+                return {k: [t.median_ns] if t is not None else None for k, t in timings.items()}
+            return self.pool.remeasure_rounds(
+                slot, task.kernel, task.problem, finalists, c.reps, c.rounds, c.seed, c.max_rounds, c.noise
             )
-            return {k: t.median_ns for k, t in timings.items() if t is not None}
         except WorkerFailure as exc:
             print(f"re-measuring {task.kernel} {task.problem} failed ({exc}); using trial medians", file=sys.stderr)
-            return {s.key(): rows[s.key()]["median_ns"] for s in finalists}
+            return {s.key(): [rows[s.key()]["median_ns"]] for s in finalists}
 
     def _summary(self, winners: list[WinnerRecord]) -> None:
         row = store.campaign(self.db, self.campaign_id)

@@ -32,6 +32,12 @@ class TuneConfig:
     finalists: int = 3
     rounds: int = 5
     out: Path | None = None
+    # Issue 21: the relative difference that counts as noise (ties between finalists within
+    # it, the model search's stop), the re-measurement's cap on rounds added to separate
+    # close finalists, and whether the model search may stop short of `budget` (a cap).
+    noise: float = 0.01
+    max_rounds: int = 15
+    adaptive: bool = True
 
 
 @dataclass

@@ -178,9 +178,27 @@ class WorkerPool(BatchDispatch):
 
         Raises WorkerFailure when it runs past the trial timeout per schedule and round
         (the worker is replaced) or the worker dies."""
+        samples = self.remeasure_rounds(worker_id, kernel, problem, schedules, reps, rounds, seed)
+        return {k: Timing.from_samples(v, "interleaved") if v else None for k, v in samples.items()}
+
+    def remeasure_rounds(
+        self,
+        worker_id: str,
+        kernel: str,
+        problem: Problem,
+        schedules: list[Schedule],
+        reps: int = 10,
+        rounds: int = 5,
+        seed: int = 0,
+        max_rounds: int | None = None,
+        noise: float = 0.01,
+    ) -> dict[str, list[float] | None]:
+        """Per-round medians of an interleaved re-measurement, with rounds added up to
+        `max_rounds` for finalists not yet separated (TrialBench.remeasure_rounds); the
+        same failure rules as `remeasure`, its time limit counted over `max_rounds`."""
         slot = self._slots[worker_id]
-        ref = slot.actor.remeasure.remote(kernel, problem, schedules, reps, rounds, seed)
-        limit = self.trial_timeout_s * max(1, len(schedules)) * rounds
+        ref = slot.actor.remeasure_rounds.remote(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
+        limit = self.trial_timeout_s * max(1, len(schedules)) * max(rounds, max_rounds or 0)
         ready, _ = self._ray.wait([ref], timeout=limit)
         if not ready:
             self._replace(slot)

@@ -68,8 +68,10 @@ class Progress:
 
 
 def format_winners_table(winners: list[WinnerRecord]) -> str:
-    """kernel, problem, schedule, median, default-schedule time and speedup, one row each."""
-    header = ("kernel", "problem", "schedule", "median_us", "default_us", "speedup")
+    """kernel, problem, schedule, median, default-schedule time, speedup, then p20-p80 over
+    the re-measurement's rounds and the runner-up's margin with its interval ("tie" when the
+    winner was chosen among finalists within noise), one row each."""
+    header = ("kernel", "problem", "schedule", "median_us", "default_us", "speedup", "p20-p80_us", "margin")
     rows = [header]
     for w in winners:
         rows.append(
@@ -80,12 +82,33 @@ def format_winners_table(winners: list[WinnerRecord]) -> str:
                 f"{w.median_ns / 1e3:.2f}",
                 "-" if w.default_median_ns is None else f"{w.default_median_ns / 1e3:.2f}",
                 "-" if w.speedup is None or math.isnan(w.speedup) else f"{w.speedup:.2f}x",
+                _spread(w),
+                format_margin(w),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _spread(w: WinnerRecord) -> str:
+    p20, p80 = getattr(w, "p20_ns", None), getattr(w, "p80_ns", None)
+    return "-" if p20 is None or p80 is None else f"{p20 / 1e3:.2f}-{p80 / 1e3:.2f}"
+
+
+def format_margin(w: WinnerRecord) -> str:
+    """The runner-up's margin over the winner with its interval, e.g. `+2.1% [+0.8, +3.5] (5
+    rounds)`, prefixed `tie` when the winner was chosen among finalists within noise; `-`
+    without one (a farm.tuning.finalists.TunedWinner carries it, a stored WinnerRecord does not)."""
+    margin = getattr(w, "margin", None)
+    if margin is None or not math.isfinite(margin):
+        return "-"
+    low, high = getattr(w, "margin_low", None), getattr(w, "margin_high", None)
+    interval = f" [{100 * low:+.1f}, {100 * high:+.1f}]" if low is not None and high is not None else ""
+    rounds = getattr(w, "rounds", None)
+    text = f"{100 * margin:+.1f}%{interval}" + (f" ({rounds} rounds)" if rounds else "")
+    return ("tie " if getattr(w, "tie", False) else "") + text
 
 
 def format_stage_times(pool: WorkerPool, wall_s: float) -> str:

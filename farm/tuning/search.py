@@ -81,6 +81,9 @@ def model_based(
     workers: int = 1,
     batch_size: int | None = None,
     explore: float = 0.25,
+    noise: float | None = None,
+    patience: int = 3,
+    prior: list[TrialResult] | None = None,
 ) -> list[TrialResult]:
     """Two cheap surrogates voting: k-nearest neighbours over log2 knob values (smooth
     trends) and a ridge regression over one-hot knob values (what each value is worth on
@@ -95,6 +98,19 @@ def model_based(
     of the topology needs work in flight. On the H200 gemm trials replayed
     as a landscape and on the synthetic gemm-shaped cost this beat the k-NN model alone
     (benchmarks/NOTES.md).
+
+    Warm start: `prior` results (trials stored by earlier campaigns for this problem) are
+    known to the models from the start and take the place of as many random seeds; each
+    counts against the budget (the budget caps the trials a problem has, whoever ran
+    them), so a resumed campaign ends where the uninterrupted one would have.
+
+    Adaptive stop (`noise` given: the relative difference that counts as measurement
+    noise): before each model round, the most optimistic prediction (the lower of the two
+    models' predictions, less their typical error on all the trials they proposed, a robust
+    sigma of |measured - predicted|) is compared with the best time found; when it does not
+    beat it by more than `noise` (nor the trials' own p20-p80 spread) for `patience`
+    consecutive rounds, the search stops short of its budget: a flat landscape stops early,
+    one whose models still see a better region keeps going. `budget` stays the cap.
     """
     total = min(len(space), budget.remaining)
     if total <= 0:
@@ -103,39 +119,71 @@ def model_based(
         raise ValueError(f"workers must be >= 1, got {workers}")
     batch_size = batch_size or max(4, 2 * workers)
     features, onehot = knob_features(space), onehot_features(space)
-    order = list(range(len(space)))
+    index = {s.key(): i for i, s in enumerate(space)}
+    known = [r for r in prior or [] if r.key.schedule.key() in index][:total]
+    budget.spend(len(known))
+    seen: list[int] = [index[r.key.schedule.key()] for r in known]
+    results: list[TrialResult] = []
+    order = [i for i in range(len(space)) if i not in set(seen)]
     rng.shuffle(order)
-    seed_count = min(total, max(4, total // 4))
-    seen: list[int] = order[:seed_count]
-    results = _evaluate([space[i] for i in seen], evaluate, budget)
+    seed_count = max(0, min(total, max(4, total // 4)) - len(seen))
+    picks = order[:seed_count]
+    results += _evaluate([space[i] for i in picks], evaluate, budget)
+    seen += picks
+    residuals: list[float] = []
+    quiet = 0
     while len(seen) < total:
         size = min(batch_size, total - len(seen))
-        picks = _propose(features, onehot, seen, results, size, explore, rng)
-        results += _evaluate([space[i] for i in picks], evaluate, budget)
+        candidates, knn, ridge = _predict(features, onehot, seen, known + results)
+        if noise is not None and residuals:
+            quiet = 0 if _promising(known + results, knn, ridge, residuals, noise) else quiet + 1
+            if quiet >= patience:
+                break
+        picks = _pick(candidates, _ranks(knn) + _ranks(ridge), size, explore, rng)
+        fresh = _evaluate([space[i] for i in picks], evaluate, budget)
+        predicted = dict(zip(candidates.tolist(), (knn + ridge) / 2, strict=True))
+        measured = [(i, r) for i, r in zip(picks, fresh, strict=True) if r.ok and r.median_ns]
+        residuals += [math.log(r.median_ns) - predicted[i] for i, r in measured]
+        results += fresh
         seen += picks
     return results
 
 
-def _propose(
-    features: np.ndarray,
-    onehot: np.ndarray,
-    seen: list[int],
-    results: list[TrialResult],
-    size: int,
-    explore: float,
-    rng: random.Random,
-) -> list[int]:
+def _predict(features: np.ndarray, onehot: np.ndarray, seen: list[int], results: list[TrialResult]):
+    """(unevaluated indices, k-NN log-time predictions, ridge log-time predictions)."""
     targets = _targets(results)
     seen_set = set(seen)
     candidates = np.array([i for i in range(len(features)) if i not in seen_set])
-    score = _ranks(knn_predict(features[seen], targets, features[candidates]))
-    score += _ranks(ridge_predict(onehot[seen], targets, onehot[candidates]))
+    knn = knn_predict(features[seen], targets, features[candidates])
+    ridge = ridge_predict(onehot[seen], targets, onehot[candidates])
+    return candidates, knn, ridge
+
+
+def _pick(candidates: np.ndarray, score: np.ndarray, size: int, explore: float, rng: random.Random) -> list[int]:
     ranked = [int(c) for c in candidates[np.argsort(score, kind="stable")]]
     random_count = min(size - 1, int(round(size * explore))) if size > 1 else 0
     picks = ranked[: size - random_count]
     rest = [c for c in ranked if c not in set(picks)]
     picks += rng.sample(rest, min(random_count, len(rest)))
     return picks
+
+
+def _promising(
+    results: list[TrialResult], knn: np.ndarray, ridge: np.ndarray, residuals: list[float], noise: float
+) -> bool:
+    """Whether the models' most optimistic candidate beats the best time by more than the noise."""
+    best = min((math.log(r.median_ns) for r in results if r.ok and r.median_ns), default=math.inf)
+    if not math.isfinite(best):
+        return True
+    sigma = 1.4826 * float(np.median(np.abs(residuals)))
+    optimistic = float(np.min(np.minimum(knn, ridge))) - sigma
+    return best - optimistic > math.log1p(max(noise, trial_noise(results)))
+
+
+def trial_noise(results: list[TrialResult]) -> float:
+    """The trials' typical relative spread: the median of (p80 - p20) / median over ok trials."""
+    spreads = [(r.timing.p80_ns - r.timing.p20_ns) / r.timing.median_ns for r in results if r.ok and r.median_ns]
+    return float(np.median(spreads)) if spreads else 0.0
 
 
 def _targets(results: list[TrialResult]) -> np.ndarray:
