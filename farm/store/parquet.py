@@ -150,6 +150,11 @@ WINNER_COLUMNS = (
     "device_name",
     "source_hash",
 )
+# The decision a campaign's winner carries (farm.tuning.finalists.TunedWinner; None on a
+# plain WinnerRecord): summary.json and winners.csv only, not SQL (yet).
+WINNER_DECISION_COLUMNS = (
+    "p20_ns", "p80_ns", "rounds", "runner_up", "runner_up_ns", "margin", "margin_low", "margin_high", "tie",
+)  # fmt: skip
 
 
 def _winner_row(record: WinnerRecord) -> dict:
@@ -163,6 +168,7 @@ def _winner_row(record: WinnerRecord) -> dict:
         "topology_hash": record.topology_hash,
         "device_name": record.device_name,
         "source_hash": record.source_hash,
+        **{name: getattr(record, name, None) for name in WINNER_DECISION_COLUMNS},
     }
 
 
@@ -197,7 +203,7 @@ def write_campaign_summary(
     paths = {name: directory / name for name in ("summary.json", "winners.csv", "winners.md")}
     paths["summary.json"].write_text(json.dumps(summary, indent=2) + "\n")
     with open(paths["winners.csv"], "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=WINNER_COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=WINNER_COLUMNS + WINNER_DECISION_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
     paths["winners.md"].write_text(winners_markdown(winners))
