@@ -1,0 +1,150 @@
+"""Issue 21: do two independent campaigns agree on their winners?
+
+Runs `farm tune` twice on fresh databases (same machine, back to back, each its own
+process and Ray), then re-times both winners of every (kernel, problem) interleaved on
+this machine's adapter (TrialBench.remeasure_rounds: `--rounds` rounds of `--reps`
+dispatches, a rotated order each round, the median over rounds) and reports, per row,
+the second winner's time over the first's. Targets (H200): within 3% on >= 18 of 19
+rows, all within 5%, each campaign's wall time no longer than before (134-141 s).
+
+    python3 benchmarks/stability.py --all --out benchmarks/results          # the H200 run
+    python3 benchmarks/stability.py --kernels gemv --budget 4 --out /tmp/s --allow-cpu
+
+Writes <out>/<date>-<label>-stability.json (and each campaign's log and artifacts under
+<out>/<date>-<label>-stability/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from farm import catalog, store
+from farm.gpu import benchmark_device
+from farm.schedule import Problem, Schedule
+from farm.tuning.bench import TrialBench
+
+
+def run_campaign(name: str, args: argparse.Namespace, work: Path, seed: int) -> dict:
+    db = f"sqlite:///{work / name}.db"
+    command = [sys.executable, "-m", "farm", "tune", *(["--all"] if args.all else args.kernels)]
+    command += ["--db", db, "--out", str(work / f"{name}-artifacts"), "--seed", str(seed), "--gpus", str(args.gpus)]
+    command += ["--budget", args.budget] if args.budget else []
+    command += ["--sizes", args.sizes] if args.sizes else []
+    command += ["--allow-cpu"] if args.allow_cpu else []
+    env = {**os.environ, "FARM_HOME": str(work / f"{name}-home"), "FARM_DEVICE_LOCK": "warn"}
+    print(f"campaign {name}: {' '.join(command)}", file=sys.stderr)
+    started = time.perf_counter()
+    with open(work / f"{name}.log", "w") as log:
+        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"campaign {name} failed (rc {done.returncode}); see {work / name}.log")
+    winners = store.winners(store.open_store(db))
+    print(f"campaign {name}: {len(winners)} winners in {wall:.1f} s", file=sys.stderr)
+    return {"db": db, "wall_s": wall, "seed": seed, "winners": {(w.kernel, w.problem_key): w for w in winners}}
+
+
+def retime(bench: TrialBench, kernel: str, problem_key: str, a: str, b: str, reps: int, rounds: int) -> dict:
+    spec = catalog.get(kernel)
+    problem = Problem.from_key(problem_key)
+    schedules = [Schedule.from_key(a)] if a == b else [Schedule.from_key(a), Schedule.from_key(b)]
+    samples = bench.remeasure_rounds(spec.name, problem, schedules, reps, rounds, max_rounds=rounds)
+    first, second = samples.get(a), samples.get(b)
+    if not first or not second:
+        return {"error": "a winner failed to run when re-timed"}
+    ratio = statistics.median(second) / statistics.median(first)
+    paired = sorted(y / x for x, y in zip(first, second, strict=False)) if a != b else [1.0]
+    return {
+        "first_ns": statistics.median(first),
+        "second_ns": statistics.median(second),
+        "ratio": ratio,  # second winner's time over the first's (>1: the second campaign's winner is slower)
+        "paired_ratio_median": statistics.median(paired),
+        "rounds": len(first),
+    }
+
+
+def summarize(rows: list[dict]) -> dict:
+    timed = [r for r in rows if "ratio" in r]
+    gaps = [abs(r["ratio"] - 1) for r in timed]
+    return {
+        "rows": len(rows),
+        "identical": sum(r["identical"] for r in rows),
+        "within_3pct": sum(g <= 0.03 for g in gaps),
+        "within_5pct": sum(g <= 0.05 for g in gaps),
+        "max_gap": max(gaps, default=None),
+        "unmatched_or_failed": len(rows) - len(timed),
+        "target_met": bool(timed) and len(timed) == len(rows) and sum(g <= 0.03 for g in gaps) >= len(rows) - 1
+        and max(gaps) <= 0.05,
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernels", nargs="*", default=[], help="kernel names (or --all)")
+    parser.add_argument("--all", action="store_true", help="every kernel in the catalog (farm tune --all)")
+    parser.add_argument("--sizes", default=None, help="farm tune --sizes")
+    parser.add_argument("--budget", default=None, help="farm tune --budget (default: farm tune's)")
+    parser.add_argument("--seeds", default="0,0", help="the two campaigns' --seed (default 0,0: the same command)")
+    parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=10, help="dispatches per round when re-timing")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds when re-timing")
+    parser.add_argument("--label", default="h200")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--allow-cpu", action="store_true")
+    args = parser.parse_args(argv)
+    if not args.all and not args.kernels:
+        parser.error("name --kernels or --all")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if len(seeds) != 2:
+        parser.error("--seeds takes two seeds, e.g. 0,0")
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    work = args.out / f"{date}-{args.label}-stability"
+    work.mkdir(parents=True, exist_ok=True)
+    campaigns = [run_campaign(name, args, work, seed) for name, seed in zip(("a", "b"), seeds, strict=True)]
+    device = benchmark_device(args.allow_cpu)
+    if device is None:
+        return 2
+    bench = TrialBench(device, "stability")
+    rows = []
+    try:
+        for key in sorted(set(campaigns[0]["winners"]) | set(campaigns[1]["winners"])):
+            a, b = (c["winners"].get(key) for c in campaigns)
+            row = {"kernel": key[0], "problem": key[1], "first": a and a.schedule_key, "second": b and b.schedule_key}
+            row["identical"] = a is not None and b is not None and a.schedule_key == b.schedule_key
+            if a is None or b is None:
+                row["error"] = "only one campaign has a winner"
+            else:
+                row |= retime(bench, key[0], key[1], a.schedule_key, b.schedule_key, args.reps, args.rounds)
+            rows.append(row)
+            shown = f"{100 * (row['ratio'] - 1):+.1f}%" if "ratio" in row else row["error"]
+            print(f"{key[0]:<14} {key[1]:<28} {'same' if row['identical'] else 'differ':<6} {shown}", file=sys.stderr)
+    finally:
+        bench.close()
+    result = {
+        "format": "farm-stability/1",
+        "date": date,
+        "device": device.profile.summary,
+        "command": sys.argv,
+        "campaign_wall_s": [c["wall_s"] for c in campaigns],
+        "seeds": seeds,
+        "retime": {"reps": args.reps, "rounds": args.rounds, "method": "interleaved, median over rounds"},
+        "summary": summarize(rows),
+        "rows": rows,
+    }
+    path = args.out / f"{date}-{args.label}-stability.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["summary"] | {"campaign_wall_s": result["campaign_wall_s"]}), file=sys.stderr)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
