@@ -4,11 +4,10 @@ correct, farm.tuning tunes them). Each method validates its arguments before any
 touches the GPU (farm.runtime.validation), builds the kernel's problem and inputs and runs
 the call's plan (farm.runtime.calls): the same `spec.launch()` wiring the oracle certifies.
 
-Schedules (`tuned_schedule`) come from farm.runtime.winners: tuned → nearest →
-same-device → default, stale winners skipped, each fallback one warning (logger
-`farm.runtime`) per kernel and problem; a winner invalid for the problem (topk: one of
-the same block size), or an unreachable or empty database, means the default with a
-warning, not a failed call.
+Schedules (`tuned_schedule`) come from farm.runtime.winners: tuned → nearest → same-device →
+default, stale winners skipped, each fallback one warning (logger `farm.runtime`) per kernel
+and problem, never a failed call (an unreachable database means defaults). A miss may queue a
+tuning request, and re-reads the winners after a TTL, in the background (farm.runtime.requests).
 
 Any array argument may be a DeviceArray (farm.runtime.arrays); with one among the inputs
 or `out=`, outputs are DeviceArrays and the call returns once submitted. Buffers come from
@@ -31,6 +30,7 @@ from farm.runtime import signature
 from farm.runtime.arrays import DeviceArray
 from farm.runtime.calls import Caller, check_out
 from farm.runtime.pool import BufferPool
+from farm.runtime.requests import Winners
 from farm.runtime.validation import (
     as_array,
     as_count,
@@ -42,7 +42,7 @@ from farm.runtime.validation import (
     fft_shape,
     p64_words,
 )
-from farm.runtime.winners import Candidate, check_schedules_path, load_candidates, lookup_schedule
+from farm.runtime.winners import Candidate, check_schedules_path, lookup_schedule
 from farm.schedule import Problem, Schedule
 
 log = logging.getLogger("farm.runtime")  # the name README promises
@@ -58,7 +58,8 @@ class ForgeRuntime:
     file written by `farm export` (used instead of the database); `device`: an existing
     `farm.gpu.Device` to share (then `adapter` is ignored); `capacity_bytes`: the most
     device memory the runtime's buffer pool may hold, live DeviceArrays and idle buffers
-    together (None: no bound; idle buffers beyond 1 GiB are freed).
+    together (None: no bound; idle buffers beyond 1 GiB are freed); `request_tuning`: queue
+    misses for `farm serve` (None: `$FARM_REQUEST_TUNING`; farm.runtime.requests).
 
     Thread safety: a runtime may be shared by threads; its calls are serialized by a lock
     (one wgpu queue runs them in order anyway), so concurrent calls are safe, not parallel.
@@ -72,6 +73,7 @@ class ForgeRuntime:
         *,
         device: Device | None = None,
         capacity_bytes: int | None = None,
+        request_tuning: bool | None = None,
     ):
         self.device = device if device is not None else Device(choose_adapter(adapter))
         self._lock = threading.RLock()
@@ -79,24 +81,18 @@ class ForgeRuntime:
         self._caller = Caller(self.device, self._pool, self)
         self.profile = self.device.profile
         self.topology_hash = self.profile.topology_hash()
-        self._db = db
         self._schedules = Path(schedules) if schedules is not None else None
-        self._candidates: list[Candidate] | None = None
         self._lookups: dict[tuple[str, str], tuple[Schedule, str]] = {}
         self._warned: set[tuple[str, ...]] = set()
+        self.stored = Winners(db, self._schedules, self.topology_hash, request_tuning, self._warn)
         if self._schedules is not None:
             check_schedules_path(self._schedules)  # FileNotFoundError; ValueError for a directory
             self.winners()  # a malformed file fails here, not in the first kernel call
 
     # -- schedules ----------------------------------------------------------------------
     def winners(self) -> list[Candidate]:
-        """Every stored winner (read once per runtime, then cached)."""
-        if self._candidates is None:
-            records, problem = load_candidates(self._db, self._schedules)
-            if problem:
-                self._warn(("source",), f"{problem}; every kernel uses its default schedule")
-            self._candidates = records
-        return self._candidates
+        """Every stored winner (read once per runtime, again after a miss: farm.runtime.requests)."""
+        return self.stored.get()
 
     def tuned_schedule(self, kernel: str, problem: Problem | None = None) -> tuple[Schedule, str]:
         """The schedule a call for (`kernel`, `problem`) uses and where it came from:
@@ -117,6 +113,7 @@ class ForgeRuntime:
             if lookup.warning:
                 self._warn(key, lookup.warning)
             cached = (lookup.schedule, lookup.source)
+            self.stored.missed(spec, problem, lookup.source)
             if len(self._lookups) >= _MAX_CACHED_LOOKUPS:
                 self._lookups.clear()
             self._lookups[key] = cached
@@ -213,6 +210,9 @@ class ForgeRuntime:
         # looking up the schedule again (the same shapes passed these checks then).
         recent = (kernel, tuple(dims.values()), schedule, tuple((n, v.dtype, v.shape) for n, v in inputs.items()))
         with self._lock:
+            if self.stored.refreshed():  # new winners read after a miss: look the schedules up again
+                self._lookups = {}
+                self._caller._recent.clear()  # plans chosen by the old lookups
             plan = self._caller.recent(recent)
             if plan is None:
                 check_input_limits(kernel, inputs, self._binding_limit())
