@@ -23,5 +23,6 @@ st.navigation(
         st.Page(HERE / "views" / "trials.py", title="Trials"),
         st.Page(HERE / "views" / "sweeps.py", title="Recurrent sweeps"),
         st.Page(HERE / "views" / "compare.py", title="Compare topologies"),
+        st.Page(HERE / "views" / "queue.py", title="Queue"),
     ]
 ).run()

@@ -28,7 +28,7 @@ from farm.dashboard.trial_data import (  # noqa: F401  (the Trials page's querie
 from farm.schedule import Status
 from farm.store.database import Store, open_store
 from farm.store.engine import mask_secrets
-from farm.store.models import Campaign, SweepCase, Topology, Trial, Winner
+from farm.store.models import Campaign, SweepCase, Topology, Trial, Winner, utcnow
 from farm.store.repo import campaigns, fetch_rows, live_campaigns, trial_status_counts, winners
 from farm.store.sweeps import sweep_cases, sweep_steps, sweeps
 
@@ -307,3 +307,43 @@ def trials_by_topology(store: Store, kernel: str, problem: str) -> list[dict]:
         if r["status"] == Status.OK.value:
             totals[r["topology_hash"]]["ok"] += int(r["n"])
     return [{"topology": short(h)} | counts for h, counts in sorted(totals.items())]
+
+
+# ---------------------------------------------------------------- the tuning queue
+
+
+def queue_table(store: Store, status: str | None = None, limit: int = 500) -> list[dict]:
+    """Tuning requests (farm.store.queue.requests' order: claimed, queued, failed, done) with their
+    age, who asked, which drainer holds the lease and for how long; [] before revision 0004."""
+    from farm.store import queue
+
+    if not queue.has_queue(store):
+        return []
+    now = utcnow()
+    return [
+        {
+            "id": r["id"],
+            "status": r["status"],
+            "priority": r["priority"],
+            "kernel": r["kernel"],
+            "problem": r["problem"],
+            "topology": short(r["topology_hash"]),
+            "age_s": round((now - r["created_at"]).total_seconds()),
+            "requested_by": r["requested_by"],
+            "drainer": r["claimed_by"] if r["status"] == "claimed" else None,
+            "lease_left_s": round((r["lease_expires_at"] - now).total_seconds())
+            if r["status"] == "claimed" and r["lease_expires_at"] is not None
+            else None,
+            "attempts": r["attempts"],
+            "why": r["last_error"] or r["note"],
+            "campaign": r["campaign_id"],
+        }
+        for r in queue.requests(store, status, limit)
+    ]
+
+
+def queue_counts(store: Store) -> dict[str, int]:
+    """{queued, claimed, done, failed: requests}; zeros before revision 0004."""
+    from farm.store import queue
+
+    return queue.status_counts(store) if queue.has_queue(store) else dict.fromkeys(queue.REQUEST_STATUSES, 0)
