@@ -102,3 +102,12 @@ def test_farm_serve_once_drains_the_queue_on_lavapipe(farm_home, capsys, device)
     listed = capsys.readouterr().out
     assert "campaign " in listed and "no worker of this topology" in listed
     db.engine.dispose()
+
+
+def test_request_and_serve_take_kernel_files_like_tune():
+    from farm.cli.main import build_parser
+
+    parser = build_parser()
+    for argv in (["serve", "--once"], ["request", "softmax", "--sizes", "softmax:rows=8,cols=100"]):
+        args = parser.parse_args([*argv, "--kernels-file", "examples/softmax.py", "--kernels-file", "b.py"])
+        assert args.kernels_file == ["examples/softmax.py", "b.py"]

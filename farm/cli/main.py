@@ -322,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     database.add_parsers(sub)
     queue.add_parsers(sub)  # farm request, farm serve
     _add_serving_parsers(sub)
-    for name in ("tune", "certify", "winners", "export", "dashboard", "bench"):
+    for name in ("tune", "certify", "winners", "export", "dashboard", "bench", "request", "serve"):
         sub.choices[name].add_argument(
             "--kernels-file",
             action="append",
