@@ -130,3 +130,13 @@ def port(text: str) -> int:
     if not 0 < value < 65536:
         raise argparse.ArgumentTypeError(f"expected a port in 1..65535, got {text!r}")
     return value
+
+
+def budget(text: str) -> int | None:
+    """`--budget N` (N >= 1) or `--budget all` (the whole schedule space: None)."""
+    if text == "all":
+        return None
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"budget must be a positive integer or 'all', got {text!r}") from None

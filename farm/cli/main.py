@@ -14,6 +14,7 @@ from farm.cli import database, queue
 from farm.cli.errors import (
     EXIT_INTERRUPTED,
     FarmParser,
+    budget,
     database_bugs,
     finite_float,
     nonnegative_int,
@@ -23,6 +24,7 @@ from farm.cli.errors import (
     report,
     user_errors,
 )
+from farm.tuning.plan import DEFAULT_BUDGET
 
 
 def cmd_adapters(args: argparse.Namespace) -> int:
@@ -241,19 +243,6 @@ def _without_winner(kernels: list[str], sizes: dict, winners: list) -> list[str]
     return missing + [k for k in kernels if k not in sizes and not any(w.kernel == k for w in winners)]
 
 
-DEFAULT_TUNE_BUDGET = 64
-
-
-def _budget(text: str) -> int | None:
-    """`--budget N` (N >= 1) or `--budget all` (the whole schedule space)."""
-    if text == "all":
-        return None
-    try:
-        return positive_int(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"budget must be a positive integer or 'all', got {text!r}") from None
-
-
 def _add_tune_parser(sub) -> None:
     p = sub.add_parser("tune", help="tune kernels on every GPU of a Ray cluster; store trials and winners")
     p.add_argument("kernels", nargs="*", help="kernel names (default: all, or those named in --sizes)")
@@ -262,9 +251,9 @@ def _add_tune_parser(sub) -> None:
     p.add_argument("--strategy", choices=("exhaustive", "random", "model"), default="model")
     p.add_argument(
         "--budget",
-        type=_budget,
-        default=DEFAULT_TUNE_BUDGET,
-        help=f"schedules per kernel and problem, or 'all' (default {DEFAULT_TUNE_BUDGET}; CPU adapters cap it lower)",
+        type=budget,
+        default=DEFAULT_BUDGET,
+        help=f"schedules per kernel and problem, or 'all' (default {DEFAULT_BUDGET}; CPU adapters cap it lower)",
     )
     p.add_argument("--reps", type=positive_int, default=10, help="timed repetitions per trial")
     p.add_argument("--warmup", type=nonnegative_int, default=2, help="untimed runs before timing")

@@ -13,10 +13,10 @@ from datetime import datetime
 from pathlib import Path
 
 from farm import catalog
-from farm.cli.errors import nonnegative_int, positive_float, positive_int
+from farm.cli.errors import budget, nonnegative_int, positive_float, positive_int
+from farm.tuning.plan import DEFAULT_BUDGET
 
 DB_HELP = "SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)"
-DEFAULT_BUDGET = 64  # as `farm tune`
 SHORT = 12
 _FULL_HASH = re.compile(r"[0-9a-f]{64}")
 
@@ -49,7 +49,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--lease", type=positive_float, default=300.0, help="seconds a claim lasts unless renewed")
     p.add_argument("--max-attempts", type=positive_int, default=3, help="attempts before a request is failed")
     p.add_argument("--strategy", choices=("exhaustive", "random", "model"), default="model")
-    p.add_argument("--budget", type=_budget, default=DEFAULT_BUDGET, help=f"as farm tune (default {DEFAULT_BUDGET})")
+    p.add_argument("--budget", type=budget, default=DEFAULT_BUDGET, help=f"as farm tune (default {DEFAULT_BUDGET})")
     p.add_argument("--reps", type=positive_int, default=10, help="timed repetitions per trial")
     p.add_argument("--warmup", type=nonnegative_int, default=2, help="untimed runs before timing")
     p.add_argument("--trial-timeout", type=positive_float, default=60.0, help="seconds per trial")
@@ -57,15 +57,6 @@ def add_parsers(sub) -> None:
     p.add_argument("--out", default=None, help="artifacts directory (default: $FARM_HOME/artifacts)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_serve)
-
-
-def _budget(text: str) -> int | None:
-    if text == "all":
-        return None
-    try:
-        return positive_int(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"budget must be a positive integer or 'all', got {text!r}") from None
 
 
 def cmd_request(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from farm.schedule import Problem, Schedule
 from farm.tuning.problems import check_problem
 
 CPU_BUDGET = 8  # schedules per (kernel, problem) on a CPU adapter, besides the default
+DEFAULT_BUDGET = 64  # trials per (kernel, problem) for `farm tune` and `farm serve` unless --budget says otherwise
 
 
 @dataclass(frozen=True)
