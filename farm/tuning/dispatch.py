@@ -22,6 +22,7 @@ Any other exception from a worker is a bug and propagates. `BatchDispatch` holds
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -70,7 +71,7 @@ class _Batch:
     alone: bool = False  # a retried or split-off trial: never merged with others again
 
 
-class BatchDispatch:
+class BatchDispatch(ABC):
     """Runs jobs over worker slots by the module's rules. The pool sets the settings and
     `_ray` (the ray module) and supplies `_replace(slot)`: kill the slot's actor, start a
     fresh one."""
@@ -80,8 +81,9 @@ class BatchDispatch:
     max_in_flight: int
     max_retries: int
 
+    @abstractmethod
     def _replace(self, slot: _Slot) -> None:
-        raise NotImplementedError
+        """Kill `slot`'s actor and start a fresh one in its place."""
 
     def _run(self, jobs: list[Job], slots: list[_Slot], batch_size: int | None) -> Iterator[tuple[int, TrialResult]]:
         """Batches of `batch_size`, or guided: each batch takes its share of what is left,
