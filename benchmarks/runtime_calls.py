@@ -355,6 +355,35 @@ def torch_row(torch, spec, problem, inputs, schedule) -> dict:
     return row
 
 
+def python_cost_us(rt, calls: int = 5000) -> float:
+    """The runtime's own Python per call (recurrent E=96 on DeviceArrays): the same call with
+    every wgpu call replaced by a no-op, so what is left is validation, plan lookup, pool
+    and bookkeeping. What the real call costs beyond it is wgpu-py and the GPU."""
+
+    class NoWgpu:
+        def __getattr__(self, name):
+            return self
+
+        def __call__(self, *args, **kwargs):
+            return self
+
+    g = np.random.default_rng(0)
+    args = [rt.asarray(g.standard_normal(s).astype(np.float32)) for s in ((1, 8, 64, 64), (1, 1, 64, 96))]
+    args += [rt.asarray(np.zeros((1, 8, 64, 96), np.float32)), rt.asarray(np.full(8, 0.9, np.float32))]
+    rt.recurrent_attention(*args)
+    rt.synchronize()
+    real, rt.device.device = rt.device.device, NoWgpu()
+    try:
+        start = time.perf_counter()
+        for _ in range(calls):
+            rt.recurrent_attention(*args)
+        return (time.perf_counter() - start) / calls * 1e6
+    finally:
+        rt.device.device = real
+        for a in args:
+            a.release()
+
+
 # -- chains -----------------------------------------------------------------------------------
 def chains(rt, torch, quick: bool) -> list[dict]:
     g = np.random.default_rng(1)
@@ -434,6 +463,7 @@ def markdown(result: dict) -> str:
     lines = [f"# ForgeRuntime per call ({result['adapter']}, {result['date']})", "", "## Floors", ""]
     lines += [f"- {k}: {v:.3g}" for k, v in {**result["wgpu_floors"], **result.get("torch_floors", {})}.items()]
     lines += [f"- runtime {k}: {v:.3g}" for k, v in result["runtime_transfers"].items()]
+    lines += [f"- runtime Python per call, wgpu calls stubbed (recurrent E=96): {result['runtime_python_us']:.3g} us"]
     lines += ["", "## Per call (host wall with a sync each call; kernel_ms by GPU timestamps; floor_ms: plain",
               "wgpu-py doing the same transfers; overheads: numpy_ms - floor_ms - kernel_ms and",
               "device_ms - kernel_ms - submit_wait)", ""]
@@ -482,6 +512,7 @@ def main() -> int:
     if torch is not None:
         result["torch_floors"] = torch_floors(torch, big)
     result["runtime_transfers"] = runtime_transfers(rt, big)
+    result["runtime_python_us"] = python_cost_us(rt)
     result["kernels"] = []
     floor = TransferFloor()
     submit_wait = result["wgpu_floors"]["submit_wait_us"]
