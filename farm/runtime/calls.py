@@ -126,6 +126,10 @@ class Caller:
     def recent(self, key: tuple) -> CallPlan | None:
         return self._recent.get(key)
 
+    def forget_recent(self) -> None:
+        """Drop the call keys -> plan map (their schedules came from lookups now stale)."""
+        self._recent.clear()
+
     def remember(self, key: tuple, plan: CallPlan) -> None:
         if len(self._recent) >= 4 * MAX_PLANS:
             self._recent.clear()

@@ -212,7 +212,7 @@ class ForgeRuntime:
         with self._lock:
             if self.stored.refreshed():  # new winners read after a miss: look the schedules up again
                 self._lookups = {}
-                self._caller._recent.clear()  # plans chosen by the old lookups
+                self._caller.forget_recent()  # plans chosen by the old lookups
             plan = self._caller.recent(recent)
             if plan is None:
                 check_input_limits(kernel, inputs, self._binding_limit())
