@@ -195,7 +195,7 @@ def test_farm_dashboard_serves_the_winners_table_to_chromium(campaign, tmp_path)
                 table.get_by_text("m=64,n=64").first.wait_for(state="attached", timeout=60_000)
                 assert "gemv" in table.first.inner_html()
                 nav = page.locator('[data-testid="stSidebarNav"] a').all_inner_texts()
-                assert nav == ["Overview", "Winners", "Trials", "Recurrent sweeps", "Compare topologies"]
+                assert nav == ["Overview", "Winners", "Trials", "Recurrent sweeps", "Compare topologies", "Queue"]
                 shot = tmp_path / "winners.png"
                 page.screenshot(path=str(shot), full_page=True)
             finally:
