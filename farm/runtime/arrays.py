@@ -54,6 +54,14 @@ class DeviceArray:
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
 
+    @classmethod
+    def wrap(cls, storage: _Storage, shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray:
+        """A call's output: `shape` a tuple of ints and `dtype` an np.dtype already (a
+        plan's), so nothing is converted on the call path."""
+        array = cls.__new__(cls)
+        array._storage, array.shape, array.dtype = storage, shape, dtype
+        return array
+
     # -- what it is -------------------------------------------------------------------
     @property
     def ndim(self) -> int:

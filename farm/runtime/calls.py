@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from farm.catalog import KernelSpec, check_launch
-from farm.gpu import Buffer, Device, GpuError, Pipeline
+from farm.gpu import MAX_GROUPS_PER_DIM, Buffer, Device, GpuError, Pipeline, fold_groups
 from farm.oracle.launch import compile_launch
 from farm.runtime.arrays import DeviceArray, _Storage
 from farm.runtime.pool import BufferPool, Slab
@@ -82,6 +82,14 @@ class CallPlan:
             for slot, buffer in zip(self.slots, buffers, strict=True)
             if slot.role == "output"
         ]
+
+
+def _grid(groups: int | tuple[int, int, int]) -> tuple[int, int, int]:
+    """A pass's dispatch grid (a linear count folded to 2-D past 65535, as the Device does)."""
+    grid = fold_groups(groups) if isinstance(groups, int) else tuple(groups)
+    if max(grid) > MAX_GROUPS_PER_DIM:
+        raise GpuError("dispatch", f"grid {grid} exceeds {MAX_GROUPS_PER_DIM} per dimension")
+    return grid
 
 
 def _same_bytes(data: np.ndarray, placeholder: np.ndarray) -> bool:
@@ -156,7 +164,7 @@ class Caller:
         except Exception:
             self.device.release(*owned)
             raise
-        passes = [(step.bindings, step.groups) for step in launch.passes()]
+        passes = [(step.bindings, _grid(step.groups)) for step in launch.passes()]  # folded once, not per call
         plan = CallPlan(spec, schedule, problem, pipelines, passes, slots, owned)
         plan.transformed = any(s.role == "transformed" for s in slots)
         self._plans[key] = plan
@@ -241,7 +249,7 @@ class Caller:
                 return target.buffer("storage", self.owner, "out"), target.serial()
             slab = self.pool.take(slot.nbytes)
             if to_device:
-                results[slot.name] = DeviceArray(_Storage(self.pool, slab, self.owner), slot.shape, slot.dtype)
+                results[slot.name] = DeviceArray.wrap(_Storage(self.pool, slab, self.owner), slot.shape, slot.dtype)
             else:
                 taken.append(slab)
             return slab.view(slot.nbytes, slot.kind), slab.serial

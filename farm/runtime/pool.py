@@ -80,6 +80,7 @@ class BufferPool:
         self._free: OrderedDict[int, Slab] = OrderedDict()  # serial -> idle slab, least recent first
         self._by_class: dict[tuple[str, int], list[Slab]] = {}
         self._serials = itertools.count(1)
+        self._classes: dict[int, int] = {}  # nbytes -> size class, for the call path
         self._lock = threading.RLock()
         self.held = 0  # bytes of slabs handed out
         self.idle = 0  # bytes of slabs on the free lists
@@ -89,7 +90,11 @@ class BufferPool:
         """A slab of at least `nbytes`, exclusively the caller's until `give`. `use`:
         storage (bound as read or read_write storage), uniform, or upload (mappable for
         writing, the source of a copy: the staging of a large upload)."""
-        size = size_class(nbytes, self._largest)
+        size = self._classes.get(nbytes)
+        if size is None:
+            if len(self._classes) > 4096:
+                self._classes.clear()
+            size = self._classes[nbytes] = size_class(nbytes, self._largest)
         with self._lock:
             free = self._by_class.get((use, size))
             if free:
