@@ -172,6 +172,45 @@ def start_head(
     )
 
 
+def node_command(
+    head: HeadNode,
+    host: str = "127.0.0.1",
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    temp_dir: str | os.PathLike | None = None,
+    extra_ports: dict[str, int] | None = None,
+) -> list[str]:
+    """The `ray start --address` argv that joins another node to `head` (on `host`, with its own
+    `temp_dir` when several nodes share a machine); `extra_ports` as for `head_command`, less
+    the head-only ray_client_server_port."""
+    unknown = sorted(set(extra_ports or {}) - set(EXTRA_PORT_FLAGS[1:]))
+    if unknown:
+        raise ValueError(f"unknown ray start port(s) {unknown} for a worker node; known: {list(EXTRA_PORT_FLAGS[1:])}")
+    head_host = head.dashboard_url.split("://", 1)[-1].rsplit(":", 1)[0]
+    argv = [ray_executable(), "start", f"--address={head_host}:{head.gcs_port}", "--node-ip-address", host]
+    argv += ["--disable-usage-stats"]
+    if num_cpus is not None:
+        argv += ["--num-cpus", str(num_cpus)]
+    if num_gpus is not None:
+        argv += ["--num-gpus", str(num_gpus)]
+    if temp_dir is not None:
+        argv += ["--temp-dir", str(temp_dir)]
+    for name, value in sorted((extra_ports or {}).items()):
+        argv += ["--" + name.replace("_", "-"), str(value)]
+    return argv
+
+
+def start_node(head: HeadNode, *args, timeout_s: float = 120.0, **kwargs) -> list[str]:
+    """Join a node to `head` (`node_command`'s arguments) with the head's token; returns the argv.
+    Stop it with `stop_head(its temp_dir)`: only the processes naming that temp dir."""
+    argv = node_command(head, *args, **kwargs)
+    proc = subprocess.run(argv, env=head_env(head.token_path), capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise RuntimeError(f"`{' '.join(argv)}` failed with exit code {proc.returncode}:\n{tail}")
+    return argv
+
+
 def submission_env(head: HeadNode) -> dict[str, str]:
     """What a shell exports so that `ray job submit` reaches this head and sends its token."""
     env = {"RAY_AUTH_MODE": "token", "RAY_API_SERVER_ADDRESS": head.dashboard_url}

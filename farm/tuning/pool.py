@@ -2,7 +2,8 @@
 
 `WorkerPool` starts (or joins) Ray (farm.tuning.ray_session), starts one
 `farm.tuning.actors.GpuWorker` per GPU (`num_gpus=1`; on a cluster without GPUs,
-CPU-adapter workers only when `allow_cpu`), and collects each worker's report
+CPU-adapter workers only when `allow_cpu`: `cpu_workers` of them, by default one per node
+with a CPU, spread over the nodes), and collects each worker's report
 (HardwareProfile, adapter mapping) before any work. Trials go through the batch loop and
 failure rules of farm.tuning.dispatch (which WorkerPool inherits); a failed actor is
 replaced in its slot. Also: interleaved re-measurement on one worker (`remeasure`), any
@@ -34,7 +35,7 @@ class WorkerPool(BatchDispatch):
         trial_timeout_s: float = 60.0,
         max_in_flight: int = 2,
         max_retries: int = 2,
-        cpu_workers: int = 1,
+        cpu_workers: int | None = None,
         num_cpus: int | None = None,
         compile_ahead: bool = True,
         startup_timeout_s: float = 300.0,
@@ -47,7 +48,7 @@ class WorkerPool(BatchDispatch):
             trial_timeout_s <= 0
             or max_in_flight < 1
             or max_retries < 0
-            or cpu_workers < 1
+            or (cpu_workers is not None and cpu_workers < 1)
             or (gpus is not None and gpus < 1)
         ):
             raise ValueError(
@@ -72,7 +73,7 @@ class WorkerPool(BatchDispatch):
                 f"the Ray cluster has no GPUs (resources: {_resources_text(resources)}); "
                 "pass --allow-cpu to tune on a CPU adapter such as lavapipe"
             )
-        count = self.gpus if self.gpus else cpu_workers
+        count = self.gpus or cpu_workers or _cpu_nodes(ray.nodes())
         self._slots = {f"w{i}": _Slot(f"w{i}") for i in range(count)}
         self.replacements = 0
         try:
@@ -83,7 +84,8 @@ class WorkerPool(BatchDispatch):
 
     # -- membership ------------------------------------------------------------------
     def _actor_class(self):
-        options = {"num_gpus": 1, "num_cpus": 1} if self.gpus else {"num_cpus": 1}
+        # CPU workers spread over the nodes (one per node by default), as GPU workers follow the GPUs.
+        options = {"num_gpus": 1, "num_cpus": 1} if self.gpus else {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
         return self._ray.remote(GpuWorker).options(
             max_restarts=0, max_task_retries=0, max_concurrency=ACTOR_THREADS, **options
         )
@@ -245,6 +247,12 @@ class WorkerPool(BatchDispatch):
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def _cpu_nodes(nodes: list[dict]) -> int:
+    """How many live Ray nodes can hold a CPU worker (at least 1: a worker that can't be placed
+    times out with the startup error rather than the pool having no slot)."""
+    return max(1, sum(1 for n in nodes if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1))
 
 
 def _resources_text(resources: dict) -> str:
