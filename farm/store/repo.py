@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, case, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Select
 
 from farm.schedule import Status
@@ -22,7 +21,7 @@ from farm.store.database import Store
 from farm.store.engine import mask_secrets
 from farm.store.models import CAMPAIGN_STATUSES, Campaign, Topology, Trial, Winner, utcnow
 from farm.store.records import WinnerRecord
-from farm.store.transactions import dialect_insert, write_transaction
+from farm.store.transactions import bind_processors, dialect_insert, insert_ignoring_sql, write_transaction
 from farm.trial import TrialResult
 
 if TYPE_CHECKING:
@@ -30,7 +29,8 @@ if TYPE_CHECKING:
 
 TRIAL_KEY = ("topology_hash", "kernel", "source_hash", "problem", "schedule")
 WINNER_KEY = ("topology_hash", "kernel", "problem")
-INSERT_CHUNK = 500  # rows per INSERT statement: well under SQLite's and PostgreSQL's bind limits
+INSERT_CHUNK = 500  # rows per SQLite INSERT statement: well under its bind limit (32766)
+PG_INSERT_CHUNK = 5000  # rows per PostgreSQL INSERT (one array per column: no bind limit)
 # A running campaign whose heartbeat (campaigns.heartbeat_at, else started_at) is older than
 # this is interrupted: its driver was killed. Its driver beats at least every
 # farm.tuning.campaign.HEARTBEAT_S; the bound also absorbs clock skew between machines.
@@ -195,48 +195,52 @@ def insert_trials(store: Store, campaign_id: int | None, results: Sequence[Trial
     Idempotent (INSERT .. ON CONFLICT DO NOTHING .. RETURNING the trial key), so concurrent
     campaigns writing the same keys lose nothing and duplicate nothing. Rows go in key
     order, which keeps two PostgreSQL writers from deadlocking on each other's keys.
+    Driver SQL (transactions.insert_ignoring_sql; issue 20: SQLAlchemy's per-row parameter
+    processing and as_row's dataclasses.asdict were most of the insert time).
     """
-    rows = _trial_rows(campaign_id, results)
+    dialect = store.engine.dialect
+    rows = _trial_rows(campaign_id, results, bind_processors(Trial.__table__, _TRIAL_COLUMNS, dialect))
     if not rows:
         return []
     inserted: set[tuple] = set()
-    stmt = _insert_trials_statement(store.dialect)
+    ordered = [rows[key][0] for key in sorted(rows)]
+    chunk_rows = PG_INSERT_CHUNK if store.dialect == "postgresql" else INSERT_CHUNK
     with store.engine.begin() as conn:
-        require_topologies(conn, {row["topology_hash"] for row, _ in rows.values()})
-        ordered = [rows[key][0] for key in sorted(rows)]
-        for start in range(0, len(ordered), INSERT_CHUNK):
-            returned = conn.execute(stmt, ordered[start : start + INSERT_CHUNK])
-            inserted.update(tuple(r) for r in returned)  # rowcount is -1 on psycopg
+        require_topologies(conn, {row[_TOPOLOGY_INDEX] for row in ordered})
+        for start in range(0, len(ordered), chunk_rows):
+            chunk = ordered[start : start + chunk_rows]
+            sql, params = insert_ignoring_sql(Trial.__table__, _TRIAL_COLUMNS, TRIAL_KEY, dialect, chunk)
+            inserted.update(tuple(r) for r in conn.exec_driver_sql(sql, params))  # rowcount is -1 on psycopg
     return [result for key, (_, result) in rows.items() if key in inserted]
 
 
-_INSERT_STATEMENTS: dict[str, Any] = {}
+# Every column insert_trials writes, in _trial_rows' tuple order (id is the database's).
+_TRIAL_COLUMNS = tuple(
+    "campaign_id topology_hash kernel source_hash problem schedule status message median_ns p20_ns p80_ns"
+    " min_ns reps timing_method max_abs mean_abs rmse max_rel host worker_id finished_at".split()
+)
+_TOPOLOGY_INDEX = _TRIAL_COLUMNS.index("topology_hash")
 
 
-def _insert_trials_statement(dialect: str):
-    """The one INSERT .. ON CONFLICT DO NOTHING .. RETURNING key statement, built once per
-    dialect and executed with the rows as a parameter list: SQLAlchemy compiles it once
-    (its compiled cache) and batches the rows itself ("insertmanyvalues"), where a
-    statement built with .values(rows) was compiled anew for every 500-row chunk."""
-    stmt = _INSERT_STATEMENTS.get(dialect)
-    if stmt is None:
-        module = postgresql if dialect == "postgresql" else sqlite
-        insert = module.insert(Trial.__table__).on_conflict_do_nothing(index_elements=TRIAL_KEY)
-        stmt = _INSERT_STATEMENTS[dialect] = insert.returning(*(Trial.__table__.c[k] for k in TRIAL_KEY))
-    return stmt
-
-
-def _trial_rows(campaign_id: int | None, results: Iterable[TrialResult]) -> dict[tuple, tuple[dict, TrialResult]]:
-    """Trial key -> (row, result), the first result of each key, in `results`' order."""
-    by_key: dict[tuple, tuple[dict, TrialResult]] = {}
+def _trial_rows(campaign_id: int | None, results: Iterable[TrialResult], processors: list) -> dict[tuple, tuple]:
+    """Trial key -> (row: a tuple in _TRIAL_COLUMNS order, bound for the driver, result), the
+    first result of each key, in `results`' order; the values are as_row()'s, NaN as NULL."""
+    by_key: dict[tuple, tuple[tuple, TrialResult]] = {}
     for index, result in enumerate(results):
         if not isinstance(result, TrialResult):
             raise TypeError(f"results[{index}] is {type(result).__name__}, expected TrialResult")
-        row = result.as_row()
-        row["campaign_id"] = campaign_id
-        row["finished_at"] = datetime.fromtimestamp(row["finished_at"], UTC)
-        row = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-        by_key.setdefault(tuple(row[k] for k in TRIAL_KEY), (row, result))
+        k, t, m = result.key, result.timing, result.metrics
+        trial_key = (k.topology_hash, k.kernel, k.source_hash, k.problem.key(), k.schedule.key())
+        if trial_key in by_key:
+            continue
+        timing = (t.median_ns, t.p20_ns, t.p80_ns, t.min_ns, t.reps, t.method) if t else (None,) * 6
+        tail = (m.max_abs, m.mean_abs, m.rmse, m.max_rel, result.host, result.worker_id)
+        finished = datetime.fromtimestamp(result.finished_at, UTC)
+        row = [campaign_id, *trial_key, result.status.value, result.message, *timing, *tail, finished]
+        row = [None if isinstance(v, float) and v != v else v for v in row]
+        for column, process in processors:
+            row[column] = process(row[column])
+        by_key[trial_key] = (tuple(row), result)
     return by_key
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import functools
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy import Table
+from sqlalchemy import String, Table
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 
 from farm.store.database import Store
@@ -62,3 +63,39 @@ def dialect_insert(store: Store, table: Table) -> Any:
     """An INSERT that supports ON CONFLICT for the store's dialect (SQLite or PostgreSQL)."""
     module = postgresql if store.dialect == "postgresql" else sqlite
     return module.insert(table)
+
+
+def bind_processors(table: Table, columns: Sequence[str], dialect: Dialect) -> list[tuple[int, Callable]]:
+    """(index in `columns`, bind processor) for the columns whose type has one on `dialect`
+    (a TypeDecorator's process_bind_param, SQLite's DateTime string): what SQLAlchemy applies
+    to each value, for statements that go to the driver as they are (insert_ignoring_sql)."""
+    key = (table.name, tuple(columns), dialect.name)
+    if key not in _PROCESSORS:
+        found = [(i, table.c[c].type.dialect_impl(dialect).bind_processor(dialect)) for i, c in enumerate(columns)]
+        _PROCESSORS[key] = [(i, process) for i, process in found if process is not None]
+    return _PROCESSORS[key]
+
+
+def insert_ignoring_sql(
+    table: Table, columns: Sequence[str], key: Sequence[str], dialect: Dialect, rows: Sequence[tuple]
+) -> tuple[str, tuple]:
+    """Driver SQL and parameters inserting `rows` (tuples in `columns` order, already bound:
+    bind_processors) ON CONFLICT (`key`) DO NOTHING RETURNING `key`, one row per row inserted.
+
+    SQLite: one multi-row VALUES (rows * columns must stay under its 32766 binds).
+    PostgreSQL: INSERT .. SELECT * FROM unnest(one array per column), a short statement that
+    psycopg parses once and the server prepares once, where a VALUES list of thousands of
+    placeholders was split by psycopg on every call; unnest keeps the arrays' order, so rows
+    are inserted (and their keys locked) in `rows`' order. Strings go as text[]: a cast to
+    varchar(n)[] would truncate where the column's own check raises."""
+    conflict = f" ON CONFLICT ({', '.join(key)}) DO NOTHING RETURNING {', '.join(key)}"
+    head = f"INSERT INTO {table.name} ({', '.join(columns)}) "
+    if dialect.name == "postgresql":
+        types = ["text" if isinstance(table.c[c].type, String) else table.c[c].type.compile(dialect) for c in columns]
+        sql = head + "SELECT * FROM unnest(" + ", ".join(f"%s::{t}[]" for t in types) + ")" + conflict
+        return sql, tuple(list(column) for column in zip(*rows, strict=True))
+    values = ", ".join(["(" + ", ".join("?" * len(columns)) + ")"] * len(rows))
+    return head + "VALUES " + values + conflict, tuple(v for row in rows for v in row)
+
+
+_PROCESSORS: dict[tuple, list] = {}
