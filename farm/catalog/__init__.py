@@ -12,6 +12,7 @@ the certified path.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import itertools
 import os
 import random
@@ -145,18 +146,27 @@ class KernelSpec(ABC):
         return read_source(self.source_file)
 
     def source_hash(self) -> str:
-        """Hash of what the emitted WGSL comes from, the template and `host_source()`: a
+        """Hash of everything that shapes the work: the template, `host_source()` and
+        `code_source()` (the Python of launch, checks, schedules, data and reference); a
         changed kernel makes old winners stale. Computed once per spec: workers stamp it on
         every trial (gemm's took 12 ms a call, reading its host code with inspect)."""
         cached = self.__dict__.get("_source_hash")
         if cached is None:
-            text = self.template() + self.host_source()
+            text = self.template() + self.host_source() + self.code_source()
             cached = self.__dict__["_source_hash"] = hashlib.sha256(text.encode()).hexdigest()[:16]
         return cached
 
     def host_source(self) -> str:
         """Host code that shapes the emitted WGSL beyond the template ("" when none)."""
         return ""
+
+    def code_source(self) -> str:
+        """The Python that shapes the work: the text of each module defining this spec's class
+        or a base below KernelSpec, and of the farm.catalog modules they take code from
+        (gemm_tiling, ternary_variants), so a changed `launch()`, `check_knobs()`,
+        `schedules()`, `generate()`, `reference()` or a helper they call makes old winners
+        stale (so does an edited comment in those modules: staleness errs on re-tuning)."""
+        return _code_text(type(self))
 
     # -- problems --------------------------------------------------------------
     def problem(self, **dims: int) -> Problem:
@@ -256,6 +266,35 @@ class KernelSpec(ABC):
     def work(self, problem: Problem) -> tuple[float, float]:
         """(flops, bytes moved) for throughput reporting."""
         return (0.0, 0.0)
+
+
+# farm.catalog's own machinery, not a kernel's code: not part of any kernel's code_source().
+_MACHINERY = frozenset({"farm.catalog", "farm.catalog.user", "farm.catalog.rules", "farm.catalog.files"})
+
+
+@cache
+def _code_text(cls: type) -> str:
+    """`KernelSpec.code_source()` for `cls`, once per class (cached: reading modules with inspect)."""
+    modules = [c.__module__ for c in cls.__mro__ if issubclass(c, KernelSpec) and c is not KernelSpec]
+    seen: list[str] = []
+    while modules:
+        name = modules.pop(0)
+        module = sys.modules.get(name)
+        # A user's kernels file (farm.catalog.files names it farm_kernels_*) is in host_source() already.
+        if name in seen or name in _MACHINERY or name.startswith("farm_kernels_") or module is None:
+            continue
+        seen.append(name)
+        for value in vars(module).values():  # what it imports from other farm.catalog modules
+            used = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
+            if isinstance(used, str) and used.startswith("farm.catalog.") and used not in seen:
+                modules.append(used)
+    parts = []
+    for name in seen:
+        try:
+            parts.append(inspect.getsource(sys.modules[name]))
+        except (OSError, TypeError):  # no source file (defined in `python -c`): its name only
+            parts.append(name)
+    return "\n".join(parts)
 
 
 def rng_for(seed: int, *salt: object) -> np.random.Generator:
