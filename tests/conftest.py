@@ -30,6 +30,16 @@ def _own_ray_temp_dir():
     shutil.rmtree(RAY_TMPDIR, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def _no_leaked_kernel_files(monkeypatch):
+    """`--kernels-file` names its files in $FARM_KERNELS_FILES for child processes
+    (farm.catalog.files.load): a test running `main([...])` in-process must not hand them
+    to every later test's subprocesses and Ray heads (undone after each test)."""
+    for name in ("FARM_KERNELS_FILES", "FARM_KERNELS_BUNDLE"):
+        monkeypatch.setenv(name, "")  # records the value before (usually: none) for the undo
+        monkeypatch.delenv(name)
+
+
 @pytest.fixture(scope="session")
 def device():
     from farm.gpu import Device
