@@ -115,20 +115,38 @@ def head_command(
     extra_ports: dict[str, int] | None = None,
 ) -> list[str]:
     """The `ray start --head` argv; `extra_ports` maps names in EXTRA_PORT_FLAGS to ports."""
-    unknown = sorted(set(extra_ports or {}) - set(EXTRA_PORT_FLAGS))
-    if unknown:
-        raise ValueError(f"unknown ray start port(s) {unknown}; known: {list(EXTRA_PORT_FLAGS)}")
+    _check_ports(extra_ports, EXTRA_PORT_FLAGS, "")
     argv = [ray_executable(), "start", "--head", "--node-ip-address", host, "--dashboard-host", host]
     argv += ["--port", str(port), "--dashboard-port", str(dashboard_port), "--disable-usage-stats"]
+    return argv + _node_flags(num_cpus, num_gpus, temp_dir, extra_ports)
+
+
+def _check_ports(extra_ports: dict[str, int] | None, known: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(extra_ports or {}) - set(known))
+    if unknown:
+        raise ValueError(f"unknown ray start port(s) {unknown}{where}; known: {list(known)}")
+
+
+def _node_flags(num_cpus, num_gpus, temp_dir, extra_ports) -> list[str]:
+    """The `ray start` flags a head and a joining node share."""
+    flags = []
     if num_cpus is not None:
-        argv += ["--num-cpus", str(num_cpus)]
+        flags += ["--num-cpus", str(num_cpus)]
     if num_gpus is not None:
-        argv += ["--num-gpus", str(num_gpus)]
+        flags += ["--num-gpus", str(num_gpus)]
     if temp_dir is not None:
-        argv += ["--temp-dir", str(temp_dir)]
+        flags += ["--temp-dir", str(temp_dir)]
     for name, value in sorted((extra_ports or {}).items()):
-        argv += ["--" + name.replace("_", "-"), str(value)]
-    return argv
+        flags += ["--" + name.replace("_", "-"), str(value)]
+    return flags
+
+
+def _ray_start(argv: list[str], env: dict[str, str], timeout_s: float) -> None:
+    """Run a `ray start` (it daemonizes); RuntimeError with the tail of its output when it fails."""
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise RuntimeError(f"`{' '.join(argv)}` failed with exit code {proc.returncode}:\n{tail}")
 
 
 def head_env(token_file: Path, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -160,10 +178,7 @@ def start_head(
     """
     token = ensure_token(token_file)
     argv = head_command(host, port, dashboard_port, num_cpus, num_gpus, temp_dir, extra_ports)
-    proc = subprocess.run(argv, env=head_env(token), capture_output=True, text=True, timeout=timeout_s)
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr)[-3000:]
-        raise RuntimeError(f"`{' '.join(argv)}` failed with exit code {proc.returncode}:\n{tail}")
+    _ray_start(argv, head_env(token), timeout_s)
     return HeadNode(
         dashboard_url=f"http://{host}:{dashboard_port}",
         gcs_port=port,
@@ -183,31 +198,18 @@ def node_command(
     """The `ray start --address` argv that joins another node to `head` (on `host`, with its own
     `temp_dir` when several nodes share a machine); `extra_ports` as for `head_command`, less
     the head-only ray_client_server_port."""
-    unknown = sorted(set(extra_ports or {}) - set(EXTRA_PORT_FLAGS[1:]))
-    if unknown:
-        raise ValueError(f"unknown ray start port(s) {unknown} for a worker node; known: {list(EXTRA_PORT_FLAGS[1:])}")
+    _check_ports(extra_ports, EXTRA_PORT_FLAGS[1:], " for a worker node")
     head_host = head.dashboard_url.split("://", 1)[-1].rsplit(":", 1)[0]
     argv = [ray_executable(), "start", f"--address={head_host}:{head.gcs_port}", "--node-ip-address", host]
     argv += ["--disable-usage-stats"]
-    if num_cpus is not None:
-        argv += ["--num-cpus", str(num_cpus)]
-    if num_gpus is not None:
-        argv += ["--num-gpus", str(num_gpus)]
-    if temp_dir is not None:
-        argv += ["--temp-dir", str(temp_dir)]
-    for name, value in sorted((extra_ports or {}).items()):
-        argv += ["--" + name.replace("_", "-"), str(value)]
-    return argv
+    return argv + _node_flags(num_cpus, num_gpus, temp_dir, extra_ports)
 
 
 def start_node(head: HeadNode, *args, timeout_s: float = 120.0, **kwargs) -> list[str]:
     """Join a node to `head` (`node_command`'s arguments) with the head's token; returns the argv.
     Stop it with `stop_head(its temp_dir)`: only the processes naming that temp dir."""
     argv = node_command(head, *args, **kwargs)
-    proc = subprocess.run(argv, env=head_env(head.token_path), capture_output=True, text=True, timeout=timeout_s)
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr)[-3000:]
-        raise RuntimeError(f"`{' '.join(argv)}` failed with exit code {proc.returncode}:\n{tail}")
+    _ray_start(argv, head_env(head.token_path), timeout_s)
     return argv
 
 

@@ -49,7 +49,7 @@ from farm.oracle.launch import Prepared, compile_launch
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 from farm.tuning.checking import PendingTrial, held_bytes, read_and_compare
-from farm.tuning.finalists import measure_until_resolved
+from farm.tuning.finalists import interleaved_timings, measure_until_resolved
 from farm.tuning.job import Job, StageTimes
 
 # Trials whose pipelines compile (on as many threads) while the current one runs: a gemm
@@ -150,7 +150,7 @@ class TrialBench:
         fails to prepare or run, so drift and warm-up hit every finalist alike.
         """
         samples = self.remeasure_rounds(kernel, problem, schedules, reps, rounds, seed)
-        return {k: Timing.from_samples(v, "interleaved") if v else None for k, v in samples.items()}
+        return interleaved_timings(samples)
 
     def remeasure_rounds(
         self,

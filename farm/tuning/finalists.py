@@ -189,7 +189,7 @@ def decide(
         if c.verdict == "tie" or (c.verdict == "unresolved" and c.ratio <= 1 + noise):
             tied.append(key)
     winner = prefer(tied, stored, default) if len(tied) > 1 else leader
-    timings = {k: Timing.from_samples(v, "interleaved") for k, v in live.items()}
+    timings = {k: t for k, t in interleaved_timings(live).items() if t is not None}
     others = [k for k in live if k != winner]
     decision = Decision(winner, leader, len(tied) > 1, tuple(sorted(tied)), max(len(v) for v in live.values()), timings)
     if not others:
@@ -215,3 +215,8 @@ class TunedWinner(WinnerRecord):
     margin_low: float | None = None
     margin_high: float | None = None
     tie: bool = False
+
+
+def interleaved_timings(samples: dict[str, list[float] | None]) -> dict[str, Timing | None]:
+    """{schedule key: Timing over its per-round medians} (None for a schedule that failed)."""
+    return {k: Timing.from_samples(v, "interleaved") if v else None for k, v in samples.items()}

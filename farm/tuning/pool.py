@@ -21,6 +21,7 @@ from farm.schedule import Problem, Schedule
 from farm.trial import TrialResult
 from farm.tuning.actors import ACTOR_THREADS, GpuWorker
 from farm.tuning.dispatch import BatchDispatch, WorkerFailure, _Slot
+from farm.tuning.finalists import interleaved_timings
 from farm.tuning.job import Job
 from farm.tuning.ray_session import init_ray
 
@@ -181,7 +182,7 @@ class WorkerPool(BatchDispatch):
         Raises WorkerFailure when it runs past the trial timeout per schedule and round
         (the worker is replaced) or the worker dies."""
         samples = self.remeasure_rounds(worker_id, kernel, problem, schedules, reps, rounds, seed)
-        return {k: Timing.from_samples(v, "interleaved") if v else None for k, v in samples.items()}
+        return interleaved_timings(samples)
 
     def remeasure_rounds(
         self,
