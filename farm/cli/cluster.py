@@ -251,7 +251,7 @@ def wait_for_job(client: JobSubmissionClient, job_id: str, timeout_s: float = 30
 
 
 def head_pids(temp_dir: str | os.PathLike) -> list[int]:
-    """Processes of the head started with `temp_dir` (their command line names it) and their descendants."""
+    """Live processes of the head started with `temp_dir` (their command line names it) and their descendants."""
     marker = str(Path(temp_dir))
     parents: dict[int, int] = {}
     roots: list[int] = []
@@ -273,7 +273,7 @@ def head_pids(temp_dir: str | os.PathLike) -> list[int]:
         children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in found]
         found.update(children)
         frontier.extend(children)
-    return sorted(found)
+    return sorted(pid for pid in found if _alive(pid))  # a zombie has exited: only its reaping is left
 
 
 def stop_head(temp_dir: str | os.PathLike, grace_s: float = 10.0) -> list[int]:
@@ -283,11 +283,20 @@ def stop_head(temp_dir: str | os.PathLike, grace_s: float = 10.0) -> list[int]:
     would otherwise go on joining the dead address). Returns the pids signalled."""
     pids = head_pids(temp_dir)
     addresses = gcs_addresses(pids)
-    _signal_all(pids, signal.SIGTERM)
+    signalled: set[int] = set()
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+    # Re-scan while waiting: a head that is shutting down may still start a process (a
+    # worker, a log monitor) that the first scan didn't see, and it must not outlive the stop.
+    while (alive := [pid for pid in head_pids(temp_dir) if _alive(pid)]) and time.monotonic() < deadline:
+        _signal_all([pid for pid in alive if pid not in signalled], signal.SIGTERM)
+        signalled.update(alive)
         time.sleep(0.2)
-    _signal_all([pid for pid in pids if _alive(pid)], signal.SIGKILL)
+    kill_deadline = time.monotonic() + 5.0
+    while (alive := [pid for pid in head_pids(temp_dir) if _alive(pid)]) and time.monotonic() < kill_deadline:
+        _signal_all(alive, signal.SIGKILL)
+        signalled.update(alive)
+        time.sleep(0.1)
+    pids = sorted(set(pids) | signalled)
     forget_address(temp_dir, addresses)
     return pids
 
