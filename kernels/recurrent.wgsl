@@ -200,3 +200,252 @@ var<workgroup> partial: array<{{VEC}}, CT * TPC * PCOLS>;
                 context[(bh * p.t + t0 + s) * p.ev + col] = sum;
             }
         }
+
+//// chunked_common
+// recurrent, chunked form (schedule knob form=1): the same math, three passes.
+// Within a chunk of C steps starting at t0 (n = min(C, T - t0) real steps), with
+// S the state before the chunk and d^k the head's decay to the k-th power:
+//   context[t0+s] = d^s (q_s . S) + sum_{j<s} (q_s . q_j) d^(s-j) v_j
+//   S'            = d^n S + sum_{j<n} q_j (x) d^(n-j) v_j
+// Pass 1 (chunk_state) computes each chunk's own contribution dS_c = sum_j q_j (x) d^(n-j) v_j,
+// every chunk in parallel; pass 2 (chunk_scan) carries the state across the chunks, one
+// thread per state entry (S_c -> states[c], then S_{c+1} = d^n S_c + dS_c), and writes rho;
+// pass 3 (chunk_output) computes every chunk's contexts in parallel from S_c.
+// The powers d^k come from repeated multiplication (a table per workgroup), never from a
+// division by a cumulative product, so no decay can overflow a quotient; masked terms
+// (j >= s, steps past T) are selected away, never multiplied by zero.
+const WG: u32 = {{WG}}u;
+const C: u32 = {{C}}u;    // steps per chunk
+const EB: u32 = {{EB}}u;  // state columns per workgroup (passes 1 and 3)
+const LQ: u32 = {{L}}u;
+const R: u32 = WG / EB;   // thread rows of a workgroup
+
+struct Params { b: u32, h: u32, vh: u32, t: u32, l: u32, e: u32, nc: u32, eblocks: u32,
+                groups: u32, total: u32, pad0: u32, pad1: u32 }
+
+//// chunk_state
+{{COMMON}}
+@group(0) @binding(0) var<storage, read> query: array<f32>;
+@group(0) @binding(1) var<storage, read> value: array<f32>;
+@group(0) @binding(3) var<storage, read> decay: array<f32>;
+@group(0) @binding(6) var<uniform> p: Params;
+@group(0) @binding(7) var<storage, read_write> states: array<f32>;
+
+const NR: u32 = (LQ + R - 1u) / R;  // state rows per thread
+var<workgroup> qs: array<f32, C * LQ>;  // the chunk's q rows, row j scaled by d^(n-j)
+var<workgroup> vs: array<f32, C * EB>;
+var<workgroup> pw: array<f32, C + 1u>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let group = wid.x + wid.y * nwg.x;
+    if (group >= p.groups) {
+        return;
+    }
+    let blk = group % p.eblocks;
+    let c = (group / p.eblocks) % p.nc;
+    let bh = group / (p.eblocks * p.nc);
+    let h = bh % p.h;
+    let vbh = (bh / p.h) * p.vh + h % p.vh;
+    let t0 = c * C;
+    let n = min(C, p.t - t0);
+    if (lid == 0u) {
+        var x = 1.0;
+        for (var k = 0u; k <= C; k++) {
+            pw[k] = x;
+            x *= decay[h];
+        }
+    }
+    for (var i = lid; i < C * EB; i += WG) {
+        let j = i / EB;
+        let e = blk * EB + i % EB;
+        var v = 0.0;
+        if (j < n && e < p.e) {
+            v = value[(vbh * p.t + t0 + j) * p.e + e];
+        }
+        vs[i] = v;
+    }
+    workgroupBarrier();  // pw is in
+    for (var i = lid; i < C * LQ; i += WG) {
+        let j = i / LQ;
+        var q = 0.0;
+        if (j < n) {
+            q = query[(bh * p.t + t0) * LQ + i] * pw[n - j];
+        }
+        qs[i] = q;
+    }
+    workgroupBarrier();
+    let col = lid % EB;
+    let row0 = lid / EB;
+    var acc: array<f32, NR>;
+    for (var j = 0u; j < n; j++) {
+        let v = vs[j * EB + col];
+        for (var k = 0u; k < NR; k++) {
+            acc[k] += qs[j * LQ + min(row0 + k * R, LQ - 1u)] * v;
+        }
+    }
+    let e = blk * EB + col;
+    if (e < p.e) {
+        for (var k = 0u; k < NR; k++) {
+            let l = row0 + k * R;
+            if (l < LQ) {
+                states[((bh * p.nc + c) * LQ + l) * p.e + e] = acc[k];
+            }
+        }
+    }
+}
+
+//// chunk_scan
+{{COMMON}}
+@group(0) @binding(2) var<storage, read> rho_in: array<f32>;
+@group(0) @binding(3) var<storage, read> decay: array<f32>;
+@group(0) @binding(5) var<storage, read_write> rho_out: array<f32>;
+@group(0) @binding(6) var<uniform> p: Params;
+@group(0) @binding(7) var<storage, read_write> states: array<f32>;
+
+const SCAN_WG: u32 = 256u;
+const AHEAD: u32 = 8u;  // chunk contributions loaded at once, so their latencies overlap
+
+@compute @workgroup_size(SCAN_WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * SCAN_WG + lid;
+    if (i >= p.total) {
+        return;
+    }
+    let per_bh = LQ * p.e;
+    let bh = i / per_bh;
+    let within = i % per_bh;  // l * E + e
+    let d = decay[bh % p.h];
+    var d_full = 1.0;
+    for (var k = 0u; k < C; k++) {
+        d_full *= d;
+    }
+    let last = p.t - (p.nc - 1u) * C;
+    var d_last = 1.0;
+    for (var k = 0u; k < last; k++) {
+        d_last *= d;
+    }
+    var s = rho_in[i];
+    let base = bh * p.nc * per_bh + within;
+    for (var c0 = 0u; c0 < p.nc; c0 += AHEAD) {
+        var delta: array<f32, AHEAD>;
+        for (var a = 0u; a < AHEAD; a++) {
+            if (c0 + a < p.nc) {
+                delta[a] = states[base + (c0 + a) * per_bh];
+            }
+        }
+        for (var a = 0u; a < AHEAD; a++) {
+            let c = c0 + a;
+            if (c < p.nc) {
+                states[base + c * per_bh] = s;
+                s = select(d_full, d_last, c + 1u == p.nc) * s + delta[a];
+            }
+        }
+    }
+    rho_out[i] = s;
+}
+
+//// chunk_output
+{{COMMON}}
+@group(0) @binding(0) var<storage, read> query: array<f32>;
+@group(0) @binding(1) var<storage, read> value: array<f32>;
+@group(0) @binding(3) var<storage, read> decay: array<f32>;
+@group(0) @binding(4) var<storage, read_write> context: array<f32>;
+@group(0) @binding(6) var<uniform> p: Params;
+@group(0) @binding(7) var<storage, read_write> states: array<f32>;
+
+const NS: u32 = (C + R - 1u) / R;  // context rows (steps) per thread
+const LQP: u32 = LQ + 1u;  // padded q rows: the attention loop reads q_j across lanes
+var<workgroup> qs: array<f32, C * LQP>;
+var<workgroup> vs: array<f32, C * EB>;
+var<workgroup> att: array<f32, C * C>;  // (q_s . q_j) d^(s-j) for j < s
+var<workgroup> pw: array<f32, C + 1u>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let group = wid.x + wid.y * nwg.x;
+    if (group >= p.groups) {
+        return;
+    }
+    let blk = group % p.eblocks;
+    let c = (group / p.eblocks) % p.nc;
+    let bh = group / (p.eblocks * p.nc);
+    let h = bh % p.h;
+    let vbh = (bh / p.h) * p.vh + h % p.vh;
+    let t0 = c * C;
+    let n = min(C, p.t - t0);
+    if (lid == 0u) {
+        var x = 1.0;
+        for (var k = 0u; k <= C; k++) {
+            pw[k] = x;
+            x *= decay[h];
+        }
+    }
+    for (var i = lid; i < C * LQ; i += WG) {
+        var q = 0.0;
+        if (i / LQ < n) {
+            q = query[(bh * p.t + t0) * LQ + i];
+        }
+        qs[(i / LQ) * LQP + i % LQ] = q;
+    }
+    for (var i = lid; i < C * EB; i += WG) {
+        let j = i / EB;
+        let e = blk * EB + i % EB;
+        var v = 0.0;
+        if (j < n && e < p.e) {
+            v = value[(vbh * p.t + t0 + j) * p.e + e];
+        }
+        vs[i] = v;
+    }
+    workgroupBarrier();
+    for (var i = lid; i < C * C; i += WG) {
+        let s = i / C;
+        let j = i % C;
+        var a = 0.0;
+        if (j < s && s < n) {
+            for (var l = 0u; l < LQ; l++) {
+                a += qs[s * LQP + l] * qs[j * LQP + l];
+            }
+            a *= pw[s - j];
+        }
+        att[i] = a;
+    }
+    workgroupBarrier();
+    let col = lid % EB;
+    let row0 = lid / EB;
+    let e = blk * EB + col;
+    let ec = min(e, p.e - 1u);
+    var acc: array<f32, NS>;
+    let sbase = (bh * p.nc + c) * LQ * p.e + ec;
+    for (var l = 0u; l < LQ; l++) {
+        let sv = states[sbase + l * p.e];
+        for (var k = 0u; k < NS; k++) {
+            acc[k] += qs[min(row0 + k * R, C - 1u) * LQP + l] * sv;
+        }
+    }
+    for (var k = 0u; k < NS; k++) {
+        let s = min(row0 + k * R, C - 1u);
+        acc[k] *= pw[s];
+    }
+    for (var j = 0u; j < n; j++) {
+        let v = vs[j * EB + col];
+        for (var k = 0u; k < NS; k++) {
+            let s = row0 + k * R;
+            acc[k] += select(0.0, att[min(s, C - 1u) * C + j] * v, j < s);
+        }
+    }
+    if (e < p.e) {
+        for (var k = 0u; k < NS; k++) {
+            let s = row0 + k * R;
+            if (s < n) {
+                context[(bh * p.t + t0 + s) * p.e + e] = acc[k];
+            }
+        }
+    }
+}

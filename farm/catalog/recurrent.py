@@ -1,4 +1,5 @@
-"""recurrent: fused recurrent linear attention (one dispatch for all T steps).
+"""recurrent: fused recurrent linear attention, stepwise (one dispatch for all T steps)
+or chunked (form=1, three passes: farm.catalog.recurrent_chunked).
 
 Math (exact), for t = 0..T-1 in order:
     context[b,h,t,e] = sum_l rho[b,h,l,e] * query[b,h,t,l]          (state before the update)
@@ -18,6 +19,15 @@ import itertools
 import numpy as np
 
 from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for, sections
+from farm.catalog.recurrent_chunked import (
+    BLOCK_E,
+    CHUNK_SIZES,
+    FORM_CHUNKED,
+    check_chunked,
+    chunked_launch,
+    chunked_schedules,
+    chunked_workgroup_bytes,
+)
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
@@ -98,7 +108,12 @@ class Recurrent(KernelSpec):
         "threads_per_column": (1, 2, 4, 8, MAX_TPC),
         "reduce": (0, 1, 2),
         "chunk": (0, 8, 16, 32),
+        # the chunked form (farm.catalog.recurrent_chunked): form=1 with its own two knobs
+        "form": (0, FORM_CHUNKED),
+        "chunk_size": CHUNK_SIZES,
+        "block_e": BLOCK_E,
     }
+    STEPWISE = ("workgroup_size", "items_per_invocation", "vector_width", "threads_per_column", "reduce", "chunk")
     # Best across E = 96..768 (B1 H8 T64 L64) in an exhaustive tune on an H200: the per-step
     # latency chain, not bandwidth, bounds this kernel, so 16 lanes per column win.
     # The documented default (workgroup_size 64, like every kernel); `farm tune` finds better.
@@ -107,24 +122,28 @@ class Recurrent(KernelSpec):
     rtol = 1e-4
 
     def schedules(self) -> list[Schedule]:
-        """The knob product less what is invalid or a duplicate on every problem: a reduce
-        mode with one thread per column (nothing to reduce), deferred without chunks."""
-        names = list(self.space)
+        """The stepwise knob product less what is invalid or a duplicate on every problem (a
+        reduce mode with one thread per column: nothing to reduce; deferred without chunks),
+        then the chunked form's schedules."""
+        names = list(self.STEPWISE)
         out = []
-        for values in itertools.product(*self.space.values()):
+        for values in itertools.product(*(self.space[n] for n in names)):
             knobs = dict(zip(names, values, strict=True))
             if knobs["threads_per_column"] == 1 and knobs["reduce"] != 0:
                 continue
             if knobs["reduce"] == 2 and knobs["chunk"] == 0:
                 continue
             out.append(Schedule.of(**knobs))
-        return out
+        return out + chunked_schedules()
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
         if profile.is_cpu:
             return [self.problem(B=1, H=2, VH=1, T=8, L=16, E=32)]
-        # The recurrent sweep's eight default cases, so each gets its own tuned winner.
-        return [self.problem(B=1, H=8, VH=1, T=64, L=64, E=e) for e in (96, 128, 192, 256, 384, 512, 640, 768)]
+        # The recurrent sweep's eight default cases, so each gets its own tuned winner, and
+        # its three long-sequence cases (farm.recurrent.cases.long_cases, VH = H).
+        short = [self.problem(B=1, H=8, VH=1, T=64, L=64, E=e) for e in (96, 128, 192, 256, 384, 512, 640, 768)]
+        long = [(1, 1024, 768), (8, 1024, 256), (1, 4096, 768)]
+        return short + [self.problem(B=b, H=8, VH=8, T=t, L=64, E=e) for b, t, e in long]
 
     def certify_problems(self) -> list[Problem]:
         return [
@@ -134,6 +153,12 @@ class Recurrent(KernelSpec):
         ]
 
     def check_knobs(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
+        form = schedule.get("form", 0)
+        if form == FORM_CHUNKED:
+            return check_chunked(self.name, schedule, problem, profile)
+        if form != 0 or "chunk_size" in schedule.as_dict() or "block_e" in schedule.as_dict():
+            reason = f"form {form}: 0 (stepwise) or 1 (chunked, with chunk_size and block_e)"
+            raise InvalidSchedule(self.name, schedule, reason)
         tpc = schedule.get("threads_per_column", 1)
         reduce = schedule.get("reduce", 0)
         vw, ipi = schedule.vector_width, schedule.items_per_invocation
@@ -165,6 +190,8 @@ class Recurrent(KernelSpec):
             )
 
     def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
+        if schedule.get("form", 0) == FORM_CHUNKED:
+            return chunked_workgroup_bytes(schedule, problem)
         tpc = schedule.get("threads_per_column", 1)
         wg, ipi, vw = schedule.workgroup_size, schedule.items_per_invocation, schedule.vector_width
         chunk = schedule.get("chunk", 0)
@@ -192,6 +219,20 @@ class Recurrent(KernelSpec):
 
     def launch(self, schedule: Schedule, problem: Problem, inputs: dict[str, np.ndarray]) -> Launch:
         b, h, vh, t, l_dim, e = (problem[d] for d in self.dims)
+        rho = inputs.get("rho")
+        rho = np.zeros((b, h, l_dim, e), np.float32) if rho is None else np.ascontiguousarray(rho, np.float32)
+        decay = inputs.get("decay")
+        decay = np.ones(h, np.float32) if decay is None else np.ascontiguousarray(decay, np.float32)
+        args = [
+            Arg("query", "read", np.ascontiguousarray(inputs["query"], np.float32)),
+            Arg("value", "read", np.ascontiguousarray(inputs["value"], np.float32)),
+            Arg("rho_in", "read", rho),
+            Arg("decay", "read", decay),
+            Arg("context", "storage", dtype=np.float32, shape=(b, h, t, e), output=True),
+            Arg("rho", "storage", dtype=np.float32, shape=(b, h, l_dim, e), output=True),
+        ]
+        if schedule.get("form", 0) == FORM_CHUNKED:
+            return chunked_launch(schedule, problem, args)
         wg, ipi, vw = schedule.workgroup_size, schedule.items_per_invocation, schedule.vector_width
         tpc = schedule.get("threads_per_column", 1)
         mode = "none" if tpc == 1 else REDUCE_MODES[schedule.get("reduce", 0)]
@@ -199,23 +240,8 @@ class Recurrent(KernelSpec):
         col_blocks = -(-ev // ((wg // tpc) * ipi))
         groups = b * h * col_blocks
         source = self.render_source(wg, tpc, ipi, vw, -(-l_dim // tpc), mode, schedule.get("chunk", 0), l_dim)
-        rho = inputs.get("rho")
-        rho = np.zeros((b, h, l_dim, e), np.float32) if rho is None else np.ascontiguousarray(rho, np.float32)
-        decay = inputs.get("decay")
-        decay = np.ones(h, np.float32) if decay is None else np.ascontiguousarray(decay, np.float32)
-        return Launch(
-            source=source,
-            args=[
-                Arg("query", "read", np.ascontiguousarray(inputs["query"], np.float32)),
-                Arg("value", "read", np.ascontiguousarray(inputs["value"], np.float32)),
-                Arg("rho_in", "read", rho),
-                Arg("decay", "read", decay),
-                Arg("context", "storage", dtype=np.float32, shape=(b, h, t, e), output=True),
-                Arg("rho", "storage", dtype=np.float32, shape=(b, h, l_dim, e), output=True),
-                Arg("params", "uniform", np.array([b, h, vh, t, l_dim, ev, col_blocks, groups], np.uint32)),
-            ],
-            groups=groups,
-        )
+        params = np.array([b, h, vh, t, l_dim, ev, col_blocks, groups], np.uint32)
+        return Launch(source=source, args=[*args, Arg("params", "uniform", params)], groups=groups)
 
     def render_source(
         self, wg: int, tpc: int, ipi: int, vw: int, rows: int, mode: str, chunk: int = 0, l_dim: int = 0

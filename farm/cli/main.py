@@ -122,6 +122,7 @@ def _add_sweep_parser(sub) -> None:
         metavar="NAME:B,H,VH,T,L,E",
         help="add a case, or replace the default case of that name (repeatable)",
     )
+    p.add_argument("--long", action="store_true", help="add the long-sequence cases (T=1024, 4096; B=8)")
     p.add_argument("--db", default=None, help="SQLAlchemy URL for tuned winners and the sweep record")
     p.set_defaults(func=cmd_sweep_recurrent)
 

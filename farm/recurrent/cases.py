@@ -57,6 +57,16 @@ def default_cases() -> list[SweepCase]:
     return [SweepCase(f"sweep_b1_h8_t64_l64_e{e}", 1, 8, 1, 64, 64, e) for e in DEFAULT_EMBDS]
 
 
+def long_cases() -> list[SweepCase]:
+    """The long-sequence cases (`farm sweep recurrent --long`, opt-in): value heads = heads,
+    T = 1024 and 4096, and a batch of 8; the catalog tunes them by default on a GPU."""
+    return [
+        SweepCase("long_b1_h8_t1024_l64_e768", 1, 8, 8, 1024, 64, 768),
+        SweepCase("long_b8_h8_t1024_l64_e256", 8, 8, 8, 1024, 64, 256),
+        SweepCase("long_b1_h8_t4096_l64_e768", 1, 8, 8, 4096, 64, 768),
+    ]
+
+
 def merge_cases(base: list[SweepCase], extra: list[SweepCase]) -> list[SweepCase]:
     """`extra` cases replace same-named ones in place, and the rest are appended."""
     merged = {c.name: c for c in base}

@@ -17,7 +17,7 @@ from farm import catalog
 from farm.catalog.recurrent import sweep_decay
 from farm.gpu import Device, nvidia, refuse_cpu
 from farm.oracle.compare import error_metrics
-from farm.recurrent.cases import SweepCase, SweepConfig, default_cases, merge_cases
+from farm.recurrent.cases import SweepCase, SweepConfig, default_cases, long_cases, merge_cases
 from farm.recurrent.paths import (
     STRICT_THRESHOLDS,
     BaselinePlan,
@@ -256,5 +256,5 @@ def sweep_config_from_args(args) -> SweepConfig:
         csv_path=args.artifact_csv,
         json_path=args.artifact_json,
         steps_csv_path=args.artifact_steps_csv,
-        cases=tuple(merge_cases(default_cases(), list(args.case))),
+        cases=tuple(merge_cases(default_cases() + (long_cases() if args.long else []), list(args.case))),
     ).normalized()

@@ -1,0 +1,128 @@
+"""Recurrent attention, chunked form (form=1): three passes over chunks of C steps, against
+the float64 reference and the stepwise form, on lavapipe-sized problems."""
+
+import numpy as np
+import pytest
+
+from farm import catalog
+from farm.catalog.recurrent import reference_recurrent, sweep_decay
+from farm.catalog.recurrent_chunked import chunked_schedules, states_bytes
+from farm.oracle import compare as oracle
+from farm.oracle.launch import run
+from farm.recurrent.cases import long_cases
+from farm.recurrent.paths import fused_recurrent, stepwise_consistency, strict_summary
+from farm.schedule import InvalidSchedule, Schedule, Status
+
+SPEC = catalog.get("recurrent")
+STEPWISE = SPEC.default
+
+
+def chunked(wg=64, c=16, eb=16) -> Schedule:
+    return Schedule.of(workgroup_size=wg, form=1, chunk_size=c, block_e=eb)
+
+
+# Every chunk size and column block, at two workgroup sizes (lavapipe's 32 KiB of
+# workgroup memory refuses chunk 64 with 64 columns on the certify problems' L).
+SCHEDULES = [chunked(wg, c, eb) for wg in (64, 256) for c in (16, 32, 64) for eb in (16, 64) if (c, eb) != (64, 64)]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=str)
+def test_chunked_schedules_certify(device, schedule):
+    for problem in SPEC.certify_problems():
+        result = oracle.certify(SPEC, schedule, problem, device)
+        assert result.status is Status.OK, f"{problem}: {result.message}"
+
+
+@pytest.mark.parametrize(
+    "dims",
+    [
+        dict(B=2, H=3, VH=3, T=37, L=19, E=36),  # partial last chunk, VH = H, odd L and E
+        dict(B=1, H=2, VH=1, T=300, L=16, E=40),  # 19 chunks of 16: the scan's loads in batches of 8
+        dict(B=1, H=1, VH=1, T=16, L=5, E=3),  # one full chunk, E below a column block
+    ],
+    ids=str,
+)
+def test_chunked_matches_reference_over_many_chunks(device, dims):
+    problem = SPEC.problem(**dims)
+    for schedule in (chunked(64, 16, 16), chunked(256, 32, 64), chunked(128, 64, 32)):
+        result = oracle.certify(SPEC, schedule, problem, device)
+        assert result.status is Status.OK, f"{schedule}: {result.message}"
+
+
+def test_chunked_without_rho_or_decay_equals_stepwise(device):
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((1, 2, 21, 8), dtype=np.float32)
+    v = rng.standard_normal((1, 1, 21, 12), dtype=np.float32)
+    for rho, decay in ((None, None), (None, sweep_decay(2))):
+        want = reference_recurrent(q, v, rho, decay)
+        for schedule in (STEPWISE, chunked()):
+            got = fused_recurrent(device, schedule, q, v, rho, decay)
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_allclose(g, w, atol=1e-4, rtol=1e-4, err_msg=str(schedule))
+
+
+def test_chunked_strict_stepwise_consistency(device):
+    """The seed's strict check: T one-step calls carrying rho equal the one-call result."""
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 2, 24, 8), dtype=np.float32)
+    v = rng.standard_normal((1, 1, 24, 16), dtype=np.float32)
+    steps = stepwise_consistency(device, chunked(64, 16, 16), q, v, None, sweep_decay(2))
+    summary = strict_summary(steps)
+    assert summary["strict_pass"] is True, summary
+
+
+def test_chunked_nonfinite_where_numpy_is(device):
+    """The chunked algebra may swap NaN and ±Inf (documented), but a non-finite input
+    reaches exactly the outputs it reaches in numpy, and finite ones stay close."""
+    rng = np.random.default_rng(16)
+    b, h, t, l_dim, e = 1, 2, 21, 7, 8
+    q = rng.standard_normal((b, h, t, l_dim)).astype(np.float32)
+    v = rng.standard_normal((b, 1, t, e)).astype(np.float32)
+    rho = (0.1 * rng.standard_normal((b, h, l_dim, e))).astype(np.float32)
+    inf_v, inf_q, nan_rho = v.copy(), q.copy(), rho.copy()
+    inf_v[0, 0, 1, 3], inf_v[0, 0, 18, 5] = np.inf, -np.inf
+    inf_q[0, 1, 2, 6] = np.inf
+    nan_rho[0, 0, 4, 2] = np.nan
+    problem = SPEC.problem(B=b, H=h, VH=1, T=t, L=l_dim, E=e)
+    for name, qq, vv, rr in (("value_inf", q, inf_v, rho), ("query_inf", inf_q, v, rho), ("rho_nan", q, v, nan_rho)):
+        inputs = {"query": qq, "value": vv, "rho": rr, "decay": sweep_decay(h)}
+        got = run(device, SPEC, chunked(64, 16, 16), problem, inputs)
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = dict(zip(("context", "rho"), reference_recurrent(qq, vv, rr, sweep_decay(h)), strict=True))
+        for out in ("context", "rho"):
+            finite = np.isfinite(want[out])
+            assert not finite.all(), f"{name} {out}: the case reaches no output"
+            np.testing.assert_array_equal(np.isfinite(got[out]), finite, err_msg=f"{name} {out}")
+            np.testing.assert_allclose(got[out][finite], want[out][finite], atol=1e-4, rtol=1e-4)
+
+
+def test_chunked_knobs_are_checked(device):
+    problem = SPEC.problem(B=1, H=8, VH=1, T=64, L=64, E=768)
+    for bad, match in (
+        (Schedule.of(workgroup_size=64, form=1, chunk_size=24, block_e=16), "chunk_size 24"),
+        (Schedule.of(workgroup_size=64, form=1, chunk_size=16, block_e=128), "block_e 128"),
+        (Schedule.of(workgroup_size=64, form=1, chunk_size=16, block_e=16, threads_per_column=4), "form 1"),
+        (Schedule.of(workgroup_size=64, form=2), "form 2"),
+        (Schedule.of(workgroup_size=64, chunk_size=16), "form 0"),
+    ):
+        with pytest.raises(InvalidSchedule, match=match):
+            SPEC.check(bad, problem, device.profile)
+    big = SPEC.problem(B=64, H=64, VH=1, T=4096, L=64, E=768)
+    with pytest.raises(InvalidSchedule, match="chunk states need"):
+        SPEC.check(chunked(256, 16, 64), big, device.profile)
+    assert states_bytes(problem, 16) == 4 * 8 * 4 * 64 * 768
+
+
+def test_space_holds_both_forms_and_long_defaults():
+    schedules = SPEC.schedules()
+    assert set(chunked_schedules()) <= set(schedules)
+    stepwise = [s for s in schedules if s.get("form", 0) == 0]
+    assert all("form" not in s.as_dict() for s in stepwise)  # stored stepwise keys unchanged
+    assert len(schedules) == len(stepwise) + 27
+    problems = [(p["B"], p["VH"], p["T"], p["E"]) for p in SPEC.default_problems(_GpuProfile())]
+    for case in long_cases():
+        assert (case.batch, case.value_heads, case.time, case.embd) in problems
+
+
+class _GpuProfile:
+    is_cpu = False
