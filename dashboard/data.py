@@ -28,9 +28,12 @@ from farm.dashboard.trial_data import (  # noqa: F401  (the Trials page's querie
 from farm.schedule import Status
 from farm.store.database import Store, open_store
 from farm.store.engine import mask_secrets
+from farm.store.listing import NOT_RECORDED, runner_up_knobs
 from farm.store.models import Campaign, SweepCase, Topology, Trial, Winner, utcnow
-from farm.store.repo import campaigns, fetch_rows, live_campaigns, trial_status_counts, winners
+from farm.store.records import WinnerRecord
+from farm.store.repo import campaigns, fetch_rows, live_campaigns, trial_status_counts
 from farm.store.sweeps import sweep_cases, sweep_steps, sweeps
+from farm.store.winner_rows import winner_columns, winners
 
 START_HINT = (
     "Fill it with a tuning campaign, e.g. `farm tune gemv --allow-cpu` (or `farm tune --all` on a GPU machine), "
@@ -177,7 +180,11 @@ def current_source_hashes() -> dict[str, str]:
 
 
 def winner_table(store: Store, kernel: str | None = None, topology: str | None = None) -> list[dict]:
-    """Winners with schedule, median, speedup vs the default schedule and the stale flag.
+    """Winners with schedule, median, speedup vs the default schedule, how the winner was
+    decided (margin of the runner-up, tie, the runner-up's differing knobs, rounds), `farm
+    bench`'s speed against the vendor library (vendor time / tuned time, its method and
+    date) and the stale flag. Decision and vendor cells are text, NOT_RECORDED ("–") where a
+    row has none (rows from before revision 0005, winners never benchmarked).
 
     A winner is stale when its source hash differs from the catalog's current one, or its
     kernel is no longer in the catalog.
@@ -193,12 +200,34 @@ def winner_table(store: Store, kernel: str | None = None, topology: str | None =
             "median_us": us(w.median_ns),
             "default_median_us": us(w.default_median_ns),
             "speedup": w.speedup,
+            **decision_cells(w),
             "stale": current.get(w.kernel) != w.source_hash,
             "campaign": w.campaign_id,
             "updated_at": w.updated_at,
         }
         for w in winners(store, kernel=kernel, topology=topology)
     ]
+
+
+def decision_cells(w: WinnerRecord) -> dict[str, str]:
+    """The Winners page's decision and vendor columns of one winner, as display text."""
+    margin = NOT_RECORDED
+    if w.margin is not None:
+        interval = "" if w.margin_low is None or w.margin_high is None else (
+            f" [{100 * w.margin_low:+.1f}, {100 * w.margin_high:+.1f}]"
+        )  # fmt: skip
+        margin = f"{100 * w.margin:+.1f}%{interval}"
+    vendor = NOT_RECORDED
+    if w.vendor_ratio is not None:
+        when = f", {w.vendor_measured_at:%Y-%m-%d}" if w.vendor_measured_at is not None else ""
+        vendor = f"{w.vendor_ratio:.2f}x ({w.vendor_method or 'method unknown'}{when})"
+    return {
+        "margin": margin,
+        "tie": NOT_RECORDED if w.tie is None else ("yes" if w.tie else "no"),
+        "runner_up": runner_up_knobs(w),
+        "rounds": NOT_RECORDED if w.rounds is None else str(w.rounds),
+        "vs_vendor": vendor,
+    }
 
 
 # ---------------------------------------------------------------- recurrent sweeps
@@ -277,7 +306,8 @@ def compared_problems(store: Store) -> list[tuple[str, str]]:
 
 def topology_comparison(store: Store, kernel: str, problem: str) -> list[dict]:
     """The same kernel and problem across GPUs: each topology's winner, fastest first, with time relative to it."""
-    stmt = select(Winner.__table__).where(Winner.kernel == kernel, Winner.problem == problem).order_by(Winner.median_ns)
+    stmt = select(*winner_columns(store)).where(Winner.kernel == kernel, Winner.problem == problem)
+    stmt = stmt.order_by(Winner.median_ns)
     rows = fetch_rows(store, stmt)
     best = rows[0]["median_ns"] if rows else None
     return [

@@ -51,3 +51,27 @@ def test_ratios_pair_kernel_only_with_kernel_only_and_calls_with_calls():
     assert summary["tuned_vs_vendor_speed"] == 0.5
     assert summary["tuned_vs_vendor_per_call"] == pytest.approx(0.8)
     assert summary["tuned_vs_default_speedup"] == 4.0
+
+
+def test_bench_stores_the_speed_against_the_vendor_on_the_winner_it_benchmarked(device, tmp_path, monkeypatch):
+    from farm.store import winners
+
+    def fake_vendor(spec, problem, inputs, schedule, reps):
+        return [BenchRow(spec.name, problem.key(), "vendor", "torch", 2.0, 0, 0, True, "", "cuda-graph replay")]
+
+    monkeypatch.setattr("farm.cli.bench.Device", lambda: device)
+    monkeypatch.setattr("farm.cli.bench._vendor", lambda: fake_vendor)
+    spec = catalog.get("gemv")
+    problem = spec.default_problems(device.profile)[0]
+    tuned = Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=1, threads_per_row=4)
+    db = f"sqlite:///{tmp_path / 'farm.db'}"
+    store = open_store(db)
+    upsert_topology(store, device.profile)
+    topology = device.profile.topology_hash()
+    save_winner(store, WinnerRecord(topology, "gemv", problem.key(), spec.source_hash(), tuned.key(), 1e3, rounds=5))
+    rows = run_bench(["gemv"], None, db, allow_cpu=True, reps=3)
+    mine = next(r for r in rows if r.variant == "tuned")
+    (w,) = winners(store)
+    assert w.vendor_ratio == pytest.approx(2.0 / mine.median_ms) and w.vendor_method == "cuda-graph replay"
+    assert w.vendor_measured_at is not None and w.rounds == 5  # the campaign's decision is kept
+    store.engine.dispose()

@@ -164,7 +164,7 @@ def test_failures_are_retried_then_failed_with_the_reason(store_url):  # noqa: F
 
 
 def test_revision_0004_round_trip(store_url):  # noqa: F811
-    upgrade(store_url)
+    upgrade(store_url, "0004_tuning_requests")
     assert current(store_url) == "0004_tuning_requests"
     db = open_store(store_url)
     assert q.has_queue(db)

@@ -111,6 +111,10 @@ def test_cli_winners_lists_stored_winners_with_stale_flag(filled, capsys):
         "median_us",
         "default_us",
         "speedup",
+        "margin",
+        "tie",
+        "runner_up",
+        "vs_vendor",
         "topology",
         "device",
         "stale",
@@ -125,7 +129,8 @@ def test_cli_winners_lists_stored_winners_with_stale_flag(filled, capsys):
         "-",
         "-",
     ]
-    assert cells[6] == topo[:12] and cells[-1] == "yes"  # src-9 is not gemv's current source
+    assert cells[6:10] == ["\u2013"] * 4  # no decision nor vendor ratio recorded: shown as unknown
+    assert cells[10] == topo[:12] and cells[-1] == "yes"  # src-9 is not gemv's current source
 
 
 def test_cli_winners_on_an_empty_database_says_how_to_start(tmp_path, capsys):

@@ -49,6 +49,9 @@ def test_a_clear_winner_then_a_tie_that_keeps_it(device, tmp_path):
     assert (rounds, max_rounds, noise) == (3, CONFIG.max_rounds, CONFIG.noise)
     assert spec.default.key() in finalists and CONFIG.finalists <= len(finalists) <= CONFIG.finalists + 1
     assert isinstance(first, TunedWinner) and first.tie and first.schedule_key == spec.default.key()
+    (stored,) = store.winners(db, kernel="gemv")  # the decision is in SQL too (revision 0005)
+    assert (stored.tie, stored.rounds, stored.runner_up, stored.margin) == (True, 3, first.runner_up, first.margin)
+    assert stored.runner_up in finalists and stored.p20_ns == stored.p80_ns == 1000.0
 
     fast = next(k for k in finalists if k != spec.default.key())
     (second,) = Campaign(CONFIG, RoundsPool(device.profile, lambda k: 900.0 if k == fast else 1000.0), db,

@@ -5,8 +5,10 @@ the database for this topology; run `farm tune` first, in the same session), and
 vendor library through torch on the same inputs (cuBLAS with TF32 off, cuFFT,
 torch.topk, torch expressions for ternary/p64; flash-linear-attention for recurrent),
 plus a vec4 WGSL copy kernel for the bandwidth ceiling. Every output is checked against
-the reference before timing. Writes Markdown + JSON. Refuses a CPU adapter unless
---allow-cpu.
+the reference before timing. Writes Markdown + JSON, and stores each winner's speed against
+the vendor library (vendor time / tuned time, kernel-only, with the vendor's method) on its
+row in the database it read the winners from (`farm winners`, the dashboard). Refuses a CPU
+adapter unless --allow-cpu.
 
 Like with like, and every row says how it was timed (`method`):
 - kernel-only: ours by GPU timestamps ("timestamp"), the vendor's by CUDA-graph replay
@@ -162,7 +164,40 @@ def run_bench(kernels: list[str], out: Path | None, db: str | None, allow_cpu: b
     print(f"copy kernel bandwidth: {ceiling:.0f} GB/s")
     if out is not None:
         write_results(rows, out, profile.summary, ceiling)
+    if tuned:
+        stored = store_vendor_ratios(db, profile.topology_hash(), rows, tuned)
+        print(f"stored the speed against the vendor library on {stored} winner(s)")
     return rows
+
+
+def store_vendor_ratios(db: str | None, topology: str, rows: list[BenchRow], tuned: dict) -> int:
+    """On each winner benchmarked against a certified vendor row: the vendor's kernel-only time
+    over the tuned kernel's (`ratios`' tuned_vs_vendor_speed) and the vendor row's method,
+    written only where the winner still holds the schedule benchmarked (a campaign may have
+    replaced it meanwhile). Returns how many winner rows were updated."""
+    from farm import store
+
+    keyed: dict[tuple[str, str], dict[str, BenchRow]] = {}
+    for r in rows:
+        keyed.setdefault((r.kernel, r.problem), {})[r.variant] = r
+    measured = []
+    for key, variants in keyed.items():
+        mine, vendor = variants.get("tuned"), variants.get("vendor")
+        if key not in tuned or not (mine and vendor and mine.certified and vendor.certified and mine.median_ms > 0):
+            continue
+        ratio = vendor.median_ms / mine.median_ms
+        if math.isfinite(ratio) and ratio > 0:
+            measured.append((key, tuned[key].key(), ratio, vendor.method))
+    if not measured:
+        return 0
+    st = store.open_store(db)
+    try:
+        return sum(
+            store.save_vendor_ratio(st, topology, kernel, problem, schedule, ratio, method)
+            for (kernel, problem), schedule, ratio, method in measured
+        )
+    finally:
+        st.engine.dispose()
 
 
 def _bench_one(device, spec, problem, tuned, vendor, reps) -> list[BenchRow]:

@@ -15,16 +15,15 @@ from farm.store.repo import (
     finish_campaign,
     record_trials,
     recorded_schedules,
-    save_winner,
     start_campaign,
     topologies,
     trial_status_counts,
     trials,
     update_campaign,
     upsert_topology,
-    winners,
 )
 from farm.store.sweeps import record_sweep, sweep_cases, sweep_steps, sweeps
+from farm.store.winner_rows import save_vendor_ratio, save_winner, winners
 
 __all__ = [
     "SCHEDULES_FORMAT",
@@ -46,6 +45,7 @@ __all__ = [
     "record_trials",
     "resolve_topology",
     "recorded_schedules",
+    "save_vendor_ratio",
     "save_winner",
     "start_campaign",
     "sweep_cases",

@@ -17,7 +17,8 @@ from typing import Any
 from farm.schedule import Problem, Schedule
 from farm.store.database import Store
 from farm.store.records import WinnerRecord
-from farm.store.repo import topologies, winners
+from farm.store.repo import topologies
+from farm.store.winner_rows import winners
 
 SCHEDULES_FORMAT = "farm-schedules/1"
 

@@ -145,7 +145,12 @@ class Trial(Base):
 
 
 class Winner(Base):
-    """The best certified schedule per (topology, kernel, problem); stale when source_hash changed."""
+    """The best certified schedule per (topology, kernel, problem); stale when source_hash changed.
+
+    Revision 0005 adds how it was decided (NULL on older rows): quantiles over the
+    re-measurement's rounds, the rounds, the runner-up and the margin with its interval, the
+    tie flag; and `farm bench`'s vendor_ratio (vendor time / tuned time, kernel-only) with
+    its method and when it was measured (see farm.store.records.WinnerRecord)."""
 
     __tablename__ = "winners"
     __table_args__ = (UniqueConstraint("topology_hash", "kernel", "problem"), Index("ix_winners_kernel", "kernel"))
@@ -162,6 +167,18 @@ class Winner(Base):
     campaign_id: Mapped[int | None] = mapped_column(ForeignKey("campaigns.id", ondelete="SET NULL"))
     device_name: Mapped[str] = mapped_column(String(256), default="")
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    p20_ns: Mapped[float | None] = mapped_column(Float)
+    p80_ns: Mapped[float | None] = mapped_column(Float)
+    rounds: Mapped[int | None] = mapped_column(Integer)
+    runner_up: Mapped[str | None] = mapped_column(String(512))  # a schedule key, as `schedule`
+    runner_up_ns: Mapped[float | None] = mapped_column(Float)
+    margin: Mapped[float | None] = mapped_column(Float)  # runner_up / winner - 1
+    margin_low: Mapped[float | None] = mapped_column(Float)
+    margin_high: Mapped[float | None] = mapped_column(Float)
+    tie: Mapped[bool | None] = mapped_column(Boolean)
+    vendor_ratio: Mapped[float | None] = mapped_column(Float)
+    vendor_method: Mapped[str | None] = mapped_column(String(64))
+    vendor_measured_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class SweepRun(Base):

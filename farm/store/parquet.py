@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from farm.store.engine import mask_secrets
 from farm.store.models import CASE_METRIC_COLUMNS, STEP_MAX_COLUMNS, STEP_METRIC_COLUMNS
-from farm.store.records import WinnerRecord
+from farm.store.records import DECISION_FIELDS, WinnerRecord
 from farm.store.sweeps import CASE_DIMS, CASE_TIMINGS, case_row, step_row
 from farm.trial import TrialResult
 
@@ -150,11 +150,9 @@ WINNER_COLUMNS = (
     "device_name",
     "source_hash",
 )
-# The decision a campaign's winner carries (farm.tuning.finalists.TunedWinner; None on a
-# plain WinnerRecord): summary.json and winners.csv only, not SQL (yet).
-WINNER_DECISION_COLUMNS = (
-    "p20_ns", "p80_ns", "rounds", "runner_up", "runner_up_ns", "margin", "margin_low", "margin_high", "tie",
-)  # fmt: skip
+# The decision a campaign's winner carries (WinnerRecord.DECISION_FIELDS, also SQL columns
+# since revision 0005; None where a record has none).
+WINNER_DECISION_COLUMNS = DECISION_FIELDS
 
 
 def _winner_row(record: WinnerRecord) -> dict:

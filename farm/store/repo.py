@@ -7,7 +7,6 @@ timezone-aware UTC datetimes.
 
 from __future__ import annotations
 
-import math
 import socket
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -19,8 +18,7 @@ from sqlalchemy.sql import Select
 from farm.schedule import Status
 from farm.store.database import Store
 from farm.store.engine import mask_secrets
-from farm.store.models import CAMPAIGN_STATUSES, Campaign, Topology, Trial, Winner, utcnow
-from farm.store.records import WinnerRecord
+from farm.store.models import CAMPAIGN_STATUSES, Campaign, Topology, Trial, utcnow
 from farm.store.transactions import bind_processors, dialect_insert, insert_ignoring_sql, write_transaction
 from farm.trial import TrialResult
 
@@ -28,7 +26,6 @@ if TYPE_CHECKING:
     from farm.gpu import HardwareProfile
 
 TRIAL_KEY = ("topology_hash", "kernel", "source_hash", "problem", "schedule")
-WINNER_KEY = ("topology_hash", "kernel", "problem")
 INSERT_CHUNK = 500  # rows per SQLite INSERT statement: well under its bind limit (32766)
 PG_INSERT_CHUNK = 5000  # rows per PostgreSQL INSERT (one array per column: no bind limit)
 # A running campaign whose heartbeat (campaigns.heartbeat_at, else started_at) is older than
@@ -304,60 +301,6 @@ def _trial_filters(stmt: Select, topology: str | None, kernel: str | None, statu
     if campaign is not None:
         stmt = stmt.where(Trial.campaign_id == campaign)
     return stmt
-
-
-# ---------------------------------------------------------------- winners
-
-
-@write_transaction
-def save_winner(store: Store, record: WinnerRecord) -> None:
-    """Store the winner for (topology, kernel, problem), replacing the previous one."""
-    if not (isinstance(record.median_ns, int | float) and math.isfinite(record.median_ns) and record.median_ns > 0):
-        raise ValueError(f"winner median_ns must be a finite positive number, got {record.median_ns!r}")
-    values = {
-        "topology_hash": record.topology_hash,
-        "kernel": record.kernel,
-        "problem": record.problem_key,
-        "schedule": record.schedule_key,
-        "source_hash": record.source_hash,
-        "median_ns": float(record.median_ns),
-        "default_median_ns": record.default_median_ns,
-        "speedup": record.speedup,
-        "campaign_id": record.campaign_id,
-        "device_name": record.device_name,
-        "updated_at": utcnow(),
-    }
-    insert = dialect_insert(store, Winner.__table__).values(values)
-    changed = {k: insert.excluded[k] for k in values if k not in WINNER_KEY}
-    with store.engine.begin() as conn:
-        require_topologies(conn, {record.topology_hash})
-        conn.execute(insert.on_conflict_do_update(index_elements=WINNER_KEY, set_=changed))
-
-
-def winners(store: Store, kernel: str | None = None, topology: str | None = None) -> list[WinnerRecord]:
-    """Stored winners, optionally for one kernel and/or topology, ordered by kernel, problem, topology."""
-    stmt = select(Winner.__table__).order_by(Winner.kernel, Winner.problem, Winner.topology_hash)
-    if kernel is not None:
-        stmt = stmt.where(Winner.kernel == kernel)
-    if topology is not None:
-        stmt = stmt.where(Winner.topology_hash == topology)
-    return [winner_record(row) for row in fetch_rows(store, stmt)]
-
-
-def winner_record(row: dict) -> WinnerRecord:
-    return WinnerRecord(
-        topology_hash=row["topology_hash"],
-        kernel=row["kernel"],
-        problem_key=row["problem"],
-        source_hash=row["source_hash"],
-        schedule_key=row["schedule"],
-        median_ns=row["median_ns"],
-        default_median_ns=row["default_median_ns"],
-        speedup=row["speedup"],
-        campaign_id=row["campaign_id"],
-        device_name=row["device_name"],
-        updated_at=row["updated_at"],
-    )
 
 
 # ---------------------------------------------------------------- shared

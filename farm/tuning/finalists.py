@@ -19,8 +19,8 @@ The winner is the leader unless it ties with others: then `prefer` picks among t
 the same schedule: the previously stored winner if it is among them, else the kernel's
 default schedule, else the *simplest*: the fewest knobs that differ from the default
 schedule, then the smallest canonical key (`Schedule.key()`, sorted JSON) as a deterministic
-last resort. `TunedWinner` is the WinnerRecord with the decision attached (runner-up, margin,
-interval, timing quantiles over rounds); only the WinnerRecord fields are stored in SQL.
+last resort. The winner is stored as a WinnerRecord carrying the decision (runner-up, margin,
+interval, timing quantiles over rounds, tie: SQL columns since revision 0005).
 """
 
 from __future__ import annotations
@@ -201,20 +201,10 @@ def decide(
     )
 
 
-@dataclass(frozen=True)
-class TunedWinner(WinnerRecord):
-    """A WinnerRecord with its decision: timing quantiles over the re-measurement's rounds,
-    the runner-up and the margin (see `Decision`); SQL stores the WinnerRecord fields only."""
-
-    p20_ns: float | None = None
-    p80_ns: float | None = None
-    rounds: int | None = None
-    runner_up: str | None = None
-    runner_up_ns: float | None = None
-    margin: float | None = None
-    margin_low: float | None = None
-    margin_high: float | None = None
-    tie: bool = False
+# A campaign's winner with its decision: the WinnerRecord fields p20_ns/p80_ns (over the
+# re-measurement's rounds), rounds, runner_up/runner_up_ns, margin (see `Decision`) and
+# tie, all stored in SQL since revision 0005 (the name is kept for the callers that use it).
+TunedWinner = WinnerRecord
 
 
 def interleaved_timings(samples: dict[str, list[float] | None]) -> dict[str, Timing | None]:

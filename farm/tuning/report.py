@@ -100,7 +100,7 @@ def _spread(w: WinnerRecord) -> str:
 def format_margin(w: WinnerRecord) -> str:
     """The runner-up's margin over the winner with its interval, e.g. `+2.1% [+0.8, +3.5] (5
     rounds)`, prefixed `tie` when the winner was chosen among finalists within noise; `-`
-    without one (a farm.tuning.finalists.TunedWinner carries it, a stored WinnerRecord does not)."""
+    without one (a winner stored before revision 0005, or one without a runner-up)."""
     margin = getattr(w, "margin", None)
     if margin is None or not math.isfinite(margin):
         return "-"
