@@ -24,7 +24,10 @@ from farm.cli.errors import (
     report,
     user_errors,
 )
-from farm.tuning.plan import DEFAULT_BUDGET
+from farm.tuning.plan import DEFAULT_BUDGET, SPACE_SHARE
+
+# `farm tune` without --budget (a sentinel: --budget all is None): the budget scales with the space.
+SCALED_BUDGET = object()
 
 
 def cmd_adapters(args: argparse.Namespace) -> int:
@@ -181,11 +184,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         kernels = args.user_kernels  # `farm tune --kernels-file F`: the kernels F defines
     _check_sizes(sizes, kernels, args)
     writable_dir(Path(args.out) if args.out else farm_home() / "artifacts", "tuning artifacts")
+    scaled = args.budget is SCALED_BUDGET  # no --budget: DEFAULT_BUDGET, the cap growing with the space
     config = TuneConfig(
         kernels=tuple(kernels),
         sizes=sizes,
         strategy=args.strategy,
-        budget=args.budget,
+        budget=DEFAULT_BUDGET if scaled else args.budget,
+        space_share=SPACE_SHARE if scaled else 0.0,
         reps=args.reps,
         warmup=args.warmup,
         seed=args.seed,
@@ -253,8 +258,10 @@ def _add_tune_parser(sub) -> None:
     p.add_argument(
         "--budget",
         type=budget,
-        default=DEFAULT_BUDGET,
-        help=f"schedules per kernel and problem, or 'all' (default {DEFAULT_BUDGET}; CPU adapters cap it lower)",
+        default=SCALED_BUDGET,
+        help=f"schedules per kernel and problem, or 'all': an explicit cap (default: {DEFAULT_BUDGET}, the model "
+        f"search growing it to {100 * SPACE_SHARE:.0f}%% of a larger space while it still improves; "
+        "CPU adapters cap it lower)",
     )
     p.add_argument("--reps", type=positive_int, default=10, help="timed repetitions per trial")
     p.add_argument("--warmup", type=nonnegative_int, default=2, help="untimed runs before timing")

@@ -178,12 +178,18 @@ def _shown(key: str, value):
 
 
 def write_campaign_summary(
-    out: str | Path, campaign: dict, winners: Sequence[WinnerRecord], status_counts: dict[str, int]
+    out: str | Path,
+    campaign: dict,
+    winners: Sequence[WinnerRecord],
+    status_counts: dict[str, int],
+    tasks: Sequence[dict] | None = None,
 ) -> dict[str, Path]:
     """Write `<out>/campaigns/<id>/summary.json`, `winners.csv` and `winners.md`; returns them by name.
 
     `campaign` is a row from `farm.store.campaign(store, id)`; `status_counts` from
-    `farm.store.trial_status_counts(store, campaign=id)`.
+    `farm.store.trial_status_counts(store, campaign=id)`; `tasks` (JSON-ready dicts, one per
+    kernel and problem: trials, caps, search and re-measurement seconds and rounds) go into
+    summary.json as "tasks", with their sums as "totals".
     """
     if "id" not in campaign:
         raise ValueError(f"campaign row needs an 'id', got keys {sorted(campaign)}")
@@ -198,6 +204,10 @@ def write_campaign_summary(
         "trials": sum(status_counts.values()),
         "winners": rows,
     }
+    if tasks is not None:
+        summary["tasks"] = list(tasks)
+        numbers = {k for t in tasks for k, v in t.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        summary["totals"] = {k: sum(t.get(k) or 0 for t in tasks) for k in sorted(numbers)}
     paths = {name: directory / name for name in ("summary.json", "winners.csv", "winners.md")}
     paths["summary.json"].write_text(json.dumps(summary, indent=2) + "\n")
     with open(paths["winners.csv"], "w", newline="") as handle:

@@ -100,16 +100,22 @@ def start_campaign(store: Store, command: str, strategy: str, budget: int | None
 
 
 @write_transaction
-def update_campaign(store: Store, campaign_id: int, done: int, failures: int) -> None:
-    """Set a campaign's progress counters (absolute values, not increments) and its heartbeat.
+def update_campaign(store: Store, campaign_id: int, done: int, failures: int, total: int | None = None) -> None:
+    """Set a campaign's progress counters (absolute values, not increments) and its heartbeat;
+    `total` too when given (a search that stopped short of its cap, or spent past its plan).
 
     A campaign marked interrupted while its driver was in fact alive (suspended past
     STALE_AFTER_S, or a clock skewed by more) is running again from its next update."""
     if done < 0 or failures < 0 or failures > done:
         raise ValueError(f"need 0 <= failures <= done, got done={done} failures={failures}")
+    if total is not None and total < 0:
+        raise ValueError(f"total must be >= 0, got {total}")
     revived = (Campaign.status == "interrupted") & Campaign.finished_at.is_(None)
     status = case((revived, "running"), else_=Campaign.status)
-    _update_campaign(store, campaign_id, done=done, failures=failures, heartbeat_at=utcnow(), status=status)
+    values: dict[str, Any] = {"done": done, "failures": failures, "heartbeat_at": utcnow(), "status": status}
+    if total is not None:
+        values["total"] = total
+    _update_campaign(store, campaign_id, **values)
 
 
 @write_transaction

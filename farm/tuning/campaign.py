@@ -7,13 +7,16 @@ Trial keys already in the database are not run again: their recorded results are
 to the strategy, which is what makes a re-run of a killed campaign resume where it
 stopped; the model strategy also gets them all as its warm start (any campaign's trials of
 this topology, kernel, source and problem seed its models and count against the budget, a
-cap it may stop short of: config.adaptive). Results are recorded as they arrive
+cap it may stop short of: config.adaptive, and that may grow with the space, spent past the
+plan only while the search improves: farm.tuning.plan). Results are recorded as they arrive
 (farm.tuning.recording). Then the winner: the best few certified trials, the default and
 the stored winner are re-measured interleaved on one worker, rounds added to separate
 close ones, and farm.tuning.finalists decides (a tie within config.noise keeps the stored
 winner, else the default, else the simplest); it is stored with its speedup over the
-default and returned with its runner-up, margin and quantiles (a TunedWinner). `tune` runs
-one campaign end to end; what it prints is farm.tuning.report's.
+default, its runner-up, margin, quantiles and tie (the decision columns of the winner row).
+Each task's trials, caps and seconds of search and re-measurement go to the campaign
+summary ("tasks", "totals") and one stderr line. `tune` runs one campaign end to end; what
+it prints is farm.tuning.report's.
 
 Lifecycle: the campaign row's heartbeat_at is written with its progress counters (replayed
 trials included) on each recorder flush, after each task, and by a `Heartbeat` thread at
@@ -47,7 +50,7 @@ from farm.tuning.job import Job
 from farm.tuning.plan import Task, TuneConfig, notice_cpu, plan
 from farm.tuning.pool import WorkerFailure, WorkerPool
 from farm.tuning.recording import TrialRecorder, result_from_row
-from farm.tuning.report import Progress, format_stage_times, format_workers
+from farm.tuning.report import Progress, format_stage_times, format_task_totals, format_workers
 from farm.tuning.search import Budget, strategy
 
 HEARTBEAT_S = 10.0  # the most a running campaign's row goes without a write (well under STALE_AFTER_S)
@@ -120,6 +123,7 @@ class Campaign:
         self.campaign_id = 0
         self.progress: Progress | None = None
         self.heartbeat: Heartbeat | None = None
+        self.tasks: list[dict] = []  # per (kernel, problem): trials, caps, search and re-measurement cost
 
     def run(self) -> list[WinnerRecord]:
         topologies = self.pool.topologies()
@@ -157,6 +161,7 @@ class Campaign:
         self.progress.finish()
         store.finish_campaign(self.db, self.campaign_id, "done")
         self._summary(winners)
+        print(format_task_totals(self.tasks), file=sys.stderr)
         return winners
 
     def _interrupt_stale(self) -> None:
@@ -168,6 +173,7 @@ class Campaign:
                   "resumed, not re-run", file=sys.stderr)  # fmt: skip
 
     def _tune(self, task: Task, profiles: dict[str, HardwareProfile]) -> WinnerRecord | None:
+        started = time.perf_counter()
         spec = catalog.get(task.kernel)
         recorded = store.recorded_schedules(self.db, task.topology, task.kernel, spec.source_hash(), task.problem.key())
         evaluate = self._evaluator(task, recorded)
@@ -176,11 +182,15 @@ class Campaign:
         workers = len(self.pool.topologies()[task.topology])
         budget = Budget(task.budget)
         strategy(self.config.strategy)(task.space, evaluate, budget, rng, workers=workers, **self._warm(task, recorded))
-        if self.progress is not None and task.budget is not None:
-            self.progress.total -= max(0, min(len(task.space), task.budget) - budget.spent)  # stopped short of its cap
+        if self.progress is not None:
+            self.progress.total += budget.spent - task.planned  # stopped short of its plan, or went past it
         self.recorder.flush()
         self.heartbeat.beat()  # the counters, also when the task only replayed recorded trials
-        return self._winner(task, profiles)
+        stats = {"kernel": task.kernel, "problem": task.problem.key(), "space": len(task.space), "cap": task.budget,
+                 "planned": task.planned, "trials": budget.spent}  # fmt: skip
+        stats["search_s"] = time.perf_counter() - started
+        self.tasks.append(stats)
+        return self._winner(task, profiles, stats)
 
     def _warm(self, task: Task, recorded: dict[str, dict]) -> dict:
         """The model strategy's extra arguments: the trials stored for this problem by any
@@ -193,7 +203,8 @@ class Campaign:
         prior = prior[: min(len(task.space), task.budget or len(task.space))]
         for result in prior if self.progress is not None else ():
             self.progress.advance(result, skipped=True)
-        return {"prior": prior, "noise": self.config.noise if self.config.adaptive else None}
+        noise = self.config.noise if self.config.adaptive else None
+        return {"prior": prior, "noise": noise, "extend_after": task.extend_after}
 
     def _evaluator(self, task: Task, recorded: dict[str, dict]):
         config = self.config
@@ -217,9 +228,9 @@ class Campaign:
         return evaluate
 
     def _update_campaign(self) -> None:
-        store.update_campaign(self.db, self.campaign_id, *self.progress.counts())
+        store.update_campaign(self.db, self.campaign_id, *self.progress.counts(), total=self.progress.total)
 
-    def _winner(self, task: Task, profiles: dict[str, HardwareProfile]) -> WinnerRecord | None:
+    def _winner(self, task: Task, profiles: dict[str, HardwareProfile], stats: dict) -> WinnerRecord | None:
         """The best few certified trials of this problem (any campaign's), the default and the
         stored winner, re-measured interleaved with rounds added to separate close ones, and
         chosen by farm.tuning.finalists.decide (a tie within config.noise keeps the stored
@@ -237,7 +248,12 @@ class Campaign:
             if extra in ok and Schedule.from_key(extra) not in finalists:
                 finalists.append(Schedule.from_key(extra))
         slot = self.pool.topologies()[task.topology][0]
+        started = time.perf_counter()
         samples = self._remeasure_rounds(slot, task, finalists, rows)
+        stats["remeasure_s"] = time.perf_counter() - started
+        stats["finalists"] = len(finalists)
+        stats["rounds"] = max((len(v) for v in samples.values() if v), default=0)
+        stats["timings"] = sum(len(v) for v in samples.values() if v)  # finalist-rounds timed: the cost
         if not any(samples.values()):
             samples = {s.key(): [rows[s.key()]["median_ns"]] for s in finalists}
         decision = decide(samples, self.config.noise, stored, spec.default)
@@ -300,7 +316,7 @@ class Campaign:
     def _summary(self, winners: list[WinnerRecord]) -> None:
         row = store.campaign(self.db, self.campaign_id)
         counts = store.trial_status_counts(self.db, campaign=self.campaign_id)
-        artifacts.write_campaign_summary(self.out, row, winners, counts)
+        artifacts.write_campaign_summary(self.out, row, winners, counts, self.tasks)
 
 
 def _median(row: dict) -> float:

@@ -14,6 +14,14 @@ equivalence margin `noise` (the ratio band 1 +- noise that counts as "the same s
   leader and them until none is left or `max_rounds` is reached; at the cap an unresolved
   finalist is a tie when its median ratio is within 1 + noise, else slower.
 
+Fewer rounds than the sign test needs for CONFIDENCE (`sign_rounds`: 5 at 0.9) decide only
+by a wide margin: the interval must clear the band by EARLY_MARGIN on the verdict's side
+(slower: above 1 + noise + EARLY_MARGIN). So the re-measurement may start with 3 rounds
+(TuneConfig.rounds): a finalist already clearly slower stops there (on the H200 the
+default schedule, always a finalist, is 3-35x the best, often the costliest to time, and
+the third finalist is often 3-6% behind), the leader and close ones go on to the sign test's
+5 rounds and past them only until separated or tied, as before.
+
 The winner is the leader unless it ties with others: then `prefer` picks among the tied
 (leader included) without looking at their times, so two campaigns whose finalists tie pick
 the same schedule: the previously stored winner if it is among them, else the kernel's
@@ -36,6 +44,10 @@ from farm.schedule import Schedule
 from farm.store import WinnerRecord
 
 CONFIDENCE = 0.9  # coverage of the sign-test interval on the median ratio
+# Beyond the noise band, the margin a verdict needs while there are fewer paired rounds than
+# the sign test needs for CONFIDENCE: 3 rounds all 5% apart (with noise 1%) is many times
+# the ~0.5% jitter of paired ratios on the H200, a wrong "slower" would need 4% errors alike thrice.
+EARLY_MARGIN = 0.04
 
 Rounds = dict[str, list[float]]  # schedule key -> one median per round, rounds in order (a prefix)
 
@@ -55,6 +67,15 @@ def sign_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tu
             break
         k, cdf = j, cdf_j
     return ordered[k - 1], ordered[n - k]
+
+
+def sign_rounds(confidence: float = CONFIDENCE) -> int:
+    """The fewest values whose sign-test interval (min, max) covers the median with
+    `confidence`: 1 - 2 / 2**n >= confidence (5 at 0.9)."""
+    n = 1
+    while 1 - 2 / 2**n < confidence:
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)
@@ -88,9 +109,10 @@ def compare(samples: Rounds, key: str, leader: str, noise: float, confidence: fl
         return Comparison(key, math.inf, math.inf, math.inf, 0, "slower")
     ratio = statistics.median(paired)
     low, high = sign_interval(paired, confidence)
-    if low > 1 + noise:
+    early = EARLY_MARGIN if len(paired) < sign_rounds(confidence) else 0.0  # too few rounds: a wide margin only
+    if low > 1 + noise + early:
         verdict = "slower"
-    elif low >= 1 - noise and high <= 1 + noise:
+    elif low >= 1 - noise + early and high <= 1 + noise - early:
         verdict = "tie"
     else:
         verdict = "unresolved"

@@ -4,10 +4,18 @@
 it into one `Task` per (kernel, problem) for a topology, each with the schedules that can
 run on that adapter and its trial budget (capped at CPU_BUDGET on a CPU adapter, with
 `notice_cpu` saying so).
+
+Budgets that scale with the space (issue 21): without `--budget`, `farm tune` asks for
+DEFAULT_BUDGET trials with `space_share` SPACE_SHARE, and the model search's cap grows to
+that share of the problem's valid schedules (`Task.budget`), while the trials past
+DEFAULT_BUDGET (`Task.extend_after`) are spent only while the search still improves on its
+best (farm.tuning.search.model_based): a large space whose search has not settled gets more
+trials, a settled one stops where it did. `--budget N` is an explicit cap: no scaling.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +27,10 @@ from farm.tuning.problems import check_problem
 
 CPU_BUDGET = 8  # schedules per (kernel, problem) on a CPU adapter, besides the default
 DEFAULT_BUDGET = 64  # trials per (kernel, problem) for `farm tune` and `farm serve` unless --budget says otherwise
+# Without --budget, `farm tune`'s model search may grow its cap to this share of the valid
+# schedules (spending past DEFAULT_BUDGET only while it still improves): ternary_gemv's 369
+# H200 schedules get up to 123 trials, gemm's 785 up to 262; spaces under 192 keep 64.
+SPACE_SHARE = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -31,7 +43,7 @@ class TuneConfig:
     warmup: int = 2
     seed: int = 0
     finalists: int = 3
-    rounds: int = 5
+    rounds: int = 3
     out: Path | None = None
     # Issue 21: the relative difference that counts as noise (ties between finalists within
     # it, the model search's stop), the re-measurement's cap on rounds added to separate
@@ -39,6 +51,11 @@ class TuneConfig:
     noise: float = 0.01
     max_rounds: int = 15
     adaptive: bool = True
+    # The model search's cap grows to this share of each problem's valid schedules, trials
+    # past `budget` spent only while it still improves (0: `budget` is the cap). `rounds` is
+    # the re-measurement's first rounds over every finalist: past them, only the leader and
+    # the finalists not yet separated get more (farm.tuning.finalists).
+    space_share: float = 0.0
 
 
 @dataclass
@@ -52,11 +69,19 @@ class Task:
     budget: int | None
     capped_from: int | None = None
     excluded: int = 0  # schedules of the kernel's space that fail its checks for this problem
+    extend_after: int | None = None  # trials past this many only while the search improves (None: to the cap)
+
+    @property
+    def planned(self) -> int:
+        """Trials of the space the search plans: `extend_after` when the cap may be reached
+        only by improving, else the cap (the whole space when there is none)."""
+        cap = self.budget if self.budget is not None else len(self.space)
+        return min(len(self.space), cap if self.extend_after is None else min(cap, self.extend_after))
 
     @property
     def trials(self) -> int:
-        """Trials this task runs: the default plus at most `budget` of the space."""
-        return 1 + min(len(self.space), self.budget if self.budget is not None else len(self.space))
+        """Trials this task plans to run: the default plus `planned` of the space."""
+        return 1 + self.planned
 
 
 def parse_sizes(text: str) -> dict[str, list[Problem]]:
@@ -84,18 +109,33 @@ def parse_sizes(text: str) -> dict[str, list[Problem]]:
 def plan(config: TuneConfig, topology: str, profile: HardwareProfile) -> list[Task]:
     """Tasks for one topology. Each space holds the schedules that pass the kernel's checks
     for its problem on this adapter (budget goes to schedules that can run; `excluded`
-    counts the rest); on a CPU adapter each budget is capped at CPU_BUDGET."""
+    counts the rest); on a CPU adapter each budget is capped at CPU_BUDGET; otherwise the
+    model search's cap scales with the space (`scaled_budget`)."""
     tasks = []
     for name in config.kernels:
         spec = catalog.get(name)
         candidates = [s for s in spec.schedules() if s != spec.default]
         for problem in config.sizes.get(name) or spec.default_problems(profile):
             space = [s for s in candidates if not spec.invalid_reason(s, problem, profile)]
-            budget, capped = config.budget, None
+            budget, capped, extend_after = config.budget, None, None
             if profile.is_cpu and (budget is None or budget > CPU_BUDGET) and len(space) > CPU_BUDGET:
                 capped, budget = min(len(space), budget or len(space)), CPU_BUDGET
-            tasks.append(Task(topology, name, problem, space, budget, capped, len(candidates) - len(space)))
+            elif config.strategy == "model" and config.adaptive:
+                budget, extend_after = scaled_budget(budget, len(space), config.space_share)
+            excluded = len(candidates) - len(space)
+            tasks.append(Task(topology, name, problem, space, budget, capped, excluded, extend_after))
     return tasks
+
+
+def scaled_budget(budget: int | None, space: int, share: float) -> tuple[int | None, int | None]:
+    """(cap, extend_after) for a space of `space` schedules: the cap grows from `budget` to
+    ceil(share x space) when that is larger, the trials past `budget` spent only while the
+    search improves; `budget` unchanged (and no extension) when it is None (the whole
+    space), `share` is 0 or the share is no larger."""
+    if budget is None or share <= 0:
+        return budget, None
+    grown = min(space, math.ceil(share * space))
+    return (grown, budget) if grown > budget else (budget, None)
 
 
 def notice_cpu(profile: HardwareProfile, tasks: list[Task]) -> None:

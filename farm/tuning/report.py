@@ -4,7 +4,8 @@ and where each worker's time went.
 `Progress` keeps done/total, failures, resumed trials (replayed from the store: they count
 into done, as they do in the campaign row) and the ETA on one stderr line;
 `format_winners_table`, `format_workers` (host, pid, Ray GPU -> adapter, nvidia-smi UUID,
-placement) and `format_stage_times` (ms per trial by stage) are plain text for stderr/stdout.
+placement), `format_stage_times` (ms per trial by stage) and `format_task_totals` (search
+and re-measurement cost) are plain text for stderr/stdout.
 """
 
 from __future__ import annotations
@@ -109,6 +110,22 @@ def format_margin(w: WinnerRecord) -> str:
     rounds = getattr(w, "rounds", None)
     text = f"{100 * margin:+.1f}%{interval}" + (f" ({rounds} rounds)" if rounds else "")
     return ("tie " if getattr(w, "tie", False) else "") + text
+
+
+def format_task_totals(tasks: list[dict]) -> str:
+    """One line: the search's trials and seconds (and how many problems went past their
+    planned trials, the budget that scales with the space), the re-measurement's rounds,
+    finalist-rounds timed and seconds, over the campaign's (kernel, problem) tasks."""
+    trials = sum(t.get("trials", 0) for t in tasks)
+    extended = sum(t.get("trials", 0) > t.get("planned", 0) for t in tasks)
+    search_s = sum(t.get("search_s", 0.0) for t in tasks)
+    measured = [t for t in tasks if "remeasure_s" in t]
+    rounds = sum(t["rounds"] for t in measured)
+    return (
+        f"search: {trials} trials over {len(tasks)} problems ({extended} past their planned trials), {search_s:.1f} s;"
+        f" re-measurement: {rounds} rounds, {sum(t['timings'] for t in measured)} finalist-rounds timed"
+        f" over {len(measured)} problems, {sum(t['remeasure_s'] for t in measured):.1f} s"
+    )
 
 
 def format_stage_times(pool: WorkerPool, wall_s: float) -> str:

@@ -84,6 +84,7 @@ def model_based(
     noise: float | None = None,
     patience: int = 3,
     prior: list[TrialResult] | None = None,
+    extend_after: int | None = None,
 ) -> list[TrialResult]:
     """Two cheap surrogates voting: k-nearest neighbours over log2 knob values (smooth
     trends) and a ridge regression over one-hot knob values (what each value is worth on
@@ -111,6 +112,14 @@ def model_based(
     beat it by more than `noise` (nor the trials' own p20-p80 spread) for `patience`
     consecutive rounds, the search stops short of its budget: a flat landscape stops early,
     one whose models still see a better region keeps going. `budget` stays the cap.
+
+    Extension (`extend_after` given, a count of trials like the budget's, stored ones
+    included): the search plans `extend_after` trials (its random seeds are a quarter of
+    those, and up to them it runs as it would with that budget), and spends the rest of the
+    budget only while it is still improving: each further model round needs the last
+    `patience` batches to have beaten the best before them by more than the noise (or the
+    trials' spread). A large space whose search has not settled gets more trials; a settled
+    one stops at `extend_after`.
     """
     total = min(len(space), budget.remaining)
     if total <= 0:
@@ -118,6 +127,7 @@ def model_based(
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     batch_size = batch_size or max(4, 2 * workers)
+    planned = total if extend_after is None else max(1, min(total, extend_after))
     features, onehot = knob_features(space), onehot_features(space)
     index = {s.key(): i for i, s in enumerate(space)}
     known = [r for r in prior or [] if r.key.schedule.key() in index][:total]
@@ -126,14 +136,16 @@ def model_based(
     results: list[TrialResult] = []
     order = [i for i in range(len(space)) if i not in set(seen)]
     rng.shuffle(order)
-    seed_count = max(0, min(total, max(4, total // 4)) - len(seen))
+    seed_count = max(0, min(planned, max(4, planned // 4)) - len(seen))
     picks = order[:seed_count]
     results += _evaluate([space[i] for i in picks], evaluate, budget)
     seen += picks
     residuals: list[float] = []
     quiet = 0
     while len(seen) < total:
-        size = min(batch_size, total - len(seen))
+        size = min(batch_size, (planned if len(seen) < planned else total) - len(seen))
+        if len(seen) >= planned and not improving(known + results, patience * batch_size, noise or 0.0):
+            break
         candidates, knn, ridge = _predict(features, onehot, seen, known + results)
         if noise is not None and residuals:
             quiet = 0 if _promising(known + results, knn, ridge, residuals, noise) else quiet + 1
@@ -178,6 +190,18 @@ def _promising(
     sigma = 1.4826 * float(np.median(np.abs(residuals)))
     optimistic = float(np.min(np.minimum(knn, ridge))) - sigma
     return best - optimistic > math.log1p(max(noise, trial_noise(results)))
+
+
+def improving(results: list[TrialResult], window: int, noise: float) -> bool:
+    """Whether the last `window` results beat the best time before them by more than
+    `noise` (or the trials' typical spread, `trial_noise`, when larger)."""
+    times = [math.log(r.median_ns) if r.ok and r.median_ns else math.inf for r in results]
+    if len(times) <= window:
+        return True
+    before, recent = min(times[:-window]), min(times[-window:])
+    if math.isinf(recent):
+        return False
+    return before - recent > math.log1p(max(noise, trial_noise(results)))
 
 
 def trial_noise(results: list[TrialResult]) -> float:
