@@ -5,7 +5,15 @@ process and Ray), then re-times both winners of every (kernel, problem) interlea
 this machine's adapter (TrialBench.remeasure_rounds: `--rounds` rounds of `--reps`
 dispatches, a rotated order each round, the median over rounds) and reports, per row,
 the second winner's time over the first's. Targets (H200): within 3% on >= 18 of 19
-rows, all within 5%, each campaign's wall time no longer than before (134-141 s).
+rows, all within 5%, each campaign's wall time no longer than before (134-141 s:
+`--wall-target`).
+
+Per campaign it also reports where the time went: the process's wall time, the campaign's
+own (`farm tune`'s "campaign wall time" line: after Ray and the workers are up), and from
+its summary.json the trials, the problems whose search went past its planned trials, the
+search's and the re-measurement's seconds, and the re-measurement's rounds (summed over
+problems; "timings" counts finalist-rounds timed, what the rounds cost); per row, each
+campaign's rounds, tie, margin and trials.
 
     python3 benchmarks/stability.py --all --out benchmarks/results          # the H200 run
     python3 benchmarks/stability.py --kernels gemv --budget 4 --out /tmp/s --allow-cpu
@@ -20,6 +28,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -48,8 +57,30 @@ def run_campaign(name: str, args: argparse.Namespace, work: Path, seed: int) -> 
     if done.returncode != 0:
         raise SystemExit(f"campaign {name} failed (rc {done.returncode}); see {work / name}.log")
     winners = store.winners(store.open_store(db))
-    print(f"campaign {name}: {len(winners)} winners in {wall:.1f} s", file=sys.stderr)
-    return {"db": db, "wall_s": wall, "seed": seed, "winners": {(w.kernel, w.problem_key): w for w in winners}}
+    cost = campaign_cost(work / f"{name}.log", work / f"{name}-artifacts", winners)
+    shown = {k: v for k, v in cost.items() if k != "tasks"}
+    print(f"campaign {name}: {len(winners)} winners in {wall:.1f} s; {json.dumps(shown)}", file=sys.stderr)
+    keyed = {(w.kernel, w.problem_key): w for w in winners}
+    return {"db": db, "wall_s": wall, "seed": seed, "winners": keyed, "cost": cost}
+
+
+def campaign_cost(log: Path, artifacts: Path, winners: list) -> dict:
+    """Where a campaign's time went: its own wall time (the log's "campaign wall time" line),
+    the totals of its summary.json (trials, search and re-measurement seconds, rounds,
+    finalist-rounds timed), the problems that went past their planned trials, and the
+    rounds its winners record in SQL."""
+    found = re.findall(r"campaign wall time ([0-9.]+) s", log.read_text())
+    summaries = sorted((artifacts / "campaigns").glob("*/summary.json"))
+    summary = json.loads(summaries[-1].read_text()) if summaries else {}
+    tasks = summary.get("tasks", [])
+    return {
+        "campaign_s": float(found[-1]) if found else None,
+        **{k: summary.get("totals", {}).get(k) for k in ("trials", "search_s", "remeasure_s", "rounds", "timings")},
+        "extended_problems": sum(t.get("trials", 0) > t.get("planned", 0) for t in tasks),
+        "winner_rounds": sum(w.rounds or 0 for w in winners),
+        "ties": sum(bool(w.tie) for w in winners),
+        "tasks": {f"{t['kernel']} {t['problem']}": t for t in tasks},
+    }
 
 
 def retime(bench: TrialBench, kernel: str, problem_key: str, a: str, b: str, reps: int, rounds: int) -> dict:
@@ -69,6 +100,20 @@ def retime(bench: TrialBench, kernel: str, problem_key: str, a: str, b: str, rep
         "paired_ratio_median": statistics.median(paired),
         "rounds": len(first),
     }
+
+
+def decision(campaigns: list[dict], key: tuple[str, str]) -> dict:
+    """Each campaign's decision for one row (a list, campaign a's first): its re-measurement's
+    rounds, tie, margin, and its search's trials."""
+    out: dict[str, list] = {"campaign_rounds": [], "campaign_tie": [], "campaign_margin": [], "campaign_trials": []}
+    for c in campaigns:
+        w = c["winners"].get(key)
+        task = c["cost"]["tasks"].get(f"{key[0]} {key[1]}", {})
+        out["campaign_rounds"].append(w and w.rounds)
+        out["campaign_tie"].append(w and w.tie)
+        out["campaign_margin"].append(w and w.margin)
+        out["campaign_trials"].append(task.get("trials"))
+    return out
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -96,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--reps", type=int, default=10, help="dispatches per round when re-timing")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds when re-timing")
+    parser.add_argument("--wall-target", type=float, default=141.0, help="seconds per campaign (before: 134-141)")
     parser.add_argument("--label", default="h200")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--allow-cpu", action="store_true")
@@ -119,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             a, b = (c["winners"].get(key) for c in campaigns)
             row = {"kernel": key[0], "problem": key[1], "first": a and a.schedule_key, "second": b and b.schedule_key}
             row["identical"] = a is not None and b is not None and a.schedule_key == b.schedule_key
+            row |= decision(campaigns, key)
             if a is None or b is None:
                 row["error"] = "only one campaign has a winner"
             else:
@@ -134,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         "device": device.profile.summary,
         "command": sys.argv,
         "campaign_wall_s": [c["wall_s"] for c in campaigns],
+        "campaign_cost": [{k: v for k, v in c["cost"].items() if k != "tasks"} for c in campaigns],
+        "wall_target_s": args.wall_target,
+        "wall_target_met": all(c["wall_s"] <= args.wall_target for c in campaigns),
         "seeds": seeds,
         "retime": {"reps": args.reps, "rounds": args.rounds, "method": "interleaved, median over rounds"},
         "summary": summarize(rows),
@@ -141,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     path = args.out / f"{date}-{args.label}-stability.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result["summary"] | {"campaign_wall_s": result["campaign_wall_s"]}), file=sys.stderr)
+    shown = {k: result[k] for k in ("campaign_wall_s", "wall_target_met", "campaign_cost")}
+    print(json.dumps(result["summary"] | shown), file=sys.stderr)
     print(path)
     return 0
 
