@@ -240,7 +240,7 @@ def test_threads_sharing_a_runtime_get_correct_answers(rt):
 
 
 def test_large_uploads_go_through_mapped_staging_and_arrive_intact(rt):
-    from farm.runtime.calls import MAPPED_UPLOAD_MIN
+    from farm.runtime.transfers import MAPPED_UPLOAD_MIN
 
     a = f32(800, 800)  # 2.5 MB: above MAPPED_UPLOAD_MIN, so through a staging buffer
     x = f32(800, seed=1)

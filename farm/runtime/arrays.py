@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from farm.gpu import Buffer
-
 if TYPE_CHECKING:
     from farm.runtime.pool import Slab
 
@@ -39,7 +37,8 @@ class _Storage:
 
     def __del__(self) -> None:
         try:
-            self.release()
+            if self.slab is not None:
+                self.pool.give(self.slab)
         except Exception:  # noqa: BLE001 - interpreter shutdown: the device may be gone already
             pass
 
@@ -55,11 +54,11 @@ class DeviceArray:
         self.dtype = np.dtype(dtype)
 
     @classmethod
-    def wrap(cls, storage: _Storage, shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray:
-        """A call's output: `shape` a tuple of ints and `dtype` an np.dtype already (a
-        plan's), so nothing is converted on the call path."""
+    def pooled(cls, pool, slab: Slab, owner: object, shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray:
+        """A call's output in `slab` of `pool`: `shape` a tuple of ints and `dtype` an
+        np.dtype already (a plan's), so nothing is converted on the call path."""
         array = cls.__new__(cls)
-        array._storage, array.shape, array.dtype = storage, shape, dtype
+        array._storage, array.shape, array.dtype = _Storage(pool, slab, owner), shape, dtype
         return array
 
     # -- what it is -------------------------------------------------------------------
@@ -131,19 +130,21 @@ class DeviceArray:
         self.release()
 
     # -- for the runtime ----------------------------------------------------------------
-    def buffer(self, kind: str, owner: object, name: str) -> Buffer:
-        """The buffer to bind as `kind`; ValueError if released or from another runtime."""
-        if self._storage.owner is not owner:
+    def slab(self, owner: object, name: str) -> Slab:
+        """The pool slab holding the data; ValueError if released or from another runtime."""
+        storage = self._storage
+        if storage.owner is not owner:
             raise ValueError(f"{name}: DeviceArray {self.shape} {self.dtype} belongs to another ForgeRuntime")
-        self._check_live(name)
-        return self._storage.slab.view(self.nbytes, kind)
+        if storage.slab is None:
+            raise ValueError(f"{name}: DeviceArray {self.shape} {self.dtype} was released")
+        return storage.slab
 
     def checked(self, name: str, owner: object, dtypes: tuple[type, ...], ndim: tuple[int, ...]) -> DeviceArray:
         """The runtime's argument checks (farm.runtime.validation.as_array's, same messages)
         for a DeviceArray: this runtime's and live, an accepted dtype and rank, non-empty.
         On the hot path: the messages are built only when a check fails."""
         if self._storage.owner is not owner or self._storage.slab is None:
-            self.buffer("read", owner, name)  # raises the ValueError that says which
+            self.slab(owner, name)  # raises the ValueError that says which
         if self.dtype not in dtypes:
             expected = " or ".join(np.dtype(d).name for d in dtypes)
             raise TypeError(f"{name}: expected dtype {expected}, got {self.dtype} (cast it yourself: no silent casts)")
@@ -153,9 +154,6 @@ class DeviceArray:
         if 0 in self.shape:
             raise ValueError(f"{name}: expected a non-empty array, got shape {self.shape}")
         return self
-
-    def serial(self) -> int:
-        return self._storage.slab.serial
 
     def same_buffer(self, other: DeviceArray) -> bool:
         return self._storage is other._storage

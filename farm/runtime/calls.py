@@ -14,15 +14,21 @@ of the inputs' shapes, then sorts every arg of the launch into one of:
   only, so they are uploaded once and kept with the plan;
 - output and scratch: pooled per call, and kept with the plan, respectively.
 Pipelines are compiled once (the Device caches them), bind groups are cached per set of
-buffers. A call is one submission: uploads by `queue.write_buffer`, the passes, and for
-numpy outputs the copies to reused staging buffers, then one wait. With a DeviceArray
-anywhere among the inputs the call returns after the submission.
+buffers (by the pool slabs' serials: a repeated call makes no bind group and no buffer
+view). A call is one submission: uploads by `queue.write_buffer`, the passes, and for
+numpy outputs one copy each into one reused staging buffer, mapped once
+(farm.runtime.transfers). With a DeviceArray anywhere among the inputs the call returns
+after the submission.
+
+A call makes the wgpu calls plain wgpu-py makes for the same work and no more, fewer for
+numpy outputs (tests/test_runtime_costs.py counts them; farm.runtime.costs).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -31,15 +37,12 @@ from farm.gpu import MAX_GROUPS_PER_DIM, Buffer, Device, GpuError, Pipeline, fol
 from farm.oracle.launch import compile_launch
 from farm.runtime.arrays import DeviceArray, _Storage
 from farm.runtime.pool import BufferPool, Slab
+from farm.runtime.transfers import Read, give_back, read_back, reads_of, write
 from farm.runtime.validation import check_output_limits
 from farm.schedule import Problem, Schedule
 
 MAX_PLANS = 256  # plans kept per runtime (each holds its constants and scratch on the device)
 MAX_BIND_SETS = 16  # bind-group sets kept per plan
-# Uploads of this many bytes or more go through a mapped staging buffer. H200, plain wgpu-py
-# (benchmarks/runtime_calls.py floors): write_buffer 63/242/1010/3820 us for 256 KB/1/4/16 MB,
-# mapped (map included) 179/361/581/1610 us; the runtime's staging is mapped ahead.
-MAPPED_UPLOAD_MIN = 2 << 20
 
 
 @dataclass
@@ -54,10 +57,6 @@ class Slot:
     shape: tuple[int, ...] = ()
     buffer: Buffer | None = None  # constant and scratch: the plan's own
 
-    @property
-    def count(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
 
 @dataclass
 class CallPlan:
@@ -65,23 +64,27 @@ class CallPlan:
     schedule: Schedule
     problem: Problem
     pipelines: list[Pipeline]
-    passes: list  # (bindings, groups) per pass, in order
+    passes: list  # (bindings, grid) per pass, in order
     slots: list[Slot]
     owned: list[Buffer]
-    bind_sets: OrderedDict = field(default_factory=OrderedDict)
-    transformed: bool = False  # any arg recomputed on the host per call
+    bind_sets: OrderedDict = field(default_factory=OrderedDict)  # slabs' serials -> (pipeline, bind group, grid)s
+    last: tuple = field(default=((), ()), init=False)  # the last call's slabs and their bind_sets entry
+    # What a call fills, in order: the inputs' slots (input and transformed), then the outputs'.
+    inputs: list[Slot] = field(init=False)
+    outputs: list[Slot] = field(init=False)
+    filled: list[int] = field(init=False)  # the index in `slots` of each of inputs + outputs
+    transformed: bool = field(init=False)  # any arg recomputed on the host per call
+    reads: list[Read] = field(init=False)  # the outputs in a numpy call's staging buffer
+    read_bytes: int = field(init=False)
 
-    @property
-    def outputs(self) -> list[Slot]:
-        return [s for s in self.slots if s.role == "output"]
-
-    def reads(self, buffers: list[Buffer]) -> list:
-        """The Device's read list (name, buffer, dtype, count, shape) for the outputs."""
-        return [
-            (slot.name, buffer, slot.dtype, slot.count, slot.shape)
-            for slot, buffer in zip(self.slots, buffers, strict=True)
-            if slot.role == "output"
-        ]
+    def __post_init__(self):
+        roles = [slot.role for slot in self.slots]
+        self.inputs = [slot for slot in self.slots if slot.role in ("input", "transformed")]
+        self.outputs = [slot for slot in self.slots if slot.role == "output"]
+        self.filled = [i for i, r in enumerate(roles) if r in ("input", "transformed")]
+        self.filled += [i for i, r in enumerate(roles) if r == "output"]
+        self.transformed = "transformed" in roles
+        self.reads, self.read_bytes = reads_of([(slot.name, slot.dtype, slot.shape) for slot in self.outputs])
 
 
 def _grid(groups: int | tuple[int, int, int]) -> tuple[int, int, int]:
@@ -109,7 +112,7 @@ def check_out(plan: CallPlan, inputs: dict, out: dict[str, DeviceArray], owner: 
         slot = slots[name]
         if not isinstance(array, DeviceArray):
             raise TypeError(f"out: expected a DeviceArray, got {type(array).__name__}")
-        array.buffer("storage", owner, "out")
+        array.slab(owner, "out")
         if array.shape != slot.shape or array.dtype != slot.dtype:
             raise ValueError(
                 f"out: expected a DeviceArray of shape {slot.shape} and dtype {slot.dtype}, "
@@ -119,6 +122,9 @@ def check_out(plan: CallPlan, inputs: dict, out: dict[str, DeviceArray], owner: 
         others = [n for n, v in out.items() if n != name and v.same_buffer(array)]
         if clash or others:
             raise ValueError(f"out: must not share its buffer with {(clash + others)[0]} of the same call")
+
+
+_serial = attrgetter("serial")
 
 
 class Caller:
@@ -166,7 +172,6 @@ class Caller:
             raise
         passes = [(step.bindings, _grid(step.groups)) for step in launch.passes()]  # folded once, not per call
         plan = CallPlan(spec, schedule, problem, pipelines, passes, slots, owned)
-        plan.transformed = any(s.role == "transformed" for s in slots)
         self._plans[key] = plan
         while len(self._plans) > MAX_PLANS:
             _, old = self._plans.popitem(last=False)
@@ -193,100 +198,93 @@ class Caller:
     # -- calls ----------------------------------------------------------------------------
     def call(self, plan: CallPlan, inputs: dict, out: dict[str, DeviceArray] | None, to_device: bool) -> dict:
         """Run `plan` on `inputs` (numpy arrays or DeviceArrays of this runtime). Returns
-        {output name: DeviceArray} without waiting when `to_device`, else numpy arrays."""
+        {output name: DeviceArray} without waiting when `to_device`, else numpy arrays.
+
+        The slabs a call binds are its inputs' (a DeviceArray's own; a pooled one each numpy
+        array is written into) and its outputs' (`out`'s, else pooled), in `plan.filled`
+        order; the plan's constants and scratch are bound from its bind groups."""
+        owner, pool = self.owner, self.pool
         taken: list[Slab] = []  # pooled for this call only
-        results: dict[str, DeviceArray] = {}
         try:
-            transformed = self._transformed(plan, inputs)
+            values = self._transformed(plan, inputs) if plan.transformed else [inputs[s.name] for s in plan.inputs]
             encoder = self.device.device.create_command_encoder()
-            buffers, serials = [], []
-            for slot in plan.slots:
-                buffer, serial = self._buffer(slot, inputs, out, transformed, taken, results, to_device, encoder)
-                buffers.append(buffer)
-                serials.append(serial)
-            calls = self._bind(plan, buffers, tuple(serials))
-            for pipeline, bind_group, groups in calls:
-                self.device._encode_pass(encoder, pipeline, bind_group, groups)
+            slabs = []
+            for slot, value in zip(plan.inputs, values, strict=True):
+                if type(value) is DeviceArray:
+                    slabs.append(value.slab(owner, slot.name))
+                else:
+                    slabs.append(self._upload(slot, value, encoder, taken))
+            results: dict[str, DeviceArray] = {}
+            for slot in plan.outputs:
+                target = out.get(slot.name) if out else None
+                if target is not None:
+                    slab = target.slab(owner, "out")
+                    results[slot.name] = target
+                else:
+                    slab = pool.take(slot.nbytes)
+                    if to_device:
+                        results[slot.name] = DeviceArray.pooled(pool, slab, owner, slot.shape, slot.dtype)
+                    else:
+                        taken.append(slab)
+                slabs.append(slab)
+            for pipeline, bind_group, grid in self._bound(plan, slabs):
+                compute_pass = encoder.begin_compute_pass()
+                compute_pass.set_pipeline(pipeline)
+                compute_pass.set_bind_group(0, bind_group)
+                compute_pass.dispatch_workgroups(*grid)
+                compute_pass.end()
             if to_device:
                 self.device.device.queue.submit([encoder.finish()])
                 return results
-            return self.device.submit_reads(plan.reads(buffers), encoder).collect()
-        except GpuError:
-            raise
-        except (ValueError, TypeError):
+            outputs = [slab.handle for slab in slabs[len(plan.inputs) :]]
+            return read_back(self.device, plan.reads, plan.read_bytes, outputs, encoder)
+        except (GpuError, ValueError, TypeError):
             raise
         except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step
             raise GpuError("dispatch", str(exc), plan.spec.name, plan.schedule) from exc
         finally:
-            self._give(taken)
+            if taken:
+                give_back(pool, taken)
 
-    def _give(self, taken: list[Slab]) -> None:
-        """Back to the pool once the call is submitted. An upload slab is mapped for writing
-        again first (WebGPU resolves it once the copy from it is done; the call's own wait,
-        or the next one, polls it through), so its next use doesn't wait for a map."""
-        for slab in taken:
-            if slab.use == "upload" and slab.live:
-                try:
-                    slab.mapping = slab.handle.map_async("WRITE")
-                except Exception:  # noqa: BLE001 - mapping later, in `write`, still works
-                    slab.mapping = None
-            self.pool.give(slab)
-
-    def _transformed(self, plan: CallPlan, inputs: dict) -> dict[str, np.ndarray]:
-        if not plan.transformed:
-            return {}
-        host = {n: v.numpy() if isinstance(v, DeviceArray) else v for n, v in inputs.items()}
-        launch = plan.spec.launch(plan.schedule, plan.problem, host)
-        return {arg.name: arg.data for arg in launch.args if arg.name in host and arg.data is not None}
-
-    def _buffer(self, slot: Slot, inputs, out, transformed, taken, results, to_device, encoder) -> tuple[Buffer, int]:
-        if slot.role in ("constant", "scratch"):
-            return slot.buffer, -id(slot)
-        if slot.role == "output":
-            target = out.get(slot.name) if out else None
-            if target is not None:
-                results[slot.name] = target
-                return target.buffer("storage", self.owner, "out"), target.serial()
-            slab = self.pool.take(slot.nbytes)
-            if to_device:
-                results[slot.name] = DeviceArray.wrap(_Storage(self.pool, slab, self.owner), slot.shape, slot.dtype)
-            else:
-                taken.append(slab)
-            return slab.view(slot.nbytes, slot.kind), slab.serial
-        value = transformed.get(slot.name) if slot.role == "transformed" else inputs[slot.name]
-        if isinstance(value, DeviceArray):
-            return value.buffer(slot.kind, self.owner, slot.name), value.serial()
+    def _upload(self, slot: Slot, value: np.ndarray, encoder, taken: list[Slab]) -> Slab:
+        """A pooled slab for this call holding the numpy input `value`."""
         slab = self.pool.take(slot.nbytes, "uniform" if slot.kind == "uniform" else "storage")
         taken.append(slab)
-        self.write(slab, value, encoder, taken)
-        return slab.view(slot.nbytes, slot.kind), slab.serial
+        write(self.device, self.pool, slab, value, encoder, taken)
+        return slab
 
-    def write(self, slab: Slab, value: np.ndarray, encoder, taken: list[Slab]) -> None:
-        """Upload `value` into `slab`: small ones by `queue.write_buffer`, large ones into a
-        pooled mapped staging buffer and a copy recorded in `encoder` (wgpu's write_buffer
-        stages through a new buffer each time: 1.8 GB/s against 8.9 through a reused one on
-        lavapipe; benchmarks/runtime_calls.py measures both). The staging slab joins `taken`,
-        to be given back once the submission is made: mapping it again waits for that copy."""
-        raw = memoryview(np.ascontiguousarray(value)).cast("B")
-        if len(raw) % 4:
-            raw = memoryview(bytes(raw) + bytes(4 - len(raw) % 4))
-        if not len(raw):
-            return
-        if len(raw) < MAPPED_UPLOAD_MIN:
-            self.device.device.queue.write_buffer(slab.handle, 0, raw)
-            return
-        stage = self.pool.take(len(raw), "upload")
-        taken.append(stage)
-        if stage.mapping is not None:  # mapped again after its last copy: usually done by now
-            mapping, stage.mapping = stage.mapping, None
-            mapping.sync_wait()
-        else:
-            stage.handle.map_sync("WRITE")
-        try:
-            stage.handle.write_mapped(raw, 0)
-        finally:
-            stage.handle.unmap()
-        encoder.copy_buffer_to_buffer(stage.handle, 0, slab.handle, 0, len(raw))
+    def _bound(self, plan: CallPlan, slabs: list[Slab]) -> list:
+        """(pipeline handle, bind group, grid) per pass for these slabs: the bind groups are
+        made on the first call that binds them and kept, by the slabs' serials."""
+        last_slabs, last_calls = plan.last
+        if slabs == last_slabs:  # the buffers of the last call (Slab compares by identity)
+            return last_calls
+        key = tuple(map(_serial, slabs))
+        calls = plan.bind_sets.get(key)
+        if calls is not None:
+            plan.bind_sets.move_to_end(key)
+            plan.last = (slabs, calls)
+            return calls
+        buffers = [slot.buffer for slot in plan.slots]
+        for index, slab in zip(plan.filled, slabs, strict=True):
+            slot = plan.slots[index]
+            buffers[index] = slab.view(slot.nbytes, slot.kind)
+        calls = [
+            (pipeline.handle, self.device.bind(pipeline, buffers, plan.schedule, bindings), grid)
+            for pipeline, (bindings, grid) in zip(plan.pipelines, plan.passes, strict=True)
+        ]
+        plan.bind_sets[key] = calls
+        while len(plan.bind_sets) > MAX_BIND_SETS:
+            plan.bind_sets.popitem(last=False)
+        plan.last = (slabs, calls)
+        return calls
+
+    def _transformed(self, plan: CallPlan, inputs: dict) -> list:
+        """The inputs' values in `plan.inputs` order, recomputing the transformed ones on the host."""
+        host = {n: v.numpy() if isinstance(v, DeviceArray) else v for n, v in inputs.items()}
+        launch = plan.spec.launch(plan.schedule, plan.problem, host)
+        made = {arg.name: arg.data for arg in launch.args if arg.name in host and arg.data is not None}
+        return [made[slot.name] if slot.role == "transformed" else inputs[slot.name] for slot in plan.inputs]
 
     def new_array(self, shape: tuple[int, ...], dtype: np.dtype, data: np.ndarray | None = None) -> DeviceArray:
         """A DeviceArray of this runtime from the pool, holding `data` when given."""
@@ -300,32 +298,26 @@ class Caller:
         return DeviceArray(_Storage(self.pool, slab, self.owner), shape, dtype)
 
     def upload(self, slab: Slab, value: np.ndarray) -> None:
-        """`write` in a submission of its own (`ForgeRuntime.asarray`)."""
+        """`transfers.write` in a submission of its own (`ForgeRuntime.asarray`)."""
         taken: list[Slab] = []
         try:
             encoder = self.device.device.create_command_encoder()
-            self.write(slab, value, encoder, taken)
+            write(self.device, self.pool, slab, value, encoder, taken)
             self.device.device.queue.submit([encoder.finish()])
         finally:
-            self._give(taken)
-
-    def _bind(self, plan: CallPlan, buffers: list[Buffer], serials: tuple) -> list:
-        calls = plan.bind_sets.get(serials)
-        if calls is None:
-            calls = [
-                (pipeline, self.device.bind(pipeline, buffers, plan.schedule, bindings), groups)
-                for pipeline, (bindings, groups) in zip(plan.pipelines, plan.passes, strict=True)
-            ]
-            plan.bind_sets[serials] = calls
-            while len(plan.bind_sets) > MAX_BIND_SETS:
-                plan.bind_sets.popitem(last=False)
-        else:
-            plan.bind_sets.move_to_end(serials)
-        return calls
+            give_back(self.pool, taken)
 
     def read(self, array: DeviceArray) -> np.ndarray:
-        buffer = array.buffer("storage", self.owner, "array")
-        return self.device.submit_reads([("out", buffer, array.dtype, array.size, array.shape)]).collect()["out"]
+        """`array`'s data after the work submitted so far (what `DeviceArray.numpy()` returns)."""
+        slab = array.slab(self.owner, "array")
+        reads, nbytes = reads_of([("array", array.dtype, array.shape)])
+        try:
+            encoder = self.device.device.create_command_encoder()
+            return read_back(self.device, reads, nbytes, [slab.handle], encoder)["array"]
+        except GpuError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step
+            raise GpuError("readback", str(exc)) from exc
 
     def close(self) -> None:
         for plan in self._plans.values():

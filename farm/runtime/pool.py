@@ -23,6 +23,7 @@ from typing import Any
 from farm.gpu import Buffer, Device
 
 MIN_CLASS = 256
+_SERIALS = itertools.count(1)  # shared by every pool: a serial never names two buffers in one process
 DEFAULT_IDLE_BYTES = 4 << 30  # idle buffers kept for the next call, when no capacity is set
 # (a gemv 16384^2 call holds 2 GiB: its input and the input's staging; at 1 GiB every call
 # destroyed and re-created them, 3x slower on the H200)
@@ -47,13 +48,14 @@ def size_class(nbytes: int, largest: int) -> int:
 
 @dataclass(eq=False)
 class Slab:
-    """One pooled wgpu buffer. `serial` is unique for the pool's life (bind groups are
-    cached by it: an id() could be reused by a later buffer)."""
+    """One pooled wgpu buffer. `serial` is unique in the process (bind groups are cached by
+    it: an id() could be reused by a later buffer, a per-pool count by another pool's)."""
 
     handle: Any
     capacity: int
     use: str  # storage | uniform | upload
     serial: int
+    free_list: list = field(default_factory=list, repr=False)  # its size class's idle slabs
     live: bool = field(default=True)
     mapping: Any = None  # upload slabs: the pending map for writing, made when last given back
     _views: dict = field(default_factory=dict, repr=False)
@@ -78,9 +80,8 @@ class BufferPool:
         self.idle_limit = idle_bytes if idle_bytes is not None else (self.capacity or DEFAULT_IDLE_BYTES)
         self._largest = device.profile.limit("max-buffer-size") or (1 << 62)
         self._free: OrderedDict[int, Slab] = OrderedDict()  # serial -> idle slab, least recent first
-        self._by_class: dict[tuple[str, int], list[Slab]] = {}
-        self._serials = itertools.count(1)
-        self._classes: dict[int, int] = {}  # nbytes -> size class, for the call path
+        self._by_class: dict[tuple[str, int], list[Slab]] = {}  # (use, size class) -> idle slabs
+        self._requests: dict[tuple[str, int], list[Slab]] = {}  # (use, nbytes) -> its class's list
         self._lock = threading.RLock()
         self.held = 0  # bytes of slabs handed out
         self.idle = 0  # bytes of slabs on the free lists
@@ -90,33 +91,36 @@ class BufferPool:
         """A slab of at least `nbytes`, exclusively the caller's until `give`. `use`:
         storage (bound as read or read_write storage), uniform, or upload (mappable for
         writing, the source of a copy: the staging of a large upload)."""
-        size = self._classes.get(nbytes)
-        if size is None:
-            if len(self._classes) > 4096:
-                self._classes.clear()
-            size = self._classes[nbytes] = size_class(nbytes, self._largest)
         with self._lock:
-            free = self._by_class.get((use, size))
+            free = self._requests.get((use, nbytes))
+            if free is None:  # a request size not seen before: find its size class's list
+                if len(self._requests) > 4096:
+                    self._requests.clear()
+                size = size_class(nbytes, self._largest)
+                free = self._requests[(use, nbytes)] = self._by_class.setdefault((use, size), [])
             if free:
                 slab = free.pop()
                 del self._free[slab.serial]
                 self.idle -= slab.capacity
                 self.held += slab.capacity
                 return slab
-            self._make_room(size)
-            usage = self.device._wgpu.BufferUsage
-            if use == "upload":
-                flags = usage.MAP_WRITE | usage.COPY_SRC
-            else:
-                flags = usage.COPY_DST | usage.COPY_SRC | (usage.UNIFORM if use == "uniform" else usage.STORAGE)
-            try:
-                handle = self.device.device.create_buffer(size=size, usage=flags)
-            except Exception as exc:  # noqa: BLE001 - out of device memory, over a limit
-                raise ValueError(f"device memory: allocating {size} bytes failed: {exc}") from exc
-            self.created += 1
-            self.device.track(size)
-            self.held += size
-            return Slab(handle, size, use, next(self._serials))
+            return self._create(size_class(nbytes, self._largest), use, free)
+
+    def _create(self, size: int, use: str, free_list: list[Slab]) -> Slab:
+        self._make_room(size)
+        usage = self.device._wgpu.BufferUsage
+        if use == "upload":
+            flags = usage.MAP_WRITE | usage.COPY_SRC
+        else:
+            flags = usage.COPY_DST | usage.COPY_SRC | (usage.UNIFORM if use == "uniform" else usage.STORAGE)
+        try:
+            handle = self.device.device.create_buffer(size=size, usage=flags)
+        except Exception as exc:  # noqa: BLE001 - out of device memory, over a limit
+            raise ValueError(f"device memory: allocating {size} bytes failed: {exc}") from exc
+        self.created += 1
+        self.device.track(size)
+        self.held += size
+        return Slab(handle, size, use, next(_SERIALS), free_list)
 
     def give(self, slab: Slab) -> None:
         """Back to its free list (idle beyond `idle_limit` is destroyed, oldest first)."""
@@ -126,7 +130,7 @@ class BufferPool:
             self.held -= slab.capacity
             self.idle += slab.capacity
             self._free[slab.serial] = slab
-            self._by_class.setdefault((slab.use, slab.capacity), []).append(slab)
+            slab.free_list.append(slab)
             while self.idle > self.idle_limit and self._free:
                 self._destroy_oldest()
 
@@ -154,7 +158,7 @@ class BufferPool:
 
     def _destroy_oldest(self) -> None:
         _, slab = self._free.popitem(last=False)
-        self._by_class[(slab.use, slab.capacity)].remove(slab)
+        slab.free_list.remove(slab)
         self.idle -= slab.capacity
         slab.live = False
         slab.handle.destroy()

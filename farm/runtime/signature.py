@@ -72,5 +72,5 @@ def bind(runtime, spec: Kernel, arrays: dict) -> tuple[dict[str, int], dict]:
             given = ", ".join(f"{d}={v}" for d, v in dims.items())
             exprs = ", ".join(spec.inputs[name][1])
             raise ValueError(f"{name}: expected shape {want} ({exprs} with {given}), got {tuple(value.shape)}")
-    check_input_limits(spec.name, inputs, runtime._binding_limit())
+    check_input_limits(spec.name, inputs, runtime.binding_limit)
     return dims, inputs

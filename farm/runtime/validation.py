@@ -25,14 +25,16 @@ def as_array(name: str, value: object, dtypes: tuple[type, ...], ndim: tuple[int
     TypeError when it's not an ndarray of an accepted dtype (no silent casts); ValueError
     for a wrong rank or an empty array.
     """
-    # On every call's hot path: the messages are built only when a check fails.
-    if not isinstance(value, np.ndarray):
-        raise TypeError(f"{name}: expected a numpy array of {_names(dtypes)}, got {type(value).__name__}")
-    if isinstance(value, np.ma.MaskedArray):
-        raise TypeError(
-            f"{name}: expected a plain numpy array of {_names(dtypes)}, got a masked array (the kernels would "
-            "ignore its mask: pass .filled(value) or .data yourself)"
-        )
+    # On every call's hot path: the messages are built only when a check fails, and a plain
+    # ndarray skips the subclass checks.
+    if type(value) is not np.ndarray:
+        if not isinstance(value, np.ndarray):
+            raise TypeError(f"{name}: expected a numpy array of {_names(dtypes)}, got {type(value).__name__}")
+        if isinstance(value, np.ma.MaskedArray):
+            raise TypeError(
+                f"{name}: expected a plain numpy array of {_names(dtypes)}, got a masked array (the kernels would "
+                "ignore its mask: pass .filled(value) or .data yourself)"
+            )
     if value.dtype not in dtypes:
         expected = _names(dtypes)
         raise TypeError(f"{name}: expected dtype {expected}, got {value.dtype} (cast it yourself: no silent casts)")
@@ -65,10 +67,11 @@ def as_count(name: str, value: object, low: int | None = 1, high: int | None = N
     return number
 
 
-def expect_shape(name: str, array: np.ndarray, shape: tuple[int, ...], why: str) -> None:
-    """ValueError unless `array` has exactly `shape`; `why` says where that shape comes from."""
+def expect_shape(name: str, array: np.ndarray, shape: tuple[int, ...], why: str, **values: object) -> None:
+    """ValueError unless `array` has exactly `shape`; `why` says where that shape comes from
+    (`why.format(**values)`: formatted only when the check fails, it runs on every call)."""
     if array.shape != shape:
-        raise ValueError(f"{name}: expected shape {shape} ({why}), got {array.shape}")
+        raise ValueError(f"{name}: expected shape {shape} ({why.format(**values)}), got {array.shape}")
 
 
 def check_input_limits(kernel: str, inputs: dict[str, np.ndarray], limit: int) -> None:
@@ -112,6 +115,8 @@ def check_recurrent_shape(b: int, h: int, t: int, l_dim: int, e: int, limit: int
     registers for (ceil(L / 16) <= 128 floats per thread), and outputs context [B,H,T,E]
     and rho [B,H,L,E] within max-storage-buffer-binding-size (with VH = 1, value is H
     times smaller than context)."""
+    if l_dim <= MAX_L and 4 * b * h * max(t, l_dim) * e <= limit:  # the usual case, on every call
+        return
     if l_dim > MAX_L:
         raise ValueError(
             f"query: expected L (its last axis) <= {MAX_L}, the most the recurrent kernel keeps in registers "

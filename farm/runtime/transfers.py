@@ -1,0 +1,118 @@
+"""Moving a call's bytes between host and device (farm.runtime.calls uses these).
+
+Uploads: under MAPPED_UPLOAD_MIN by `queue.write_buffer`, larger ones through a pooled
+MAP_WRITE staging slab that is mapped again as soon as a call gives it back (`give_back`),
+so the next large upload rarely waits for a map. Reads: every numpy output of a call is
+copied into one of the Device's reused MAP_READ staging buffers, at its own offset, and
+that buffer is mapped once. Plain wgpu-py maps one staging buffer per output, and its
+"READ" mode submits an empty command buffer before each map (for buffers written through
+a mapping, gfx-rs/wgpu-native#305); staging here is only written by the copies just
+submitted, so that submission is skipped. A map is a cffi callback and a wake-up of
+wgpu-py's poller thread, the costliest of the wgpu calls a numpy call makes; waiting by
+this thread's own blocking poll (which runs the callback) instead of for the poller's
+hand-off saved 10-35 us per read on lavapipe. That poll waits for everything submitted
+before, as the queue would (it runs in order), and, on a Device shared with other
+threads, for their later submissions too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from farm.gpu import Device, GpuError
+from farm.runtime.pool import BufferPool, Slab
+
+# Uploads of this many bytes or more go through a mapped staging buffer. H200, plain wgpu-py
+# (benchmarks/runtime_calls.py floors): write_buffer 63/242/1010/3820 us for 256 KB/1/4/16 MB,
+# mapped (map included) 179/361/581/1610 us; the runtime's staging is mapped ahead.
+MAPPED_UPLOAD_MIN = 2 << 20
+READ_MAP_MODE = "READ_NOSYNC"  # "READ" without its empty submission (a mode of wgpu-py 0.32, pinned)
+
+
+@dataclass
+class Read:
+    """One output of a read: where it lies in the staging buffer."""
+
+    name: str
+    dtype: np.dtype
+    count: int
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int  # copied: the output's bytes, 4-byte aligned
+
+
+def reads_of(outputs: list[tuple[str, np.dtype, tuple[int, ...]]]) -> tuple[list[Read], int]:
+    """The staging layout of `outputs` (name, dtype, shape): each at an 8-byte aligned offset
+    (what mapping and reading require); returns it and the staging bytes needed."""
+    reads, offset = [], 0
+    for name, dtype, shape in outputs:
+        count = int(np.prod(shape, dtype=np.int64))
+        nbytes = max((count * dtype.itemsize + 3) & ~3, 4)
+        reads.append(Read(name, dtype, count, shape, offset, nbytes))
+        offset = (offset + nbytes + 7) & ~7
+    return reads, offset
+
+
+def read_back(device: Device, reads: list[Read], nbytes: int, handles: list, encoder) -> dict[str, np.ndarray]:
+    """Copy each output (`handles[i]` holds `reads[i]`) into one staging buffer of at least
+    `nbytes`, submit `encoder`, map the staging once and copy every output out of it."""
+    staging = device._take_staging(nbytes)
+    try:
+        for read, handle in zip(reads, handles, strict=True):
+            encoder.copy_buffer_to_buffer(handle, 0, staging, read.offset, read.nbytes)
+        device.device.queue.submit([encoder.finish()])
+        mapping = staging.map_async(READ_MAP_MODE, 0, nbytes)
+        device.wait_idle()  # the map's callback runs in this thread's poll: no hand-off from wgpu-py's poller
+        mapping.sync_wait()
+        data = staging.read_mapped(0, nbytes, copy=False)
+        out = {r.name: np.frombuffer(data, r.dtype, r.count, r.offset).reshape(r.shape).copy() for r in reads}
+        staging.unmap()
+    except Exception as exc:
+        staging.destroy()  # it may be left mapped or pending: not for reuse
+        raise GpuError("readback", str(exc)) from exc
+    device._give_staging(staging)
+    return out
+
+
+def write(device: Device, pool: BufferPool, slab: Slab, value: np.ndarray, encoder, taken: list[Slab]) -> None:
+    """Upload `value` into `slab`: small ones by `queue.write_buffer`, large ones into a
+    pooled mapped staging buffer and a copy recorded in `encoder` (wgpu's write_buffer
+    stages through a new buffer each time: 1.8 GB/s against 8.9 through a reused one on
+    lavapipe; benchmarks/runtime_calls.py measures both). The staging slab joins `taken`,
+    for `give_back` once the submission is made: mapping it again waits for that copy."""
+    raw = np.ascontiguousarray(value)
+    if raw.nbytes % 4:  # uploads and copies move whole words
+        raw = np.frombuffer(raw.tobytes() + bytes(4 - raw.nbytes % 4), np.uint8)
+    if not raw.nbytes:
+        return
+    if raw.nbytes < MAPPED_UPLOAD_MIN:
+        device.device.queue.write_buffer(slab.handle, 0, raw)
+        return
+    stage = pool.take(raw.nbytes, "upload")
+    taken.append(stage)
+    if stage.mapping is not None:  # mapped again after its last copy: usually done by now
+        mapping, stage.mapping = stage.mapping, None
+        mapping.sync_wait()
+    else:
+        stage.handle.map_sync("WRITE")
+    try:
+        stage.handle.write_mapped(raw, 0)
+    finally:
+        stage.handle.unmap()
+    encoder.copy_buffer_to_buffer(stage.handle, 0, slab.handle, 0, raw.nbytes)
+
+
+def give_back(pool: BufferPool, taken: list[Slab]) -> None:
+    """A call's own slabs back to the pool once it is submitted, last taken first (so a
+    repeated call gets each slot's slab of the last call back: same bind group). An upload
+    slab is mapped for writing again first (WebGPU resolves it once the copy from it is
+    done; the call's own wait, or the next one, polls it through)."""
+    for slab in reversed(taken):
+        if slab.use == "upload" and slab.live:
+            try:
+                slab.mapping = slab.handle.map_async("WRITE")
+            except Exception:  # noqa: BLE001 - mapping later, in `write`, still works
+                slab.mapping = None
+        pool.give(slab)
