@@ -50,7 +50,7 @@ class DeviceArray:
 
     def __init__(self, storage: _Storage, shape: tuple[int, ...], dtype: np.dtype):
         self._storage = storage
-        self.shape = tuple(int(d) for d in shape)
+        self.shape = tuple(map(int, shape))
         self.dtype = np.dtype(dtype)
 
     @classmethod
@@ -164,15 +164,14 @@ class DeviceArray:
 
 
 def _resolve_shape(shape: tuple, size: int, old: tuple[int, ...]) -> tuple[int, ...]:
-    dims = [int(d) for d in shape]
-    unknown = [i for i, d in enumerate(dims) if d == -1]
-    if len(unknown) > 1 or any(d < -1 for d in dims):
-        raise ValueError(f"reshape: bad shape {tuple(dims)}")
-    if unknown:
+    dims = list(map(int, shape))
+    if dims and min(dims) < 0:
+        if dims.count(-1) > 1 or min(dims) < -1:
+            raise ValueError(f"reshape: bad shape {tuple(dims)}")
         known = math.prod(d for d in dims if d != -1)
         if known == 0 or size % known:
             raise ValueError(f"reshape: cannot reshape {old} ({size} elements) into {tuple(dims)}")
-        dims[unknown[0]] = size // known
+        dims[dims.index(-1)] = size // known
     if math.prod(dims) != size:
         raise ValueError(f"reshape: cannot reshape {old} ({size} elements) into {tuple(dims)}")
     return tuple(dims)

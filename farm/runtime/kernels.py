@@ -9,6 +9,8 @@ dtypes compared as np.dtype objects (an identity hit), messages built only on fa
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from farm import catalog
@@ -24,12 +26,21 @@ from farm.runtime.validation import (
     fft_shape,
     p64_words,
 )
+from farm.schedule import Problem
 
 F32 = (np.dtype(np.float32),)
 U32 = (np.dtype(np.uint32),)
 P64_RECORDS = (np.dtype(np.uint32), np.dtype(np.uint64))
 FFT_SIGNAL = (np.dtype(np.complex64), np.dtype(np.float32))
 FFT_RANKS = tuple(range(1, 33))
+
+
+@functools.lru_cache(maxsize=1024)
+def _topk_problem(n: int, k: int) -> tuple[Problem, dict[str, int]]:
+    """topk's problem and dims for (n, k): it needs the problem before the call (its schedule
+    decides the block size k is checked against), so a repeated call reuses it."""
+    problem = catalog.get("topk").problem(n=n, k=k)
+    return problem, problem.as_dict()
 
 
 def _out(name: str, array: DeviceArray | None) -> dict | None:
@@ -64,12 +75,11 @@ class KernelMethods:
         block_size, else ValueError naming the block size in force: the block size is never
         changed to fit k (that would change the layout)."""
         x = self._arg("x", x, F32, (1,))
-        spec = catalog.get("topk")
         k = as_count("k", k, None)  # an integer; its range is the block size's, below
-        problem = spec.problem(n=x.shape[0], k=max(k, 1))
+        problem, dims = _topk_problem(x.shape[0], max(k, 1))
         schedule, source = self.tuned_schedule("topk", problem)
         check_topk_k(k, schedule, source)
-        return self._run("topk", problem.as_dict(), {"x": x}, schedule, out=_out("out", out))["out"]
+        return self._run("topk", dims, {"x": x}, schedule, out=_out("out", out))["out"]
 
     def ternary_gemv(self, x, packed_w, scale, m: int, k: int, *, out: DeviceArray | None = None):
         """out[o] = scale[o] * Σ_{i<k} t(w[o][i]) * x[i] for o < m; returns float32 (m,).
@@ -210,6 +220,6 @@ class KernelMethods:
         y = self._run("fft", {"n": n, "batch": batch}, {"x": points.reshape(batch, n, 2)}, out=_out("y", target))["y"]
         if out is not None:
             return out
-        if complex_input:
-            return y.reshape(-1).view(np.complex64).reshape(signal.shape)
+        if complex_input:  # (batch, n, 2) float32 -> (batch, n, 1) complex64
+            return y.view(np.complex64).reshape(signal.shape)
         return y.reshape(signal.shape)

@@ -10,6 +10,7 @@ numpy's OverflowError).
 
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -159,4 +160,4 @@ def fft_shape(shape: tuple[int, ...], complex_input: bool, max_n: int) -> tuple[
         raise ValueError(
             f"signal: expected a last axis of {form} with n a power of two in 2..{max_n}, got shape {shape} (n={n})"
         )
-    return n, int(np.prod(shape, dtype=np.int64)) // last
+    return n, math.prod(shape) // last  # Python ints: np.prod cost 3 us of every call
