@@ -12,7 +12,14 @@ around the call and its wait), unless its method says otherwise:
   `fused_recurrent_rwkv6` for recurrent);
 - chains of dependent calls with one sync at the end, per call: recurrent stepwise T=64
   with rho on the GPU (FLA stepwise with its state on the GPU), gemm -> topk (torch's same
-  chain).
+  chain);
+- where the host time goes, per kernel (farm.runtime.costs): the runtime's own Python per
+  call, timed with wgpu replaced by no-ops less the same stub under plain wgpu-py's floor
+  (device_python_us: DeviceArrays and a sync; numpy_python_us: from numpy, for outputs up
+  to 1 MB, where copying them out doesn't drown it), and the wgpu-native calls per call of
+  the runtime against plain wgpu-py's for the same passes and transfers (*_wgpu_calls,
+  *_floor_wgpu_calls: each goes through wgpu-py's error-capturing proxy; on the H200 they
+  are most of a call's host time).
 Prints a table; writes runtime-calls.{md,json} under --out.
 
     python3 benchmarks/runtime_calls.py --db sqlite:///.h200/farm.db --out /tmp/rc [--quick] [--allow-cpu]
@@ -33,6 +40,9 @@ from farm import ForgeRuntime, catalog
 from farm.cli.bench import settle_clocks
 from farm.cli.vendor import vendor_fn
 from farm.oracle.launch import prepare
+from farm.runtime.costs import NoBuffer, count_wgpu_calls, no_gpu, plain_dispatch, plain_transfer
+
+NUMPY_STUB_MAX = 1 << 20  # numpy_python_us only for outputs up to this many bytes
 
 COPY = """@group(0) @binding(0) var<storage, read> src: array<u32>;
 @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
@@ -79,10 +89,7 @@ def wgpu_floors(big: int) -> dict[str, float]:
         p.end()
 
     def submit_wait():
-        encoder = dev.create_command_encoder()
-        dispatch(encoder)
-        dev.queue.submit([encoder.finish()])
-        dev._poll_wait()
+        plain_dispatch(dev, [(pipe, bind, (16, 1, 1))])
 
     def round_trip():
         dev.queue.write_buffer(src, 0, small)
@@ -187,22 +194,25 @@ class TransferFloor:
             entries=[{"binding": 0, "resource": {"buffer": small}}, {"binding": 1, "resource": {"buffer": outs[0]}}],
         )
 
-        def call(mapped: bool):
+        passes = [(self.pipe, bind, (1, 1, 1))]
+        copies = list(zip(outs, reads, out_sizes, strict=True))
+
+        def by_write_buffer():
+            plain_transfer(dev, list(zip(targets, inputs, strict=True)), passes, copies)
+
+        def mapped():
             encoder = dev.create_command_encoder()
             for a, target, stage in zip(inputs, targets, stages, strict=True):
-                if mapped:
-                    stage.map_sync("WRITE")
-                    stage.write_mapped(a, 0)
-                    stage.unmap()
-                    encoder.copy_buffer_to_buffer(stage, 0, target, 0, a.nbytes)
-                else:
-                    dev.queue.write_buffer(target, 0, a)
+                stage.map_sync("WRITE")
+                stage.write_mapped(a, 0)
+                stage.unmap()
+                encoder.copy_buffer_to_buffer(stage, 0, target, 0, a.nbytes)
             p = encoder.begin_compute_pass()
             p.set_pipeline(self.pipe)
             p.set_bind_group(0, bind)
             p.dispatch_workgroups(1)
             p.end()
-            for out, read, n in zip(outs, reads, out_sizes, strict=True):
+            for out, read, n in copies:
                 encoder.copy_buffer_to_buffer(out, 0, read, 0, n)
             dev.queue.submit([encoder.finish()])
             for read in reads:
@@ -210,7 +220,7 @@ class TransferFloor:
                 np.frombuffer(read.read_mapped(copy=False), np.uint8).copy()
                 read.unmap()
 
-        return min(per_call(lambda: call(False)), per_call(lambda: call(True)))
+        return min(per_call(by_write_buffer), per_call(mapped))
 
     def close(self):
         for b in self.buffers.values():
@@ -301,6 +311,9 @@ def runtime_row(rt, torch, floor, label, method, args, kwargs) -> dict:
     host_inputs = [np.ascontiguousarray(a) for a in args if isinstance(a, np.ndarray)]
     row["floor_ms"] = floor.seconds(host_inputs, outs) * 1e3  # plain wgpu-py, same transfers
     row["numpy_overhead_us"] = (row["numpy_ms"] - row["floor_ms"] - row["kernel_ms"]) * 1e3
+    key = (spec.name, schedule, problem)
+    plan = next(p for p in rt._caller._plans.values() if (p.spec.name, p.schedule, p.problem) == key)
+    row.update(host_costs(rt, plan, lambda: fn(*args, **kwargs), on_device, host_inputs, outs))
     if torch is not None:
         row.update(torch_row(torch, spec, problem, inputs, schedule))
     for a in device_args:
@@ -355,33 +368,57 @@ def torch_row(torch, spec, problem, inputs, schedule) -> dict:
     return row
 
 
-def python_cost_us(rt, calls: int = 5000) -> float:
-    """The runtime's own Python per call (recurrent E=96 on DeviceArrays): the same call with
-    every wgpu call replaced by a no-op, so what is left is validation, plan lookup, pool
-    and bookkeeping. What the real call costs beyond it is wgpu-py and the GPU."""
-
-    class NoWgpu:
-        def __getattr__(self, name):
-            return self
-
-        def __call__(self, *args, **kwargs):
-            return self
-
-    g = np.random.default_rng(0)
-    args = [rt.asarray(g.standard_normal(s).astype(np.float32)) for s in ((1, 8, 64, 64), (1, 1, 64, 96))]
-    args += [rt.asarray(np.zeros((1, 8, 64, 96), np.float32)), rt.asarray(np.full(8, 0.9, np.float32))]
-    rt.recurrent_attention(*args)
-    rt.synchronize()
-    real, rt.device.device = rt.device.device, NoWgpu()
-    try:
-        start = time.perf_counter()
+def stub_us(fn, seconds: float = 0.3, rounds: int = 5) -> float:
+    """Per-call microseconds of `fn` under `no_gpu` (the fastest of `rounds` timed batches)."""
+    fn()
+    start = time.perf_counter()
+    fn()
+    calls = max(1, int(seconds / rounds / max(time.perf_counter() - start, 1e-7)))
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
         for _ in range(calls):
-            rt.recurrent_attention(*args)
-        return (time.perf_counter() - start) / calls * 1e6
-    finally:
-        rt.device.device = real
-        for a in args:
-            a.release()
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best * 1e6
+
+
+def wgpu_calls(fn, calls: int = 3) -> float:
+    """wgpu-native calls per call of `fn` (after one call that plans and fills the pool)."""
+    fn()
+    with count_wgpu_calls() as counts:
+        for _ in range(calls):
+            fn()
+    return sum(counts.values()) / calls
+
+
+def host_costs(rt, plan, from_numpy, on_device, host_inputs: list, out_sizes: list[int]) -> dict:
+    """Where a call's host time goes: the runtime's own Python (wgpu stubbed, less the
+    stubbed plain floor doing the same calls) and its wgpu-native calls per call against
+    plain wgpu-py's for the same passes (the plan's) and transfers (persistent buffers)."""
+    gpu, use = rt.device.device, rt.device._wgpu.BufferUsage
+    passes = plan.last[1]
+    writes = [(gpu.create_buffer(size=a.nbytes, usage=use.STORAGE | use.COPY_DST), a) for a in host_inputs]
+    targets = [gpu.create_buffer(size=n, usage=use.STORAGE | use.COPY_SRC) for n in out_sizes]
+    stages = [gpu.create_buffer(size=n, usage=use.MAP_READ | use.COPY_DST) for n in out_sizes]
+    reads = list(zip(targets, stages, out_sizes, strict=True))
+    row = {
+        "device_wgpu_calls": wgpu_calls(on_device),
+        "device_floor_wgpu_calls": wgpu_calls(lambda: plain_dispatch(gpu, passes)),
+        "numpy_wgpu_calls": wgpu_calls(from_numpy),
+        "numpy_floor_wgpu_calls": wgpu_calls(lambda: plain_transfer(gpu, writes, passes, reads)),
+    }
+    for buffer in [b for b, _ in writes] + targets + stages:
+        buffer.destroy()
+    with no_gpu(rt) as stub:
+        idle = [(None, None, (1, 1, 1))] * len(passes)
+        row["device_python_us"] = stub_us(on_device) - stub_us(lambda: plain_dispatch(stub, idle))
+        if sum(out_sizes) <= NUMPY_STUB_MAX:
+            stub_writes = [(None, a) for a in host_inputs]
+            stub_reads = [(None, NoBuffer(n), n) for n in out_sizes]
+            floor_us = stub_us(lambda: plain_transfer(stub, stub_writes, idle, stub_reads))
+            row["numpy_python_us"] = stub_us(from_numpy) - floor_us
+    return row
 
 
 # -- chains -----------------------------------------------------------------------------------
@@ -463,7 +500,8 @@ def markdown(result: dict) -> str:
     lines = [f"# ForgeRuntime per call ({result['adapter']}, {result['date']})", "", "## Floors", ""]
     lines += [f"- {k}: {v:.3g}" for k, v in {**result["wgpu_floors"], **result.get("torch_floors", {})}.items()]
     lines += [f"- runtime {k}: {v:.3g}" for k, v in result["runtime_transfers"].items()]
-    lines += [f"- runtime Python per call, wgpu calls stubbed (recurrent E=96): {result['runtime_python_us']:.3g} us"]
+    lines += [f"- runtime Python per call, wgpu stubbed, less the stubbed floor (recurrent E=96 on DeviceArrays, "
+              f"sync each call): {result['runtime_python_us']:.3g} us"]
     lines += ["", "## Per call (host wall with a sync each call; kernel_ms by GPU timestamps; floor_ms: plain",
               "wgpu-py doing the same transfers; overheads: numpy_ms - floor_ms - kernel_ms and",
               "device_ms - kernel_ms - submit_wait)", ""]
@@ -484,6 +522,18 @@ def markdown(result: dict) -> str:
             + f" | {ratio(row, 'numpy_ms', 'vendor_numpy_ms')} | {ratio(row, 'device_ms', 'vendor_device_ms')}"
             + f" | {row.get('schedule_source', '-')} |"
         )
+    lines += ["", "## Where the host time goes (the runtime's own Python: wgpu stubbed, less the stubbed plain",
+              "floor; wgpu-native calls per call: the runtime / plain wgpu-py for the same passes and transfers)", "",
+              "| case | device_python_us | wgpu calls, DeviceArrays + sync | numpy_python_us | wgpu calls, numpy |",
+              "|" + " --- |" * 5]
+
+    def calls(row, path):
+        runtime, floor = row.get(f"{path}_wgpu_calls"), row.get(f"{path}_floor_wgpu_calls")
+        return f"{runtime:.3g} / {floor:.3g}" if runtime is not None else "-"
+
+    for row in result["kernels"]:
+        lines.append(f"| {row['case']} | {cell(row, 'device_python_us')} | {calls(row, 'device')} | "
+                     f"{cell(row, 'numpy_python_us')} | {calls(row, 'numpy')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -512,7 +562,6 @@ def main() -> int:
     if torch is not None:
         result["torch_floors"] = torch_floors(torch, big)
     result["runtime_transfers"] = runtime_transfers(rt, big)
-    result["runtime_python_us"] = python_cost_us(rt)
     result["kernels"] = []
     floor = TransferFloor()
     submit_wait = result["wgpu_floors"]["submit_wait_us"]
@@ -522,6 +571,8 @@ def main() -> int:
         result["kernels"].append(row)
         print(json.dumps(result["kernels"][-1]), flush=True)
     result["chains"] = chains(rt, torch, args.quick)
+    e96 = next(row for row in result["kernels"] if row["case"] == "recurrent E=96")
+    result["runtime_python_us"] = e96["device_python_us"]  # the figure NOTES.md follows
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "runtime-calls.json").write_text(json.dumps(result, indent=2))
