@@ -211,17 +211,56 @@ var<workgroup> partial: array<{{VEC}}, CT * TPC * PCOLS>;
 // every chunk in parallel; pass 2 (chunk_scan) carries the state across the chunks, one
 // thread per state entry (S_c -> states[c], then S_{c+1} = d^n S_c + dS_c), and writes rho;
 // pass 3 (chunk_output) computes every chunk's contexts in parallel from S_c.
+// Passes 1 and 3 are small matrix products tiled in registers: a thread owns 4 x 4
+// blocks (4 rows, 4 columns in a vec4), so each pair of vec4 reads of workgroup memory
+// feeds 16 multiply-adds. The host renders the per-thread blocks unrolled.
 // The powers d^k come from repeated multiplication (a table per workgroup), never from a
 // division by a cumulative product, so no decay can overflow a quotient; masked terms
 // (j >= s, steps past T) are selected away, never multiplied by zero.
 const WG: u32 = {{WG}}u;
-const C: u32 = {{C}}u;    // steps per chunk
-const EB: u32 = {{EB}}u;  // state columns per workgroup (passes 1 and 3)
+const C: u32 = {{C}}u;        // steps per chunk (a multiple of 4)
+const C4: u32 = C / 4u;
+const EB: u32 = {{EB}}u;      // state columns per workgroup (passes 1 and 3)
+const TCOL: u32 = EB / 4u;    // threads across a workgroup's columns, 4 columns each
+const TROW: u32 = WG / TCOL;  // threads down its rows
 const LQ: u32 = {{L}}u;
-const R: u32 = WG / EB;   // thread rows of a workgroup
+const L4: u32 = (LQ + 3u) / 4u;
 
 struct Params { b: u32, h: u32, vh: u32, t: u32, l: u32, e: u32, nc: u32, eblocks: u32,
                 groups: u32, total: u32, pad0: u32, pad1: u32 }
+
+//// chunk_tile
+    let group = wid.x + wid.y * nwg.x;
+    if (group >= p.groups) {
+        return;  // the whole workgroup: barriers below stay uniform
+    }
+    let blk = group % p.eblocks;
+    let c = (group / p.eblocks) % p.nc;
+    let bh = group / (p.eblocks * p.nc);
+    let h = bh % p.h;
+    let vbh = (bh / p.h) * p.vh + h % p.vh;
+    let t0 = c * C;
+    let n = min(C, p.t - t0);
+    let d = decay[h];
+    for (var k = lid; k <= C; k += WG) {
+        var x = 1.0;
+        for (var m = 0u; m < k; m++) {
+            x *= d;  // d^k as k products, in the stepwise chain's order
+        }
+        pw[k] = x;
+    }
+    for (var i = lid; i < C * EB; i += WG) {
+        let j = i / EB;
+        let e = blk * EB + i % EB;
+        var v = 0.0;
+        if (j < n && e < p.e) {
+            v = value[(vbh * p.t + t0 + j) * p.e + e];
+        }
+        vs[j * TCOL + (i % EB) / 4u][i % 4u] = v;
+    }
+    let tc = lid % TCOL;
+    let tr = lid / TCOL;
+    let e0 = blk * EB + tc * 4u;
 
 //// chunk_state
 {{COMMON}}
@@ -231,70 +270,42 @@ struct Params { b: u32, h: u32, vh: u32, t: u32, l: u32, e: u32, nc: u32, eblock
 @group(0) @binding(6) var<uniform> p: Params;
 @group(0) @binding(7) var<storage, read_write> states: array<f32>;
 
-const NR: u32 = (LQ + R - 1u) / R;  // state rows per thread
-var<workgroup> qs: array<f32, C * LQ>;  // the chunk's q rows, row j scaled by d^(n-j)
-var<workgroup> vs: array<f32, C * EB>;
+const MQ: u32 = {{MQ}}u;  // latent-row quads per thread
+var<workgroup> qs: array<vec4<f32>, C * L4>;   // q_j scaled by d^(n-j), 4 latent rows a vector
+var<workgroup> vs: array<vec4<f32>, C * TCOL>;  // v_j, 4 columns a vector
 var<workgroup> pw: array<f32, C + 1u>;
+
+fn put(row: u32, e0: u32, x: vec4<f32>) {
+    for (var k = 0u; k < 4u; k++) {
+        if (e0 + k < p.e) {
+            states[row + e0 + k] = x[k];
+        }
+    }
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let group = wid.x + wid.y * nwg.x;
-    if (group >= p.groups) {
-        return;
-    }
-    let blk = group % p.eblocks;
-    let c = (group / p.eblocks) % p.nc;
-    let bh = group / (p.eblocks * p.nc);
-    let h = bh % p.h;
-    let vbh = (bh / p.h) * p.vh + h % p.vh;
-    let t0 = c * C;
-    let n = min(C, p.t - t0);
-    if (lid == 0u) {
-        var x = 1.0;
-        for (var k = 0u; k <= C; k++) {
-            pw[k] = x;
-            x *= decay[h];
-        }
-    }
-    for (var i = lid; i < C * EB; i += WG) {
-        let j = i / EB;
-        let e = blk * EB + i % EB;
-        var v = 0.0;
-        if (j < n && e < p.e) {
-            v = value[(vbh * p.t + t0 + j) * p.e + e];
-        }
-        vs[i] = v;
-    }
+{{TILE}}
     workgroupBarrier();  // pw is in
-    for (var i = lid; i < C * LQ; i += WG) {
-        let j = i / LQ;
+    for (var i = lid; i < C * L4 * 4u; i += WG) {
+        let j = i / (L4 * 4u);
+        let l = i % (L4 * 4u);
         var q = 0.0;
-        if (j < n) {
-            q = query[(bh * p.t + t0) * LQ + i] * pw[n - j];
+        if (j < n && l < LQ) {
+            q = query[(bh * p.t + t0 + j) * LQ + l] * pw[n - j];
         }
-        qs[i] = q;
+        qs[j * L4 + l / 4u][l % 4u] = q;
     }
     workgroupBarrier();
-    let col = lid % EB;
-    let row0 = lid / EB;
-    var acc: array<f32, NR>;
+{{DECL}}
     for (var j = 0u; j < n; j++) {
-        let v = vs[j * EB + col];
-        for (var k = 0u; k < NR; k++) {
-            acc[k] += qs[j * LQ + min(row0 + k * R, LQ - 1u)] * v;
-        }
+        let v = vs[j * TCOL + tc];
+{{FMA}}
     }
-    let e = blk * EB + col;
-    if (e < p.e) {
-        for (var k = 0u; k < NR; k++) {
-            let l = row0 + k * R;
-            if (l < LQ) {
-                states[((bh * p.nc + c) * LQ + l) * p.e + e] = acc[k];
-            }
-        }
-    }
+    let base = (bh * p.nc + c) * LQ;
+{{STORE}}
 }
 
 //// chunk_scan
@@ -358,94 +369,82 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 @group(0) @binding(6) var<uniform> p: Params;
 @group(0) @binding(7) var<storage, read_write> states: array<f32>;
 
-const NS: u32 = (C + R - 1u) / R;  // context rows (steps) per thread
-const LQP: u32 = LQ + 1u;  // padded q rows: the attention loop reads q_j across lanes
-var<workgroup> qs: array<f32, C * LQP>;
-var<workgroup> vs: array<f32, C * EB>;
-var<workgroup> att: array<f32, C * C>;  // (q_s . q_j) d^(s-j) for j < s
+const MS: u32 = {{MS}}u;  // step quads per thread
+var<workgroup> qt: array<vec4<f32>, LQ * C4>;   // q transposed: latent row l, 4 steps a vector
+var<workgroup> ss: array<vec4<f32>, LQ * TCOL>; // the state carried into the chunk, 4 columns a vector
+var<workgroup> vs: array<vec4<f32>, C * TCOL>;
+var<workgroup> at: array<vec4<f32>, C * C4>;    // at[j * C4 + s / 4][s % 4] = (q_s . q_j) d^(s-j), j < s
 var<workgroup> pw: array<f32, C + 1u>;
+
+fn put(row: u32, e0: u32, x: vec4<f32>) {
+    for (var k = 0u; k < 4u; k++) {
+        if (e0 + k < p.e) {
+            context[row + e0 + k] = x[k];
+        }
+    }
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let group = wid.x + wid.y * nwg.x;
-    if (group >= p.groups) {
-        return;
-    }
-    let blk = group % p.eblocks;
-    let c = (group / p.eblocks) % p.nc;
-    let bh = group / (p.eblocks * p.nc);
-    let h = bh % p.h;
-    let vbh = (bh / p.h) * p.vh + h % p.vh;
-    let t0 = c * C;
-    let n = min(C, p.t - t0);
-    if (lid == 0u) {
-        var x = 1.0;
-        for (var k = 0u; k <= C; k++) {
-            pw[k] = x;
-            x *= decay[h];
-        }
-    }
+{{TILE}}
     for (var i = lid; i < C * LQ; i += WG) {
+        let s = i / LQ;
         var q = 0.0;
-        if (i / LQ < n) {
+        if (s < n) {
             q = query[(bh * p.t + t0) * LQ + i];
         }
-        qs[(i / LQ) * LQP + i % LQ] = q;
+        qt[(i % LQ) * C4 + s / 4u][s % 4u] = q;
     }
-    for (var i = lid; i < C * EB; i += WG) {
-        let j = i / EB;
+    let sbase = (bh * p.nc + c) * LQ * p.e;
+    for (var i = lid; i < LQ * EB; i += WG) {
         let e = blk * EB + i % EB;
-        var v = 0.0;
-        if (j < n && e < p.e) {
-            v = value[(vbh * p.t + t0 + j) * p.e + e];
+        var x = 0.0;
+        if (e < p.e) {
+            x = states[sbase + (i / EB) * p.e + e];
         }
-        vs[i] = v;
+        ss[(i / EB) * TCOL + (i % EB) / 4u][i % 4u] = x;
     }
     workgroupBarrier();
-    for (var i = lid; i < C * C; i += WG) {
-        let s = i / C;
-        let j = i % C;
-        var a = 0.0;
-        if (j < s && s < n) {
+    // The attention matrix in 4 x 4 blocks; blocks above the diagonal hold only j > s.
+    for (var b = lid; b < C4 * C4; b += WG) {
+        let sb = b / C4;
+        let jb = b % C4;
+        var x0 = vec4<f32>(0.0);
+        var x1 = vec4<f32>(0.0);
+        var x2 = vec4<f32>(0.0);
+        var x3 = vec4<f32>(0.0);
+        if (jb <= sb) {
             for (var l = 0u; l < LQ; l++) {
-                a += qs[s * LQP + l] * qs[j * LQP + l];
+                let qa = qt[l * C4 + sb];
+                let qb = qt[l * C4 + jb];
+                x0 += qa.x * qb;
+                x1 += qa.y * qb;
+                x2 += qa.z * qb;
+                x3 += qa.w * qb;
             }
-            a *= pw[s - j];
         }
-        att[i] = a;
+        for (var k = 0u; k < 4u; k++) {
+            let j = jb * 4u + k;
+            var col = vec4<f32>(x0[k], x1[k], x2[k], x3[k]);
+            for (var r = 0u; r < 4u; r++) {
+                let s = sb * 4u + r;
+                col[r] = select(0.0, col[r] * pw[min(s - j, C)], j < s && s < n);
+            }
+            at[j * C4 + sb] = col;
+        }
     }
     workgroupBarrier();
-    let col = lid % EB;
-    let row0 = lid / EB;
-    let e = blk * EB + col;
-    let ec = min(e, p.e - 1u);
-    var acc: array<f32, NS>;
-    let sbase = (bh * p.nc + c) * LQ * p.e + ec;
+{{DECL}}
     for (var l = 0u; l < LQ; l++) {
-        let sv = states[sbase + l * p.e];
-        for (var k = 0u; k < NS; k++) {
-            acc[k] += qs[min(row0 + k * R, C - 1u) * LQP + l] * sv;
-        }
+        let sv = ss[l * TCOL + tc];
+{{STATE_FMA}}
     }
-    for (var k = 0u; k < NS; k++) {
-        let s = min(row0 + k * R, C - 1u);
-        acc[k] *= pw[s];
-    }
+{{SCALE}}
     for (var j = 0u; j < n; j++) {
-        let v = vs[j * EB + col];
-        for (var k = 0u; k < NS; k++) {
-            let s = row0 + k * R;
-            acc[k] += select(0.0, att[min(s, C - 1u) * C + j] * v, j < s);
-        }
+        let v = vs[j * TCOL + tc];
+{{ATT_FMA}}
     }
-    if (e < p.e) {
-        for (var k = 0u; k < NS; k++) {
-            let s = row0 + k * R;
-            if (s < n) {
-                context[(bh * p.t + t0 + s) * p.e + e] = acc[k];
-            }
-        }
-    }
+{{STORE}}
 }

@@ -55,10 +55,20 @@ def states_bytes(problem: Problem, chunk: int) -> int:
 
 
 def chunked_workgroup_bytes(schedule: Schedule, problem: Problem) -> int:
-    """The larger pass's workgroup memory: the output pass's padded q rows, the value
-    columns, the masked attention matrix and the decay powers."""
+    """The larger pass's workgroup memory. Pass 1: the chunk's q rows (padded to 4), its
+    value columns, the decay powers; pass 3: q transposed, the carried state's columns,
+    the value columns, the attention matrix, the decay powers."""
     c, eb, l_dim = schedule["chunk_size"], schedule["block_e"], problem["L"]
-    return 4 * (c * (l_dim + 1) + c * eb + c * c + c + 1)
+    state_pass = c * 4 * -(-l_dim // 4) + c * eb + c + 1
+    output_pass = l_dim * c + l_dim * eb + c * eb + c * c + c + 1
+    return 4 * max(state_pass, output_pass)
+
+
+def _quads(schedule: Schedule, problem: Problem) -> tuple[int, int]:
+    """(latent-row quads per thread in pass 1, step quads per thread in pass 3)."""
+    rows = schedule.workgroup_size // (schedule["block_e"] // 4)
+    quads_l = -(-problem["L"] // 4)
+    return -(-quads_l // rows), -(-(schedule["chunk_size"] // 4) // rows)
 
 
 def check_chunked(kernel: str, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
@@ -71,12 +81,12 @@ def check_chunked(kernel: str, schedule: Schedule, problem: Problem, profile: Ha
     c, eb, wg = schedule.get("chunk_size", 0), schedule.get("block_e", 0), schedule.workgroup_size
     if c not in CHUNK_SIZES:
         raise InvalidSchedule(kernel, schedule, f"chunk_size {c} not in {list(CHUNK_SIZES)}")
-    if eb not in BLOCK_E or wg % eb:
-        raise InvalidSchedule(kernel, schedule, f"block_e {eb} must be in {list(BLOCK_E)} and divide workgroup_size")
-    rows = wg // eb
-    floats = max(-(-problem["L"] // rows), -(-c // rows))
+    if eb not in BLOCK_E or wg % (eb // 4):
+        reason = f"block_e {eb} must be in {list(BLOCK_E)}, a quarter of it dividing workgroup_size"
+        raise InvalidSchedule(kernel, schedule, reason)
+    floats = 16 * max(_quads(schedule, problem))
     if floats > MAX_THREAD_FLOATS:
-        reason = f"{floats} accumulators per thread > {MAX_THREAD_FLOATS} (L={problem['L']}, {rows} thread rows)"
+        reason = f"{floats} accumulators per thread > {MAX_THREAD_FLOATS} (L={problem['L']}, block_e {eb})"
         raise InvalidSchedule(kernel, schedule, reason)
     need, limit = states_bytes(problem, c), profile.limit("max-storage-buffer-binding-size")
     if need > limit:
@@ -93,13 +103,14 @@ def chunked_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Lau
     groups, total = b * h * nc * eblocks, b * h * l_dim * e
     parts = sections(SOURCE_FILE)
     common = render(parts["chunked_common"], {"WG": wg, "C": c, "EB": eb, "L": l_dim})
+    mq, ms = _quads(schedule, problem)
 
-    def source(name: str) -> str:
-        return render(parts[name], {"COMMON": common})
+    def source(name: str, blocks: dict[str, str]) -> str:
+        return render(parts[name], {"COMMON": common, "TILE": parts["chunk_tile"]} | blocks)
 
     params = np.array([b, h, vh, t, l_dim, e, nc, eblocks, groups, total, 0, 0], np.uint32)
     return Launch(
-        source=source("chunk_output"),
+        source=source("chunk_output", _output_blocks(ms)),
         args=[
             *args,
             Arg("params", "uniform", params),
@@ -108,7 +119,69 @@ def chunked_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Lau
         groups=groups,
         bindings=(0, 1, 3, 4, 6, 7),
         prologue=[
-            Pass(source("chunk_state"), groups, (0, 1, 3, 6, 7)),
-            Pass(source("chunk_scan"), -(-total // SCAN_WG), (2, 3, 5, 6, 7)),
+            Pass(source("chunk_state", _state_blocks(mq)), groups, (0, 1, 3, 6, 7)),
+            Pass(source("chunk_scan", {}), -(-total // SCAN_WG), (2, 3, 5, 6, 7)),
         ],
     )
+
+
+# The per-thread 4 x 4 blocks, unrolled: m counts a thread's quads, r the rows of a quad.
+_LANES = "xyzw"
+
+
+def _lines(indent: int, lines) -> str:
+    return "\n".join(" " * indent + line for line in lines)
+
+
+def _state_blocks(quads: int) -> dict[str, str]:
+    """Pass 1: a{m}_{r} accumulates state row 4·(tr + m·TROW) + r over 4 columns."""
+    quad = range(quads)
+    decl = [f"let rq{m} = min(tr + {m}u * TROW, L4 - 1u);" for m in quad]
+    decl += [f"var a{m}_{r} = vec4<f32>(0.0);" for m in quad for r in range(4)]
+    fma = [f"let q{m} = qs[j * L4 + rq{m}];" for m in quad]
+    fma += [f"a{m}_{r} += q{m}.{_LANES[r]} * v;" for m in quad for r in range(4)]
+    store = []
+    for m in quad:
+        store.append(f"if (tr + {m}u * TROW < L4) {{")
+        for r in range(4):
+            store += [
+                f"    if (rq{m} * 4u + {r}u < LQ) {{",
+                f"        put((base + rq{m} * 4u + {r}u) * p.e, e0, a{m}_{r});",
+                "    }",
+            ]
+        store.append("}")
+    return {"MQ": quads, "DECL": _lines(4, decl), "FMA": _lines(8, fma), "STORE": _lines(4, store)}
+
+
+def _output_blocks(quads: int) -> dict[str, str]:
+    """Pass 3: o{m}_{r} accumulates the context of step 4·(tr + m·TROW) + r over 4 columns."""
+    quad = range(quads)
+    decl = [f"let sq{m} = min(tr + {m}u * TROW, C4 - 1u);" for m in quad]
+    decl += [f"var o{m}_{r} = vec4<f32>(0.0);" for m in quad for r in range(4)]
+    state = [f"let q{m} = qt[l * C4 + sq{m}];" for m in quad]
+    state += [f"o{m}_{r} += q{m}.{_LANES[r]} * sv;" for m in quad for r in range(4)]
+    scale = [f"o{m}_{r} *= pw[sq{m} * 4u + {r}u];" for m in quad for r in range(4)]
+    att = [f"let a{m} = at[j * C4 + sq{m}];" for m in quad]
+    att += [
+        f"o{m}_{r} += select(vec4<f32>(0.0), a{m}.{_LANES[r]} * v, j < sq{m} * 4u + {r}u);"
+        for m in quad
+        for r in range(4)
+    ]
+    store = []
+    for m in quad:
+        store.append(f"if (tr + {m}u * TROW < C4) {{")
+        for r in range(4):
+            store += [
+                f"    if (sq{m} * 4u + {r}u < n) {{",
+                f"        put((bh * p.t + t0 + sq{m} * 4u + {r}u) * p.e, e0, o{m}_{r});",
+                "    }",
+            ]
+        store.append("}")
+    return {
+        "MS": quads,
+        "DECL": _lines(4, decl),
+        "STATE_FMA": _lines(8, state),
+        "SCALE": _lines(4, scale),
+        "ATT_FMA": _lines(8, att),
+        "STORE": _lines(4, store),
+    }
