@@ -118,6 +118,14 @@ class DeviceArray:
             )
         return DeviceArray(self._storage, (*self.shape[:-1], last * self.dtype.itemsize // dtype.itemsize), dtype)
 
+    def same_bytes(self, shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray:
+        """This array's bytes as `shape` of `dtype` (ints and an np.dtype, of the same number
+        of bytes: the runtime's own reshapes, e.g. fft's complex64 signal as float32 pairs,
+        made without view's and reshape's checks)."""
+        array = DeviceArray.__new__(DeviceArray)
+        array._storage, array.shape, array.dtype = self._storage, shape, dtype
+        return array
+
     # -- lifetime -------------------------------------------------------------------
     def release(self) -> None:
         """Give the buffer back now (this array and every view of it become unusable)."""

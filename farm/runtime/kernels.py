@@ -204,11 +204,10 @@ class KernelMethods:
         order decides, and numpy's pocketfft has another (see farm.catalog.fft)."""
         signal = self._arg("signal", signal, FFT_SIGNAL, FFT_RANKS)
         max_n = min(1024, self.profile.limit("max-compute-invocations-per-workgroup"))
-        n, batch = fft_shape(signal.shape, signal.dtype == np.complex64, max_n)
-        complex_input = signal.dtype == np.complex64
+        complex_input = signal.dtype == FFT_SIGNAL[0]
+        n, batch = fft_shape(signal.shape, complex_input, max_n)
         check_input_limits("fft", {"signal": signal}, self.binding_limit)
-        on_device = isinstance(signal, DeviceArray)
-        points = (signal if on_device else np.ascontiguousarray(signal)).view(np.float32)
+        points = _as(signal if isinstance(signal, DeviceArray) else np.ascontiguousarray(signal), (batch, n, 2), F32[0])
         target = None
         if out is not None:
             if not isinstance(out, DeviceArray) or out.shape != signal.shape or out.dtype != signal.dtype:
@@ -216,10 +215,15 @@ class KernelMethods:
                 raise ValueError(
                     f"out: expected a DeviceArray of shape {signal.shape} and dtype {signal.dtype}, got {what}"
                 )
-            target = out.view(np.float32).reshape(batch, n, 2)
-        y = self._run("fft", {"n": n, "batch": batch}, {"x": points.reshape(batch, n, 2)}, out=_out("y", target))["y"]
+            target = out.same_bytes((batch, n, 2), F32[0])
+        y = self._run("fft", {"n": n, "batch": batch}, {"x": points}, out=_out("y", target))["y"]
         if out is not None:
             return out
-        if complex_input:  # (batch, n, 2) float32 -> (batch, n, 1) complex64
-            return y.view(np.complex64).reshape(signal.shape)
-        return y.reshape(signal.shape)
+        return _as(y, signal.shape, signal.dtype)
+
+
+def _as(array, shape: tuple[int, ...], dtype: np.dtype):
+    """A C-contiguous `array`'s bytes as `shape` of `dtype` (the same number of bytes), sharing them."""
+    if isinstance(array, DeviceArray):
+        return array.same_bytes(shape, dtype)
+    return array.view(dtype).reshape(shape)
