@@ -7,12 +7,11 @@ copied into one of the Device's reused MAP_READ staging buffers, at its own offs
 that buffer is mapped once. Plain wgpu-py maps one staging buffer per output, and its
 "READ" mode submits an empty command buffer before each map (for buffers written through
 a mapping, gfx-rs/wgpu-native#305); staging here is only written by the copies just
-submitted, so that submission is skipped. A map is a cffi callback and a wake-up of
-wgpu-py's poller thread, the costliest of the wgpu calls a numpy call makes; waiting by
-this thread's own blocking poll (which runs the callback) instead of for the poller's
-hand-off saved 10-35 us per read on lavapipe. That poll waits for everything submitted
-before, as the queue would (it runs in order), and, on a Device shared with other
-threads, for their later submissions too.
+submitted, so that submission is skipped. The map is resolved by wgpu-py's poller thread.
+Waiting by this thread's own blocking poll as well (which runs the callback here, no
+hand-off) saved 10-35 us per read on lavapipe but cost 3.5-13 ms per numpy call on the
+H200 (2026-12-01, benchmarks/results/2026-12-01-h200-runtime-calls-s7.md: two threads in
+a blocking wgpuDevicePoll), so it is not done.
 """
 
 from __future__ import annotations
@@ -63,9 +62,7 @@ def read_back(device: Device, reads: list[Read], nbytes: int, handles: list, enc
         for read, handle in zip(reads, handles, strict=True):
             encoder.copy_buffer_to_buffer(handle, 0, staging, read.offset, read.nbytes)
         device.device.queue.submit([encoder.finish()])
-        mapping = staging.map_async(READ_MAP_MODE, 0, nbytes)
-        device.wait_idle()  # the map's callback runs in this thread's poll: no hand-off from wgpu-py's poller
-        mapping.sync_wait()
+        staging.map_async(READ_MAP_MODE, 0, nbytes).sync_wait()  # wgpu-py's poller thread resolves it
         data = staging.read_mapped(0, nbytes, copy=False)
         out = {r.name: np.frombuffer(data, r.dtype, r.count, r.offset).reshape(r.shape).copy() for r in reads}
         staging.unmap()
