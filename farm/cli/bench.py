@@ -152,12 +152,15 @@ def run_bench(kernels: list[str], out: Path | None, db: str | None, allow_cpu: b
     tuned = tuned_schedules(db, profile.topology_hash())
     vendor = _vendor()
     rows: list[BenchRow] = []
+    stored = 0
     for name in kernels:
         spec = catalog.get(name)
         for problem in bench_problems(name, profile):
             new = _bench_one(device, spec, problem, tuned, vendor, reps)
             _print_rows(new)
             rows.extend(new)
+            if tuned:  # as each problem is done: an interrupted bench keeps what it measured
+                stored += store_vendor_ratios(db, profile.topology_hash(), new, tuned)
     copy_bytes = min(256 << 20, profile.limit("max-storage-buffer-binding-size"))
     ceiling = copy_bandwidth(device, copy_bytes, reps)
     rows.append(BenchRow("copy", f"bytes={copy_bytes}", "copy", "vec4 wg256", 0.0, 0.0, ceiling, True, "", "timestamp"))
@@ -165,7 +168,6 @@ def run_bench(kernels: list[str], out: Path | None, db: str | None, allow_cpu: b
     if out is not None:
         write_results(rows, out, profile.summary, ceiling)
     if tuned:
-        stored = store_vendor_ratios(db, profile.topology_hash(), rows, tuned)
         print(f"stored the speed against the vendor library on {stored} winner(s)")
     return rows
 
