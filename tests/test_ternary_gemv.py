@@ -338,3 +338,23 @@ def test_a_pass_binding_an_arg_the_launch_lacks_is_refused_before_compiling(devi
     launch.epilogue[0].bindings = (2, 3, 4, 9)
     with pytest.raises(ValueError, match=r"pass binds \(2, 3, 4, 9\), launch has 9 args"):
         check_launch(SPEC, split_schedule(64, 2, 4, 4, 2), launch, device.profile)
+
+
+def test_packing_is_the_word_layout_and_dots_go_by_blocks():
+    """pack_codes packs bytes (4 codes each) into little-endian words: the same words as
+    16 codes shifted into a u32 one by one; ternary_dots equals the whole-matrix product."""
+    from farm.catalog.ternary_gemv import row_words, ternary_dots
+
+    rng = np.random.default_rng(21)
+    for m, k in ((1, 1), (3, 17), (7, 16), (64, 1000)):
+        codes = rng.integers(0, 4, (m, k)).astype(np.uint8)
+        padded = np.zeros((m, row_words(k) * 16), np.uint64)
+        padded[:, :k] = codes
+        words = (padded.reshape(m, -1, 16) << (2 * np.arange(16, dtype=np.uint64))).sum(axis=2).astype(np.uint32)
+        packed = pack_codes(codes)
+        assert packed.dtype == np.uint32
+        np.testing.assert_array_equal(packed, words)
+        values = unpack_ternary(packed, m, k)
+        np.testing.assert_array_equal(values, np.select([codes == 1, codes == 2], [1, -1], 0))
+        x = rng.standard_normal(k).astype(np.float32)
+        np.testing.assert_allclose(ternary_dots(packed, x, m, k, rows=3), values @ x.astype(np.float64), rtol=1e-12)

