@@ -8,7 +8,10 @@ to the strategy, which is what makes a re-run of a killed campaign resume where 
 stopped; the model strategy also gets them all as its warm start (any campaign's trials of
 this topology, kernel, source and problem seed its models and count against the budget, a
 cap it may stop short of: config.adaptive, and that may grow with the space, spent past the
-plan only while the search improves: farm.tuning.plan). Results are recorded as they arrive
+plan only while the search improves: farm.tuning.plan), and so do the winners of this
+campaign's earlier problems of the same kernel (SIBLING_SEEDS of them, tried right after the
+default: a neighbouring problem's winner is a better first guess than a random schedule).
+Results are recorded as they arrive
 (farm.tuning.recording). Then the winner: the best few certified trials, the default and
 the stored winner are re-measured interleaved on one worker, rounds added to separate
 close ones, and farm.tuning.finalists decides (a tie within config.noise keeps the stored
@@ -53,6 +56,7 @@ from farm.tuning.recording import TrialRecorder, result_from_row
 from farm.tuning.report import Progress, format_stage_times, format_task_totals, format_workers
 from farm.tuning.search import Budget, strategy
 
+SIBLING_SEEDS = 4  # this campaign's winners of a kernel's other problems tried first on the next one
 HEARTBEAT_S = 10.0  # the most a running campaign's row goes without a write (well under STALE_AFTER_S)
 assert HEARTBEAT_S * 3 <= STALE_AFTER_S
 SWEEP_S = STALE_AFTER_S / 2  # how often a running campaign looks for dead ones to mark interrupted
@@ -124,6 +128,7 @@ class Campaign:
         self.progress: Progress | None = None
         self.heartbeat: Heartbeat | None = None
         self.tasks: list[dict] = []  # per (kernel, problem): trials, caps, search and re-measurement cost
+        self.siblings: dict[tuple[str, str], list[str]] = {}  # (topology, kernel): this campaign's winner keys
 
     def run(self) -> list[WinnerRecord]:
         topologies = self.pool.topologies()
@@ -181,7 +186,10 @@ class Campaign:
         rng = random.Random(f"{self.config.seed}:{task.kernel}:{task.problem.key()}")
         workers = len(self.pool.topologies()[task.topology])
         budget = Budget(task.budget)
-        strategy(self.config.strategy)(task.space, evaluate, budget, rng, workers=workers, **self._warm(task, recorded))
+        warm = self._warm(task, recorded)
+        if warm:  # the model strategy: this campaign's winners of the kernel's other problems seed it too
+            warm["prior"] = self._sibling_trials(task, recorded, evaluate) + warm["prior"]
+        strategy(self.config.strategy)(task.space, evaluate, budget, rng, workers=workers, **warm)
         if self.progress is not None:
             self.progress.total += budget.spent - task.planned  # stopped short of its plan, or went past it
         self.recorder.flush()
@@ -190,7 +198,25 @@ class Campaign:
                  "planned": task.planned, "trials": budget.spent}  # fmt: skip
         stats["search_s"] = time.perf_counter() - started
         self.tasks.append(stats)
-        return self._winner(task, profiles, stats)
+        winner = self._winner(task, profiles, stats)
+        if winner is not None:
+            self.siblings.setdefault((task.topology, task.kernel), []).append(winner.schedule_key)
+        return winner
+
+    def _sibling_trials(self, task: Task, recorded: dict[str, dict], evaluate) -> list[TrialResult]:
+        """Trials of the schedules that won this kernel's earlier problems in this campaign (the
+        SIBLING_SEEDS latest, distinct), where this problem can run them and has no stored trial
+        of them: a neighbouring problem's winner is a better first guess than a random schedule
+        (on the H200 the search of recurrent E=768 missed, within its budget, the schedule that
+        won E=640 and was 32% faster on E=768 too), and both campaigns of a pair try it."""
+        space = {s.key() for s in task.space}
+        default = catalog.get(task.kernel).default.key()  # already evaluated first
+        keys = []
+        for key in reversed(self.siblings.get((task.topology, task.kernel), [])):
+            if key in space and key not in recorded and key != default and key not in keys:
+                keys.append(key)
+        keys = keys[:SIBLING_SEEDS]
+        return evaluate([Schedule.from_key(k) for k in keys]) if keys else []
 
     def _warm(self, task: Task, recorded: dict[str, dict]) -> dict:
         """The model strategy's extra arguments: the trials stored for this problem by any
