@@ -192,3 +192,36 @@ def test_model_batches_keep_every_worker_busy(workers, batches):
 def test_model_rejects_a_worker_count_below_one():
     with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
         model_based(gemm_like_space(), synthetic_evaluate(random.Random(0)), Budget(8), random.Random(0), workers=0)
+
+
+def test_model_seeds_sample_every_family_of_schedules():
+    """Issue 21: a kernel's second form (its own knob names: recurrent's chunked schedules,
+    27 of 840) is measured among the seeds of every search, so two campaigns don't differ in
+    whether their random seeds happened to sample it; one-family spaces seed as before."""
+    from farm.tuning.search import covering
+
+    space = [Schedule.of(workgroup_size=w, a=a, b=b) for w in (32, 64, 128, 256) for a in range(10) for b in range(5)]
+    space += [Schedule.of(workgroup_size=w, form=1, c=c) for w in (64, 256) for c in range(3)]
+
+    def evaluate(batch):
+        out = []
+        for s in batch:
+            ns = 500.0 + s.get("c", 0) if s.get("form", 0) else 1000.0 + 10 * s["a"] + s["b"] + s.workgroup_size
+            key = TrialKey("t", "k", "s", PROBLEM, s)
+            out.append(TrialResult(key, Status.OK, timing=Timing(ns, ns, ns, ns, 1, "host")))
+        return out
+
+    for seed in range(12):
+        best = min(model_based(space, evaluate, Budget(12), random.Random(seed)), key=lambda r: r.median_ns)
+        assert best.key.schedule.get("form", 0) == 1, seed
+    order = list(range(len(space)))
+    random.Random(3).shuffle(order)
+    picks = covering(order, space, [], 5)
+    assert len(picks) == 5 and len(set(picks)) == 5
+    assert {tuple(space[i].as_dict()) for i in picks[:2]} == {tuple(space[0].as_dict()), tuple(space[-1].as_dict())}
+    first_a = next(i for i in order if i < 200)
+    rest = [i for i in order if i != first_a]
+    assert covering(order, space, [len(space) - 1], 3) == [first_a, *rest[:2]]  # B already seen
+    single = list(range(200))
+    random.Random(4).shuffle(single)
+    assert covering(single, space[:200], [], 7) == single[:7]  # one family: the shuffled order
