@@ -71,6 +71,18 @@ def test_case_flag_adds_and_replaces_by_name():
     assert config.cases[-1] == SweepCase("tiny", 1, 2, 1, 5, 8, 12)
 
 
+def test_long_flag_adds_the_long_sequence_cases_opt_in():
+    """Issue 17: T=1024 and 4096 (and B=8, VH=H) are opt-in cases of the sweep, after the defaults."""
+    from farm.recurrent.cases import long_cases
+
+    assert _config().cases == tuple(default_cases())
+    config = _config("--long", "--case", "long_b1_h8_t4096_l64_e768:1,8,8,512,64,768")
+    names = [c.name for c in config.cases]
+    assert names == [c.name for c in default_cases() + long_cases()]
+    assert {(c.time, c.value_heads, c.batch) for c in long_cases()} == {(1024, 8, 1), (1024, 8, 8), (4096, 8, 1)}
+    assert config.cases[-1].time == 512  # a --case replaces a long case by name too
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
