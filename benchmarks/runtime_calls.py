@@ -91,6 +91,16 @@ def wgpu_floors(big: int) -> dict[str, float]:
     def submit_wait():
         plain_dispatch(dev, [(pipe, bind, (16, 1, 1))])
 
+    def submit_only():  # the submission's own host cost: no wait (the GPU drains between samples)
+        plain_dispatch(dev, [(pipe, bind, (16, 1, 1))], wait=False)
+
+    def submit_spin():  # the lever to try on the wait: a busy non-blocking poll until the queue is empty
+        from wgpu.backends.wgpu_native._ffi import ffi, lib
+
+        plain_dispatch(dev, [(pipe, bind, (16, 1, 1))], wait=False)
+        while not lib.wgpuDevicePoll(dev._internal, False, ffi.NULL):
+            pass
+
     def round_trip():
         dev.queue.write_buffer(src, 0, small)
         encoder = dev.create_command_encoder()
@@ -149,6 +159,8 @@ def wgpu_floors(big: int) -> dict[str, float]:
     out = {
         **mid,
         "submit_wait_us": per_call(submit_wait) * 1e6,
+        "submit_spin_us": per_call(submit_spin) * 1e6,
+        "submit_only_us": per_call(submit_only) * 1e6,
         "roundtrip_4k_us": per_call(round_trip) * 1e6,
         "h2d_write_buffer_gbps": big / per_call(h2d_write_buffer, least=5) / 1e9,
         "h2d_mapped_gbps": big / per_call(h2d_mapped, least=5) / 1e9,
