@@ -201,3 +201,34 @@ def test_topk_schedules_keep_the_bitonic_keys_and_add_select_without_workgroup_m
     problem = SPEC.problem(n=4096, k=8)
     assert {SPEC.workgroup_bytes(s, problem) for s in select} == {0}
     assert SPEC.workgroup_bytes(Schedule.of(workgroup_size=256, items_per_invocation=2), problem) == 2048
+
+
+def _sorted_blocks(x, k, block):
+    """The plain per-block reference: a full lexsort of every block (the kernel's order:
+    NaN largest, -0.0 below +0.0), descending, first k."""
+    from farm.catalog.topk import CANONICAL_NAN_BITS
+
+    blocks = -(-x.size // block)
+    padded = np.full(blocks * block, PAD, np.float32).reshape(blocks, block)
+    padded.reshape(-1)[: x.size] = x
+    order = np.lexsort((~np.signbit(padded), padded), axis=1)
+    out = np.ascontiguousarray(np.take_along_axis(padded, order, axis=1)[:, ::-1][:, :k]).ravel()
+    out.view(np.uint32)[np.isnan(out)] = CANONICAL_NAN_BITS
+    return out
+
+
+def test_reference_by_partition_equals_a_full_sort_bit_for_bit():
+    """topk_blocks partitions order keys (O(n) a block size) instead of sorting every block:
+    the same bits as sorting, with NaN payloads, ±Inf, ±0 and ties, full and partial blocks."""
+    rng = np.random.default_rng(9)
+    specials = np.array([0x7FC00000, 0xFFC00001, 0x7F800001, 0x7F800000, 0xFF800000, 0, 0x80000000], np.uint32)
+    for n in (1, 7, 1000, 4100, 70001):
+        x = rng.standard_normal(n).astype(np.float32)
+        x[rng.random(n) < 0.05] = 1.5
+        marks = rng.random(n) < 0.05
+        x.view(np.uint32)[marks] = rng.choice(specials, int(marks.sum()))
+        for block in (32, 64, 1024):
+            for k in (1, 5, 32):
+                if k <= block:
+                    got, want = topk_blocks(x, k, block), _sorted_blocks(x, k, block)
+                    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=f"{n} {block} {k}")

@@ -41,22 +41,45 @@ SPECIAL_BITS = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0x7F800000, 0xFF800
 
 
 def topk_blocks(x: np.ndarray, k: int, block_size: int) -> np.ndarray:
-    """The per-block top-k of `x` (f32), descending, tail padded with -FLT_MAX, NaN largest."""
+    """The per-block top-k of `x` (f32), descending, tail padded with -FLT_MAX, NaN largest
+    (every NaN as the canonical quiet NaN), -0.0 below +0.0: the kernel's total order.
+
+    Each value becomes a u32 key ordered as that total order (sign-flipped bits; NaNs mapped
+    above +Inf), so one `np.partition` a block finds its k largest and only those k are
+    sorted: O(n) a block size, where a lexsort of every block was O(n log B) with two keys
+    (2^26 values: seconds a block size, and a topk campaign needs one per workgroup size)."""
     x = np.asarray(x, np.float32).ravel()
     if x.size == 0:
         raise ValueError("topk input must be non-empty")
     if not 1 <= k <= block_size:
         raise ValueError(f"k must be in 1..=block_size ({block_size}); got {k}")
     blocks = -(-x.size // block_size)
-    padded = np.full(blocks * block_size, PAD, np.float32).reshape(blocks, block_size)
-    padded.reshape(-1)[: x.size] = x
-    # Ascending by value (NaN last), -0.0 before +0.0 (np.sort alone may order them either
-    # way: they compare equal), as the kernel's total order does.
-    order = np.lexsort((~np.signbit(padded), padded), axis=1)
-    ordered = np.take_along_axis(padded, order, axis=1)
-    out = np.ascontiguousarray(ordered[:, ::-1][:, :k]).ravel()
-    out.view(np.uint32)[np.isnan(out)] = CANONICAL_NAN_BITS
-    return out
+    padded = np.full(blocks * block_size, PAD, np.float32)
+    padded[: x.size] = x
+    keys = _order_keys(padded).reshape(blocks, block_size)
+    if k < block_size:
+        keys = np.partition(keys, block_size - k, axis=1)[:, block_size - k :]
+    top = -np.sort(-keys.astype(np.int64), axis=1)  # descending, within the k
+    return _values(top.astype(np.uint32)).ravel()
+
+
+_NAN_KEY = np.uint32(0xFFFFFFFF)  # above every number's key (+Inf: 0xFF800000)
+
+
+def _order_keys(values: np.ndarray) -> np.ndarray:
+    """u32 keys that sort as the kernel's total order: negative floats bit-inverted, others
+    with the sign bit set, every NaN the largest key."""
+    bits = values.view(np.uint32)
+    keys = np.where(bits >> 31 == 1, ~bits, bits | np.uint32(0x80000000))
+    keys[np.isnan(values)] = _NAN_KEY
+    return keys
+
+
+def _values(keys: np.ndarray) -> np.ndarray:
+    """The f32 values of `_order_keys` keys (the NaN key: the canonical quiet NaN)."""
+    bits = np.where(keys >> 31 == 1, keys & np.uint32(0x7FFFFFFF), ~keys)
+    bits[keys == _NAN_KEY] = CANONICAL_NAN_BITS
+    return bits.astype(np.uint32).view(np.float32)
 
 
 class TopK(KernelSpec):
