@@ -4,6 +4,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+from collections import deque
 
 import numpy as np
 import pytest
@@ -232,9 +233,13 @@ def test_keep_busy_dispatches_for_the_given_seconds_on_a_gpu_only(device, monkey
     assert device.keep_busy([(pipeline, device.bind(pipeline, [buf]), 1)], 0.05) == 0.0
     assert device.read(buf, np.float32, 1)[0] == 0
     monkeypatch.setattr(device, "warm_s", 0.05)
+    monkeypatch.setattr(device, "_busy_until", 0.0)  # the GPU idled (earlier tests timed work on it)
+    monkeypatch.setattr(device, "_recent", deque())
     assert device.keep_busy([(pipeline, device.bind(pipeline, [buf]), 1)], 0.05) >= 0.05
     assert device.read(buf, np.float32, 1)[0] > 1
     assert device._recent and device._busy_span >= 0.05  # counts as recent work
+    # Right after that (long work, ended a moment ago) the clocks are up: nothing runs.
+    assert device.keep_busy([(pipeline, device.bind(pipeline, [buf]), 1)], 0.05) == 0.0
     device.release(buf)
 
 

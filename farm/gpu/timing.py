@@ -115,11 +115,8 @@ class TimedDevice:
             self.dispatch_many(calls, schedule, wait=False)  # the queue runs them before the timed reps
         if self.warm_s <= 0:
             return
-        now = time.perf_counter()
-        if now - self._busy_until < HOT_GAP_S and self._busy_span >= HOT_SPAN_S:
-            return  # long work that ended a moment ago: clocks are up, the timed reps can start
-        if self._recent_busy(now) >= HOT_BUSY * HOT_WINDOW_S:
-            return  # busy most of the last HOT_WINDOW_S: the clocks are up too
+        if self._clocks_up(time.perf_counter()):
+            return
         # Rounds compare per-call times: the queue (a certification run, the counted warm-up)
         # must be empty first, or the first round reads slow and one more round is spent.
         self.wait_idle()
@@ -135,10 +132,14 @@ class TimedDevice:
         (a tuning campaign between a problem's last trials and its finalists'
         re-measurement), the H200 can take longer than the warm-up rounds to reach its
         clocks, and two rounds at low clocks agree: re-measured medians of short kernels
-        read up to 2.3x their bench time."""
+        read up to 2.3x their bench time. Not when the GPU has not idled (`_clocks_up`: the
+        rule that skips the warm-up rounds): a re-measurement right after long trials (gemm
+        4096^3's) starts at once."""
         if self.warm_s <= 0 or seconds <= 0:
             return 0.0
         start = time.perf_counter()
+        if self._clocks_up(start):
+            return 0.0
         batch = 1
         while time.perf_counter() - start < seconds:
             t0 = time.perf_counter()
@@ -149,6 +150,14 @@ class TimedDevice:
         self._mark_busy(start, end)
         self.warm_spent_s += end - start
         return end - start
+
+    def _clocks_up(self, now: float) -> bool:
+        """Whether the GPU is at its clocks without more work: long timed work ended a moment
+        ago (HOT_SPAN_S, HOT_GAP_S), or timed work kept it busy for HOT_BUSY of the last
+        HOT_WINDOW_S (a worker's back-to-back short trials)."""
+        if now - self._busy_until < HOT_GAP_S and self._busy_span >= HOT_SPAN_S:
+            return True
+        return self._recent_busy(now) >= HOT_BUSY * HOT_WINDOW_S
 
     def _mark_busy(self, start: float, end: float) -> None:
         """Record timed work from `start` to `end` (what the warm-up rules look back on)."""
