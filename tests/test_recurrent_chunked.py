@@ -126,3 +126,30 @@ def test_space_holds_both_forms_and_long_defaults():
 
 class _GpuProfile:
     is_cpu = False
+
+
+def test_chunk_states_are_held_from_the_runtimes_pool_and_count_in_its_capacity(device, tmp_path):
+    """The chunked form's scratch (B·H·NC·L·E floats of chunk states) is a pool slab the
+    call plan holds while it lives: a capacity below it is a ValueError naming the request,
+    after a call it is all the pool holds, and closing the runtime gives it back."""
+    from farm import ForgeRuntime
+    from farm.catalog.recurrent_chunked import states_bytes
+    from farm.runtime.pool import size_class
+
+    dims = dict(B=1, H=2, VH=1, T=40, L=8, E=16)
+    problem = SPEC.problem(**dims)
+    inputs = SPEC.generate(problem, 0)
+    schedule = chunked(64, 16, 16)
+    slab = size_class(states_bytes(problem, 16), 1 << 30)  # 4 * 2 * 3 chunks * 8 * 16 = 3 KiB
+    db = f"sqlite:///{tmp_path / 'absent.db'}"
+    small = ForgeRuntime(db=db, device=device, capacity_bytes=slab - 4)
+    with pytest.raises(ValueError, match=f"capacity_bytes={slab - 4}: a request of {slab} bytes does not fit"):
+        small.run("recurrent", dims, inputs, schedule=schedule)
+    small.close()
+    rt = ForgeRuntime(db=db, device=device, capacity_bytes=1 << 22)
+    out = rt.run("recurrent", dims, inputs, schedule=schedule)
+    want = reference_recurrent(inputs["query"], inputs["value"], inputs["rho"], inputs["decay"])
+    np.testing.assert_allclose(out["context"], want[0], atol=1e-4, rtol=1e-4)
+    assert rt._caller.pool.held == slab  # numpy inputs and outputs went back; the plan keeps its scratch
+    rt.close()
+    assert rt._caller.pool.held == 0

@@ -12,7 +12,8 @@ of the inputs' shapes, then sorts every arg of the launch into one of:
 - constant: every other arg with data (params, twiddles, the absent rho's zeros). The
   catalog's contract (farm.catalog) is that such args depend on the schedule and problem
   only, so they are uploaded once and kept with the plan;
-- output and scratch: pooled per call, and kept with the plan, respectively.
+- output and scratch: pooled per call, and held from the pool by the plan, respectively
+  (both count in `capacity_bytes`).
 Pipelines are compiled once (the Device caches them), bind groups are cached per set of
 buffers (by the pool slabs' serials: a repeated call makes no bind group and no buffer
 view). A call is one submission: uploads by `queue.write_buffer`, the passes, and for
@@ -66,7 +67,8 @@ class CallPlan:
     pipelines: list[Pipeline]
     passes: list  # (bindings, grid) per pass, in order
     slots: list[Slot]
-    owned: list[Buffer]
+    owned: list[Buffer]  # constants: the plan's own device buffers
+    held: list[Slab]  # scratch: pool slabs the plan holds while it lives (they count in capacity_bytes)
     bind_sets: OrderedDict = field(default_factory=OrderedDict)  # slabs' serials -> (pipeline, bind group, grid)s
     last: tuple = field(default=((), ()), init=False)  # the last call's slabs and their bind_sets entry
     # What a call fills, in order: the inputs' slots (input and transformed), then the outputs'.
@@ -163,29 +165,35 @@ class Caller:
         check_output_limits(spec.name, launch, limit)
         check_launch(spec, schedule, launch, self.device.profile)
         pipelines = compile_launch(self.device, spec, schedule, launch)
-        slots, owned = [], []
+        slots, owned, held = [], [], []
         try:
             for arg in launch.args:
-                slots.append(self._slot(arg, placeholders, owned))
+                slots.append(self._slot(arg, placeholders, owned, held))
         except Exception:
-            self.device.release(*owned)
+            self._drop(owned, held)
             raise
         passes = [(step.bindings, _grid(step.groups)) for step in launch.passes()]  # folded once, not per call
-        plan = CallPlan(spec, schedule, problem, pipelines, passes, slots, owned)
+        plan = CallPlan(spec, schedule, problem, pipelines, passes, slots, owned, held)
         self._plans[key] = plan
         while len(self._plans) > MAX_PLANS:
             _, old = self._plans.popitem(last=False)
-            self.device.release(*old.owned)
+            self._drop(old.owned, old.held)
             self._recent.clear()  # it may name the plan just released
         return plan
 
-    def _slot(self, arg, placeholders: dict[str, np.ndarray], owned: list[Buffer]) -> Slot:
+    def _drop(self, owned: list[Buffer], held: list[Slab]) -> None:
+        """A plan's buffers: its constants released, its scratch back to the pool."""
+        self.device.release(*owned)
+        for slab in held:
+            self.pool.give(slab)
+
+    def _slot(self, arg, placeholders: dict[str, np.ndarray], owned: list[Buffer], held: list[Slab]) -> Slot:
         if arg.output:
             return Slot("output", arg.name, arg.kind, arg.nbytes, np.dtype(arg.dtype), tuple(arg.shape))
-        if arg.data is None:
-            buffer = self.device.empty(arg.nbytes, arg.kind)
-            owned.append(buffer)
-            return Slot("scratch", arg.name, arg.kind, arg.nbytes, buffer=buffer)
+        if arg.data is None:  # scratch (the chunked recurrence's chunk states: hundreds of MB)
+            slab = self.pool.take(arg.nbytes, "uniform" if arg.kind == "uniform" else "storage")
+            held.append(slab)
+            return Slot("scratch", arg.name, arg.kind, arg.nbytes, buffer=slab.view(arg.nbytes, arg.kind))
         source = next((n for n, p in placeholders.items() if _same_bytes(arg.data, p)), None)
         if source is not None:
             return Slot("input", source, arg.kind, arg.nbytes)
@@ -321,6 +329,6 @@ class Caller:
 
     def close(self) -> None:
         for plan in self._plans.values():
-            self.device.release(*plan.owned)
+            self._drop(plan.owned, plan.held)
         self._plans.clear()
         self._recent.clear()
