@@ -229,6 +229,10 @@ const L4: u32 = (LQ + 3u) / 4u;
 struct Params { b: u32, h: u32, vh: u32, t: u32, l: u32, e: u32, nc: u32, eblocks: u32,
                 groups: u32, total: u32, pad0: u32, pad1: u32 }
 
+//// chunk_tile_decl
+var<workgroup> vs: array<vec4<f32>, C * TCOL>;  // the tile's value rows v_j, 4 columns a vector
+var<workgroup> pw: array<f32, C + 1u>;          // the head's decay powers d^0 .. d^C
+
 //// chunk_tile
     let group = wid.x + wid.y * nwg.x;
     if (group >= p.groups) {
@@ -262,6 +266,15 @@ struct Params { b: u32, h: u32, vh: u32, t: u32, l: u32, e: u32, nc: u32, eblock
     let tr = lid / TCOL;
     let e0 = blk * EB + tc * 4u;
 
+//// chunk_put
+fn put(row: u32, e0: u32, x: vec4<f32>) {  // 4 columns from e0 of a row of {{OUT}}, those inside E
+    for (var k = 0u; k < 4u; k++) {
+        if (e0 + k < p.e) {
+            {{OUT}}[row + e0 + k] = x[k];
+        }
+    }
+}
+
 //// chunk_state
 {{COMMON}}
 @group(0) @binding(0) var<storage, read> query: array<f32>;
@@ -272,16 +285,9 @@ struct Params { b: u32, h: u32, vh: u32, t: u32, l: u32, e: u32, nc: u32, eblock
 
 const MQ: u32 = {{MQ}}u;  // latent-row quads per thread
 var<workgroup> qs: array<vec4<f32>, C * L4>;   // q_j scaled by d^(n-j), 4 latent rows a vector
-var<workgroup> vs: array<vec4<f32>, C * TCOL>;  // v_j, 4 columns a vector
-var<workgroup> pw: array<f32, C + 1u>;
+{{TILE_DECL}}
 
-fn put(row: u32, e0: u32, x: vec4<f32>) {
-    for (var k = 0u; k < 4u; k++) {
-        if (e0 + k < p.e) {
-            states[row + e0 + k] = x[k];
-        }
-    }
-}
+{{PUT}}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
@@ -372,17 +378,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 const MS: u32 = {{MS}}u;  // step quads per thread
 var<workgroup> qt: array<vec4<f32>, LQ * C4>;   // q transposed: latent row l, 4 steps a vector
 var<workgroup> ss: array<vec4<f32>, LQ * TCOL>; // the state carried into the chunk, 4 columns a vector
-var<workgroup> vs: array<vec4<f32>, C * TCOL>;
 var<workgroup> at: array<vec4<f32>, C * C4>;    // at[j * C4 + s / 4][s % 4] = (q_s . q_j) d^(s-j), j < s
-var<workgroup> pw: array<f32, C + 1u>;
+{{TILE_DECL}}
 
-fn put(row: u32, e0: u32, x: vec4<f32>) {
-    for (var k = 0u; k < 4u; k++) {
-        if (e0 + k < p.e) {
-            context[row + e0 + k] = x[k];
-        }
-    }
-}
+{{PUT}}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,

@@ -105,12 +105,14 @@ def chunked_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Lau
     common = render(parts["chunked_common"], {"WG": wg, "C": c, "EB": eb, "L": l_dim})
     mq, ms = _quads(schedule, problem)
 
-    def source(name: str, blocks: dict[str, str]) -> str:
-        return render(parts[name], {"COMMON": common, "TILE": parts["chunk_tile"]} | blocks)
+    def source(name: str, blocks: dict[str, str], out: str = "") -> str:
+        put = render(parts["chunk_put"], {"OUT": out}) if out else ""
+        tile = {"TILE": parts["chunk_tile"], "TILE_DECL": parts["chunk_tile_decl"].rstrip("\n"), "PUT": put}
+        return render(parts[name], {"COMMON": common} | tile | blocks)
 
     params = np.array([b, h, vh, t, l_dim, e, nc, eblocks, groups, total, 0, 0], np.uint32)
     return Launch(
-        source=source("chunk_output", _output_blocks(ms)),
+        source=source("chunk_output", _output_blocks(ms), "context"),
         args=[
             *args,
             Arg("params", "uniform", params),
@@ -119,7 +121,7 @@ def chunked_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Lau
         groups=groups,
         bindings=(0, 1, 3, 4, 6, 7),
         prologue=[
-            Pass(source("chunk_state", _state_blocks(mq)), groups, (0, 1, 3, 6, 7)),
+            Pass(source("chunk_state", _state_blocks(mq), "states"), groups, (0, 1, 3, 6, 7)),
             Pass(source("chunk_scan", {}), -(-total // SCAN_WG), (2, 3, 5, 6, 7)),
         ],
     )
@@ -133,6 +135,21 @@ def _lines(indent: int, lines) -> str:
     return "\n".join(" " * indent + line for line in lines)
 
 
+def _stores(quads: int, index: str, acc: str, quad_limit: str, row_limit: str, row: str) -> str:
+    """Each thread's 4 x 4 blocks written by `put`: quad m (index `{index}{m}`, live while
+    tr + m·TROW < quad_limit) row r (4·index + r, kept while < row_limit) from `{acc}{m}_{r}`
+    to the row whose offset `row` gives (with `{row}` the quad's row)."""
+    lines = []
+    for m in range(quads):
+        lines.append(f"if (tr + {m}u * TROW < {quad_limit}) {{")
+        for r in range(4):
+            at = f"{index}{m} * 4u + {r}u"
+            offset = row.format(row=at)
+            lines += [f"    if ({at} < {row_limit}) {{", f"        put(({offset}) * p.e, e0, {acc}{m}_{r});", "    }"]
+        lines.append("}")
+    return _lines(4, lines)
+
+
 def _state_blocks(quads: int) -> dict[str, str]:
     """Pass 1: a{m}_{r} accumulates state row 4·(tr + m·TROW) + r over 4 columns."""
     quad = range(quads)
@@ -140,17 +157,8 @@ def _state_blocks(quads: int) -> dict[str, str]:
     decl += [f"var a{m}_{r} = vec4<f32>(0.0);" for m in quad for r in range(4)]
     fma = [f"let q{m} = qs[j * L4 + rq{m}];" for m in quad]
     fma += [f"a{m}_{r} += q{m}.{_LANES[r]} * v;" for m in quad for r in range(4)]
-    store = []
-    for m in quad:
-        store.append(f"if (tr + {m}u * TROW < L4) {{")
-        for r in range(4):
-            store += [
-                f"    if (rq{m} * 4u + {r}u < LQ) {{",
-                f"        put((base + rq{m} * 4u + {r}u) * p.e, e0, a{m}_{r});",
-                "    }",
-            ]
-        store.append("}")
-    return {"MQ": quads, "DECL": _lines(4, decl), "FMA": _lines(8, fma), "STORE": _lines(4, store)}
+    store = _stores(quads, "rq", "a", "L4", "LQ", "base + {row}")
+    return {"MQ": quads, "DECL": _lines(4, decl), "FMA": _lines(8, fma), "STORE": store}
 
 
 def _output_blocks(quads: int) -> dict[str, str]:
@@ -167,21 +175,12 @@ def _output_blocks(quads: int) -> dict[str, str]:
         for m in quad
         for r in range(4)
     ]
-    store = []
-    for m in quad:
-        store.append(f"if (tr + {m}u * TROW < C4) {{")
-        for r in range(4):
-            store += [
-                f"    if (sq{m} * 4u + {r}u < n) {{",
-                f"        put((bh * p.t + t0 + sq{m} * 4u + {r}u) * p.e, e0, o{m}_{r});",
-                "    }",
-            ]
-        store.append("}")
+    store = _stores(quads, "sq", "o", "C4", "n", "bh * p.t + t0 + {row}")
     return {
         "MS": quads,
         "DECL": _lines(4, decl),
         "STATE_FMA": _lines(8, state),
         "SCALE": _lines(4, scale),
         "ATT_FMA": _lines(8, att),
-        "STORE": _lines(4, store),
+        "STORE": store,
     }
