@@ -11,19 +11,24 @@ from farm.schedule import Schedule
 from farm.store import WinnerRecord, open_store, save_winner, upsert_topology
 
 
-def test_bench_rows_say_how_they_were_timed(device, tmp_path, monkeypatch):
-    monkeypatch.setattr("farm.cli.bench.Device", lambda: device)
-    monkeypatch.setattr("farm.cli.bench._vendor", lambda: None)  # no torch here
+def _winner_stored(device, tmp_path, tuned: Schedule, **decision):
+    """A database holding gemv's first default problem's winner `tuned`: (url, store)."""
     spec = catalog.get("gemv")
     problem = spec.default_problems(device.profile)[0]
-    tuned = Schedule.of(workgroup_size=128, items_per_invocation=1, vector_width=1, threads_per_row=8)
     db = f"sqlite:///{tmp_path / 'farm.db'}"
     store = open_store(db)
     upsert_topology(store, device.profile)
-    save_winner(
-        store,
-        WinnerRecord(device.profile.topology_hash(), "gemv", problem.key(), spec.source_hash(), tuned.key(), 1e3),
-    )
+    topology = device.profile.topology_hash()
+    save_winner(store, WinnerRecord(topology, "gemv", problem.key(), spec.source_hash(), tuned.key(), 1e3, **decision))
+    return db, store
+
+
+def test_bench_rows_say_how_they_were_timed(device, tmp_path, monkeypatch):
+    monkeypatch.setattr("farm.cli.bench.Device", lambda: device)
+    monkeypatch.setattr("farm.cli.bench._vendor", lambda: None)  # no torch here
+    tuned = Schedule.of(workgroup_size=128, items_per_invocation=1, vector_width=1, threads_per_row=8)
+    db, store = _winner_stored(device, tmp_path, tuned)
+    store.engine.dispose()
     rows = run_bench(["gemv"], tmp_path / "out", db, allow_cpu=True, reps=3)
     by_variant = {r.variant: r for r in rows if r.kernel == "gemv"}
     assert set(by_variant) == {"default", "tuned", "tuned call"}
@@ -61,14 +66,8 @@ def test_bench_stores_the_speed_against_the_vendor_on_the_winner_it_benchmarked(
 
     monkeypatch.setattr("farm.cli.bench.Device", lambda: device)
     monkeypatch.setattr("farm.cli.bench._vendor", lambda: fake_vendor)
-    spec = catalog.get("gemv")
-    problem = spec.default_problems(device.profile)[0]
     tuned = Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=1, threads_per_row=4)
-    db = f"sqlite:///{tmp_path / 'farm.db'}"
-    store = open_store(db)
-    upsert_topology(store, device.profile)
-    topology = device.profile.topology_hash()
-    save_winner(store, WinnerRecord(topology, "gemv", problem.key(), spec.source_hash(), tuned.key(), 1e3, rounds=5))
+    db, store = _winner_stored(device, tmp_path, tuned, rounds=5)
     rows = run_bench(["gemv"], None, db, allow_cpu=True, reps=3)
     mine = next(r for r in rows if r.variant == "tuned")
     (w,) = winners(store)

@@ -9,32 +9,18 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from runtime_cases import f32, method_cases
 
 from farm import ForgeRuntime
-from farm.catalog.ternary_gemv import pack_codes
 from farm.runtime.arrays import DeviceArray
 from farm.runtime.costs import count_wgpu_calls, no_gpu, plain_dispatch, plain_transfer
 
 CALLS = 8  # repeated calls counted (after two that plan and fill the pool)
 
 
-def f32(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
 def _cases():
-    """method -> (numpy args, kwargs)."""
-    codes = np.random.default_rng(3).integers(0, 3, size=(5, 40))
-    records = np.random.default_rng(4).integers(0, 1000, size=(9, 16)).astype(np.uint32)
-    return {
-        "gemv": ((f32(7, 33), f32(33, seed=1)), {}),
-        "gemm": ((f32(5, 12), f32(12, 9, seed=1)), {}),
-        "topk": ((f32(300),), {"k": 4}),
-        "ternary_gemv": ((f32(40), pack_codes(codes), f32(5, seed=2)), {"m": 5, "k": 40}),
-        "p64_project": ((records, f32(16, seed=5)), {}),
-        "fft": (((f32(3, 16) + 1j * f32(3, 16, seed=1)).astype(np.complex64),), {}),
-        "recurrent_attention": ((f32(1, 2, 6, 5), f32(1, 2, 6, 7, seed=1), f32(1, 2, 5, 7, seed=2), f32(2)), {}),
-    }
+    """method -> (numpy args, kwargs): recurrent with rho and decay (4 in, 2 out)."""
+    return method_cases(recurrent_state=True)
 
 
 @pytest.fixture

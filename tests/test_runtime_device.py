@@ -7,10 +7,10 @@ import threading
 
 import numpy as np
 import pytest
+from runtime_cases import f32, method_cases, rng
 
 from farm import ForgeRuntime
 from farm.catalog.recurrent import reference_recurrent
-from farm.catalog.ternary_gemv import pack_codes
 from farm.runtime.arrays import DeviceArray
 
 
@@ -21,27 +21,9 @@ def rt(device, tmp_path):
     runtime.close()
 
 
-def rng(seed):
-    return np.random.default_rng(seed)
-
-
-def f32(*shape, seed=0):
-    return rng(seed).standard_normal(shape).astype(np.float32)
-
-
 def _cases():
     """method, numpy args, kwargs; each array arg is tried as a DeviceArray too."""
-    codes = rng(3).integers(0, 3, size=(5, 40))
-    records = rng(4).integers(0, 1000, size=(9, 16)).astype(np.uint32)
-    return {
-        "gemv": ((f32(7, 33), f32(33, seed=1)), {}),
-        "gemm": ((f32(5, 12), f32(12, 9, seed=1)), {}),
-        "topk": ((f32(300),), {"k": 4}),
-        "ternary_gemv": ((f32(40), pack_codes(codes), f32(5, seed=2)), {"m": 5, "k": 40}),
-        "p64_project": ((records, f32(16, seed=5)), {}),
-        "fft": ((f32(3, 16) + 1j * f32(3, 16, seed=1),), {}),
-        "recurrent_attention": ((f32(1, 2, 6, 5), f32(1, 2, 6, 7, seed=1), None, np.full(2, 0.9, np.float32)), {}),
-    }
+    return method_cases()
 
 
 def _call(rt, method, args, kwargs):
