@@ -38,17 +38,13 @@ def fla_times(problem, inputs) -> dict[str, float]:
         return {"error": str(exc)}
     t = {k: torch.from_numpy(v).cuda() for k, v in inputs.items()}
     out = {}
-    for label, chunk_from in (("fla_fused_us", 10**9), ("fla_chunk_us", 1)):
-        saved = vendor.FLA_CHUNK_FROM
-        vendor.FLA_CHUNK_FROM = chunk_from  # which of FLA's kernels _fla_recurrent calls
+    for label, chunked in (("fla_fused_us", False), ("fla_chunk_us", True)):
         try:
-            fn, _, _ = vendor._fla_recurrent(torch, problem, t)
+            fn, _, _ = vendor._fla_recurrent(torch, problem, t, chunked=chunked)
             ns, method = vendor.vendor_kernel_ns(torch, fn, reps=20)
             out[label], out[label + "_method"] = ns / 1e3, method
         except Exception as exc:  # noqa: BLE001 - report, keep the landscape
             out[label + "_error"] = str(exc)[:200]
-        finally:
-            vendor.FLA_CHUNK_FROM = saved
     return out
 
 

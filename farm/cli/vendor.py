@@ -107,12 +107,12 @@ def vendor_fn(torch, name, problem, t, schedule):
     return None, (), "no torch equivalent"
 
 
-def _fla_recurrent(torch, problem, t):
+def _fla_recurrent(torch, problem, t, chunked: bool | None = None):
     """flash-linear-attention computing our recurrence exactly: r = q, k = decay·q,
     w = log(decay), u = 0, scale = 1, initial state rho; its `fused_recurrent_rwkv6` below
     T = FLA_CHUNK_FROM steps and its `chunk_rwkv6` from there (the faster of the two on an
     H200 at each length). The mapped inputs are built once, outside the timed call (in
-    fla's favour)."""
+    fla's favour). `chunked` picks the kernel explicitly (benchmarks/recurrent_chunked.py times both)."""
     try:
         from fla.ops.rwkv6 import chunk_rwkv6, fused_recurrent_rwkv6
     except ImportError as exc:
@@ -126,7 +126,7 @@ def _fla_recurrent(torch, problem, t):
     u = torch.zeros(h, l_dim, device=r.device, dtype=torch.float32)
     rho = t["rho"].contiguous()
 
-    chunked = steps >= FLA_CHUNK_FROM
+    chunked = steps >= FLA_CHUNK_FROM if chunked is None else chunked
     kernel = chunk_rwkv6 if chunked else fused_recurrent_rwkv6
 
     def fla():
