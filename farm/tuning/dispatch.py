@@ -141,10 +141,13 @@ class BatchDispatch(ABC):
         except ray.exceptions.RayTaskError as exc:
             raise WorkerFailure(f"worker {slot.worker_id} raised: {exc}") from exc
         batch = next(b for b in slot.fifo if b.ref == ref)
+        was_head = batch is slot.fifo[0]
         slot.fifo.remove(batch)
         del owner[ref]
-        if slot.fifo:
-            slot.fifo[0].started = time.monotonic()  # the next batch starts when this one ends
+        if was_head and slot.fifo:
+            # the next batch's time starts when this one ends; a later batch finishing
+            # first (a threaded worker) leaves the head's clock running
+            slot.fifo[0].started = time.monotonic()
         yield from zip((i for i, _ in batch.items), results, strict=True)
 
     def _on_timeout(self, slot: _Slot, pending: deque, owner: dict) -> Iterator[tuple[int, TrialResult]]:
