@@ -140,6 +140,27 @@ def test_batches_overlap_on_the_threaded_worker_and_results_keep_job_order(pool,
     assert max(s1, s2) < min(e1, e2), f"generations did not overlap: {ran}"
 
 
+def test_workers_generate_a_problems_inputs_ahead_and_forget_them_when_told(pool, slow_log):
+    import time
+
+    slot = next(iter(pool.profiles()))
+    spec = catalog.get("slow_inputs")
+    problem = spec.problem(m=48, n=8)
+    held = ("slow_inputs", problem.key(), 0)
+    pool.prefetch("slow_inputs", problem, 0)  # returns at once; the worker generates in the background
+    deadline = time.monotonic() + 60
+    while held not in pool.inputs_held(slot) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held in pool.inputs_held(slot)
+    assert [r.status for r in pool.evaluate(slot, [job("slow_inputs", m=48, n=8)])] == [Status.OK]
+    generations = [line for line in slow_log.read_text().splitlines() if line.startswith(problem.key() + " ")]
+    assert len(generations) == 1  # the trial used the prefetched inputs
+    pool.forget("slow_inputs", problem, 0)
+    while held in pool.inputs_held(slot) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held not in pool.inputs_held(slot)
+
+
 def test_a_fault_beside_another_batch_is_rerun_alone_before_any_verdict():
     """Two batches may be under way on a worker at once, so a timeout or a death is only
     charged to a single job that had the worker to itself; retried/split-off batches are

@@ -344,3 +344,59 @@ def test_a_problem_first_tries_this_campaigns_winners_of_the_kernels_other_probl
     assert checked or all(w.schedule_key == spec.default.key() for w in first.values())
     campaign.pool.bench.close()
     pool.bench.close()
+
+
+def test_a_campaign_prefetches_the_next_problems_inputs_and_forgets_each_finished_one(device: Device, tmp_path):
+    """Issue 21 (wall time): on the H200 the GPU waited 1-13 s between problems (59 s of a
+    201 s campaign) for the next problem's inputs and reference. The campaign now asks its
+    workers for them once the current problem's first trial is back, and drops each
+    problem's inputs once its winner is stored."""
+    import threading
+
+    from farm import store
+    from farm.tuning.bench import TrialBench
+    from farm.tuning.campaign import Campaign
+
+    class BenchPool(TwoTopologyPool):
+        def __init__(self, device):
+            super().__init__(device)
+            self.bench.close()
+            self.bench = TrialBench(device)
+            self._profiles = {"w0": device.profile}
+            self.events = []
+
+        def stream(self, jobs, topology=None, batch_size=None):
+            self.events.append(("stream", jobs[0].problem.key()))
+            yield from super().stream(jobs, topology, batch_size)
+
+        def prefetch(self, kernel, problem, seed=0, topology=None):
+            self.events.append(("prefetch", problem.key()))
+            self.bench.prefetch(kernel, problem, seed)
+
+        def forget(self, kernel, problem, seed=0, topology=None):
+            self.events.append(("forget", problem.key()))
+            self.bench.forget(kernel, problem, seed)
+
+    first, second = Problem.of(m=40, n=24), Problem.of(m=24, n=40)
+    spec = catalog.get("gemv")
+    threads = []
+    real = type(spec).generate
+    pool = BenchPool(device)
+    config = TuneConfig(kernels=("gemv",), sizes={"gemv": [first, second]}, budget=3, reps=2, rounds=1)
+    db = store.open_store(f"sqlite:///{tmp_path}/farm.db")
+    def generate(self, *args):
+        threads.append(threading.current_thread().name)
+        return real(self, *args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(spec), "generate", generate)
+        winners = Campaign(config, pool, db, tmp_path / "artifacts", "farm tune gemv").run()
+    assert len(winners) == 2
+    a, b = first.key(), second.key()
+    events = [e for i, e in enumerate(pool.events) if e[0] != "stream" or pool.events[i - 1] != e]
+    assert events[:3] == [("stream", a), ("prefetch", b), ("stream", a)]
+    assert events.index(("forget", a)) < events.index(("stream", b)) and events[-1] == ("forget", b)
+    assert len(threads) == 2 and threads[1].startswith("farm-prefetch")  # the second problem's, ahead
+    pool.bench._prefetcher.submit(lambda: None).result(timeout=60)
+    assert pool.bench.inputs_held() == []
+    pool.bench.close()

@@ -211,3 +211,76 @@ def test_remeasure_rounds_returns_paired_rounds_and_adds_them_only_for_close_fin
     assert [len(samples[s.key()]) for s in schedules[:2]] == [2, 2] and samples[bad.key()] is None
     capped = bench.remeasure_rounds("gemv", jobs[0].problem, schedules[:2], reps=2, rounds=2, max_rounds=3, noise=0)
     assert 2 <= len(capped[schedules[0].key()]) <= 3 and all(v > 0 for v in capped[schedules[0].key()])
+
+
+def _settled(bench: TrialBench) -> None:
+    """Wait for the prefetch thread's queued work (prefetch and forget return at once)."""
+    bench._prefetcher.submit(lambda: None).result(timeout=60)
+
+
+def _counting(monkeypatch, spec, method: str) -> list[str]:
+    """Patch `spec`'s class `method` to log the thread each call ran on."""
+    calls = []
+    real = getattr(type(spec), method)
+
+    def counted(self, *args):
+        import threading
+
+        calls.append(threading.current_thread().name)
+        return real(self, *args)
+
+    monkeypatch.setattr(type(spec), method, counted)
+    return calls
+
+
+def test_prefetch_generates_inputs_and_reference_off_the_gpu_and_the_trial_reuses_them(bench, monkeypatch):
+    """A campaign asks for its next problem's inputs while this one's trials hold the GPU:
+    they are generated (and the reference queued) without waiting for the GPU lock, and the
+    problem's first trial generates nothing."""
+    spec = catalog.get("gemv")
+    generated = _counting(monkeypatch, spec, "generate")
+    referenced = _counting(monkeypatch, spec, "reference")
+    job = _gemv_jobs("gemv", 1)[0]
+    with bench._gpu:  # another batch's trials hold the GPU meanwhile
+        bench.prefetch("gemv", job.problem, job.seed)
+        _settled(bench)
+        assert bench.inputs_held() == [("gemv", job.problem.key(), 0)]
+    assert [r.status for r in bench.evaluate([job])] == [Status.OK]
+    assert len(generated) == 1 and generated[0].startswith("farm-prefetch")
+    assert len(referenced) == 1 and referenced[0].startswith("farm-reference")
+    assert bench.stage_times()["seconds"]["prefetch"] > 0
+
+
+def test_forget_drops_a_problems_inputs_and_buffers_and_a_later_trial_generates_them_again(bench, monkeypatch):
+    spec = catalog.get("gemv")
+    generated = _counting(monkeypatch, spec, "generate")
+    released = []
+    real_release = bench.device.release
+    monkeypatch.setattr(bench.device, "release", lambda *b: released.extend(b) or real_release(*b))
+    jobs = _gemv_jobs("gemv", 2)
+    other = Job("gemv", spec.problem(m=32, n=16), jobs[0].schedule, 0, 0, 2)
+    assert [r.status for r in bench.evaluate([*jobs, other])] == [Status.OK] * 3
+    entry = bench._inputs[("gemv", jobs[0].problem.key(), 0)]
+    kept = [*entry.uploaded.values(), *entry.outputs.values()]
+    released.clear()
+    bench.forget("gemv", jobs[0].problem, 0)
+    _settled(bench)
+    assert bench.inputs_held() == [("gemv", other.problem.key(), 0)]  # the other problem's stay
+    assert kept and all(any(b is k for b in released) for k in kept)
+    assert [r.status for r in bench.evaluate(jobs[:1])] == [Status.OK]
+    assert len(generated) == 3  # two problems, then the forgotten one again
+
+
+def test_a_prefetch_that_fails_leaves_the_error_to_the_trial(bench, monkeypatch):
+    spec = catalog.get("gemv")
+
+    def broken(self, problem, seed):
+        raise RuntimeError("generate bug")
+
+    monkeypatch.setattr(type(spec), "generate", broken)
+    job = _gemv_jobs("gemv", 1)[0]
+    bench.prefetch("gemv", job.problem, job.seed)
+    _settled(bench)
+    assert bench.inputs_held() == []
+    with pytest.raises(RuntimeError, match="generate bug"):  # a spec bug propagates, as without prefetch
+        bench.evaluate([job])

@@ -127,6 +127,15 @@ class GpuWorker:
     ) -> dict[str, list[float] | None]:
         return self.bench.remeasure_rounds(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
 
+    def prefetch(self, kernel: str, problem: Problem, seed: int = 0) -> None:
+        self.bench.prefetch(kernel, problem, seed)  # returns at once; see TrialBench.prefetch
+
+    def forget(self, kernel: str, problem: Problem, seed: int = 0) -> None:
+        self.bench.forget(kernel, problem, seed)  # returns at once; see TrialBench.forget
+
+    def inputs_held(self) -> list[tuple[str, str, int]]:
+        return self.bench.inputs_held()
+
     def stage_times(self) -> dict:
         return self.bench.stage_times()
 

@@ -1,8 +1,9 @@
 """What one tuning worker does with its device, without Ray: turn jobs into trial results.
 
 `TrialBench` owns one `farm.gpu.Device` for its life. Per (kernel, problem, seed) it
-generates the inputs once, keeps them uploaded, and computes the numpy reference once (on
-a thread of its own, overlapping the first trials). Per trial it validates and compiles
+generates the inputs once (ahead of the problem's first trial when asked to `prefetch`),
+keeps them uploaded until it is told to `forget` them, and computes the numpy reference
+once (on a thread of its own, overlapping the first trials). Per trial it validates and compiles
 (pipelines are cached by the Device), queues one run whose outputs are copied to staging
 buffers in the same submission, and times the kernel right behind it (that run is the
 first warm-up). The GPU is kept busy: the next COMPILE_AHEAD trials' pipelines compile on
@@ -101,6 +102,7 @@ class TrialBench:
         )
         self._checker = ThreadPoolExecutor(max_workers=CHECKERS, thread_name_prefix="farm-check")
         self._referee = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-reference")
+        self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-prefetch")
         self.stages = StageTimes()
 
     # -- public API ----------------------------------------------------------------
@@ -133,6 +135,45 @@ class TrialBench:
             self._gpu.release()
         with self.stages.timed("certify_drain"):
             return [o.result() if isinstance(o, PendingTrial) else o for o in outcomes]
+
+    def prefetch(self, kernel: str, problem: Problem, seed: int = 0, schedule: Schedule | None = None) -> None:
+        """Start generating the inputs of (kernel, problem, seed) and, once they exist, the
+        reference for `schedule` (default: the kernel's default, the campaign's first trial)
+        on a background thread, and return at once: a campaign asks for its next problem's
+        while this one's trials run, so the GPU does not wait for the CPU between problems
+        (on the H200 the gaps were 1-13 s a problem, 59 s of a 201 s campaign). A failure is
+        left for the trial that needs the inputs, which generates them again and reports it."""
+        self._prefetcher.submit(self._prefetch, kernel, problem, seed, schedule)
+
+    def _prefetch(self, kernel: str, problem: Problem, seed: int, schedule: Schedule | None) -> None:
+        try:
+            spec = catalog.get(kernel)
+            job = Job(kernel, problem, schedule or spec.default, seed, 0, 1)
+            with self.stages.timed("prefetch"):
+                self._expected(spec, job)  # the inputs first (_entry), then the reference queued
+        except Exception:  # noqa: BLE001 - the trial that needs them reports it
+            pass
+
+    def forget(self, kernel: str, problem: Problem, seed: int = 0) -> None:
+        """Drop the inputs, reference and device buffers of (kernel, problem, seed), on a
+        background thread once no trial holds the GPU, and return at once: a campaign is done
+        with a problem once its winner is stored, and a worker that kept every problem's
+        buffers would hold the whole catalog's inputs on its GPU. Needing them again later
+        generates them again."""
+        self._prefetcher.submit(self._forget, (kernel, problem.key(), seed))
+
+    def _forget(self, cache_key: tuple[str, str, int]) -> None:
+        with self._gpu:
+            with self._inputs_lock:
+                entry = self._inputs.pop(cache_key, None)
+                self._generating.pop(cache_key, None)
+            if entry is not None:
+                self.device.release(*entry.uploaded.values(), *entry.outputs.values())
+
+    def inputs_held(self) -> list[tuple[str, str, int]]:
+        """The (kernel, problem key, seed) whose inputs this bench holds now."""
+        with self._inputs_lock:
+            return sorted(self._inputs)
 
     @contextmanager
     def exclusive(self):
@@ -224,6 +265,7 @@ class TrialBench:
             self._compiler.shutdown(wait=True)
         self._checker.shutdown(wait=True)
         self._referee.shutdown(wait=True)
+        self._prefetcher.shutdown(wait=True)
         with self._gpu:
             for entry in list(self._inputs.values()):
                 self.device.release(*entry.uploaded.values(), *entry.outputs.values())
@@ -344,7 +386,8 @@ class TrialBench:
             entry = self._inputs.get(cache_key)
             if entry is None:
                 entry = _Inputs(arrays=spec.generate(job.problem, job.seed), uploaded={}, outputs={})
-                self._inputs[cache_key] = entry
+                with self._inputs_lock:
+                    self._inputs[cache_key] = entry
         return entry
 
     def _buffer_for(self, entry: _Inputs, arg) -> Buffer:

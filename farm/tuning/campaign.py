@@ -152,7 +152,10 @@ class Campaign:
         self.heartbeat = Heartbeat(self._update_campaign, HEARTBEAT_S, self._interrupt_stale, SWEEP_S).start()
         self.recorder = TrialRecorder(self.db, self.campaign_id, self.out, self.heartbeat.beat)
         try:
-            winners = [w for task in tasks if (w := self._tune(task, profiles)) is not None]
+            winners = []
+            for task, after in zip(tasks, [*tasks[1:], None], strict=True):
+                if (winner := self._tune(task, profiles, after)) is not None:
+                    winners.append(winner)
         except BaseException as exc:
             self.heartbeat.stop()
             self.recorder.close()
@@ -177,12 +180,17 @@ class Campaign:
                   f"was last seen {seen:%Y-%m-%d %H:%M:%S} UTC: marked interrupted; its recorded trials are "
                   "resumed, not re-run", file=sys.stderr)  # fmt: skip
 
-    def _tune(self, task: Task, profiles: dict[str, HardwareProfile]) -> WinnerRecord | None:
+    def _tune(self, task: Task, profiles: dict[str, HardwareProfile], after: Task | None = None) -> WinnerRecord | None:
+        """Search `task`, then decide and store its winner. Once its first trial is back
+        (its own inputs and reference exist), the workers start on `after`'s inputs and
+        reference in the background; once its winner is stored, they drop `task`'s."""
         started = time.perf_counter()
         spec = catalog.get(task.kernel)
         recorded = store.recorded_schedules(self.db, task.topology, task.kernel, spec.source_hash(), task.problem.key())
         evaluate = self._evaluator(task, recorded)
         evaluate([spec.default])
+        if after is not None:
+            self._workers("prefetch", after)
         rng = random.Random(f"{self.config.seed}:{task.kernel}:{task.problem.key()}")
         workers = len(self.pool.topologies()[task.topology])
         budget = Budget(task.budget)
@@ -199,9 +207,17 @@ class Campaign:
         stats["search_s"] = time.perf_counter() - started
         self.tasks.append(stats)
         winner = self._winner(task, profiles, stats)
+        self._workers("forget", task)
         if winner is not None:
             self.siblings.setdefault((task.topology, task.kernel), []).append(winner.schedule_key)
         return winner
+
+    def _workers(self, what: str, task: Task) -> None:
+        """Ask `task`'s workers to `prefetch` or `forget` its inputs (WorkerPool's; a pool
+        without them, as the tests' fakes, generates at each problem's first trial)."""
+        call = getattr(self.pool, what, None)
+        if call is not None:
+            call(task.kernel, task.problem, self.config.seed, task.topology)
 
     def _sibling_trials(self, task: Task, recorded: dict[str, dict], evaluate) -> list[TrialResult]:
         """Trials of the schedules that won this kernel's earlier problems in this campaign (the

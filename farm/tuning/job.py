@@ -20,7 +20,9 @@ class StageTimes:
     launch but for a batch's first COMPILE_AHEAD launches, built before it takes the lock)
     are time the GPU is held; "gpu_wait" (a batch waiting for another batch's trials) and
     "certify_drain" (a batch waiting for its last comparisons, after the lock) overlap the
-    other batch's trials, and only cost GPU time when no batch is queued behind."""
+    other batch's trials, and only cost GPU time when no batch is queued behind; "prefetch"
+    (the next problem's inputs and reference, generated while this one's trials run) is off
+    the GPU's path too."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}

@@ -166,6 +166,24 @@ class WorkerPool(BatchDispatch):
             raise ValueError(f"no worker has topology {topology!r}; have {sorted(self.topologies())}")
         return [self._slots[n] for n in names]
 
+    # -- inputs ahead and behind ------------------------------------------------------
+    def prefetch(self, kernel: str, problem: Problem, seed: int = 0, topology: str | None = None) -> None:
+        """Ask the workers (of `topology`) to generate `problem`'s inputs and reference in
+        the background (TrialBench.prefetch); returns at once. A worker replaced meanwhile
+        just generates them at its first trial."""
+        for slot in self._slots_for(topology):
+            slot.actor.prefetch.remote(kernel, problem, seed)
+
+    def forget(self, kernel: str, problem: Problem, seed: int = 0, topology: str | None = None) -> None:
+        """Ask the workers (of `topology`) to drop `problem`'s inputs and buffers
+        (TrialBench.forget); returns at once."""
+        for slot in self._slots_for(topology):
+            slot.actor.forget.remote(kernel, problem, seed)
+
+    def inputs_held(self, worker_id: str) -> list[tuple[str, str, int]]:
+        """The (kernel, problem key, seed) whose inputs that worker holds now."""
+        return self._ray.get(self._slots[worker_id].actor.inputs_held.remote())
+
     # -- other work ------------------------------------------------------------------
     def remeasure(
         self,
