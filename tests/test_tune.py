@@ -397,6 +397,6 @@ def test_a_campaign_prefetches_the_next_problems_inputs_and_forgets_each_finishe
     assert events[:3] == [("stream", a), ("prefetch", b), ("stream", a)]
     assert events.index(("forget", a)) < events.index(("stream", b)) and events[-1] == ("forget", b)
     assert len(threads) == 2 and threads[1].startswith("farm-prefetch")  # the second problem's, ahead
-    pool.bench._prefetcher.submit(lambda: None).result(timeout=60)
+    pool.bench.inputs.settled()
     assert pool.bench.inputs_held() == []
     pool.bench.close()

@@ -154,7 +154,7 @@ def test_inputs_are_generated_once_when_threads_ask_together(bench, monkeypatch)
     monkeypatch.setattr(type(spec), "generate", slow)
     job = _gemv_jobs("gemv", 1)[0]
     entries = []
-    threads = [threading.Thread(target=lambda: entries.append(bench._entry(spec, job))) for _ in range(4)]
+    threads = [threading.Thread(target=lambda: entries.append(bench.inputs.entry(spec, job))) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -214,8 +214,7 @@ def test_remeasure_rounds_returns_paired_rounds_and_adds_them_only_for_close_fin
 
 
 def _settled(bench: TrialBench) -> None:
-    """Wait for the prefetch thread's queued work (prefetch and forget return at once)."""
-    bench._prefetcher.submit(lambda: None).result(timeout=60)
+    bench.inputs.settled()  # prefetch and forget return at once
 
 
 def _counting(monkeypatch, spec, method: str) -> list[str]:
@@ -260,7 +259,7 @@ def test_forget_drops_a_problems_inputs_and_buffers_and_a_later_trial_generates_
     jobs = _gemv_jobs("gemv", 2)
     other = Job("gemv", spec.problem(m=32, n=16), jobs[0].schedule, 0, 0, 2)
     assert [r.status for r in bench.evaluate([*jobs, other])] == [Status.OK] * 3
-    entry = bench._inputs[("gemv", jobs[0].problem.key(), 0)]
+    entry = bench.inputs._inputs[("gemv", jobs[0].problem.key(), 0)]
     kept = [*entry.uploaded.values(), *entry.outputs.values()]
     released.clear()
     bench.forget("gemv", jobs[0].problem, 0)

@@ -1,9 +1,10 @@
 """What one tuning worker does with its device, without Ray: turn jobs into trial results.
 
-`TrialBench` owns one `farm.gpu.Device` for its life. Per (kernel, problem, seed) it
-generates the inputs once (ahead of the problem's first trial when asked to `prefetch`),
-keeps them uploaded until it is told to `forget` them, and computes the numpy reference
-once (on a thread of its own, overlapping the first trials). Per trial it validates and compiles
+`TrialBench` owns one `farm.gpu.Device` for its life, and its inputs in an
+`farm.tuning.inputs.InputStore`: per (kernel, problem, seed) generated once (ahead of the
+problem's first trial when asked to `prefetch`), uploaded once and kept until the campaign
+says to `forget` them, the numpy reference computed once on a thread of its own,
+overlapping the first trials. Per trial it validates and compiles
 (pipelines are cached by the Device), queues one run whose outputs are copied to staging
 buffers in the same submission, and times the kernel right behind it (that run is the
 first warm-up). The GPU is kept busy: the next COMPILE_AHEAD trials' pipelines compile on
@@ -39,18 +40,16 @@ import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-
-import numpy as np
 
 from farm import catalog
 from farm.catalog import KernelSpec, Launch, check_launch
-from farm.gpu import Buffer, Device, GpuError, Pipeline, Timing
+from farm.gpu import Device, GpuError, Pipeline, Timing
 from farm.oracle.launch import Prepared, compile_launch
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 from farm.tuning.checking import PendingTrial, held_bytes, read_and_compare
 from farm.tuning.finalists import interleaved_timings, measure_until_resolved
+from farm.tuning.inputs import InputStore, Transient
 from farm.tuning.job import Job, StageTimes
 
 # Trials whose pipelines compile (on as many threads) while the current one runs: a gemm
@@ -67,22 +66,6 @@ REMEASURE_WARM_S = 1.0  # seconds of a finalist's dispatches before the interlea
 CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per worker
 
 
-@dataclass
-class _Inputs:
-    """Generated inputs, their uploaded buffers (by array address) and the reference.
-    `uploaded` and `outputs` are used under the TrialBench's GPU lock only, `expected`
-    under its inputs lock."""
-
-    arrays: dict[str, np.ndarray]
-    uploaded: dict[tuple[int, tuple[int, ...], str, str], Buffer]
-    outputs: dict[tuple[str, int, str], Buffer]
-    expected: dict[str, Future] = field(default_factory=dict)  # references by the spec's reference_key
-
-
-def _array_identity(data: np.ndarray, kind: str) -> tuple[int, tuple[int, ...], str, str]:
-    return (data.__array_interface__["data"][0], data.shape, data.dtype.str, kind)
-
-
 class TrialBench:
     """Runs jobs on one device with inputs kept uploaded; see the module docstring."""
 
@@ -91,19 +74,13 @@ class TrialBench:
         self.worker_id = worker_id
         self.host = socket.gethostname()
         self.topology_hash = device.profile.topology_hash()
-        self._inputs: dict[tuple[str, str, int], _Inputs] = {}
-        # One per (kernel, problem, seed) being generated, so two batches never generate
-        # the same inputs twice and a batch needing other inputs doesn't wait for them.
-        self._generating: dict[tuple[str, str, int], threading.Lock] = {}
-        self._inputs_lock = threading.Lock()  # _generating and every entry's `expected`
         self._gpu = threading.Lock()  # held by whatever uses the GPU; see the module docstring
         self._compiler = (
             ThreadPoolExecutor(max_workers=COMPILE_AHEAD, thread_name_prefix="farm-compile") if compile_ahead else None
         )
         self._checker = ThreadPoolExecutor(max_workers=CHECKERS, thread_name_prefix="farm-check")
-        self._referee = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-reference")
-        self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-prefetch")
         self.stages = StageTimes()
+        self.inputs = InputStore(device, self._gpu, self.stages)
 
     # -- public API ----------------------------------------------------------------
     def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
@@ -137,43 +114,16 @@ class TrialBench:
             return [o.result() if isinstance(o, PendingTrial) else o for o in outcomes]
 
     def prefetch(self, kernel: str, problem: Problem, seed: int = 0, schedule: Schedule | None = None) -> None:
-        """Start generating the inputs of (kernel, problem, seed) and, once they exist, the
-        reference for `schedule` (default: the kernel's default, the campaign's first trial)
-        on a background thread, and return at once: a campaign asks for its next problem's
-        while this one's trials run, so the GPU does not wait for the CPU between problems
-        (on the H200 the gaps were 1-13 s a problem, 59 s of a 201 s campaign). A failure is
-        left for the trial that needs the inputs, which generates them again and reports it."""
-        self._prefetcher.submit(self._prefetch, kernel, problem, seed, schedule)
-
-    def _prefetch(self, kernel: str, problem: Problem, seed: int, schedule: Schedule | None) -> None:
-        try:
-            spec = catalog.get(kernel)
-            job = Job(kernel, problem, schedule or spec.default, seed, 0, 1)
-            with self.stages.timed("prefetch"):
-                self._expected(spec, job)  # the inputs first (_entry), then the reference queued
-        except Exception:  # noqa: BLE001 - the trial that needs them reports it
-            pass
+        """Generate the problem's inputs and reference in the background (InputStore.prefetch)."""
+        self.inputs.prefetch(kernel, problem, seed, schedule)
 
     def forget(self, kernel: str, problem: Problem, seed: int = 0) -> None:
-        """Drop the inputs, reference and device buffers of (kernel, problem, seed), on a
-        background thread once no trial holds the GPU, and return at once: a campaign is done
-        with a problem once its winner is stored, and a worker that kept every problem's
-        buffers would hold the whole catalog's inputs on its GPU. Needing them again later
-        generates them again."""
-        self._prefetcher.submit(self._forget, (kernel, problem.key(), seed))
-
-    def _forget(self, cache_key: tuple[str, str, int]) -> None:
-        with self._gpu:
-            with self._inputs_lock:
-                entry = self._inputs.pop(cache_key, None)
-                self._generating.pop(cache_key, None)
-            if entry is not None:
-                self.device.release(*entry.uploaded.values(), *entry.outputs.values())
+        """Drop the problem's inputs and buffers in the background (InputStore.forget)."""
+        self.inputs.forget(kernel, problem, seed)
 
     def inputs_held(self) -> list[tuple[str, str, int]]:
         """The (kernel, problem key, seed) whose inputs this bench holds now."""
-        with self._inputs_lock:
-            return sorted(self._inputs)
+        return self.inputs.held()
 
     @contextmanager
     def exclusive(self):
@@ -264,13 +214,7 @@ class TrialBench:
         if self._compiler is not None:
             self._compiler.shutdown(wait=True)
         self._checker.shutdown(wait=True)
-        self._referee.shutdown(wait=True)
-        self._prefetcher.shutdown(wait=True)
-        with self._gpu:
-            for entry in list(self._inputs.values()):
-                self.device.release(*entry.uploaded.values(), *entry.outputs.values())
-            self._inputs.clear()
-            self._generating.clear()
+        self.inputs.close()
 
     # -- one trial -------------------------------------------------------------------
     def _trial(self, job: Job, ahead: tuple[Launch, Future] | None) -> TrialResult | PendingTrial:
@@ -301,7 +245,7 @@ class TrialBench:
         while the GPU goes on to the next trials: on large outputs reading and comparing
         are CPU work of the same order as the timing. A schedule that fails the
         comparison is never a winner: its timing is discarded and the trial is wrong_result."""
-        expected = self._expected(prepared.spec, job)
+        expected = self.inputs.expected(prepared.spec, job)
         try:
             with self.stages.timed("run"):
                 pending = prepared.submit_run()
@@ -357,7 +301,7 @@ class TrialBench:
     def _launch(self, spec: KernelSpec, job: Job) -> Launch:
         """Validated launch for `job` (no GPU work: compile-ahead calls it outside the GPU lock)."""
         spec.check(job.schedule, job.problem, self.device.profile)
-        inputs = self._entry(spec, job).arrays
+        inputs = self.inputs.entry(spec, job).arrays
         launch = spec.launch(job.schedule, job.problem, inputs)
         check_launch(spec, job.schedule, launch, self.device.profile)
         return launch
@@ -369,61 +313,10 @@ class TrialBench:
         the GPU lock: it allocates and uploads, and the entry's buffer dicts are the lock's."""
         launch = launch if launch is not None else self._launch(spec, job)
         pipelines: list[Pipeline] = compile_launch(self.device, spec, job.schedule, launch)
-        entry = self._entry(spec, job)
-        buffers = [self._buffer_for(entry, arg) for arg in launch.args]
+        entry = self.inputs.entry(spec, job)
+        buffers = [self.inputs.buffer_for(entry, arg) for arg in launch.args]
         return Prepared(spec, job.schedule, job.problem, launch, pipelines, buffers, self.device)
 
-    def _entry(self, spec: KernelSpec, job: Job) -> _Inputs:
-        """The inputs of (kernel, problem, seed), generated on first use by exactly one
-        thread; other threads wait only when they need the same inputs."""
-        cache_key = (spec.name, job.problem.key(), job.seed)
-        entry = self._inputs.get(cache_key)
-        if entry is not None:
-            return entry
-        with self._inputs_lock:
-            generating = self._generating.setdefault(cache_key, threading.Lock())
-        with generating:
-            entry = self._inputs.get(cache_key)
-            if entry is None:
-                entry = _Inputs(arrays=spec.generate(job.problem, job.seed), uploaded={}, outputs={})
-                with self._inputs_lock:
-                    self._inputs[cache_key] = entry
-        return entry
-
-    def _buffer_for(self, entry: _Inputs, arg) -> Buffer:
-        if arg.output:
-            slot = (arg.name, arg.nbytes, arg.kind)
-            if slot not in entry.outputs:
-                entry.outputs[slot] = self.device.empty(arg.nbytes, arg.kind)
-            return entry.outputs[slot]
-        if arg.data is None:
-            return _Transient.wrap(self.device.empty(arg.nbytes, arg.kind))
-        if any(arg.data is a or np.shares_memory(arg.data, a) for a in entry.arrays.values()):
-            identity = _array_identity(arg.data, arg.kind)
-            if identity not in entry.uploaded:
-                entry.uploaded[identity] = self.device.upload(arg.data, arg.kind)
-            return entry.uploaded[identity]
-        return _Transient.wrap(self.device.upload(arg.data, arg.kind))
-
-    def _expected(self, spec: KernelSpec, job: Job) -> Future:
-        """The reference (a Future), computed once per inputs and the spec's reference_key
-        (topk: once per block size) on its own thread: a 4096^3 gemm or 2^26-element topk
-        reference is seconds of numpy, which the first trials' GPU work now overlaps (the
-        checker waits for it, not the GPU)."""
-        entry = self._entry(spec, job)
-        key = spec.reference_key(job.schedule)
-        with self._inputs_lock:
-            if key not in entry.expected:
-                entry.expected[key] = self._referee.submit(spec.reference, job.problem, job.schedule, entry.arrays)
-            return entry.expected[key]
-
     def _release_transient(self, prepared: Prepared) -> None:
-        self.device.release(*(b for b in prepared.buffers if isinstance(b, _Transient)))
+        self.device.release(*(b for b in prepared.buffers if isinstance(b, Transient)))
 
-
-class _Transient(Buffer):
-    """A per-trial buffer (params, derived data): released after the trial."""
-
-    @classmethod
-    def wrap(cls, buffer: Buffer) -> _Transient:
-        return cls(handle=buffer.handle, nbytes=buffer.nbytes, kind=buffer.kind)
