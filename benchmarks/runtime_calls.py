@@ -7,7 +7,8 @@ around the call and its wait), unless its method says otherwise:
   256 MB D2H through a mapped staging buffer; torch: op + synchronize, 256 MB pageable and
   pinned H2D/D2H;
 - per kernel: the runtime from numpy (numpy in, numpy out), the runtime on DeviceArrays
-  (`rt.synchronize()` each call), the kernel alone by GPU timestamps (same schedule), torch
+  (`rt.synchronize()` each call; again with the sync spinning up to SPIN_WAIT_S before it
+  blocks, ForgeRuntime's `spin_wait_us`), the kernel alone by GPU timestamps (same schedule), torch
   from numpy (H2D, op, D2H) and torch on device tensors (op + synchronize; FLA's
   `fused_recurrent_rwkv6` for recurrent);
 - chains of dependent calls with one sync at the end, per call: recurrent stepwise T=64
@@ -301,6 +302,7 @@ def cases(quick: bool):
 
 
 KERNEL = {"recurrent_attention": "recurrent"}
+SPIN_WAIT_S = 1e-3  # device_spin_ms: ForgeRuntime(spin_wait_us=1000), polls without sleeping for up to 1 ms
 
 
 def runtime_row(rt, torch, floor, label, method, args, kwargs) -> dict:
@@ -314,6 +316,9 @@ def runtime_row(rt, torch, floor, label, method, args, kwargs) -> dict:
         rt.synchronize()
 
     row["device_ms"] = per_call(on_device) * 1e3
+    blocking, rt.spin_wait_s = rt.spin_wait_s, SPIN_WAIT_S  # the same calls, the sync spinning first
+    row["device_spin_ms"] = per_call(on_device) * 1e3
+    rt.spin_wait_s = blocking
     spec, problem, inputs = _plan_inputs(rt, method, args, kwargs)
     schedule, source = rt.tuned_schedule(spec.name, problem)
     row["schedule_source"] = source
@@ -516,10 +521,12 @@ def markdown(result: dict) -> str:
               f"sync each call): {result['runtime_python_us']:.3g} us"]
     lines += ["", "## Per call (host wall with a sync each call; kernel_ms by GPU timestamps; floor_ms: plain",
               "wgpu-py doing the same transfers; overheads: numpy_ms - floor_ms - kernel_ms and",
-              "device_ms - kernel_ms - submit_wait)", ""]
+              "device_ms - kernel_ms - submit_wait; device_spin_ms: the DeviceArray calls with",
+              f"ForgeRuntime(spin_wait_us={SPIN_WAIT_S * 1e6:.0f}), the sync polling without sleeping first)", ""]
     cols = ["numpy_ms", "floor_ms", "numpy_overhead_us", "device_ms", "kernel_ms", "device_overhead_us",
-            "vendor_numpy_ms", "vendor_device_ms"]
-    lines += ["| case | " + " | ".join(cols) + " | numpy/vendor | device/vendor | schedule |", "|" + " --- |" * 12]
+            "device_spin_ms", "vendor_numpy_ms", "vendor_device_ms"]
+    lines += ["| case | " + " | ".join(cols) + " | numpy/vendor | device/vendor | spin/vendor | schedule |",
+              "|" + " --- |" * 14]
 
     def cell(row, key):
         return f"{row[key]:.4g}" if isinstance(row.get(key), float) else "-"
@@ -532,6 +539,7 @@ def markdown(result: dict) -> str:
         lines.append(
             f"| {row['case']} | " + " | ".join(cell(row, c) for c in cols)
             + f" | {ratio(row, 'numpy_ms', 'vendor_numpy_ms')} | {ratio(row, 'device_ms', 'vendor_device_ms')}"
+            + f" | {ratio(row, 'device_spin_ms', 'vendor_device_ms')}"
             + f" | {row.get('schedule_source', '-')} |"
         )
     lines += ["", "## Where the host time goes (the runtime's own Python: wgpu stubbed, less the stubbed plain",
@@ -580,6 +588,7 @@ def main() -> int:
     for label, method, a, kw in cases(args.quick):
         row = runtime_row(rt, torch, floor, label, method, a, kw)
         row["device_overhead_us"] = (row["device_ms"] - row["kernel_ms"]) * 1e3 - submit_wait
+        row["device_spin_overhead_us"] = (row["device_spin_ms"] - row["kernel_ms"]) * 1e3 - submit_wait
         result["kernels"].append(row)
         print(json.dumps(result["kernels"][-1]), flush=True)
     result["chains"] = chains(rt, torch, args.quick)

@@ -3,11 +3,13 @@ mixed with numpy) and gives what the numpy path gives, chains stay on the GPU, `
 writes in place, and misuse is a ValueError naming the argument."""
 
 import gc
+import re
 import threading
 
 import numpy as np
 import pytest
 from runtime_cases import f32, method_cases, rng
+from wgpu.backends.wgpu_native._ffi import ffi, lib
 
 from farm import ForgeRuntime
 from farm.catalog.recurrent import reference_recurrent
@@ -251,3 +253,29 @@ def test_a_gemm_the_host_pads_reads_device_inputs_back_and_is_still_right(rt):
     np.testing.assert_allclose(got.numpy(), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
     plan = next(iter(rt._caller._plans.values()))
     assert [s.role for s in plan.slots] == ["transformed", "transformed", "output", "constant"]
+
+
+def test_a_spinning_synchronize_waits_for_the_chain_like_a_blocking_one(device, tmp_path):
+    """`spin_wait_us` polls without sleeping before it blocks (the lever on the H200's
+    121 us submit+wait): the synchronized results are the blocking runtime's, whether the
+    GPU finishes within the spin or after it (0.001 us: it always falls back to blocking)."""
+    a, x = f32(256, 192), f32(192)
+    expected = None
+    for spin in (0.0, 0.001, 1e5):
+        runtime = ForgeRuntime(db=f"sqlite:///{tmp_path / 'absent.db'}", device=device, spin_wait_us=spin)
+        d = runtime.asarray(a)
+        y = runtime.gemv(d, runtime.asarray(x))
+        for _ in range(3):  # a chain of dependent calls, one sync
+            y = runtime.gemv(d, runtime.gemv(runtime.asarray(a.T.copy()), y))
+        runtime.synchronize()
+        assert lib.wgpuDevicePoll(device.device._internal, False, ffi.NULL)  # nothing left in flight
+        got = y.numpy()
+        expected = got if expected is None else expected
+        np.testing.assert_array_equal(got, expected)
+        runtime.close()
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), 2e6, "fast", None, True])
+def test_spin_wait_us_takes_microseconds_from_0_to_a_second(device, bad):
+    with pytest.raises(ValueError, match=r"spin_wait_us must be .*" + re.escape(repr(bad))):
+        ForgeRuntime(db="sqlite:///:memory:", device=device, spin_wait_us=bad)

@@ -54,7 +54,10 @@ class ForgeRuntime(KernelMethods):
     `farm.gpu.Device` to share (then `adapter` is ignored); `capacity_bytes`: the most
     device memory the runtime's buffer pool may hold, live DeviceArrays and idle buffers
     together (None: no bound; idle buffers beyond 1 GiB are freed); `request_tuning`: queue
-    misses for `farm serve` (None: `$FARM_REQUEST_TUNING`; farm.runtime.requests).
+    misses for `farm serve` (None: `$FARM_REQUEST_TUNING`; farm.runtime.requests);
+    `spin_wait_us`: how long `synchronize()` polls the GPU without sleeping before it
+    blocks (0, the default: it blocks at once; a short kernel's sync can end sooner when a
+    spare core spins, see farm.gpu.Device.wait_idle).
 
     Thread safety: a runtime may be shared by threads; its calls are serialized by a lock
     (one wgpu queue runs them in order anyway), so concurrent calls are safe, not parallel.
@@ -69,7 +72,9 @@ class ForgeRuntime(KernelMethods):
         device: Device | None = None,
         capacity_bytes: int | None = None,
         request_tuning: bool | None = None,
+        spin_wait_us: float = 0.0,
     ):
+        self.spin_wait_s = _spin_wait_s(spin_wait_us)
         self.device = device if device is not None else Device(choose_adapter(adapter))
         self._lock = threading.RLock()
         self._pool = BufferPool(self.device, capacity_bytes)
@@ -150,7 +155,7 @@ class ForgeRuntime(KernelMethods):
     def synchronize(self) -> None:
         """Wait for every call submitted so far (DeviceArray calls return without waiting)."""
         with self._lock:
-            self.device.wait_idle()
+            self.device.wait_idle(self.spin_wait_s)
 
     def memory(self) -> dict[str, int | None]:
         """Device bytes of the pool: held (live arrays, calls), idle (kept for reuse), capacity."""
@@ -227,3 +232,14 @@ class ForgeRuntime(KernelMethods):
             if out:
                 check_out(plan, inputs, out, self)
             return self._caller.call(plan, inputs, out, to_device)
+
+
+def _spin_wait_s(spin_wait_us) -> float:
+    """`spin_wait_us` as seconds: a number from 0 to 1e6 (one second), else ValueError."""
+    try:
+        value = float(spin_wait_us)
+    except (TypeError, ValueError):
+        raise ValueError(f"spin_wait_us must be a number of microseconds, got {spin_wait_us!r}") from None
+    if isinstance(spin_wait_us, bool) or not 0.0 <= value <= 1e6:
+        raise ValueError(f"spin_wait_us must be between 0 and 1e6 microseconds, got {spin_wait_us!r}")
+    return value / 1e6
