@@ -77,6 +77,10 @@ BAD_SIZES = [
     (["--sizes", "gemv:m=0,n=0"], "every dimension must be >= 1, got m=0, n=0"),
     (["--sizes", "gemv:m=1000000,n=1000000"], "max-storage-buffer-binding-size"),
     (["--sizes", "fft:n=1024,batch=1000000000"], "max-storage-buffer-binding-size"),
+    # one buffer over lavapipe's 128 MiB binding limit while the average over the bindings is under it
+    (["--sizes", "topk:n=100000000,k=8"], "its buffer 'x' needs 381.47 MiB, over the 128.00 MiB a binding may hold"),
+    (["--sizes", "ternary_gemv:m=32768,k=65536"], "its buffer 'w_packed' needs 512.00 MiB"),
+    (["--sizes", "recurrent:B=1,H=8,VH=8,T=8192,L=64,E=768"], "its buffer 'value' needs 192.00 MiB"),
     (["--sizes", ";;;"], "names no problem"),
     (["--sizes", ""], "names no problem"),
     (["gemv", "--sizes", "gemm:m=64,k=64,n=64"], "--sizes names gemm, not among the kernels to tune (gemv)"),

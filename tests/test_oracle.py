@@ -120,3 +120,29 @@ def test_generated_inputs_are_deterministic_bytes():
 def test_every_default_schedule_is_workgroup_size_64():
     builtin = catalog.KERNEL_MODULES  # other tests may register test-only kernels
     assert {name: catalog.get(name).default.workgroup_size for name in builtin} == {name: 64 for name in builtin}
+
+
+def _sized() -> list[str]:
+    return [n for n in catalog.names() if catalog.get(n).buffer_bytes(catalog.get(n).certify_problems()[0])]
+
+
+@pytest.mark.parametrize("name", _sized())
+def test_buffer_bytes_are_each_named_bindings_least_size_over_schedules(name, device):
+    """What `farm tune` checks sizes against before Ray starts (farm.tuning.problems): each
+    named buffer is bound by every schedule at that size or more, and some schedule binds
+    exactly that (so the check refuses only what no schedule can run)."""
+    spec = catalog.get(name)
+    for problem in spec.certify_problems()[:2]:
+        named = spec.buffer_bytes(problem)
+        inputs = spec.generate(problem, 0)
+        schedules = [spec.default, *spec.sample_schedules(12, seed=1)]
+        seen: dict[str, set[int]] = {key: set() for key in named}
+        for schedule in schedules:
+            if spec.invalid_reason(schedule, problem, device.profile):
+                continue
+            args = {arg.name: arg.nbytes for arg in spec.launch(schedule, problem, inputs).args}
+            for key, nbytes in named.items():
+                assert key in args, f"{name} {schedule}: no binding {key!r}"
+                assert args[key] >= nbytes, f"{name} {schedule} {key}: {args[key]} < {nbytes}"
+                seen[key].add(args[key])
+        assert all(nbytes in seen[key] for key, nbytes in named.items()), (name, problem, named, seen)

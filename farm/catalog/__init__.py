@@ -267,6 +267,14 @@ class KernelSpec(ABC):
         """(flops, bytes moved) for throughput reporting."""
         return (0.0, 0.0)
 
+    def buffer_bytes(self, problem: Problem) -> dict[str, int]:
+        """{binding name: bytes} of the buffers every schedule binds for `problem` (its inputs
+        and outputs, at their least over schedules; a schedule's own scratch left out), known
+        without generating anything: a problem one of whose buffers exceeds the adapter's
+        binding limit is refused before any worker starts (farm.tuning.problems). {}: the
+        spec doesn't say (then only its `work` bytes are checked)."""
+        return {}
+
 
 # farm.catalog's own machinery, not a kernel's code: not part of any kernel's code_source().
 _MACHINERY = frozenset({"farm.catalog", "farm.catalog.user", "farm.catalog.rules", "farm.catalog.files"})

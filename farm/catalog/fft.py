@@ -213,6 +213,10 @@ class Fft(KernelSpec):
         n, batch = problem["n"], problem["batch"]
         return (5.0 * n * np.log2(n) * batch, 16.0 * n * batch)
 
+    def buffer_bytes(self, problem: Problem) -> dict[str, int]:
+        signals = 8 * problem["n"] * problem["batch"]  # complex64 as (re, im) f32 pairs
+        return {"x": signals, "y": signals}
+
 
 def workgroup_bytes(n: int, transforms: int) -> int:
     """Workgroup memory: every point of the workgroup's transforms as vec2<f32>."""

@@ -209,6 +209,10 @@ class Gemm(KernelSpec):
         m, k, n = problem["m"], problem["k"], problem["n"]
         return (2.0 * m * n * k, 4.0 * (m * k + k * n + m * n))
 
+    def buffer_bytes(self, problem: Problem) -> dict[str, int]:
+        m, k, n = problem["m"], problem["k"], problem["n"]
+        return {"a": 4 * m * k, "b": 4 * k * n, "c": 4 * m * n}  # a and b padded to the vector width at most
+
 
 def workgroup_bytes(tile_m: int, tile_n: int, tile_k: int, double_buffer: int, pad: int = 0) -> int:
     """Workgroup memory a schedule declares: NBUF slices of A (BK×(BM+pad)) and B (BK×BN), f32."""

@@ -84,5 +84,9 @@ class Gemv(KernelSpec):
         m, n = problem["m"], problem["n"]
         return (2.0 * m * n, 4.0 * (m * n + n + m))
 
+    def buffer_bytes(self, problem: Problem) -> dict[str, int]:
+        m, n = problem["m"], problem["n"]
+        return {"a": 4 * m * n, "x": 4 * n, "y": 4 * m}
+
 
 register(Gemv())

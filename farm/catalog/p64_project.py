@@ -95,6 +95,10 @@ class P64Project(KernelSpec):
         n = problem["n"]
         return (2.0 * WORDS * n, float(RECORD_BYTES * n + 4 * WORDS + 4 * n))
 
+    def buffer_bytes(self, problem: Problem) -> dict[str, int]:
+        n = problem["n"]
+        return {"records": 4 * WORDS * n, "weights": 4 * WORDS, "out": 4 * n}
+
 
 def _check_inputs(inputs: dict[str, np.ndarray], n: int) -> None:
     records, weights = inputs["records"], inputs["weights"]

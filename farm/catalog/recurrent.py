@@ -282,5 +282,11 @@ class Recurrent(KernelSpec):
         moved = 4.0 * (b * h * t * l_dim + b * vh * t * e + 2 * b * h * l_dim * e + b * h * t * e + h)
         return (flops, moved)
 
+    def buffer_bytes(self, problem: Problem) -> dict[str, int]:
+        b, h, vh, t, l_dim, e = (problem[d] for d in self.dims)
+        state = 4 * b * h * l_dim * e
+        return {"query": 4 * b * h * t * l_dim, "value": 4 * b * vh * t * e, "rho_in": state,
+                "decay": 4 * h, "context": 4 * b * h * t * e, "rho": state}  # fmt: skip
+
 
 register(Recurrent())

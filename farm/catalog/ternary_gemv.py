@@ -306,6 +306,10 @@ class TernaryGemv(KernelSpec):
         m, k = problem["m"], problem["k"]
         return (2.0 * m * k, 4.0 * (m * row_words(k) + k + 2 * m))
 
+    def buffer_bytes(self, problem: Problem) -> dict[str, int]:
+        m, k = problem["m"], problem["k"]
+        return {"x": 4 * k, "w_packed": 4 * m * row_words(k), "scale": 4 * m, "out": 4 * m}
+
 
 def split_schedule(wg: int, rows: int, vw: int, tpr: int, splits: int) -> Schedule:
     return Schedule.of(

@@ -217,6 +217,9 @@ class TopK(KernelSpec):
         n, k = problem["n"], problem["k"]
         return (float(n), 4.0 * (n + -(-n // self.default.workgroup_size) * k))
 
+    def buffer_bytes(self, problem: Problem) -> dict[str, int]:
+        return {"x": 4 * problem["n"]}  # the candidates' size depends on the block size
+
 
 def _load_body(vw: int) -> str:
     """WGSL that turns x[first + v] (covering elements e..e+vw-1) into sort keys."""

@@ -1,7 +1,7 @@
 """Whether a campaign can run a problem at all, decided before any worker starts.
 
 A `--sizes` problem that no schedule of its kernel can run (a dimension below 1, topk's k
-above every block size, buffers larger than an adapter binds) used to reach the Ray
+above every block size, a buffer larger than an adapter binds) used to reach the Ray
 workers, which generated its inputs (3.64 TiB for gemv m=n=10^6) or failed with a
 traceback. `check_problem` refuses it with one sentence naming the kernel and the size.
 
@@ -55,14 +55,24 @@ def check_problem(spec: KernelSpec, problem: Problem, profile: HardwareProfile |
 
 def _check_buffers(spec: KernelSpec, problem: Problem, profile: HardwareProfile, where: str) -> None:
     """Refuse a problem one of whose buffers must exceed the binding limit, before any input
-    is generated. `spec.work(problem)` gives the bytes its buffers add up to (kernels that
-    don't say give 0: not checked here; the worker's launch check still applies); spread over
-    the launch's bindings (counted at the kernel's first certify problem), one buffer holds
-    at least the share."""
+    is generated. The kernel's `buffer_bytes(problem)` names each buffer every schedule
+    binds, and the largest must fit. A kernel that doesn't say: `spec.work(problem)` gives
+    the bytes its buffers add up to (0: not checked here; the worker's launch check still
+    applies); spread over the launch's bindings (counted at the kernel's first certify
+    problem), one buffer holds at least the share."""
+    limit = profile.limit("max-storage-buffer-binding-size")
+    named = spec.buffer_bytes(problem)
+    if named:
+        name, largest = max(named.items(), key=lambda item: item[1])
+        if largest > limit:
+            raise ValueError(
+                f"{spec.name} {problem}: its buffer {name!r} needs {_size(largest)}, over the {_size(limit)} "
+                f"a binding may hold {where} (max-storage-buffer-binding-size)"
+            )
+        return
     _, total = spec.work(problem)
     if total <= 0:
         return
-    limit = profile.limit("max-storage-buffer-binding-size")
     if total <= limit:
         return
     small = spec.certify_problems()[0]
