@@ -177,6 +177,10 @@ def test_cli_tune_winners_and_errors(tmp_path, farm_home):
     via_env = subprocess.run([*farm_cmd, "winners", "--db", db], capture_output=True, text=True,
                              env=env | {"FARM_KERNELS_FILES": str(EXAMPLES / "softmax.py")})  # fmt: skip
     assert next(line for line in via_env.stdout.splitlines() if line.startswith("softmax")).split()[-1] == "no"
+    huge = subprocess.run([*farm_cmd, "tune", *kernels, "--allow-cpu", "--sizes", "softmax:rows=60000,cols=20000",
+                           "--db", db], env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert huge.returncode == 2 and huge.stderr.count("\n") == 1, huge.stderr  # refused before Ray starts
+    assert huge.stderr.startswith("farm: error: softmax rows=60000,cols=20000: its buffer 'x' needs 4.47 GiB")
     bad = tmp_path / "bad.py"
     bad.write_text("from farm import Kernel\nKernel('oops', source='x.wgsl', dims=(), inputs={}, outputs={},"
                    " space={}, grid='1', reference=lambda: 0)\n")  # fmt: skip

@@ -31,6 +31,7 @@ built-ins take (certification, tuning, the runtime):
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -275,6 +276,13 @@ class Kernel(KernelSpec):
         need, storage = self.workgroup_bytes(schedule, problem), profile.limit("max-compute-workgroup-storage-size")
         if need > storage:
             raise InvalidSchedule(self.name, schedule, f"needs {need} bytes of workgroup storage > {storage}")
+
+    def buffer_bytes(self, problem: Problem) -> dict[str, int]:
+        """Every declared input and output at its declared shape (no scratch is declared)."""
+        return {
+            name: np.dtype(dtype).itemsize * math.prod(self.shape(name, problem))
+            for name, (dtype, _) in {**self.inputs, **self.outputs}.items()
+        }
 
     def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
         if self.shared_rule is None:
