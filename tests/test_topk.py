@@ -232,3 +232,24 @@ def test_reference_by_partition_equals_a_full_sort_bit_for_bit():
                 if k <= block:
                     got, want = topk_blocks(x, k, block), _sorted_blocks(x, k, block)
                     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=f"{n} {block} {k}")
+
+
+def test_every_block_sizes_reference_from_one_pass_is_each_block_sizes_own():
+    """topk_levels (what a tuning worker computes on a topk problem's first reference) gives
+    bit for bit what topk_blocks gives one block size at a time, over specials, ties and
+    lengths that leave partial and empty last blocks."""
+    from farm.catalog.topk import SPECIAL_BITS, topk_levels
+
+    rng = np.random.default_rng(3)
+    for n in (1, 7, 31, 33, 1000, 4100, 70001):
+        x = rng.standard_normal(n).astype(np.float32)
+        x[rng.random(n) < 0.05] = np.float32(1.5)
+        marks = rng.random(n) < 0.02
+        x.view(np.uint32)[marks] = SPECIAL_BITS[rng.integers(0, SPECIAL_BITS.size, int(marks.sum()))]
+        for k in (1, 5, 32, 64):
+            levels = topk_levels(x, k, TopK.space["workgroup_size"])
+            assert sorted(levels) == [b for b in TopK.space["workgroup_size"] if b >= k]
+            for block, out in levels.items():
+                np.testing.assert_array_equal(out.view(np.uint32), topk_blocks(x, k, block).view(np.uint32))
+    with pytest.raises(ValueError, match="must each divide the next"):
+        topk_levels(np.ones(8, np.float32), 1, (32, 48))

@@ -60,17 +60,26 @@ def test_compile_errors_ahead_of_time_land_on_their_own_trial(bench):
     assert [r.status for r in results] == [Status.OK, Status.COMPILE_ERROR, Status.OK]
 
 
-def test_references_are_computed_once_per_reference_key(bench, monkeypatch):
-    """topk's reference depends on the block size alone: one per block size, each right."""
+@pytest.mark.parametrize("together", [True, False], ids=["reference_set", "one_key_at_a_time"])
+def test_references_are_computed_once_per_reference_key(bench, monkeypatch, together):
+    """topk's reference depends on the block size alone: every block size from one
+    reference_set on the problem's first reference (or, for a spec without one, one
+    reference per block size), each right."""
     spec = catalog.get("topk")
-    calls = []
-    real = type(spec).reference
+    calls, sets = [], []
+    real, real_set = type(spec).reference, type(spec).reference_set
     monkeypatch.setattr(type(spec), "reference", lambda self, *a: calls.append(a[1].workgroup_size) or real(self, *a))
+
+    def reference_set(self, *args):
+        sets.append(1)
+        return real_set(self, *args) if together else {}
+
+    monkeypatch.setattr(type(spec), "reference_set", reference_set)
     problem = spec.problem(n=1000, k=4)
     schedules = [Schedule.of(workgroup_size=wg, items_per_invocation=ipi) for wg in (32, 64) for ipi in (1, 2)]
     results = bench.evaluate([Job("topk", problem, s, 0, 0, 1) for s in schedules])
     assert [r.status for r in results] == [Status.OK] * 4
-    assert calls == [32, 64]
+    assert sets == [1] and calls == ([] if together else [32, 64])
 
 
 def _summary(results):

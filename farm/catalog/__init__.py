@@ -181,6 +181,12 @@ class KernelSpec(ABC):
         reference per problem and key. Kernels with schedule_dependent_reference override it."""
         return schedule.key() if self.schedule_dependent_reference else ""
 
+    def reference_set(self, problem: Problem, inputs: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+        """{reference_key: reference outputs} for every key at once, where that costs less than
+        one key at a time (topk: every block size from one pass); {} when the spec computes
+        each key alone. A tuning worker asks once per problem, on its first reference."""
+        return {}
+
     @abstractmethod
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
         """Sizes `farm tune --all` uses: small on CPU adapters, realistic on GPUs."""

