@@ -123,7 +123,10 @@ def test_every_default_schedule_is_workgroup_size_64():
 
 
 def _sized() -> list[str]:
-    return [n for n in catalog.names() if catalog.get(n).buffer_bytes(catalog.get(n).certify_problems()[0])]
+    """The built-in kernels that name their buffers (not the tests' faulty ones: their
+    launches hang or kill the process on purpose)."""
+    built_in = [n for n in catalog.names() if type(catalog.get(n)).__module__.startswith("farm.catalog.")]
+    return [n for n in built_in if catalog.get(n).buffer_bytes(catalog.get(n).certify_problems()[0])]
 
 
 @pytest.mark.parametrize("name", _sized())
