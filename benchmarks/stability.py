@@ -56,8 +56,9 @@ def run_campaign(name: str, args: argparse.Namespace, work: Path, seed: int) -> 
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"campaign {name} failed (rc {done.returncode}); see {work / name}.log")
-    winners = store.winners(store.open_store(db))
-    cost = campaign_cost(work / f"{name}.log", work / f"{name}-artifacts", winners)
+    opened = store.open_store(db)
+    winners = store.winners(opened)
+    cost = campaign_cost(work / f"{name}.log", work / f"{name}-artifacts", winners) | timeline(opened)
     shown = {k: v for k, v in cost.items() if k != "tasks"}
     print(f"campaign {name}: {len(winners)} winners in {wall:.1f} s; {json.dumps(shown)}", file=sys.stderr)
     keyed = {(w.kernel, w.problem_key): w for w in winners}
@@ -81,6 +82,42 @@ def campaign_cost(log: Path, artifacts: Path, winners: list) -> dict:
         "ties": sum(bool(w.tie) for w in winners),
         "tasks": {f"{t['kernel']} {t['problem']}": t for t in tasks},
     }
+
+
+def timeline(db) -> dict:
+    """Where the campaign's wall went, from SQL's timestamps, summed over its problems (in
+    the order it ran them): `trials_s` from a problem's first trial to its last, `winner_s`
+    from its last trial to its winner stored (re-measurement), `gaps_s` from the previous
+    winner (or the campaign's start) to the problem's first trial (its inputs, its
+    reference, its first compile: what prefetch hides behind the previous problem)."""
+    from sqlalchemy import text
+
+    with db.engine.connect() as conn:
+        started = conn.execute(text("SELECT MIN(started_at) FROM campaigns")).scalar()
+        trials = conn.execute(text("SELECT kernel, problem, finished_at FROM trials ORDER BY id")).all()
+        stored = dict(((k, p), u) for k, p, u in conn.execute(text("SELECT kernel, problem, updated_at FROM winners")))
+    stamp = _stamp
+    spans: list[list] = []
+    for kernel, problem, finished in trials:
+        if not spans or spans[-1][0] != (kernel, problem):
+            spans.append([(kernel, problem), stamp(finished), stamp(finished)])
+        spans[-1][2] = stamp(finished)
+    out = {"trials_s": 0.0, "winner_s": 0.0, "gaps_s": 0.0}
+    previous = stamp(started) if started is not None else None
+    for key, first, last in spans:
+        done = stamp(stored[key]) if key in stored else last
+        out["trials_s"] += (last - first).total_seconds()
+        out["winner_s"] += max(0.0, (done - last).total_seconds())
+        if previous is not None:
+            out["gaps_s"] += max(0.0, (first - previous).total_seconds())
+        previous = done
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def _stamp(value):
+    import datetime
+
+    return value if isinstance(value, datetime.datetime) else datetime.datetime.fromisoformat(str(value))
 
 
 def retime(bench: TrialBench, kernel: str, problem_key: str, a: str, b: str, reps: int, rounds: int) -> dict:

@@ -1,0 +1,40 @@
+"""benchmarks/stability.py's timeline: a campaign's wall split into trials, re-measurement
+and the gaps before each problem's first trial, from SQL's timestamps."""
+
+import importlib.util
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "stability.py"
+
+
+def _stability():
+    spec = importlib.util.spec_from_file_location("stability", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Db:
+    def __init__(self, url):
+        self.engine = create_engine(url)
+
+
+def test_timeline_sums_trials_remeasurement_and_gaps_per_problem(tmp_path):
+    db = _Db(f"sqlite:///{tmp_path / 't.db'}")
+    with db.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE campaigns (started_at TEXT)"))
+        conn.execute(text("CREATE TABLE trials (id INTEGER PRIMARY KEY, kernel TEXT, problem TEXT, finished_at TEXT)"))
+        conn.execute(text("CREATE TABLE winners (kernel TEXT, problem TEXT, updated_at TEXT)"))
+        conn.execute(text("INSERT INTO campaigns VALUES ('2026-12-01 10:00:00')"))
+        trials = [("gemv", "m=1", "10:00:05"), ("gemv", "m=1", "10:00:15"), ("gemm", "m=2", "10:00:20"),
+                  ("gemm", "m=2", "10:00:21")]  # fmt: skip
+        for kernel, problem, at in trials:
+            conn.execute(text("INSERT INTO trials (kernel, problem, finished_at) VALUES (:k, :p, :t)"),
+                         {"k": kernel, "p": problem, "t": f"2026-12-01 {at}"})  # fmt: skip
+        conn.execute(text("INSERT INTO winners VALUES ('gemv', 'm=1', '2026-12-01 10:00:17')"))
+        conn.execute(text("INSERT INTO winners VALUES ('gemm', 'm=2', '2026-12-01 10:00:24')"))
+    got = _stability().timeline(db)
+    # trials 10 + 1 s, re-measurement 2 + 3 s, gaps: start -> first trial 5 s, gemv's winner -> gemm 3 s
+    assert got == {"trials_s": 11.0, "winner_s": 5.0, "gaps_s": 8.0}
