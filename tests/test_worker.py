@@ -292,3 +292,17 @@ def test_a_prefetch_that_fails_leaves_the_error_to_the_trial(bench, monkeypatch)
     assert bench.inputs_held() == []
     with pytest.raises(RuntimeError, match="generate bug"):  # a spec bug propagates, as without prefetch
         bench.evaluate([job])
+
+
+def test_a_prefetch_never_waits_behind_a_forget_that_waits_for_the_gpu(bench):
+    jobs = _gemv_jobs("gemv", 1)
+    assert [r.status for r in bench.evaluate(jobs)] == [Status.OK]
+    other = catalog.get("gemv").problem(m=16, n=8)
+    with bench._gpu:  # a batch holds the GPU: the forget waits for it
+        bench.forget("gemv", jobs[0].problem, 0)
+        bench.prefetch("gemv", other, 0)
+        bench.inputs._prefetcher.submit(lambda: None).result(timeout=60)
+        assert ("gemv", other.key(), 0) in bench.inputs_held()  # generated meanwhile
+        assert ("gemv", jobs[0].problem.key(), 0) in bench.inputs_held()  # not yet forgotten
+    _settled(bench)
+    assert bench.inputs_held() == [("gemv", other.key(), 0)]

@@ -63,6 +63,9 @@ class InputStore:
         self._lock = threading.Lock()  # _inputs, _generating and every entry's `expected`
         self._referee = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-reference")
         self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-prefetch")
+        # forget waits for the GPU lock, which back-to-back batches may hold for seconds: on
+        # its own thread, so the next prefetch never queues behind it
+        self._forgetter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-forget")
 
     def entry(self, spec: KernelSpec, job: Job) -> Inputs:
         """The inputs of (kernel, problem, seed), generated on first use by exactly one
@@ -140,12 +143,12 @@ class InputStore:
             pass
 
     def forget(self, kernel: str, problem: Problem, seed: int = 0) -> None:
-        """Drop the arrays, references and device buffers of (kernel, problem, seed) on the
-        prefetch thread once no trial holds the GPU, and return at once: a campaign is done
+        """Drop the arrays, references and device buffers of (kernel, problem, seed) on a
+        thread of its own once no trial holds the GPU, and return at once: a campaign is done
         with a problem once its winner is stored, and a worker that kept every problem's
         buffers would hold the whole catalog's inputs on its GPU. Needing them again
         generates them again."""
-        self._prefetcher.submit(self._forget, (kernel, problem.key(), seed))
+        self._forgetter.submit(self._forget, (kernel, problem.key(), seed))
 
     def _forget(self, key: Key) -> None:
         with self._gpu:
@@ -162,12 +165,14 @@ class InputStore:
 
     def settled(self, timeout_s: float = 60.0) -> None:
         """Wait until the prefetches and forgets asked for so far are done."""
-        self._prefetcher.submit(lambda: None).result(timeout=timeout_s)
+        for pool in (self._prefetcher, self._forgetter):
+            pool.submit(lambda: None).result(timeout=timeout_s)
 
     def close(self) -> None:
         """Stop the threads, then free every buffer (under the GPU lock)."""
         self._referee.shutdown(wait=True)
         self._prefetcher.shutdown(wait=True)
+        self._forgetter.shutdown(wait=True)
         with self._gpu:
             for entry in list(self._inputs.values()):
                 self.device.release(*entry.uploaded.values(), *entry.outputs.values())
