@@ -1,0 +1,233 @@
+"""The floors ForgeRuntime's per-call costs are measured against (benchmarks/runtime_calls.py):
+plain wgpu-py doing the same submissions and transfers with no farm code, and torch.
+
+`per_call` is the timer every row uses: the median host wall time of a call that includes
+its own sync. `wgpu_floors` and `torch_floors` are the issue's floor rows (submit + wait,
+submit alone, submit + a spinning wait, a 4 KB round trip, 256 MB H2D/D2H); `TransferFloor`
+is plain wgpu-py doing one call's own transfers around a trivial dispatch.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from farm.runtime.costs import plain_dispatch, plain_transfer
+
+COPY = """@group(0) @binding(0) var<storage, read> src: array<u32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+  if (g.x < arrayLength(&dst)) { dst[g.x] = src[g.x]; }
+}"""
+
+
+def per_call(fn, seconds: float = 0.4, least: int = 10, most: int = 2000) -> float:
+    """Median seconds of `fn()` (which includes its own sync) over repeated calls."""
+    fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < least or (time.perf_counter() - start < seconds and len(times) < most):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+# -- floors: plain wgpu-py and torch ---------------------------------------------------------
+def wgpu_floors(big: int) -> dict[str, float]:
+    import wgpu
+
+    adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    dev = adapter.request_device_sync()
+    use = wgpu.BufferUsage
+    module = dev.create_shader_module(code=COPY)
+    pipe = dev.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+    small = np.arange(1024, dtype=np.uint32)  # 4 KB
+    src = dev.create_buffer(size=small.nbytes, usage=use.STORAGE | use.COPY_DST)
+    dst = dev.create_buffer(size=small.nbytes, usage=use.STORAGE | use.COPY_SRC)
+    stage = dev.create_buffer(size=small.nbytes, usage=use.MAP_READ | use.COPY_DST)
+    bind = dev.create_bind_group(
+        layout=pipe.get_bind_group_layout(0),
+        entries=[{"binding": 0, "resource": {"buffer": src}}, {"binding": 1, "resource": {"buffer": dst}}],
+    )
+
+    def dispatch(encoder):
+        p = encoder.begin_compute_pass()
+        p.set_pipeline(pipe)
+        p.set_bind_group(0, bind)
+        p.dispatch_workgroups(16)
+        p.end()
+
+    def submit_wait():
+        plain_dispatch(dev, [(pipe, bind, (16, 1, 1))])
+
+    def submit_only():  # the submission's own host cost: no wait (the GPU drains between samples)
+        plain_dispatch(dev, [(pipe, bind, (16, 1, 1))], wait=False)
+
+    def submit_spin():  # the lever to try on the wait: a busy non-blocking poll until the queue is empty
+        from wgpu.backends.wgpu_native._ffi import ffi, lib
+
+        plain_dispatch(dev, [(pipe, bind, (16, 1, 1))], wait=False)
+        while not lib.wgpuDevicePoll(dev._internal, False, ffi.NULL):
+            pass
+
+    def round_trip():
+        dev.queue.write_buffer(src, 0, small)
+        encoder = dev.create_command_encoder()
+        dispatch(encoder)
+        encoder.copy_buffer_to_buffer(dst, 0, stage, 0, small.nbytes)
+        dev.queue.submit([encoder.finish()])
+        stage.map_sync("READ")
+        np.frombuffer(stage.read_mapped(copy=False), np.uint32).copy()
+        stage.unmap()
+
+    data = np.ones(big // 4, np.float32)
+    target = dev.create_buffer(size=big, usage=use.STORAGE | use.COPY_DST | use.COPY_SRC)
+    upload = dev.create_buffer(size=big, usage=use.MAP_WRITE | use.COPY_SRC)
+    download = dev.create_buffer(size=big, usage=use.MAP_READ | use.COPY_DST)
+
+    def h2d_write_buffer():
+        dev.queue.write_buffer(target, 0, data)
+        dev._poll_wait()
+
+    def h2d_mapped():
+        upload.map_sync("WRITE")
+        upload.write_mapped(data)
+        upload.unmap()
+        encoder = dev.create_command_encoder()
+        encoder.copy_buffer_to_buffer(upload, 0, target, 0, big)
+        dev.queue.submit([encoder.finish()])
+        dev._poll_wait()
+
+    def d2h():
+        encoder = dev.create_command_encoder()
+        encoder.copy_buffer_to_buffer(target, 0, download, 0, big)
+        dev.queue.submit([encoder.finish()])
+        download.map_sync("READ")
+        np.frombuffer(download.read_mapped(copy=False), np.float32).copy()
+        download.unmap()
+
+    mid = {}
+    for size in [s for s in (1 << 18, 1 << 20, 1 << 22, 1 << 24) if s <= big]:  # where mapping pays
+        part = data[: size // 4]
+
+        def by_write(part=part):
+            dev.queue.write_buffer(target, 0, part)
+            dev._poll_wait()
+
+        def by_map(part=part, size=size):
+            upload.map_sync("WRITE", 0, size)
+            upload.write_mapped(part, 0)
+            upload.unmap()
+            encoder = dev.create_command_encoder()
+            encoder.copy_buffer_to_buffer(upload, 0, target, 0, size)
+            dev.queue.submit([encoder.finish()])
+            dev._poll_wait()
+
+        mid[f"h2d_{size >> 10}k_write_buffer_us"] = per_call(by_write) * 1e6
+        mid[f"h2d_{size >> 10}k_mapped_us"] = per_call(by_map) * 1e6
+    out = {
+        **mid,
+        "submit_wait_us": per_call(submit_wait) * 1e6,
+        "submit_spin_us": per_call(submit_spin) * 1e6,
+        "submit_only_us": per_call(submit_only) * 1e6,
+        "roundtrip_4k_us": per_call(round_trip) * 1e6,
+        "h2d_write_buffer_gbps": big / per_call(h2d_write_buffer, least=5) / 1e9,
+        "h2d_mapped_gbps": big / per_call(h2d_mapped, least=5) / 1e9,
+        "d2h_mapped_gbps": big / per_call(d2h, least=5) / 1e9,
+    }
+    for b in (src, dst, stage, target, upload, download):
+        b.destroy()
+    return out
+
+
+class TransferFloor:
+    """Plain wgpu-py doing a call's transfers with no kernel of ours: write each input into
+    a persistent buffer (write_buffer, or a staging buffer mapped for it: the faster of the
+    two for the whole call), one trivial dispatch, copy each output to a persistent staging
+    buffer, map it and copy it out. The runtime's overhead is its call minus this floor and
+    the kernel's own time."""
+
+    def __init__(self):
+        import wgpu
+
+        self.wgpu = wgpu
+        self.dev = wgpu.gpu.request_adapter_sync(power_preference="high-performance").request_device_sync()
+        module = self.dev.create_shader_module(code=COPY)
+        self.pipe = self.dev.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+        self.buffers: dict = {}
+
+    def _buffer(self, key, size, usage):
+        if key not in self.buffers:
+            self.buffers[key] = self.dev.create_buffer(size=size, usage=usage)
+        return self.buffers[key]
+
+    def seconds(self, inputs: list[np.ndarray], out_sizes: list[int]) -> float:
+        use = self.wgpu.BufferUsage
+        dev = self.dev
+        sizes = [a.nbytes for a in inputs]
+        targets = [self._buffer(("in", i, n), n, use.STORAGE | use.COPY_DST) for i, n in enumerate(sizes)]
+        stages = [self._buffer(("up", i, n), n, use.MAP_WRITE | use.COPY_SRC) for i, n in enumerate(sizes)]
+        outs = [self._buffer(("out", i, n), n, use.STORAGE | use.COPY_SRC) for i, n in enumerate(out_sizes)]
+        reads = [self._buffer(("rd", i, n), n, use.MAP_READ | use.COPY_DST) for i, n in enumerate(out_sizes)]
+        small = self._buffer("small", 256, use.STORAGE)
+        bind = dev.create_bind_group(
+            layout=self.pipe.get_bind_group_layout(0),
+            entries=[{"binding": 0, "resource": {"buffer": small}}, {"binding": 1, "resource": {"buffer": outs[0]}}],
+        )
+
+        passes = [(self.pipe, bind, (1, 1, 1))]
+        copies = list(zip(outs, reads, out_sizes, strict=True))
+
+        def by_write_buffer():
+            plain_transfer(dev, list(zip(targets, inputs, strict=True)), passes, copies)
+
+        def mapped():
+            encoder = dev.create_command_encoder()
+            for a, target, stage in zip(inputs, targets, stages, strict=True):
+                stage.map_sync("WRITE")
+                stage.write_mapped(a, 0)
+                stage.unmap()
+                encoder.copy_buffer_to_buffer(stage, 0, target, 0, a.nbytes)
+            p = encoder.begin_compute_pass()
+            p.set_pipeline(self.pipe)
+            p.set_bind_group(0, bind)
+            p.dispatch_workgroups(1)
+            p.end()
+            for out, read, n in copies:
+                encoder.copy_buffer_to_buffer(out, 0, read, 0, n)
+            dev.queue.submit([encoder.finish()])
+            for read in reads:
+                read.map_sync("READ")
+                np.frombuffer(read.read_mapped(copy=False), np.uint8).copy()
+                read.unmap()
+
+        return min(per_call(by_write_buffer), per_call(mapped))
+
+    def close(self):
+        for b in self.buffers.values():
+            b.destroy()
+
+
+def torch_floors(torch, big: int) -> dict[str, float]:
+    dev = torch.device("cuda")
+    x = torch.ones(1024, device=dev)
+    host = np.ones(big // 4, np.float32)
+    pinned = torch.from_numpy(host).pin_memory()
+    on_gpu = torch.from_numpy(host).to(dev)
+
+    def op():
+        x.add_(1.0)
+        torch.cuda.synchronize()
+
+    def h2d(src):
+        return lambda: (src.to(dev, non_blocking=False), torch.cuda.synchronize())
+
+    return {
+        "op_sync_us": per_call(op) * 1e6,
+        "h2d_pageable_gbps": big / per_call(h2d(torch.from_numpy(host)), least=5) / 1e9,
+        "h2d_pinned_gbps": big / per_call(h2d(pinned), least=5) / 1e9,
+        "d2h_pageable_gbps": big / per_call(lambda: on_gpu.cpu().numpy(), least=5) / 1e9,
+    }
