@@ -1,6 +1,7 @@
 """The chunked recurrence's landscape against flash-linear-attention, kernel-only.
 
-For each case: every chunked schedule (form=1) valid on the adapter, timed by GPU
+For each case: the chunked schedules (form=1: three passes; form=2: one workgroup walking
+the chunks) valid on the adapter (six of each; --all-schedules for every one), timed by GPU
 timestamps (the farm's own `time_calls`, warm-up rounds included), next to FLA's
 `fused_recurrent_rwkv6` and `chunk_rwkv6` timed by CUDA-graph replay (farm.cli.vendor) on
 the same inputs. Prints a table and writes JSON.
@@ -78,6 +79,9 @@ def pass_times(device: Device, calls: list, reps: int = 10) -> list[float]:
 # The schedules timed on every case (the full 27 cost ~60-90 s a case): each chunk size at
 # the widest column block that fits 48 KiB of workgroup memory, and a narrower one.
 QUICK = [(256, 16, 64), (256, 32, 64), (256, 64, 16), (128, 16, 32), (128, 32, 32), (256, 32, 32)]
+# The walked form (form=2): one workgroup per (b, h, column block), so narrow blocks give the
+# long cases' few heads more workgroups; wide ones fewer, longer-lived ones.
+QUICK_WALK = [(64, 16, 16), (128, 16, 16), (128, 16, 32), (256, 16, 64), (128, 32, 16), (256, 32, 32)]
 
 
 def main() -> None:
@@ -94,6 +98,7 @@ def main() -> None:
         chunked_schedules()
         if args.all_schedules
         else [Schedule.of(workgroup_size=wg, form=1, chunk_size=c, block_e=eb) for wg, c, eb in QUICK]
+        + [Schedule.of(workgroup_size=wg, form=2, chunk_size=c, block_e=eb) for wg, c, eb in QUICK_WALK]
     )
     rows = []
     for dims in cases:
@@ -107,7 +112,9 @@ def main() -> None:
                 timing = device.time_calls(prepared.calls(), warmup=3, reps=20, schedule=schedule)
             times[schedule.key()] = timing.median_ns / 1e3
         chunked = {k: v for k, v in times.items() if '"form":1' in k}
+        walked = {k: v for k, v in times.items() if '"form":2' in k}
         best = min(chunked, key=chunked.get)
+        best_walk = min(walked, key=walked.get) if walked else None
         with prepare(device, spec, Schedule.from_key(best), problem, inputs) as prepared:
             device.time_calls(prepared.calls(), warmup=3, reps=5)  # clocks up
             passes = pass_times(device, prepared.calls())
@@ -120,12 +127,16 @@ def main() -> None:
             "best_chunked_passes_us": passes,  # state, scan, output: one submission, a timestamp pair each
             "chunk_states_mb": 4 * b * h * -(-t // Schedule.from_key(best)["chunk_size"]) * l_dim * e / 1e6,
             "chunked_timed": len(chunked),
+            "best_walk": best_walk,  # form 2: one dispatch, its own timing only (no passes)
+            "best_walk_us": walked.get(best_walk),
+            "walk_timed": len(walked),
             "all_us": times,
         } | ({} if args.no_fla else fla_times(problem, inputs))
         rows.append(row)
         print(
             f"{dims}: stepwise default {row['default_stepwise_us']:.1f} us, best chunked {chunked[best]:.1f} us "
             f"({best}; passes {[round(x, 1) for x in passes]}; states {row['chunk_states_mb']:.0f} MB), "
+            f"best walked {row['best_walk_us'] or float('nan'):.1f} us, "
             f"FLA fused {row.get('fla_fused_us', float('nan')):.1f} "
             f"chunk {row.get('fla_chunk_us', float('nan')):.1f} us",
             flush=True,

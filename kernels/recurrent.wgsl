@@ -447,3 +447,147 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     }
 {{STORE}}
 }
+
+//// chunk_walk
+// recurrent, chunked form walked by one workgroup (schedule knob form=2): one dispatch, a
+// workgroup per (b, h, block of EB state columns) that carries its state S (L x EB) in
+// workgroup memory from chunk to chunk; per chunk of C steps (n real ones), with the math
+// of `chunked_common`:
+//   load q (transposed) and v                  -> barrier
+//   attention at = (q_s . q_j) d^(s-j), j < s  -> barrier
+//   context rows: d^s (q_s . S) + at . v       -> barrier
+//   S = d^n S + sum_j q_j (x) d^(n-j) v_j      -> barrier
+// and S is written to rho at the end: no chunk-states scratch, no scan, no second pass.
+// Units of work are spread over all threads (a context row's 4 columns, a state entry's
+// 4 columns, a 4 x 4 attention block), so every thread works at every C.
+{{COMMON}}
+@group(0) @binding(0) var<storage, read> query: array<f32>;
+@group(0) @binding(1) var<storage, read> value: array<f32>;
+@group(0) @binding(2) var<storage, read> rho_in: array<f32>;
+@group(0) @binding(3) var<storage, read> decay: array<f32>;
+@group(0) @binding(4) var<storage, read_write> context: array<f32>;
+@group(0) @binding(5) var<storage, read_write> rho_out: array<f32>;
+@group(0) @binding(6) var<uniform> p: Params;
+
+var<workgroup> qt: array<vec4<f32>, LQ * C4>;   // q transposed: latent row l, 4 steps a vector
+var<workgroup> ss: array<vec4<f32>, LQ * TCOL>; // the carried state, 4 columns a vector
+var<workgroup> at: array<vec4<f32>, C * C4>;    // at[j * C4 + s / 4][s % 4], j < s
+var<workgroup> vs: array<vec4<f32>, C * TCOL>;  // the chunk's value rows, 4 columns a vector
+var<workgroup> pw: array<f32, C + 1u>;          // d^0 .. d^C
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let group = wid.x + wid.y * nwg.x;
+    if (group >= p.groups) {
+        return;  // the whole workgroup: barriers below stay uniform
+    }
+    let blk = group % p.eblocks;
+    let bh = group / p.eblocks;
+    let h = bh % p.h;
+    let vbh = (bh / p.h) * p.vh + h % p.vh;
+    let d = decay[h];
+    for (var k = lid; k <= C; k += WG) {
+        var x = 1.0;
+        for (var m = 0u; m < k; m++) {
+            x *= d;  // d^k as k products, in the stepwise chain's order
+        }
+        pw[k] = x;
+    }
+    for (var i = lid; i < LQ * EB; i += WG) {  // S from rho_in
+        let e = blk * EB + i % EB;
+        var x = 0.0;
+        if (e < p.e) {
+            x = rho_in[(bh * LQ + i / EB) * p.e + e];
+        }
+        ss[(i / EB) * TCOL + (i % EB) / 4u][i % 4u] = x;
+    }
+    for (var c = 0u; c < p.nc; c++) {
+        let t0 = c * C;
+        let n = min(C, p.t - t0);
+        for (var i = lid; i < C * LQ; i += WG) {
+            let s = i / LQ;
+            var q = 0.0;
+            if (s < n) {
+                q = query[(bh * p.t + t0) * LQ + i];
+            }
+            qt[(i % LQ) * C4 + s / 4u][s % 4u] = q;
+        }
+        for (var i = lid; i < C * EB; i += WG) {
+            let j = i / EB;
+            let e = blk * EB + i % EB;
+            var v = 0.0;
+            if (j < n && e < p.e) {
+                v = value[(vbh * p.t + t0 + j) * p.e + e];
+            }
+            vs[j * TCOL + (i % EB) / 4u][i % 4u] = v;
+        }
+        workgroupBarrier();
+        for (var b = lid; b < C4 * C4; b += WG) {  // the attention matrix in 4 x 4 blocks
+            let sb = b / C4;
+            let jb = b % C4;
+            var x0 = vec4<f32>(0.0);
+            var x1 = vec4<f32>(0.0);
+            var x2 = vec4<f32>(0.0);
+            var x3 = vec4<f32>(0.0);
+            if (jb <= sb) {
+                for (var l = 0u; l < LQ; l++) {
+                    let qa = qt[l * C4 + sb];
+                    let qb = qt[l * C4 + jb];
+                    x0 += qa.x * qb;
+                    x1 += qa.y * qb;
+                    x2 += qa.z * qb;
+                    x3 += qa.w * qb;
+                }
+            }
+            for (var k = 0u; k < 4u; k++) {
+                let j = jb * 4u + k;
+                var col = vec4<f32>(x0[k], x1[k], x2[k], x3[k]);
+                for (var r = 0u; r < 4u; r++) {
+                    let s = sb * 4u + r;
+                    col[r] = select(0.0, col[r] * pw[min(s - j, C)], j < s && s < n);
+                }
+                at[j * C4 + sb] = col;
+            }
+        }
+        workgroupBarrier();
+        for (var u = lid; u < C * TCOL; u += WG) {  // context row s, columns 4 tc .. 4 tc + 3
+            let s = u / TCOL;
+            let tc = u % TCOL;
+            var o = vec4<f32>(0.0);
+            for (var l = 0u; l < LQ; l++) {
+                o += qt[l * C4 + s / 4u][s % 4u] * ss[l * TCOL + tc];
+            }
+            o *= pw[s];
+            for (var j = 0u; j < s; j++) {
+                o += at[j * C4 + s / 4u][s % 4u] * vs[j * TCOL + tc];
+            }
+            let e0 = blk * EB + tc * 4u;
+            if (s < n) {
+                for (var k = 0u; k < 4u; k++) {
+                    if (e0 + k < p.e) {
+                        context[(bh * p.t + t0 + s) * p.e + e0 + k] = o[k];
+                    }
+                }
+            }
+        }
+        workgroupBarrier();
+        for (var u = lid; u < LQ * TCOL; u += WG) {  // state row l, columns 4 tc .. 4 tc + 3
+            let l = u / TCOL;
+            let tc = u % TCOL;
+            var x = pw[n] * ss[u];
+            for (var j = 0u; j < n; j++) {
+                x += (qt[l * C4 + j / 4u][j % 4u] * pw[n - j]) * vs[j * TCOL + tc];
+            }
+            ss[u] = x;
+        }
+        workgroupBarrier();
+    }
+    for (var i = lid; i < LQ * EB; i += WG) {
+        let e = blk * EB + i % EB;
+        if (e < p.e) {
+            rho_out[(bh * LQ + i / EB) * p.e + e] = ss[(i / EB) * TCOL + (i % EB) / 4u][i % 4u];
+        }
+    }
+}

@@ -1,5 +1,6 @@
-"""Recurrent attention, chunked form (form=1): three passes over chunks of C steps, against
-the float64 reference and the stepwise form, on lavapipe-sized problems."""
+"""Recurrent attention, chunked forms (form=1: three passes over chunks of C steps; form=2:
+one workgroup walking the chunks), against the float64 reference and the stepwise form, on
+lavapipe-sized problems."""
 
 import numpy as np
 import pytest
@@ -17,13 +18,21 @@ SPEC = catalog.get("recurrent")
 STEPWISE = SPEC.default
 
 
-def chunked(wg=64, c=16, eb=16) -> Schedule:
-    return Schedule.of(workgroup_size=wg, form=1, chunk_size=c, block_e=eb)
+def chunked(wg=64, c=16, eb=16, form=1) -> Schedule:
+    return Schedule.of(workgroup_size=wg, form=form, chunk_size=c, block_e=eb)
 
 
-# Every chunk size and column block, at two workgroup sizes (lavapipe's 32 KiB of
-# workgroup memory refuses chunk 64 with 64 columns on the certify problems' L).
-SCHEDULES = [chunked(wg, c, eb) for wg in (64, 256) for c in (16, 32, 64) for eb in (16, 64) if (c, eb) != (64, 64)]
+# Every chunk size and column block, at two workgroup sizes, in both forms (lavapipe's 32 KiB
+# of workgroup memory refuses chunk 64 with 64 columns on the certify problems' L).
+SCHEDULES = [
+    chunked(wg, c, eb, form)
+    for form in (1, 2)
+    for wg in (64, 256)
+    for c in (16, 32, 64)
+    for eb in (16, 64)
+    if (c, eb) != (64, 64)
+]
+FORMS = (1, 2)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=str)
@@ -42,9 +51,10 @@ def test_chunked_schedules_certify(device, schedule):
     ],
     ids=str,
 )
-def test_chunked_matches_reference_over_many_chunks(device, dims):
+@pytest.mark.parametrize("form", FORMS)
+def test_chunked_matches_reference_over_many_chunks(device, dims, form):
     problem = SPEC.problem(**dims)
-    for schedule in (chunked(64, 16, 16), chunked(256, 32, 64), chunked(128, 64, 32)):
+    for schedule in (chunked(64, 16, 16, form), chunked(256, 32, 64, form), chunked(128, 64, 32, form)):
         result = oracle.certify(SPEC, schedule, problem, device)
         assert result.status is Status.OK, f"{schedule}: {result.message}"
 
@@ -55,23 +65,25 @@ def test_chunked_without_rho_or_decay_equals_stepwise(device):
     v = rng.standard_normal((1, 1, 21, 12), dtype=np.float32)
     for rho, decay in ((None, None), (None, sweep_decay(2))):
         want = reference_recurrent(q, v, rho, decay)
-        for schedule in (STEPWISE, chunked()):
+        for schedule in (STEPWISE, chunked(), chunked(form=2)):
             got = fused_recurrent(device, schedule, q, v, rho, decay)
             for g, w in zip(got, want, strict=True):
                 np.testing.assert_allclose(g, w, atol=1e-4, rtol=1e-4, err_msg=str(schedule))
 
 
-def test_chunked_strict_stepwise_consistency(device):
+@pytest.mark.parametrize("form", FORMS)
+def test_chunked_strict_stepwise_consistency(device, form):
     """The seed's strict check: T one-step calls carrying rho equal the one-call result."""
     rng = np.random.default_rng(3)
     q = rng.standard_normal((1, 2, 24, 8), dtype=np.float32)
     v = rng.standard_normal((1, 1, 24, 16), dtype=np.float32)
-    steps = stepwise_consistency(device, chunked(64, 16, 16), q, v, None, sweep_decay(2))
+    steps = stepwise_consistency(device, chunked(64, 16, 16, form), q, v, None, sweep_decay(2))
     summary = strict_summary(steps)
     assert summary["strict_pass"] is True, summary
 
 
-def test_chunked_nonfinite_where_numpy_is(device):
+@pytest.mark.parametrize("form", FORMS)
+def test_chunked_nonfinite_where_numpy_is(device, form):
     """The chunked algebra may swap NaN and ±Inf (documented), but a non-finite input
     reaches exactly the outputs it reaches in numpy, and finite ones stay close."""
     rng = np.random.default_rng(16)
@@ -86,7 +98,7 @@ def test_chunked_nonfinite_where_numpy_is(device):
     problem = SPEC.problem(B=b, H=h, VH=1, T=t, L=l_dim, E=e)
     for name, qq, vv, rr in (("value_inf", q, inf_v, rho), ("query_inf", inf_q, v, rho), ("rho_nan", q, v, nan_rho)):
         inputs = {"query": qq, "value": vv, "rho": rr, "decay": sweep_decay(h)}
-        got = run(device, SPEC, chunked(64, 16, 16), problem, inputs)
+        got = run(device, SPEC, chunked(64, 16, 16, form), problem, inputs)
         with np.errstate(invalid="ignore", over="ignore"):
             want = dict(zip(("context", "rho"), reference_recurrent(qq, vv, rr, sweep_decay(h)), strict=True))
         for out in ("context", "rho"):
@@ -102,7 +114,8 @@ def test_chunked_knobs_are_checked(device):
         (Schedule.of(workgroup_size=64, form=1, chunk_size=24, block_e=16), "chunk_size 24"),
         (Schedule.of(workgroup_size=64, form=1, chunk_size=16, block_e=128), "block_e 128"),
         (Schedule.of(workgroup_size=64, form=1, chunk_size=16, block_e=16, threads_per_column=4), "form 1"),
-        (Schedule.of(workgroup_size=64, form=2), "form 2"),
+        (Schedule.of(workgroup_size=64, form=3), "form 3"),
+        (Schedule.of(workgroup_size=64, form=2, chunk_size=16, block_e=16, chunk=8), "form 2"),
         (Schedule.of(workgroup_size=64, chunk_size=16), "form 0"),
     ):
         with pytest.raises(InvalidSchedule, match=match):
@@ -118,7 +131,7 @@ def test_space_holds_both_forms_and_long_defaults():
     assert set(chunked_schedules()) <= set(schedules)
     stepwise = [s for s in schedules if s.get("form", 0) == 0]
     assert all("form" not in s.as_dict() for s in stepwise)  # stored stepwise keys unchanged
-    assert len(schedules) == len(stepwise) + 27
+    assert len(schedules) == len(stepwise) + 2 * 27  # each chunked form's 27
     problems = [(p["B"], p["VH"], p["T"], p["E"]) for p in SPEC.default_problems(_GpuProfile())]
     for case in long_cases():
         assert (case.batch, case.value_heads, case.time, case.embd) in problems

@@ -1,5 +1,6 @@
 """recurrent: fused recurrent linear attention, stepwise (one dispatch for all T steps)
-or chunked (form=1, three passes: farm.catalog.recurrent_chunked).
+or chunked (form=1, three passes; form=2, one workgroup walking the chunks:
+farm.catalog.recurrent_chunked).
 
 Math (exact), for t = 0..T-1 in order:
     context[b,h,t,e] = sum_l rho[b,h,l,e] * query[b,h,t,l]          (state before the update)
@@ -22,11 +23,14 @@ from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for, sec
 from farm.catalog.recurrent_chunked import (
     BLOCK_E,
     CHUNK_SIZES,
+    CHUNKED_FORMS,
     FORM_CHUNKED,
+    FORM_WALK,
     check_chunked,
     chunked_launch,
     chunked_schedules,
     chunked_workgroup_bytes,
+    walk_launch,
 )
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
@@ -109,7 +113,7 @@ class Recurrent(KernelSpec):
         "reduce": (0, 1, 2),
         "chunk": (0, 8, 16, 32),
         # the chunked form (farm.catalog.recurrent_chunked): form=1 with its own two knobs
-        "form": (0, FORM_CHUNKED),
+        "form": (0, FORM_CHUNKED, FORM_WALK),
         "chunk_size": CHUNK_SIZES,
         "block_e": BLOCK_E,
     }
@@ -154,10 +158,10 @@ class Recurrent(KernelSpec):
 
     def check_knobs(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
         form = schedule.get("form", 0)
-        if form == FORM_CHUNKED:
+        if form in CHUNKED_FORMS:
             return check_chunked(self.name, schedule, problem, profile)
         if form != 0 or "chunk_size" in schedule.as_dict() or "block_e" in schedule.as_dict():
-            reason = f"form {form}: 0 (stepwise) or 1 (chunked, with chunk_size and block_e)"
+            reason = f"form {form}: 0 (stepwise), 1 or 2 (chunked, with chunk_size and block_e)"
             raise InvalidSchedule(self.name, schedule, reason)
         tpc = schedule.get("threads_per_column", 1)
         reduce = schedule.get("reduce", 0)
@@ -190,7 +194,7 @@ class Recurrent(KernelSpec):
             )
 
     def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
-        if schedule.get("form", 0) == FORM_CHUNKED:
+        if schedule.get("form", 0) in CHUNKED_FORMS:
             return chunked_workgroup_bytes(schedule, problem)
         tpc = schedule.get("threads_per_column", 1)
         wg, ipi, vw = schedule.workgroup_size, schedule.items_per_invocation, schedule.vector_width
@@ -233,6 +237,8 @@ class Recurrent(KernelSpec):
         ]
         if schedule.get("form", 0) == FORM_CHUNKED:
             return chunked_launch(schedule, problem, args)
+        if schedule.get("form", 0) == FORM_WALK:
+            return walk_launch(schedule, problem, args)
         wg, ipi, vw = schedule.workgroup_size, schedule.items_per_invocation, schedule.vector_width
         tpc = schedule.get("threads_per_column", 1)
         mode = "none" if tpc == 1 else REDUCE_MODES[schedule.get("reduce", 0)]

@@ -1,7 +1,11 @@
-"""recurrent, chunked form: the recurrence as three passes over chunks of C steps.
+"""recurrent, chunked forms: the recurrence over chunks of C steps.
 
-The schedule knob `form=1` selects it (farm.catalog.recurrent keeps the stepwise form,
-one dispatch whose T steps run in order). Same inputs, outputs, reference and
+The schedule knob `form=1` selects three passes (every chunk's state contribution in
+parallel, a scan over the chunks, every chunk's contexts in parallel); `form=2` one
+workgroup per state block walking the chunks in order, its state in workgroup memory (one
+dispatch, no scratch: for few chunks, where three passes' launches and scratch cost more
+than the walk). farm.catalog.recurrent keeps the stepwise form, one dispatch whose T steps
+run in order. Same inputs, outputs, reference and
 certification; the farm picks the form, C and the tiling per problem. Within a chunk the
 contexts are a small matrix product (q·qᵀ masked below the diagonal and decay-weighted,
 times v) plus the carried state's part; the state is carried between chunks by a scan
@@ -26,7 +30,8 @@ from farm.catalog import Arg, Launch, Pass, render, sections
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
-FORM_STEPWISE, FORM_CHUNKED = 0, 1
+FORM_STEPWISE, FORM_CHUNKED, FORM_WALK = 0, 1, 2
+CHUNKED_FORMS = (FORM_CHUNKED, FORM_WALK)
 CHUNK_SIZES = (16, 32, 64)
 BLOCK_E = (16, 32, 64)
 CHUNK_WORKGROUPS = (64, 128, 256)
@@ -37,9 +42,11 @@ SOURCE_FILE = "recurrent.wgsl"
 
 
 def chunked_schedules() -> list[Schedule]:
-    """Every (workgroup_size, chunk_size, block_e) of the chunked form."""
+    """Every (workgroup_size, chunk_size, block_e) of the two chunked forms: three passes
+    (form 1), and one workgroup walking the chunks (form 2)."""
     return [
-        Schedule.of(workgroup_size=wg, form=FORM_CHUNKED, chunk_size=c, block_e=eb)
+        Schedule.of(workgroup_size=wg, form=form, chunk_size=c, block_e=eb)
+        for form in CHUNKED_FORMS
         for wg, c, eb in itertools.product(CHUNK_WORKGROUPS, CHUNK_SIZES, BLOCK_E)
     ]
 
@@ -55,12 +62,14 @@ def states_bytes(problem: Problem, chunk: int) -> int:
 
 
 def chunked_workgroup_bytes(schedule: Schedule, problem: Problem) -> int:
-    """The larger pass's workgroup memory. Pass 1: the chunk's q rows (padded to 4), its
-    value columns, the decay powers; pass 3: q transposed, the carried state's columns,
-    the value columns, the attention matrix, the decay powers."""
+    """Form 1: the larger pass's workgroup memory. Pass 1: the chunk's q rows (padded to
+    4), its value columns, the decay powers; pass 3 and form 2: q transposed, the carried
+    state's columns, the value columns, the attention matrix, the decay powers."""
     c, eb, l_dim = schedule["chunk_size"], schedule["block_e"], problem["L"]
-    state_pass = c * 4 * -(-l_dim // 4) + c * eb + c + 1
     output_pass = l_dim * c + l_dim * eb + c * eb + c * c + c + 1
+    if schedule.get("form", 0) == FORM_WALK:
+        return 4 * output_pass
+    state_pass = c * 4 * -(-l_dim // 4) + c * eb + c + 1
     return 4 * max(state_pass, output_pass)
 
 
@@ -76,7 +85,8 @@ def check_chunked(kernel: str, schedule: Schedule, problem: Problem, profile: Ha
     knobs = schedule.as_dict()
     stray = [k for k in STEPWISE_KNOBS if k in knobs]
     if stray or schedule.items_per_invocation != 1 or schedule.vector_width != 1:
-        reason = f"form 1 (chunked) takes workgroup_size, chunk_size and block_e only; got {schedule}"
+        form = schedule.get("form", 0)
+        reason = f"form {form} (chunked) takes workgroup_size, chunk_size and block_e only; got {schedule}"
         raise InvalidSchedule(kernel, schedule, reason)
     c, eb, wg = schedule.get("chunk_size", 0), schedule.get("block_e", 0), schedule.workgroup_size
     if c not in CHUNK_SIZES:
@@ -84,6 +94,8 @@ def check_chunked(kernel: str, schedule: Schedule, problem: Problem, profile: Ha
     if eb not in BLOCK_E or wg % (eb // 4):
         reason = f"block_e {eb} must be in {list(BLOCK_E)}, a quarter of it dividing workgroup_size"
         raise InvalidSchedule(kernel, schedule, reason)
+    if schedule.get("form", 0) == FORM_WALK:
+        return  # no per-thread blocks, no chunk states: the workgroup memory check is the spec's
     floats = 16 * max(_quads(schedule, problem))
     if floats > MAX_THREAD_FLOATS:
         reason = f"{floats} accumulators per thread > {MAX_THREAD_FLOATS} (L={problem['L']}, block_e {eb})"
@@ -124,6 +136,24 @@ def chunked_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Lau
             Pass(source("chunk_state", _state_blocks(mq), "states"), groups, (0, 1, 3, 6, 7)),
             Pass(source("chunk_scan", {}), -(-total // SCAN_WG), (2, 3, 5, 6, 7)),
         ],
+    )
+
+
+def walk_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Launch:
+    """Form 2: one dispatch of B·H·ceil(E / block_e) workgroups, each walking the chunks
+    with its block of the state in workgroup memory (kernels/recurrent.wgsl, `chunk_walk`);
+    the stepwise form's args 0-5 plus params (6), no scratch."""
+    b, h, vh, t, l_dim, e = (problem[d] for d in ("B", "H", "VH", "T", "L", "E"))
+    c, eb, wg = schedule["chunk_size"], schedule["block_e"], schedule.workgroup_size
+    nc, eblocks = chunk_count(problem, c), -(-e // eb)
+    groups = b * h * eblocks
+    parts = sections(SOURCE_FILE)
+    common = render(parts["chunked_common"], {"WG": wg, "C": c, "EB": eb, "L": l_dim})
+    params = np.array([b, h, vh, t, l_dim, e, nc, eblocks, groups, b * h * l_dim * e, 0, 0], np.uint32)
+    return Launch(
+        source=render(parts["chunk_walk"], {"COMMON": common}),
+        args=[*args, Arg("params", "uniform", params)],
+        groups=groups,
     )
 
 
