@@ -166,3 +166,20 @@ def test_chunk_states_are_held_from_the_runtimes_pool_and_count_in_its_capacity(
     assert rt._caller.pool.held == slab  # numpy inputs and outputs went back; the plan keeps its scratch
     rt.close()
     assert rt._caller.pool.held == 0
+
+
+def test_the_walked_form_runs_through_the_runtime_without_scratch(device, tmp_path):
+    """form=2 binds only the stepwise form's buffers: the runtime runs it like any single
+    dispatch (numpy and DeviceArrays), and its plan holds no scratch."""
+    from farm import ForgeRuntime
+
+    dims = dict(B=1, H=2, VH=1, T=40, L=8, E=16)
+    problem = SPEC.problem(**dims)
+    inputs = SPEC.generate(problem, 0)
+    want = reference_recurrent(inputs["query"], inputs["value"], inputs["rho"], inputs["decay"])
+    rt = ForgeRuntime(db=f"sqlite:///{tmp_path / 'absent.db'}", device=device)
+    out = rt.run("recurrent", dims, inputs, schedule=chunked(64, 16, 16, form=2))
+    np.testing.assert_allclose(out["context"], want[0], atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(out["rho"], want[1], atol=1e-4, rtol=1e-4)
+    assert rt._caller.pool.held == 0
+    rt.close()
