@@ -1,3 +1,4 @@
+//// kernel
 // gemm: C = A·B, row-major f32, A m×k, B k×n, C m×n.
 // Schedule knobs (template): a BM×BN tile of C per workgroup, computed by THM×THN
 // threads (WG = THM*THN), each owning a TM×TN register tile at rows ty + i*THM and
@@ -8,6 +9,9 @@
 // barrier per slice. VW = 1 or 4: A and B are bound as arrays of VEC (f32 or vec4<f32>);
 // the host pads k and n to multiples of VW (zeros) so vec4 rows stay aligned. Every
 // load and store is bounds-checked. Workgroups beyond `groups` (a folded 2-D grid) exit.
+// With split_k (RANGE, C_BINDING, C_BASE) a workgroup computes its tile over one range
+// s0..s1 of k's slices into a partial tile of the scratch at binding 4; `split_sum` adds
+// the ranges' partials, in range order, into C.
 // The register tile, the staged loads and the C stores are unrolled by the host into
 // the placeholder blocks below (named scalars acc_i_j, a_next_i, b_next_i): private arrays
 // indexed in loops ended up in slow local memory on the NVIDIA Vulkan driver. The host
@@ -38,8 +42,9 @@ struct Params { m: u32, n: u32, kp: u32, np: u32, groups_n: u32, groups: u32, pa
 
 @group(0) @binding(0) var<storage, read> a: array<{{VEC}}>;
 @group(0) @binding(1) var<storage, read> b: array<{{VEC}}>;
-@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+@group(0) @binding({{C_BINDING}}) var<storage, read_write> c: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
+{{C_BASE_DECL}}
 
 {{TILES}}
 
@@ -82,7 +87,7 @@ fn put_b(buf: u32, idx: u32, v: {{VEC}}) {
 
 fn store_c(row: u32, col: u32, value: f32) {
     if (row < p.m && col < p.n) {
-        c[row * p.n + col] = value;
+        c[{{C_BASE}}row * p.n + col] = value;
     }
 }
 
@@ -94,32 +99,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if (group >= p.groups) {
         return;
     }
-    let row0 = (group / p.groups_n) * BM;
-    let col0 = (group % p.groups_n) * BN;
+    {{RANGE}}
+    let row0 = (tile / p.groups_n) * BM;
+    let col0 = (tile % p.groups_n) * BN;
     {{LAYOUT}}
-    let slices = (p.kp + BK - 1u) / BK;
     {{DECLARE}}
 
     {
-        let slice = 0u;
+        let slice = s0;
         {{FETCH}}
         let buf = 0u;
         {{STASH}}
     }
     workgroupBarrier();
-    for (var t = 0u; t < slices; t++) {
-        let more = t + 1u < slices;
+    for (var t = s0; t < s1; t++) {
+        let more = t + 1u < s1;
         let slice = t + 1u;
         if (NBUF == 2u) {
             if (more) {
                 {{FETCH}}
             }
             {
-                let buf = t % 2u;
+                let buf = (t - s0) % 2u;
                 {{MULTIPLY}}
             }
             if (more) {
-                let buf = slice % 2u;
+                let buf = (slice - s0) % 2u;
                 {{STASH}}
             }
             workgroupBarrier();
@@ -138,4 +143,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
     }
     {{WRITE}}
+}
+
+//// split_sum
+// gemm split_k: C[i] = the sum over ranges z = 0, 1, ... of partial z's element i.
+struct Params { m: u32, n: u32, kp: u32, np: u32, groups_n: u32, groups: u32, pad0: u32, pad1: u32 }
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+@group(0) @binding(4) var<storage, read> partials: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+    let count = p.m * p.n;
+    if (i >= count) {
+        return;
+    }
+    var sum = partials[i];
+    for (var z = 1u; z < {{SPLITS}}u; z++) {
+        sum += partials[z * count + i];
+    }
+    c[i] = sum;
 }

@@ -254,7 +254,8 @@ def test_gemm_pad_shared_widens_each_a_row_in_workgroup_memory(speed, pad):
 def test_gemm_speed_space_uses_each_knob_and_only_valid_layouts(device):
     speed = SPEC.speed_schedules()
     assert 150 <= len(speed) <= 300
-    assert not set(speed) & set(SPEC.schedules()[: -len(speed)])
+    original = SPEC.schedules()[: -(len(speed) + len(SPEC.split_schedules()))]
+    assert not set(speed) & set(original)
     combos = {(s.get("shared_vec4", 0), s.get("pad_shared", 0), s.get("warp_cols", 0)) for s in speed}
     assert combos == {(1, 0, 0), (1, 1, 0), (0, 1, 0), (1, 1, 8)}
     for schedule in speed:
@@ -302,3 +303,37 @@ def test_reference_matmul_splits_rows_over_threads_when_blas_is_single_threaded(
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     np.testing.assert_array_equal(matmul64(a, b), want)
     assert blocks == [4]  # multi-threaded BLAS: one call, no split
+
+
+def test_split_k_schedules_sum_their_ranges_partials_into_c(device):
+    """split_k: one workgroup per (C tile, range of k's slices) into a scratch of partial
+    tiles, then a pass that sums them in range order: certified like any schedule, also
+    where a range is empty (k = 1 split 8 ways) or k's slices don't split evenly."""
+    splits = SPEC.split_schedules()
+    assert len(splits) == 30 and {s["split_k"] for s in splits} == {2, 4, 8}
+    assert set(splits) <= set(SPEC.schedules()) and not set(splits) & set(SPEC.speed_schedules())
+    problems = [*SPEC.certify_problems(), SPEC.problem(m=130, k=300, n=70)]
+    for schedule in splits[::7]:
+        for problem in problems:
+            if not SPEC.invalid_reason(schedule, problem, device.profile):
+                result = oracle.certify(SPEC, schedule, problem, device)
+                assert result.status is Status.OK, f"{schedule} {problem}: {result.message}"
+    problem = SPEC.problem(m=64, k=64, n=64)
+    launch = SPEC.launch(splits[0], problem, SPEC.generate(problem, 0))
+    assert [a.name for a in launch.args] == ["a", "b", "c", "params", "partials"]
+    assert launch.args[-1].nbytes == 4 * splits[0]["split_k"] * 64 * 64 and launch.bindings == (0, 1, 3, 4)
+    assert len(launch.epilogue) == 1 and "sum += partials[z * count + i];" in launch.epilogue[0].source
+    with pytest.raises(InvalidSchedule, match="split_k 3"):
+        SPEC.check(Schedule.of(**(splits[0].as_dict() | {"split_k": 3})), problem, device.profile)
+
+
+def test_a_split_k_winner_runs_through_the_runtime(device, tmp_path):
+    from farm import ForgeRuntime
+
+    schedule = SPEC.split_schedules()[0]
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((40, 72), dtype=np.float32), rng.standard_normal((72, 24), dtype=np.float32)
+    rt = ForgeRuntime(db=f"sqlite:///{tmp_path / 'absent.db'}", device=device)
+    out = rt.run("gemm", {"m": 40, "k": 72, "n": 24}, {"a": a, "b": b}, schedule=schedule)
+    np.testing.assert_allclose(out["c"], a.astype(np.float64) @ b, atol=1e-4, rtol=1e-4)
+    rt.close()

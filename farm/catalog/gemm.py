@@ -17,8 +17,8 @@ import os
 import numpy as np
 
 from farm import parallel
-from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for
-from farm.catalog.gemm_tiling import EMITTERS, WARP_COLS, Tiling, first_problem, unrolled_blocks
+from farm.catalog import Arg, KernelSpec, Launch, Pass, register, render, rng_for, sections
+from farm.catalog.gemm_tiling import EMITTERS, SPLIT_K, WARP_COLS, Tiling, first_problem, unrolled_blocks
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
@@ -27,7 +27,11 @@ REG_TILES = (1, 2, 4, 8)
 THREADS = (64, 128, 256)
 MAX_SPACE_WORKGROUP_BYTES = 48 * 1024  # the largest limit we target (H200); adapters may reject more
 # The speed knobs: absent from the default and from the original space's schedules, 0 = off.
-SPEED_KNOBS = {"shared_vec4": 0, "pad_shared": 0, "warp_cols": 0}
+SPEED_KNOBS = {"shared_vec4": 0, "pad_shared": 0, "warp_cols": 0, "split_k": 0}
+SPLIT_SUM_WG = 256  # threads per workgroup of split_k's summing pass
+# split_k's schedules: the tilings that won 1024^3-4096^3 on the H200 and their neighbours
+# (bm, bn, tm, tn), where the tiles alone fill the GPU least.
+SPLIT_TILINGS = ((32, 64, 4, 4), (64, 64, 4, 4), (64, 64, 8, 8), (64, 128, 8, 8), (128, 128, 8, 8))
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -51,6 +55,7 @@ class Gemm(KernelSpec):
         "shared_vec4": (0, 1),
         "pad_shared": (0, 1),
         "warp_cols": WARP_COLS,
+        "split_k": SPLIT_K,
     }
     default = Schedule.of(
         workgroup_size=64,
@@ -102,7 +107,7 @@ class Gemm(KernelSpec):
             if threads not in THREADS or workgroup_bytes(bm, bn, bk, db) > MAX_SPACE_WORKGROUP_BYTES:
                 continue
             out.append(_schedule(Tiling(threads, bm, bn, bk, tm, tn, vw, db)))
-        return out + self.speed_schedules()
+        return out + self.speed_schedules() + self.split_schedules()
 
     def speed_schedules(self) -> list[Schedule]:
         """The speed variants worth timing (~210): vec4 global loads, register tiles of 4 or
@@ -125,6 +130,17 @@ class Gemm(KernelSpec):
                     out.append(_schedule(tiling))
         return out
 
+    def split_schedules(self) -> list[Schedule]:
+        """split_k 2, 4, 8 on SPLIT_TILINGS (vec4 loads and tiles, padded A, tile_k 8 and 16,
+        single-buffered as the winners were): 30 schedules."""
+        out = []
+        for (bm, bn, tm, tn), bk, split in itertools.product(SPLIT_TILINGS, (8, 16), SPLIT_K[1:]):
+            threads = (bm // tm) * (bn // tn)
+            tiling = Tiling(threads, bm, bn, bk, tm, tn, 4, 0, 1, 1, 0, split)
+            if _wgmem(tiling) <= MAX_SPACE_WORKGROUP_BYTES and not first_problem(tiling):
+                out.append(_schedule(tiling))
+        return out
+
     def knobs(self, schedule: Schedule) -> dict[str, int]:
         """Every kernel knob, taking the default's value (0 for the speed knobs) for any
         the schedule leaves out."""
@@ -145,6 +161,7 @@ class Gemm(KernelSpec):
             shared_vec4=k["shared_vec4"],
             pad_shared=k["pad_shared"],
             warp_cols=k["warp_cols"],
+            split_k=k["split_k"],
         )
 
     def check_knobs(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
@@ -180,7 +197,7 @@ class Gemm(KernelSpec):
         kp, np_ = _round_up(k, t.vw), _round_up(n, t.vw)
         a, b = _pad(a, (m, kp)), _pad(b, (kp, np_))
         groups_n = -(-n // t.bn)
-        groups = -(-m // t.bm) * groups_n
+        groups = -(-m // t.bm) * groups_n * t.splits
         values = {
             "WG": t.threads,
             "BM": t.bm,
@@ -194,15 +211,24 @@ class Gemm(KernelSpec):
             "VEC": "f32" if t.vw == 1 else "vec4<f32>",
         }
         values |= unrolled_blocks(t)
+        parts = sections(self.source_file)
+        args = [
+            Arg("a", "read", a),
+            Arg("b", "read", b),
+            Arg("c", "storage", dtype=np.float32, shape=(m, n), output=True),
+            Arg("params", "uniform", np.array([m, n, kp, np_, groups_n, groups, 0, 0], np.uint32)),
+        ]
+        if t.splits == 1:
+            return Launch(source=render(parts["kernel"], values), args=args, groups=groups)
+        # split_k: the ranges' partial tiles into a scratch, then one pass sums them into C
+        args.append(Arg("partials", "storage", dtype=np.float32, shape=(t.splits * m * n,)))
+        total = render(parts["split_sum"], {"SPLITS": t.splits})
         return Launch(
-            source=render(self.template(), values),
-            args=[
-                Arg("a", "read", a),
-                Arg("b", "read", b),
-                Arg("c", "storage", dtype=np.float32, shape=(m, n), output=True),
-                Arg("params", "uniform", np.array([m, n, kp, np_, groups_n, groups, 0, 0], np.uint32)),
-            ],
+            source=render(parts["kernel"], values),
+            args=args,
             groups=groups,
+            bindings=(0, 1, 3, 4),
+            epilogue=[Pass(total, -(-m * n // SPLIT_SUM_WG), (2, 3, 4))],
         )
 
     def work(self, problem: Problem) -> tuple[float, float]:
@@ -225,7 +251,7 @@ def _wgmem(t: Tiling) -> int:
 
 def _schedule(t: Tiling) -> Schedule:
     """The schedule for tiling `t`, leaving out speed knobs that are 0."""
-    speed = {"shared_vec4": t.shared_vec4, "pad_shared": t.pad_shared, "warp_cols": t.warp_cols}
+    speed = {"shared_vec4": t.shared_vec4, "pad_shared": t.pad_shared, "warp_cols": t.warp_cols, "split_k": t.split_k}
     return Schedule.of(
         workgroup_size=t.threads,
         items_per_invocation=t.tm * t.tn,

@@ -28,7 +28,12 @@ emits the original kernel):
 - `warp_cols`: 0 lays threads out row-major over the THM×THN thread grid; 4, 8 or 16 tiles
   it with blocks of 32 consecutive threads (one NVIDIA warp) of (32/warp_cols)×warp_cols,
   so a warp's workgroup reads touch fewer distinct B words; needs workgroup_size, THN and
-  THM divisible by 32, warp_cols and 32/warp_cols.
+  THM divisible by 32, warp_cols and 32/warp_cols;
+- `split_k`: 0 (or 1) computes each C tile over all of k in one workgroup; 2, 4 or 8
+  splits k's slices into that many ranges, one workgroup per (tile, range) writing a
+  partial tile to a scratch of split_k·m·n floats, and a second pass sums the partials in
+  range order into C: more workgroups where the tiles alone leave SMs idle (1024^3 at
+  64×64: 256 tiles on 132 SMs).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from dataclasses import dataclass
 
 WARP = 32
 WARP_COLS = (0, 4, 8, 16)
+SPLIT_K = (0, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,12 @@ class Tiling:
     shared_vec4: int = 0
     pad_shared: int = 0
     warp_cols: int = 0
+    split_k: int = 0
+
+    @property
+    def splits(self) -> int:
+        """k ranges per C tile (split_k 0 and 1: one)."""
+        return max(1, self.split_k)
 
     @property
     def pad(self) -> int:
@@ -81,8 +93,34 @@ def unrolled_blocks(t: Tiling) -> dict[str, str]:
     stash = [f"put_a(buf, lid + {i * t.threads}u, a_next_{i});" for i in range(loads_a)]
     stash += [f"put_b(buf, lid + {i * t.threads}u, b_next_{i});" for i in range(loads_b)]
     blocks = {"DECLARE": declare, "FETCH": fetch, "STASH": stash, "MULTIPLY": _multiply(t), "WRITE": _write(t)}
-    blocks |= {"LAYOUT": _layout(t)} | _puts(t)
-    return {name: "\n    ".join(lines) for name, lines in blocks.items()} | {"TILES": "\n".join(_tiles(t))}
+    blocks |= {"LAYOUT": _layout(t), "RANGE": _k_range(t)} | _puts(t)
+    out = {name: "\n    ".join(lines) for name, lines in blocks.items()} | {"TILES": "\n".join(_tiles(t))}
+    return out | _split_output(t)
+
+
+def _k_range(t: Tiling) -> list[str]:
+    """This workgroup's C tile (`tile`) and its slices s0..s1 of k: all of them, or with
+    split_k one of `splits` ranges (the workgroups of range z follow those of range z - 1)."""
+    if t.splits == 1:
+        return ["let tile = group;", "let s0 = 0u;", "let s1 = (p.kp + BK - 1u) / BK;"]
+    return [
+        f"let tiles = p.groups / {t.splits}u;",
+        "let kz = group / tiles;",
+        "let tile = group % tiles;",
+        "let slices = (p.kp + BK - 1u) / BK;",
+        f"let per = (slices + {t.splits - 1}u) / {t.splits}u;",
+        "let s0 = min(kz * per, slices);",
+        "let s1 = min(s0 + per, slices);",
+        "c_base = kz * p.m * p.n;",
+    ]
+
+
+def _split_output(t: Tiling) -> dict[str, str]:
+    """Where the C tile goes: C itself (binding 2), or with split_k this range's partial
+    tile in the scratch (binding 4, offset c_base)."""
+    if t.splits == 1:
+        return {"C_BINDING": "2", "C_BASE_DECL": "", "C_BASE": ""}
+    return {"C_BINDING": "4", "C_BASE_DECL": "var<private> c_base: u32;", "C_BASE": "c_base + "}
 
 
 def _layout(t: Tiling) -> list[str]:
@@ -190,6 +228,8 @@ def _speed_problem(t: Tiling) -> str:
             return f"{name} {getattr(t, name)} not in (0, 1)"
     if t.shared_vec4 and (t.tm % 4 or t.tn % 4):
         return f"shared_vec4 needs reg_m and reg_n multiples of 4 (reg_m={t.tm}, reg_n={t.tn})"
+    if t.split_k not in SPLIT_K:
+        return f"split_k {t.split_k} not in {SPLIT_K}"
     wc = t.warp_cols
     if wc not in WARP_COLS:
         return f"warp_cols {wc} not in {WARP_COLS}"
@@ -204,4 +244,4 @@ def _speed_problem(t: Tiling) -> str:
 
 
 # The unrolling code Gemm.host_source hashes, in this order.
-EMITTERS = (unrolled_blocks, _layout, _tiles, _puts, _multiply, _write, Tiling)
+EMITTERS = (unrolled_blocks, _layout, _tiles, _puts, _multiply, _write, _k_range, _split_output, Tiling)
