@@ -246,22 +246,8 @@ var<workgroup> pw: array<f32, C + 1u>;          // the head's decay powers d^0 .
     let t0 = c * C;
     let n = min(C, p.t - t0);
     let d = decay[h];
-    for (var k = lid; k <= C; k += WG) {
-        var x = 1.0;
-        for (var m = 0u; m < k; m++) {
-            x *= d;  // d^k as k products, in the stepwise chain's order
-        }
-        pw[k] = x;
-    }
-    for (var i = lid; i < C * EB; i += WG) {
-        let j = i / EB;
-        let e = blk * EB + i % EB;
-        var v = 0.0;
-        if (j < n && e < p.e) {
-            v = value[(vbh * p.t + t0 + j) * p.e + e];
-        }
-        vs[j * TCOL + (i % EB) / 4u][i % 4u] = v;
-    }
+{{POWERS}}
+{{LOAD_V}}
     let tc = lid % TCOL;
     let tr = lid / TCOL;
     let e0 = blk * EB + tc * 4u;
@@ -388,14 +374,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
 {{TILE}}
-    for (var i = lid; i < C * LQ; i += WG) {
-        let s = i / LQ;
-        var q = 0.0;
-        if (s < n) {
-            q = query[(bh * p.t + t0) * LQ + i];
-        }
-        qt[(i % LQ) * C4 + s / 4u][s % 4u] = q;
-    }
+{{LOAD_Q}}
     let sbase = (bh * p.nc + c) * LQ * p.e;
     for (var i = lid; i < LQ * EB; i += WG) {
         let e = blk * EB + i % EB;
@@ -406,34 +385,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         ss[(i / EB) * TCOL + (i % EB) / 4u][i % 4u] = x;
     }
     workgroupBarrier();
-    // The attention matrix in 4 x 4 blocks; blocks above the diagonal hold only j > s.
-    for (var b = lid; b < C4 * C4; b += WG) {
-        let sb = b / C4;
-        let jb = b % C4;
-        var x0 = vec4<f32>(0.0);
-        var x1 = vec4<f32>(0.0);
-        var x2 = vec4<f32>(0.0);
-        var x3 = vec4<f32>(0.0);
-        if (jb <= sb) {
-            for (var l = 0u; l < LQ; l++) {
-                let qa = qt[l * C4 + sb];
-                let qb = qt[l * C4 + jb];
-                x0 += qa.x * qb;
-                x1 += qa.y * qb;
-                x2 += qa.z * qb;
-                x3 += qa.w * qb;
-            }
-        }
-        for (var k = 0u; k < 4u; k++) {
-            let j = jb * 4u + k;
-            var col = vec4<f32>(x0[k], x1[k], x2[k], x3[k]);
-            for (var r = 0u; r < 4u; r++) {
-                let s = sb * 4u + r;
-                col[r] = select(0.0, col[r] * pw[min(s - j, C)], j < s && s < n);
-            }
-            at[j * C4 + sb] = col;
-        }
-    }
+{{ATTENTION}}
     workgroupBarrier();
 {{DECL}}
     for (var l = 0u; l < LQ; l++) {
@@ -488,13 +440,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let h = bh % p.h;
     let vbh = (bh / p.h) * p.vh + h % p.vh;
     let d = decay[h];
-    for (var k = lid; k <= C; k += WG) {
-        var x = 1.0;
-        for (var m = 0u; m < k; m++) {
-            x *= d;  // d^k as k products, in the stepwise chain's order
-        }
-        pw[k] = x;
-    }
+{{POWERS}}
     for (var i = lid; i < LQ * EB; i += WG) {  // S from rho_in
         let e = blk * EB + i % EB;
         var x = 0.0;
@@ -506,51 +452,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     for (var c = 0u; c < p.nc; c++) {
         let t0 = c * C;
         let n = min(C, p.t - t0);
-        for (var i = lid; i < C * LQ; i += WG) {
-            let s = i / LQ;
-            var q = 0.0;
-            if (s < n) {
-                q = query[(bh * p.t + t0) * LQ + i];
-            }
-            qt[(i % LQ) * C4 + s / 4u][s % 4u] = q;
-        }
-        for (var i = lid; i < C * EB; i += WG) {
-            let j = i / EB;
-            let e = blk * EB + i % EB;
-            var v = 0.0;
-            if (j < n && e < p.e) {
-                v = value[(vbh * p.t + t0 + j) * p.e + e];
-            }
-            vs[j * TCOL + (i % EB) / 4u][i % 4u] = v;
-        }
+{{LOAD_Q}}
+{{LOAD_V}}
         workgroupBarrier();
-        for (var b = lid; b < C4 * C4; b += WG) {  // the attention matrix in 4 x 4 blocks
-            let sb = b / C4;
-            let jb = b % C4;
-            var x0 = vec4<f32>(0.0);
-            var x1 = vec4<f32>(0.0);
-            var x2 = vec4<f32>(0.0);
-            var x3 = vec4<f32>(0.0);
-            if (jb <= sb) {
-                for (var l = 0u; l < LQ; l++) {
-                    let qa = qt[l * C4 + sb];
-                    let qb = qt[l * C4 + jb];
-                    x0 += qa.x * qb;
-                    x1 += qa.y * qb;
-                    x2 += qa.z * qb;
-                    x3 += qa.w * qb;
-                }
-            }
-            for (var k = 0u; k < 4u; k++) {
-                let j = jb * 4u + k;
-                var col = vec4<f32>(x0[k], x1[k], x2[k], x3[k]);
-                for (var r = 0u; r < 4u; r++) {
-                    let s = sb * 4u + r;
-                    col[r] = select(0.0, col[r] * pw[min(s - j, C)], j < s && s < n);
-                }
-                at[j * C4 + sb] = col;
-            }
-        }
+{{ATTENTION}}
         workgroupBarrier();
         for (var u = lid; u < C * TCOL; u += WG) {  // context row s, columns 4 tc .. 4 tc + 3
             let s = u / TCOL;
@@ -591,3 +496,67 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
     }
 }
+
+//// chunk_powers
+// pw[k] = d^k for k = 0..C, each by k products, in the stepwise chain's order.
+    for (var k = lid; k <= C; k += WG) {
+        var x = 1.0;
+        for (var m = 0u; m < k; m++) {
+            x *= d;
+        }
+        pw[k] = x;
+    }
+
+//// chunk_load_v
+// The chunk's value rows (steps j < n, columns of this block) into vs, zeros elsewhere.
+    for (var i = lid; i < C * EB; i += WG) {
+        let j = i / EB;
+        let e = blk * EB + i % EB;
+        var v = 0.0;
+        if (j < n && e < p.e) {
+            v = value[(vbh * p.t + t0 + j) * p.e + e];
+        }
+        vs[j * TCOL + (i % EB) / 4u][i % 4u] = v;
+    }
+
+//// chunk_load_q
+// The chunk's query rows, transposed into qt (latent row l, 4 steps a vector), zeros past n.
+    for (var i = lid; i < C * LQ; i += WG) {
+        let s = i / LQ;
+        var q = 0.0;
+        if (s < n) {
+            q = query[(bh * p.t + t0) * LQ + i];
+        }
+        qt[(i % LQ) * C4 + s / 4u][s % 4u] = q;
+    }
+
+//// chunk_attention
+// The attention matrix at[j * C4 + s / 4][s % 4] = (q_s . q_j) d^(s-j) for j < s (else 0),
+// in 4 x 4 blocks of (s, j); blocks above the diagonal hold only j > s.
+    for (var b = lid; b < C4 * C4; b += WG) {
+        let sb = b / C4;
+        let jb = b % C4;
+        var x0 = vec4<f32>(0.0);
+        var x1 = vec4<f32>(0.0);
+        var x2 = vec4<f32>(0.0);
+        var x3 = vec4<f32>(0.0);
+        if (jb <= sb) {
+            for (var l = 0u; l < LQ; l++) {
+                let qa = qt[l * C4 + sb];
+                let qb = qt[l * C4 + jb];
+                x0 += qa.x * qb;
+                x1 += qa.y * qb;
+                x2 += qa.z * qb;
+                x3 += qa.w * qb;
+            }
+        }
+        for (var k = 0u; k < 4u; k++) {
+            let j = jb * 4u + k;
+            var col = vec4<f32>(x0[k], x1[k], x2[k], x3[k]);
+            for (var r = 0u; r < 4u; r++) {
+                let s = sb * 4u + r;
+                col[r] = select(0.0, col[r] * pw[min(s - j, C)], j < s && s < n);
+            }
+            at[j * C4 + sb] = col;
+        }
+    }

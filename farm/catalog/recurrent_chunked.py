@@ -120,7 +120,7 @@ def chunked_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Lau
     def source(name: str, blocks: dict[str, str], out: str = "") -> str:
         put = render(parts["chunk_put"], {"OUT": out}) if out else ""
         tile = {"TILE": parts["chunk_tile"], "TILE_DECL": parts["chunk_tile_decl"].rstrip("\n"), "PUT": put}
-        return render(parts[name], {"COMMON": common} | tile | blocks)
+        return render(parts[name], {"COMMON": common} | tile | _snippets(parts) | blocks)
 
     params = np.array([b, h, vh, t, l_dim, e, nc, eblocks, groups, total, 0, 0], np.uint32)
     return Launch(
@@ -151,10 +151,17 @@ def walk_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Launch
     common = render(parts["chunked_common"], {"WG": wg, "C": c, "EB": eb, "L": l_dim})
     params = np.array([b, h, vh, t, l_dim, e, nc, eblocks, groups, b * h * l_dim * e, 0, 0], np.uint32)
     return Launch(
-        source=render(parts["chunk_walk"], {"COMMON": common}),
+        source=render(parts["chunk_walk"], {"COMMON": common} | _snippets(parts)),
         args=[*args, Arg("params", "uniform", params)],
         groups=groups,
     )
+
+
+def _snippets(parts: dict[str, str]) -> dict[str, str]:
+    """The code both chunked forms share (kernels/recurrent.wgsl): the decay powers, a
+    chunk's value and transposed query loads, the attention matrix."""
+    names = {"POWERS": "powers", "LOAD_V": "load_v", "LOAD_Q": "load_q", "ATTENTION": "attention"}
+    return {key: parts[f"chunk_{name}"].rstrip("\n") for key, name in names.items()}
 
 
 # The per-thread 4 x 4 blocks, unrolled: m counts a thread's quads, r the rows of a quad.
