@@ -114,6 +114,8 @@ BAD_FLAGS = [
     (["sweep", "recurrent", "--extra-repetitions", "-1"], "expected an integer >= 0"),
     (["sweep", "recurrent", "--gpu-util-threshold", "nan"], "expected a finite number"),
     (["sweep", "recurrent", "--case", "x:1,2,1,0,8,12"], "every dimension must be >= 1"),
+    (["sweep", "recurrent", "--allow-cpu", "--case", "big:64,64,64,65536,64,768"],
+     "--case big: recurrent B=64,H=64,VH=64,T=65536,L=64,E=768: its buffer 'value' needs 768.00 GiB"),
     (["certify", "--schedules", "-1"], "expected an integer >= 0, got '-1'"),
     (["certify", "nosuch"], "unknown kernel 'nosuch'"),
     (["bench", "--reps", "0"], "expected a positive integer"),

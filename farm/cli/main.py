@@ -75,6 +75,7 @@ def cmd_sweep_recurrent(args: argparse.Namespace) -> int:
     from farm.store import farm_home, open_store
 
     config = sweep_config_from_args(args)
+    _check_sweep_cases(config.cases, args.allow_cpu)
     writable_dir(Path(args.output_dir) if args.output_dir else farm_home() / "artifacts", "sweep artifacts")
     open_store(args.db).engine.dispose()  # an unreachable or unusable database fails now, not after the sweep
     report = run_sweep(config)
@@ -224,18 +225,34 @@ def _check_sizes(sizes: dict, kernels: list[str], args: argparse.Namespace) -> N
             check_problem(catalog.get(name), problem, profile)
 
 
+def _check_sweep_cases(cases, allow_cpu: bool) -> None:
+    """Before any input is generated: every sweep case fits this machine's adapter (the
+    sweep runs here), so a case of 64 GiB is one `farm: error:` line, not numpy's MemoryError."""
+    from farm.tuning.problems import check_problem
+
+    spec, profile = catalog.get("recurrent"), _adapter_profile(allow_cpu)
+    for case in cases:
+        try:
+            check_problem(spec, case.problem(), profile)
+        except ValueError as exc:
+            raise ValueError(f"--case {case.name}: {exc}") from None
+
+
 def _local_profile(args: argparse.Namespace):
     """This machine's adapter when the workers will be local (no --ray-address/$RAY_ADDRESS)
     and may use it; None otherwise (a remote cluster's adapters are not known here)."""
+    return _adapter_profile(args.allow_cpu) if _local_cluster(args) else None
+
+
+def _adapter_profile(allow_cpu: bool):
+    """This machine's adapter's profile, if it has one it may use (a CPU adapter only with allow_cpu)."""
     from farm.gpu import HardwareProfile, NoAdapterError, choose_adapter
 
-    if not _local_cluster(args):
-        return None
     try:
         profile = HardwareProfile.from_adapter(choose_adapter())
     except NoAdapterError:
         return None
-    return profile if args.allow_cpu or not profile.is_cpu else None
+    return profile if allow_cpu or not profile.is_cpu else None
 
 
 def _local_cluster(args: argparse.Namespace) -> bool:

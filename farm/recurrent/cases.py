@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from farm.schedule import Problem
+
 CASE_FIELDS = ("batch", "heads", "value_heads", "time", "latent", "embd")
 DEFAULT_EMBDS = (96, 128, 192, 256, 384, 512, 640, 768)
 ARTIFACT_NAMES = {
@@ -31,6 +33,11 @@ class SweepCase:
 
     def as_dict(self) -> dict:
         return {"name": self.name} | {f: getattr(self, f) for f in CASE_FIELDS}
+
+    def problem(self) -> Problem:
+        """The recurrent kernel's problem for this case (B, H, VH, T, L, E)."""
+        dims = zip(("B", "H", "VH", "T", "L", "E"), (getattr(self, f) for f in CASE_FIELDS), strict=True)
+        return Problem.of(**dict(dims))
 
     @classmethod
     def parse(cls, text: str) -> SweepCase:
