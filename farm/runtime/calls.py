@@ -126,6 +126,33 @@ def check_out(plan: CallPlan, inputs: dict, out: dict[str, DeviceArray], owner: 
             raise ValueError(f"out: must not share its buffer with {(clash + others)[0]} of the same call")
 
 
+def check_host_out(plan: CallPlan, inputs: dict, out: dict) -> None:
+    """TypeError/ValueError unless each numpy `out` array can take its output of a numpy
+    call: every input numpy (a call on DeviceArrays doesn't wait, so it can't fill a numpy
+    array), the output's shape and dtype, C-contiguous, writeable, sharing no memory with an
+    input or another output."""
+    if any(type(v) is DeviceArray for v in inputs.values()):
+        raise TypeError("out: a numpy array takes a numpy call's result; with DeviceArray inputs pass a DeviceArray")
+    slots = {slot.name: slot for slot in plan.outputs}
+    for name, array in out.items():
+        if type(array) is DeviceArray:
+            raise TypeError("out: numpy arrays and DeviceArrays can't be mixed in one call")
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"out: expected a numpy array or a DeviceArray, got {type(array).__name__}")
+        slot = slots[name]
+        if array.shape != slot.shape or array.dtype != slot.dtype:
+            raise ValueError(
+                f"out: expected a numpy array of shape {slot.shape} and dtype {slot.dtype}, "
+                f"got {array.shape} {array.dtype}"
+            )
+        if not (array.flags.c_contiguous and array.flags.writeable):
+            raise ValueError("out: the numpy array must be C-contiguous and writeable")
+        clash = [n for n, v in inputs.items() if isinstance(v, np.ndarray) and np.shares_memory(v, array)]
+        clash += [n for n, v in out.items() if n != name and np.shares_memory(v, array)]
+        if clash:
+            raise ValueError(f"out: must not share memory with {clash[0]} of the same call")
+
+
 _serial = attrgetter("serial")
 
 
@@ -204,9 +231,17 @@ class Caller:
         return Slot("constant", arg.name, arg.kind, arg.nbytes, buffer=buffer)
 
     # -- calls ----------------------------------------------------------------------------
-    def call(self, plan: CallPlan, inputs: dict, out: dict[str, DeviceArray] | None, to_device: bool) -> dict:
+    def call(
+        self,
+        plan: CallPlan,
+        inputs: dict,
+        out: dict[str, DeviceArray] | None,
+        to_device: bool,
+        into: dict | None = None,
+    ) -> dict:
         """Run `plan` on `inputs` (numpy arrays or DeviceArrays of this runtime). Returns
-        {output name: DeviceArray} without waiting when `to_device`, else numpy arrays.
+        {output name: DeviceArray} without waiting when `to_device`, else numpy arrays: the
+        `into` ones (checked by check_host_out) for the outputs it names, filled in place.
 
         The slabs a call binds are its inputs' (a DeviceArray's own; a pooled one each numpy
         array is written into) and its outputs' (`out`'s, else pooled), in `plan.filled`
@@ -245,7 +280,7 @@ class Caller:
                 self.device.device.queue.submit([encoder.finish()])
                 return results
             outputs = [slab.handle for slab in slabs[len(plan.inputs) :]]
-            return read_back(self.device, plan.reads, plan.read_bytes, outputs, encoder)
+            return read_back(self.device, plan.reads, plan.read_bytes, outputs, encoder, into)
         except (GpuError, ValueError, TypeError):
             raise
         except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step

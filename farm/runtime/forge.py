@@ -29,7 +29,7 @@ from farm import catalog
 from farm.gpu import Device, choose_adapter
 from farm.runtime import signature
 from farm.runtime.arrays import DeviceArray
-from farm.runtime.calls import Caller, check_out
+from farm.runtime.calls import Caller, check_host_out, check_out
 from farm.runtime.kernels import KernelMethods
 from farm.runtime.pool import BufferPool
 from farm.runtime.requests import Winners
@@ -215,6 +215,9 @@ class ForgeRuntime(KernelMethods):
         every input's dtype and shape against `dims`, so those fix the inputs' layout; a caller
         whose inputs nothing checked (`run(kernel, dims, inputs)`) passes their `layout`."""
         out = {name: array for name, array in out.items() if array is not None} if out else None
+        into = None
+        if out and any(type(array) is not DeviceArray for array in out.values()):
+            into, out = out, None  # numpy arrays to fill: the numpy path (check_host_out)
         to_device = bool(out) or DeviceArray in map(type, inputs.values())
         recent = (kernel, tuple(dims.values()), schedule, tuple(inputs), layout)
         with self._lock:
@@ -231,7 +234,9 @@ class ForgeRuntime(KernelMethods):
                 self._caller.remember(recent, plan)
             if out:
                 check_out(plan, inputs, out, self)
-            return self._caller.call(plan, inputs, out, to_device)
+            if into:
+                check_host_out(plan, inputs, into)
+            return self._caller.call(plan, inputs, out, to_device, into)
 
 
 def _spin_wait_s(spin_wait_us) -> float:

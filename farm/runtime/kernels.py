@@ -58,7 +58,7 @@ class KernelMethods:
             return value.checked(name, self, dtypes, ndim)
         return as_array(name, value, dtypes, ndim)
 
-    def gemv(self, a, x, *, out: DeviceArray | None = None):
+    def gemv(self, a, x, *, out: DeviceArray | np.ndarray | None = None):
         """y = a · x for float32 `a` (m, n) and `x` (n,); returns float32 (m,)."""
         a = self._arg("a", a, F32, (2,))
         x = self._arg("x", x, F32, (1,))
@@ -66,7 +66,7 @@ class KernelMethods:
         expect_shape("x", x, (n,), "a has {n} columns", n=n)
         return self._run("gemv", {"m": m, "n": n}, {"a": a, "x": x}, out=_out("y", out))["y"]
 
-    def topk(self, x, k: int, *, out: DeviceArray | None = None):
+    def topk(self, x, k: int, *, out: DeviceArray | np.ndarray | None = None):
         """Per-block top-k of float32 `x` (n,): for each block of `block_size` elements
         (block_size = the tuned schedule's workgroup_size, see `tuned_schedule("topk", ...)`),
         its k largest values descending, concatenated block by block: shape
@@ -81,7 +81,7 @@ class KernelMethods:
         check_topk_k(k, schedule, source)
         return self._run("topk", dims, {"x": x}, schedule, out=_out("out", out))["out"]
 
-    def ternary_gemv(self, x, packed_w, scale, m: int, k: int, *, out: DeviceArray | None = None):
+    def ternary_gemv(self, x, packed_w, scale, m: int, k: int, *, out: DeviceArray | np.ndarray | None = None):
         """out[o] = scale[o] * Σ_{i<k} t(w[o][i]) * x[i] for o < m; returns float32 (m,).
 
         `packed_w`: uint32 2-bit codes, 16 per word, low bits first (0→0, 1→+1, 2→−1,
@@ -116,7 +116,7 @@ class KernelMethods:
         rho=None,
         decay=None,
         *,
-        out: tuple[DeviceArray, DeviceArray] | None = None,
+        out: tuple[DeviceArray, DeviceArray] | tuple[np.ndarray, np.ndarray] | None = None,
     ):
         """Fused recurrent linear attention over all T steps; returns (context [B,H,T,E], rho [B,H,L,E]).
 
@@ -152,7 +152,7 @@ class KernelMethods:
         result = self._run("recurrent", dims, inputs, out=outs)
         return result["context"], result["rho"]
 
-    def gemm(self, a, b, *, out: DeviceArray | None = None):
+    def gemm(self, a, b, *, out: DeviceArray | np.ndarray | None = None):
         """c = a · b for float32 `a` (m, k) and `b` (k, n); returns float32 (m, n)."""
         a = self._arg("a", a, F32, (2,))
         b = self._arg("b", b, F32, (2,))
@@ -163,7 +163,7 @@ class KernelMethods:
         check_output_size("a, b", "c", (m, n), 4, self.binding_limit, f"a has {m} rows, b {n} columns")
         return self._run("gemm", {"m": m, "k": k, "n": n}, {"a": a, "b": b}, out=_out("c", out))["c"]
 
-    def p64_project(self, records, weights, *, out: DeviceArray | None = None):
+    def p64_project(self, records, weights, *, out: DeviceArray | np.ndarray | None = None):
         """out[r] = Σ_{w<16} weights[w] * f32(word[r][w]) over n P64 records; returns float32 (n,).
 
         `records`: uint32 (n, 16), uint64 (n, 8) (each u64 field is two little-endian u32
@@ -191,7 +191,7 @@ class KernelMethods:
         inputs = {"records": words, "weights": weights}
         return self._run("p64_project", {"n": words.shape[0]}, inputs, out=_out("out", out))["out"]
 
-    def fft(self, signal, *, out: DeviceArray | None = None):
+    def fft(self, signal, *, out: DeviceArray | np.ndarray | None = None):
         """Forward DFT over the last axis, batched over the leading ones (matches numpy.fft.fft).
 
         `signal`: complex64 (..., n), returned as complex64 (..., n); or interleaved
@@ -210,12 +210,13 @@ class KernelMethods:
         points = _as(signal if isinstance(signal, DeviceArray) else np.ascontiguousarray(signal), (batch, n, 2), F32[0])
         target = None
         if out is not None:
-            if not isinstance(out, DeviceArray) or out.shape != signal.shape or out.dtype != signal.dtype:
-                what = f"{out.shape} {out.dtype}" if isinstance(out, DeviceArray) else type(out).__name__
-                raise ValueError(
-                    f"out: expected a DeviceArray of shape {signal.shape} and dtype {signal.dtype}, got {what}"
-                )
-            target = out.same_bytes((batch, n, 2), F32[0])
+            kind = "a numpy array" if isinstance(out, np.ndarray) else "a DeviceArray"
+            if not isinstance(out, (DeviceArray, np.ndarray)) or out.shape != signal.shape or out.dtype != signal.dtype:
+                what = f"{out.shape} {out.dtype}" if isinstance(out, (DeviceArray, np.ndarray)) else type(out).__name__
+                raise ValueError(f"out: expected {kind} of shape {signal.shape} and dtype {signal.dtype}, got {what}")
+            if isinstance(out, np.ndarray) and not out.flags.c_contiguous:
+                raise ValueError("out: the numpy array must be C-contiguous and writeable")
+            target = _as(out, (batch, n, 2), F32[0])
         y = self._run("fft", {"n": n, "batch": batch}, {"x": points}, out=_out("y", target))["y"]
         if out is not None:
             return out

@@ -54,9 +54,13 @@ def reads_of(outputs: list[tuple[str, np.dtype, tuple[int, ...]]]) -> tuple[list
     return reads, offset
 
 
-def read_back(device: Device, reads: list[Read], nbytes: int, handles: list, encoder) -> dict[str, np.ndarray]:
+def read_back(
+    device: Device, reads: list[Read], nbytes: int, handles: list, encoder, into: dict | None = None
+) -> dict[str, np.ndarray]:
     """Copy each output (`handles[i]` holds `reads[i]`) into one staging buffer of at least
-    `nbytes`, submit `encoder`, map the staging once and copy every output out of it."""
+    `nbytes`, submit `encoder`, map the staging once and copy every output out of it: into
+    the caller's array where `into` names one (memory already touched: a fresh array's pages
+    fault on first write, 0.8 against 7.5-18 GB/s for 256 MB on the CPU machine), else a new one."""
     staging = device._take_staging(nbytes)
     try:
         for read, handle in zip(reads, handles, strict=True):
@@ -64,7 +68,15 @@ def read_back(device: Device, reads: list[Read], nbytes: int, handles: list, enc
         device.device.queue.submit([encoder.finish()])
         staging.map_async(READ_MAP_MODE, 0, nbytes).sync_wait()  # wgpu-py's poller thread resolves it
         data = staging.read_mapped(0, nbytes, copy=False)
-        out = {r.name: np.frombuffer(data, r.dtype, r.count, r.offset).reshape(r.shape).copy() for r in reads}
+        out = {}
+        for r in reads:
+            view = np.frombuffer(data, r.dtype, r.count, r.offset).reshape(r.shape)
+            target = into.get(r.name) if into else None
+            if target is None:
+                out[r.name] = view.copy()
+            else:
+                np.copyto(target, view)
+                out[r.name] = target
         staging.unmap()
     except Exception as exc:
         staging.destroy()  # it may be left mapped or pending: not for reuse
