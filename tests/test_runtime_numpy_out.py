@@ -60,3 +60,11 @@ def test_a_numpy_out_must_not_alias_an_input_nor_take_a_device_arrays_result(rt)
         rt.recurrent_attention(q, v, out=(np.empty((1, 2, 6, 7), np.float32), rt.empty((1, 2, 5, 7), np.float32)))
     with pytest.raises(ValueError, match=r"out: expected a numpy array of shape \(3, 16\) and dtype complex64"):
         rt.fft((f32(3, 16) + 1j * f32(3, 16)).astype(np.complex64), out=np.empty((3, 16), np.complex128))
+
+
+def test_run_takes_numpy_out_by_output_name(rt):
+    a, x = f32(6, 5), f32(5, seed=1)
+    y = np.empty(6, np.float32)
+    got = rt.run("gemv", {"m": 6, "n": 5}, {"a": a, "x": x}, out={"y": y})
+    assert got["y"] is y
+    np.testing.assert_array_equal(y, rt.gemv(a, x))
