@@ -68,3 +68,18 @@ def test_run_takes_numpy_out_by_output_name(rt):
     got = rt.run("gemv", {"m": 6, "n": 5}, {"a": a, "x": x}, out={"y": y})
     assert got["y"] is y
     np.testing.assert_array_equal(y, rt.gemv(a, x))
+
+
+def test_a_device_array_reads_back_into_a_numpy_out(rt):
+    host = f32(3, 8)
+    d = rt.asarray(host)
+    into = np.empty((3, 8), np.float32)
+    assert d.numpy(out=into) is into
+    np.testing.assert_array_equal(into, host)
+    for bad, error, message in (
+        (np.empty((8, 3), np.float32), ValueError, r"out: expected a numpy array of shape \(3, 8\) and dtype float32"),
+        (np.empty((3, 16), np.float32)[:, ::2], ValueError, "C-contiguous and writeable"),
+        (rt.empty((3, 8), np.float32), TypeError, "out: expected a numpy array, got DeviceArray"),
+    ):
+        with pytest.raises(error, match=message):
+            d.numpy(out=bad)

@@ -88,9 +88,21 @@ class DeviceArray:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}{state})"
 
     # -- back to the host ---------------------------------------------------------------
-    def numpy(self) -> np.ndarray:
-        """A host copy, after the work submitted so far (which includes what writes it)."""
-        return self._storage.owner._read(self)
+    def numpy(self, out: np.ndarray | None = None) -> np.ndarray:
+        """A host copy, after the work submitted so far (which includes what writes it); into
+        `out` when given (a C-contiguous, writeable numpy array of this shape and dtype,
+        returned: a reused array skips a fresh one's page faults), else a new array."""
+        if out is not None:
+            if not isinstance(out, np.ndarray):
+                raise TypeError(f"out: expected a numpy array, got {type(out).__name__}")
+            if out.shape != self.shape or out.dtype != self.dtype:
+                raise ValueError(
+                    f"out: expected a numpy array of shape {self.shape} and dtype {self.dtype}, "
+                    f"got {out.shape} {out.dtype}"
+                )
+            if not (out.flags.c_contiguous and out.flags.writeable):
+                raise ValueError("out: the numpy array must be C-contiguous and writeable")
+        return self._storage.owner._read(self, out)
 
     def __array__(self, dtype=None, copy=None):
         out = self.numpy()

@@ -350,13 +350,15 @@ class Caller:
         finally:
             give_back(self.pool, taken)
 
-    def read(self, array: DeviceArray) -> np.ndarray:
-        """`array`'s data after the work submitted so far (what `DeviceArray.numpy()` returns)."""
+    def read(self, array: DeviceArray, out: np.ndarray | None = None) -> np.ndarray:
+        """`array`'s data after the work submitted so far (what `DeviceArray.numpy()` returns),
+        into `out` when given (checked by DeviceArray.numpy)."""
         slab = array.slab(self.owner, "array")
         reads, nbytes = reads_of([("array", array.dtype, array.shape)])
         try:
             encoder = self.device.device.create_command_encoder()
-            return read_back(self.device, reads, nbytes, [slab.handle], encoder)["array"]
+            into = {"array": out} if out is not None else None
+            return read_back(self.device, reads, nbytes, [slab.handle], encoder, into)["array"]
         except GpuError:
             raise
         except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step

@@ -179,9 +179,9 @@ class ForgeRuntime(KernelMethods):
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _read(self, array: DeviceArray) -> np.ndarray:
+    def _read(self, array: DeviceArray, out: np.ndarray | None = None) -> np.ndarray:
         with self._lock:
-            return self._caller.read(array)
+            return self._caller.read(array, out)
 
     # -- the one path to the GPU ---------------------------------------------------------
     def run(self, kernel, dims: dict | None = None, inputs: dict | None = None, *, schedule=None, out=None, **arrays):
