@@ -14,6 +14,10 @@
 #   part 7: (x2, right after part 6) tune --all on one GPU, bench, recurrent sweep
 #   part 8: (x2) configs/s at 1 and 2 GPUs, one-worker overhead, tune --all on one GPU, bench, sweep
 #   part 9: (one GPU) farm overhead, tune --all, bench
+#   part 10: (one GPU) the workgroup-overhead probes, the chunked recurrence's landscape
+#            (both forms), the runtime's per-call costs (spin and numpy out= columns)
+#   part 11: (one GPU) two independent campaigns re-timed (stability.py --all); their
+#            databases come back as a.db and b.db
 # Results land flat in $OUT (the device tool brings back at most 8 files).
 set -u
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -37,6 +41,15 @@ sweep()    { step "$1" python3 -m farm sweep recurrent --db "$DB" --output-dir "
              cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null; }
 variants() { step "$1" python3 benchmarks/variants.py --out "$W/variants"
              cp "$W"/variants/variants.json "$OUT"/ 2>/dev/null; }
+overheads() { step "$1" python3 benchmarks/wgsl_overheads.py --out "$W/wo"
+              cp "$W"/wo/wgsl-overheads.json "$OUT"/ 2>/dev/null; }
+chunked()   { step "$1" python3 benchmarks/recurrent_chunked.py --out "$W/rch"
+              cp "$W"/rch/*recurrent-chunked.json "$OUT"/ 2>/dev/null; }
+calls()     { step "$1" python3 benchmarks/runtime_calls.py --out "$W/rc"
+              cp "$W"/rc/runtime-calls.md "$W"/rc/runtime-calls.json "$OUT"/ 2>/dev/null; }
+stability() { step "$1" python3 benchmarks/stability.py --all --out "$W/stab" --label h200-s8
+              cp "$W"/stab/*-stability.json "$OUT"/ 2>/dev/null
+              cp "$W"/stab/*-stability/a.db "$W"/stab/*-stability/b.db "$OUT"/ 2>/dev/null; }
 nvidia-smi -L | tee -a "$LOG"
 case "${PART:-1}" in
   1) tune 330; bench 200; cp .h200/farm.db "$OUT"/farm.db ;;
@@ -48,6 +61,8 @@ case "${PART:-1}" in
   7) tune 220; bench 150; sweep 120 ;;  # x2, call B: tune --all on ONE of its GPUs
   8) tp 160 1,2; CUDA_VISIBLE_DEVICES=0 overhead 60; tune 210; bench 130; sweep 60 ;;  # x2, one call
   9) overhead 60; tune 240; bench 160 ;;  # session 5: after the multi-pass ternary kernel
+  10) overheads 60; chunked 300; calls 200 ;;  # session 8's predictions, call 1
+  11) stability 560 ;;  # session 8's predictions, call 2
   *) sweep 150; CONFIGS=${CONFIGS:-288} tp 200 1,2; overhead 60; variants 90 ;;
 esac
 ls -la "$OUT"
