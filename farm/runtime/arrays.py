@@ -93,15 +93,7 @@ class DeviceArray:
         `out` when given (a C-contiguous, writeable numpy array of this shape and dtype,
         returned: a reused array skips a fresh one's page faults), else a new array."""
         if out is not None:
-            if not isinstance(out, np.ndarray):
-                raise TypeError(f"out: expected a numpy array, got {type(out).__name__}")
-            if out.shape != self.shape or out.dtype != self.dtype:
-                raise ValueError(
-                    f"out: expected a numpy array of shape {self.shape} and dtype {self.dtype}, "
-                    f"got {out.shape} {out.dtype}"
-                )
-            if not (out.flags.c_contiguous and out.flags.writeable):
-                raise ValueError("out: the numpy array must be C-contiguous and writeable")
+            check_host_array(out, self.shape, self.dtype, "a numpy array")
         return self._storage.owner._read(self, out)
 
     def __array__(self, dtype=None, copy=None):
@@ -195,3 +187,15 @@ def _resolve_shape(shape: tuple, size: int, old: tuple[int, ...]) -> tuple[int, 
     if math.prod(dims) != size:
         raise ValueError(f"reshape: cannot reshape {old} ({size} elements) into {tuple(dims)}")
     return tuple(dims)
+
+
+def check_host_array(out, shape: tuple[int, ...], dtype: np.dtype, expected: str) -> None:
+    """TypeError/ValueError unless `out` is a numpy array that can take a result of `shape`
+    and `dtype` in place: that shape and dtype, C-contiguous, writeable (`expected` names
+    what else the caller would have taken, for the TypeError)."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out: expected {expected}, got {type(out).__name__}")
+    if out.shape != shape or out.dtype != dtype:
+        raise ValueError(f"out: expected a numpy array of shape {shape} and dtype {dtype}, got {out.shape} {out.dtype}")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("out: the numpy array must be C-contiguous and writeable")

@@ -36,7 +36,7 @@ import numpy as np
 from farm.catalog import KernelSpec, check_launch
 from farm.gpu import MAX_GROUPS_PER_DIM, Buffer, Device, GpuError, Pipeline, fold_groups
 from farm.oracle.launch import compile_launch
-from farm.runtime.arrays import DeviceArray, _Storage
+from farm.runtime.arrays import DeviceArray, _Storage, check_host_array
 from farm.runtime.pool import BufferPool, Slab
 from farm.runtime.transfers import Read, give_back, read_back, reads_of, write
 from farm.runtime.validation import check_output_limits
@@ -137,16 +137,8 @@ def check_host_out(plan: CallPlan, inputs: dict, out: dict) -> None:
     for name, array in out.items():
         if type(array) is DeviceArray:
             raise TypeError("out: numpy arrays and DeviceArrays can't be mixed in one call")
-        if not isinstance(array, np.ndarray):
-            raise TypeError(f"out: expected a numpy array or a DeviceArray, got {type(array).__name__}")
         slot = slots[name]
-        if array.shape != slot.shape or array.dtype != slot.dtype:
-            raise ValueError(
-                f"out: expected a numpy array of shape {slot.shape} and dtype {slot.dtype}, "
-                f"got {array.shape} {array.dtype}"
-            )
-        if not (array.flags.c_contiguous and array.flags.writeable):
-            raise ValueError("out: the numpy array must be C-contiguous and writeable")
+        check_host_array(array, slot.shape, slot.dtype, "a numpy array or a DeviceArray")
         clash = [n for n, v in inputs.items() if isinstance(v, np.ndarray) and np.shares_memory(v, array)]
         clash += [n for n, v in out.items() if n != name and np.shares_memory(v, array)]
         if clash:
