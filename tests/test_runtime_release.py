@@ -66,3 +66,35 @@ def test_pipeline_is_compiled_once_per_kernel_and_schedule(device, tmp_path):
         rt.topk(np.arange(n, dtype=np.float32), 3)
     assert device.cached_pipelines == before
     rt.close()
+
+
+def test_a_slab_whose_buffer_the_garbage_collector_released_never_comes_back(device, tmp_path):
+    """A DeviceArray caught in a reference cycle is collected with its buffer, and the
+    cycle's finalizers run in no fixed order: the array may give its slab back after the
+    buffer's finalizer released it, or before. Either way the pool drops that slab, and
+    the next call gets a live buffer (CI once bound a dead one: 'must be a cdata pointer')."""
+    from farm.runtime.pool import BufferPool
+
+    pool = BufferPool(device)
+    before = device.bytes_in_use
+    first = pool.take(4096)
+    first.handle._release()  # finalized while held, then given back
+    pool.give(first)
+    assert not first.live and pool.held == 0 and pool.idle == 0
+    second = pool.take(4096)
+    assert second is not first
+    pool.give(second)
+    second.handle._release()  # finalized after it was given back
+    third = pool.take(4096)
+    assert third is not second and not second.live and third.handle._internal is not None
+    pool.give(third)
+    pool.close()
+    assert device.bytes_in_use == before
+
+    rt = ForgeRuntime(db=f"sqlite:///{tmp_path / 'absent.db'}", device=device)
+    x = rt.asarray(np.ones(8, np.float32))
+    x._storage.slab.handle._release()
+    del x
+    a = np.ones((8, 8), np.float32)
+    np.testing.assert_array_equal(rt.gemv(a, np.ones(8, np.float32)), np.full(8, 8, np.float32))
+    rt.close()

@@ -68,6 +68,15 @@ class Slab:
         return view
 
 
+def _released(handle: Any) -> bool:
+    """Whether wgpu-py has released this buffer object (its finalizer ran). A DeviceArray
+    caught in a reference cycle (an exception's traceback holding its frame, say) is
+    collected together with its slab and buffer; the cycle's finalizers run in no fixed
+    order, so the array's may give the slab back before or after the buffer's released it
+    (a later call then bound a dead buffer: "must be a cdata pointer, not NoneType")."""
+    return getattr(handle, "_internal", True) is None
+
+
 class BufferPool:
     """Buffers of one Device, handed out by size class; thread-safe (an RLock: a DeviceArray
     collected by the garbage collector during a call gives its buffer back on that thread)."""
@@ -98,10 +107,13 @@ class BufferPool:
                     self._requests.clear()
                 size = size_class(nbytes, self._largest)
                 free = self._requests[(use, nbytes)] = self._by_class.setdefault((use, size), [])
-            if free:
+            while free:
                 slab = free.pop()
                 del self._free[slab.serial]
                 self.idle -= slab.capacity
+                if _released(slab.handle):  # finalized after it came back (see give): drop it
+                    self._forget(slab)
+                    continue
                 self.held += slab.capacity
                 return slab
             return self._create(size_class(nbytes, self._largest), use, free)
@@ -128,6 +140,9 @@ class BufferPool:
             if not slab.live or slab.serial in self._free:
                 return
             self.held -= slab.capacity
+            if _released(slab.handle):
+                self._forget(slab)
+                return
             self.idle += slab.capacity
             self._free[slab.serial] = slab
             slab.free_list.append(slab)
@@ -155,6 +170,11 @@ class BufferPool:
             )
         while self.held + self.idle + size > self.capacity and self._free:
             self._destroy_oldest()
+
+    def _forget(self, slab: Slab) -> None:
+        """`slab` out of the pool's accounts for good (its buffer is gone already)."""
+        slab.live = False
+        self.device.track(-slab.capacity)
 
     def _destroy_oldest(self) -> None:
         _, slab = self._free.popitem(last=False)
