@@ -152,10 +152,10 @@ struct Params { m: u32, n: u32, kp: u32, np: u32, groups_n: u32, groups: u32, pa
 @group(0) @binding(3) var<uniform> p: Params;
 @group(0) @binding(4) var<storage, read> partials: array<f32>;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+    let i = (wid.x + wid.y * nwg.x) * {{WG}}u + lid;
     let count = p.m * p.n;
     if (i >= count) {
         return;

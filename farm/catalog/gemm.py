@@ -222,7 +222,7 @@ class Gemm(KernelSpec):
             return Launch(source=render(parts["kernel"], values), args=args, groups=groups)
         # split_k: the ranges' partial tiles into a scratch, then one pass sums them into C
         args.append(Arg("partials", "storage", dtype=np.float32, shape=(t.splits * m * n,)))
-        total = render(parts["split_sum"], {"SPLITS": t.splits})
+        total = render(parts["split_sum"], {"SPLITS": t.splits, "WG": SPLIT_SUM_WG})
         return Launch(
             source=render(parts["kernel"], values),
             args=args,

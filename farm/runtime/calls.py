@@ -148,6 +148,17 @@ def check_host_out(plan: CallPlan, inputs: dict, out: dict) -> None:
 _serial = attrgetter("serial")
 
 
+def encode_passes(encoder, passes: list) -> None:
+    """One compute pass per (pipeline handle, bind group, grid): what a call records, and
+    what plain wgpu-py's floor (farm.runtime.costs) records for the same passes."""
+    for pipeline, bind_group, grid in passes:
+        compute_pass = encoder.begin_compute_pass()
+        compute_pass.set_pipeline(pipeline)
+        compute_pass.set_bind_group(0, bind_group)
+        compute_pass.dispatch_workgroups(*grid)
+        compute_pass.end()
+
+
 class Caller:
     """Plans and runs calls for one ForgeRuntime (its device, pool and lock are the runtime's)."""
 
@@ -262,12 +273,7 @@ class Caller:
                     else:
                         taken.append(slab)
                 slabs.append(slab)
-            for pipeline, bind_group, grid in self._bound(plan, slabs):
-                compute_pass = encoder.begin_compute_pass()
-                compute_pass.set_pipeline(pipeline)
-                compute_pass.set_bind_group(0, bind_group)
-                compute_pass.dispatch_workgroups(*grid)
-                compute_pass.end()
+            encode_passes(encoder, self._bound(plan, slabs))
             if to_device:
                 self.device.device.queue.submit([encoder.finish()])
                 return results

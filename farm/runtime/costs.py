@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from farm.runtime.calls import encode_passes
 from farm.runtime.pool import BufferPool
 
 
@@ -69,7 +70,7 @@ def plain_dispatch(gpu, passes: list, wait: bool = True) -> None:
     wgpu objects): an encoder, a compute pass each, finish, submit and, with `wait`, a
     blocking poll. The floor a DeviceArray call with a sync each call is measured against."""
     encoder = gpu.create_command_encoder()
-    _encode(encoder, passes)
+    encode_passes(encoder, passes)
     gpu.queue.submit([encoder.finish()])
     if wait:
         gpu._poll_wait()
@@ -83,7 +84,7 @@ def plain_transfer(gpu, writes: list, passes: list, reads: list) -> list[np.ndar
     for buffer, array in writes:
         gpu.queue.write_buffer(buffer, 0, array)
     encoder = gpu.create_command_encoder()
-    _encode(encoder, passes)
+    encode_passes(encoder, passes)
     for buffer, staging, nbytes in reads:
         encoder.copy_buffer_to_buffer(buffer, 0, staging, 0, nbytes)
     gpu.queue.submit([encoder.finish()])
@@ -93,15 +94,6 @@ def plain_transfer(gpu, writes: list, passes: list, reads: list) -> list[np.ndar
         out.append(np.frombuffer(staging.read_mapped(0, nbytes, copy=False), np.uint8).copy())
         staging.unmap()
     return out
-
-
-def _encode(encoder, passes: list) -> None:
-    for pipeline, bind_group, grid in passes:
-        compute_pass = encoder.begin_compute_pass()
-        compute_pass.set_pipeline(pipeline)
-        compute_pass.set_bind_group(0, bind_group)
-        compute_pass.dispatch_workgroups(*grid)
-        compute_pass.end()
 
 
 class NoBuffer:

@@ -14,7 +14,7 @@ import functools
 import numpy as np
 
 from farm import catalog
-from farm.runtime.arrays import DeviceArray
+from farm.runtime.arrays import DeviceArray, check_host_array
 from farm.runtime.validation import (
     as_array,
     as_count,
@@ -209,13 +209,15 @@ class KernelMethods:
         check_input_limits("fft", {"signal": signal}, self.binding_limit)
         points = _as(signal if isinstance(signal, DeviceArray) else np.ascontiguousarray(signal), (batch, n, 2), F32[0])
         target = None
-        if out is not None:
-            kind = "a numpy array" if isinstance(out, np.ndarray) else "a DeviceArray"
-            if not isinstance(out, (DeviceArray, np.ndarray)) or out.shape != signal.shape or out.dtype != signal.dtype:
-                what = f"{out.shape} {out.dtype}" if isinstance(out, (DeviceArray, np.ndarray)) else type(out).__name__
-                raise ValueError(f"out: expected {kind} of shape {signal.shape} and dtype {signal.dtype}, got {what}")
-            if isinstance(out, np.ndarray) and not out.flags.c_contiguous:
-                raise ValueError("out: the numpy array must be C-contiguous and writeable")
+        if isinstance(out, DeviceArray):
+            if out.shape != signal.shape or out.dtype != signal.dtype:
+                raise ValueError(
+                    f"out: expected a DeviceArray of shape {signal.shape} and dtype {signal.dtype}, "
+                    f"got {out.shape} {out.dtype}"
+                )
+            target = _as(out, (batch, n, 2), F32[0])
+        elif out is not None:
+            check_host_array(out, signal.shape, signal.dtype, "a numpy array or a DeviceArray")
             target = _as(out, (batch, n, 2), F32[0])
         y = self._run("fft", {"n": n, "batch": batch}, {"x": points}, out=_out("y", target))["y"]
         if out is not None:
