@@ -89,23 +89,25 @@ def timeline(db) -> dict:
     the order it ran them): `trials_s` from a problem's first trial to its last, `winner_s`
     from its last trial to its winner stored (re-measurement), `gaps_s` from the previous
     winner (or the campaign's start) to the problem's first trial (its inputs, its
-    reference, its first compile: what prefetch hides behind the previous problem)."""
+    reference, its first compile: what prefetch hides behind the previous problem). Method:
+    host wall clock of the driver's SQL writes (finished_at, updated_at), so each span also
+    holds the recorder's batching (a few ms), never GPU time."""
     from sqlalchemy import text
 
     with db.engine.connect() as conn:
         started = conn.execute(text("SELECT MIN(started_at) FROM campaigns")).scalar()
         trials = conn.execute(text("SELECT kernel, problem, finished_at FROM trials ORDER BY id")).all()
         stored = dict(((k, p), u) for k, p, u in conn.execute(text("SELECT kernel, problem, updated_at FROM winners")))
-    stamp = _stamp
-    spans: list[list] = []
+    spans: list[list] = []  # [(kernel, problem), first trial, last trial], in run order
     for kernel, problem, finished in trials:
+        at = _stamp(finished)
         if not spans or spans[-1][0] != (kernel, problem):
-            spans.append([(kernel, problem), stamp(finished), stamp(finished)])
-        spans[-1][2] = stamp(finished)
+            spans.append([(kernel, problem), at, at])
+        spans[-1][2] = at
     out = {"trials_s": 0.0, "winner_s": 0.0, "gaps_s": 0.0}
-    previous = stamp(started) if started is not None else None
+    previous = _stamp(started) if started is not None else None
     for key, first, last in spans:
-        done = stamp(stored[key]) if key in stored else last
+        done = _stamp(stored[key]) if key in stored else last
         out["trials_s"] += (last - first).total_seconds()
         out["winner_s"] += max(0.0, (done - last).total_seconds())
         if previous is not None:
@@ -114,9 +116,8 @@ def timeline(db) -> dict:
     return {k: round(v, 1) for k, v in out.items()}
 
 
-def _stamp(value):
-    import datetime
-
+def _stamp(value) -> datetime.datetime:
+    """A SQL timestamp (a datetime on PostgreSQL, text on SQLite) as a datetime."""
     return value if isinstance(value, datetime.datetime) else datetime.datetime.fromisoformat(str(value))
 
 
