@@ -5,14 +5,15 @@ writes in place, and misuse is a ValueError naming the argument."""
 import gc
 import re
 import threading
+import time
 
 import numpy as np
 import pytest
 from runtime_cases import f32, method_cases, rng
-from wgpu.backends.wgpu_native._ffi import ffi, lib
 
 from farm import ForgeRuntime
 from farm.catalog.recurrent import reference_recurrent
+from farm.gpu.waits import SpinWait
 from farm.runtime.arrays import DeviceArray
 
 
@@ -268,11 +269,51 @@ def test_a_spinning_synchronize_waits_for_the_chain_like_a_blocking_one(device, 
         for _ in range(3):  # a chain of dependent calls, one sync
             y = runtime.gemv(d, runtime.gemv(runtime.asarray(a.T.copy()), y))
         runtime.synchronize()
-        assert lib.wgpuDevicePoll(device.device._internal, False, ffi.NULL)  # nothing left in flight
+        assert SpinWait(device.device).wait(0.0)  # nothing left in flight (one poll runs its callback)
         got = y.numpy()
         expected = got if expected is None else expected
         np.testing.assert_array_equal(got, expected)
         runtime.close()
+
+
+# Each invocation runs `params.x` xorshift steps (lavapipe ends a loop after 65535 of them).
+LONG_LOOP = """
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@group(0) @binding(1) var<uniform> params: vec4<u32>;
+@compute @workgroup_size(1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    var acc = (gid.x & 63u) + 1u;  // every invocation that writes a slot writes the same value
+    for (var i = 0u; i < params.x; i = i + 1u) { acc ^= acc << 13u; acc ^= acc >> 17u; acc ^= acc << 5u; }
+    out[gid.x & 63u] = acc;
+}
+"""
+
+
+def test_a_spinning_wait_idle_returns_only_once_a_long_kernel_is_done(device):
+    """wgpuDevicePoll's result is no "queue empty" (a one-byte Rust bool read as 32 bits:
+    true while busy, on the H200 and lavapipe), so a spinning wait that trusted it returned
+    at once. On a kernel of >= 60 ms (more workgroups until it is): after
+    wait_idle(spin_s=1.0) a blocking wait finds nothing left, and the results are the
+    blocking wait's."""
+    pipeline = device.pipeline(LONG_LOOP, label="long_loop")
+    out, params = device.empty(4 * 64), device.upload(np.array([10_000, 0, 0, 0], np.uint32), "uniform")
+    groups, kernel_s = 512, 0.0
+    while kernel_s < 0.06 and groups < 2**30:
+        groups *= 2
+        start = time.perf_counter()
+        device.dispatch(pipeline, [out, params], groups)
+        kernel_s = time.perf_counter() - start
+    blocking = device.read(out, np.uint32)
+    device.release(out)
+    out = device.empty(4 * 64)
+    device.dispatch(pipeline, [out, params], groups, wait=False)
+    device.wait_idle(spin_s=1.0)
+    start = time.perf_counter()
+    device.wait_idle()
+    left_s = time.perf_counter() - start
+    assert left_s < 0.2 * kernel_s, f"{left_s * 1e3:.1f} ms still to wait for a {kernel_s * 1e3:.0f} ms kernel"
+    np.testing.assert_array_equal(device.read(out, np.uint32), blocking)
+    device.release(out, params)
 
 
 @pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), 2e6, "fast", None, True])

@@ -11,7 +11,6 @@ import hashlib
 import json
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +26,7 @@ from farm.gpu.adapter import (
     refuse_cpu,
 )
 from farm.gpu.timing import TimedDevice, Timing
+from farm.gpu.waits import SpinWait
 
 STAGING_KEEP = 8  # free readback staging buffers a Device keeps for reuse (a worker has ~6 in flight)
 
@@ -147,6 +147,7 @@ class Device(TimedDevice):
         self._pipelines: dict[str, Pipeline] = {}
         self._staging_buffers: list = []  # reused readback buffers, least recently used first
         self._staging_lock = threading.Lock()
+        self._spin_wait: SpinWait | None = None  # made on the first spinning wait
         self.bytes_in_use = 0
         self.bytes_peak = 0
 
@@ -339,19 +340,18 @@ class Device(TimedDevice):
             raise GpuError("dispatch", str(exc), label, schedule) from exc
 
     def wait_idle(self, spin_s: float = 0.0) -> None:
-        """Block until submitted work is done. wgpu-py 0.32's on_submitted_work_done_sync
-        has a broken callback signature, so poll the device (wgpuDevicePoll, wait=True).
-        With `spin_s` > 0 it first polls without blocking for up to that long (a core busy
-        meanwhile): a short kernel's wait then ends when the GPU does, not when the driver
+        """Block until submitted work is done (wgpuDevicePoll, wait=True; wgpu-py 0.32's
+        on_submitted_work_done_sync has a broken callback signature). With `spin_s` > 0 it
+        first polls without blocking for up to that long until the queue's work-done
+        callback runs (a core busy meanwhile; `farm.gpu.waits`: the poll's own result is
+        garbage): a short kernel's wait then ends when the GPU does, not when the driver
         wakes a sleeping thread (the lever behind submit+wait's 121 us on the H200 against
         torch's 20 us op + synchronize; benchmarks/runtime_calls.py measures both waits)."""
         if spin_s > 0:
-            from wgpu.backends.wgpu_native._ffi import ffi, lib
-
-            internal, deadline = self.device._internal, time.perf_counter() + spin_s
-            while time.perf_counter() < deadline:
-                if lib.wgpuDevicePoll(internal, False, ffi.NULL):  # true: the queue is empty
-                    return
+            if self._spin_wait is None:
+                self._spin_wait = SpinWait(self.device)
+            if self._spin_wait.wait(spin_s):
+                return
         self.device._poll_wait()
 
     def _encode_pass(self, encoder, pipeline: Pipeline, bind_group, groups, timestamp_writes=None):
