@@ -18,6 +18,12 @@
 #            (both forms), the runtime's per-call costs (spin and numpy out= columns)
 #   part 11: (one GPU) two independent campaigns re-timed (stability.py --all); their
 #            databases come back as a.db and b.db
+#   part 12: (one GPU; carry .h200/s9a.db, part 11's a.db) whether background host work moves
+#            a trial's GPU time (trial_interference.py), the runtime's per-call costs on
+#            part 11's winners with the fixed spinning wait (no host-cost stubs)
+#   part 13: (one GPU) after the timed reps went into one submission: the interference
+#            probe again, then two independent campaigns re-timed (stability.py --all)
+#   part 14: (one GPU) the interference probe with contiguous lead-ins of 10/30/100 ms
 # Results land flat in $OUT (the device tool brings back at most 8 files).
 set -u
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -47,7 +53,11 @@ chunked()   { step "$1" python3 benchmarks/recurrent_chunked.py --out "$W/rch"
               cp "$W"/rch/*recurrent-chunked.json "$OUT"/ 2>/dev/null; }
 calls()     { step "$1" python3 benchmarks/runtime_calls.py --out "$W/rc"
               cp "$W"/rc/runtime-calls.md "$W"/rc/runtime-calls.json "$OUT"/ 2>/dev/null; }
-stability() { step "$1" python3 benchmarks/stability.py --all --out "$W/stab" --label h200-s8
+interference() { step "$1" python3 benchmarks/trial_interference.py --out "$W/ti"
+                 cp "$W"/ti/trial-interference.json "$OUT"/ 2>/dev/null; }
+calls_tuned() { step "$1" python3 benchmarks/runtime_calls.py --db "sqlite:///$PWD/.h200/s9a.db" --skip-costs --settle-s 4 --out "$W/rc"
+                cp "$W"/rc/runtime-calls.md "$W"/rc/runtime-calls.json "$OUT"/ 2>/dev/null; }
+stability() { step "$1" python3 benchmarks/stability.py --all --out "$W/stab" --label "${LABEL:-h200-s8}"
               cp "$W"/stab/*-stability.json "$OUT"/ 2>/dev/null
               cp "$W"/stab/*-stability/a.db "$W"/stab/*-stability/b.db "$OUT"/ 2>/dev/null; }
 nvidia-smi -L | tee -a "$LOG"
@@ -63,6 +73,9 @@ case "${PART:-1}" in
   9) overhead 60; tune 240; bench 160 ;;  # session 5: after the multi-pass ternary kernel
   10) overheads 60; chunked 300; calls 200 ;;  # session 8's predictions, call 1
   11) stability 560 ;;  # session 8's predictions, call 2
+  12) interference 150; calls_tuned 330 ;;  # session 9: the stability misses' cause, the fixed spin
+  13) interference 120; LABEL=h200-s9 stability 420 ;;  # session 9: one-submission timed reps
+  14) interference 150 ;;  # session 9: does a contiguous lead-in bring the clocks back?
   *) sweep 150; CONFIGS=${CONFIGS:-288} tp 200 1,2; overhead 60; variants 90 ;;
 esac
 ls -la "$OUT"

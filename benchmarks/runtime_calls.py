@@ -89,7 +89,7 @@ KERNEL = {"recurrent_attention": "recurrent"}
 SPIN_WAIT_S = 1e-3  # device_spin_ms: ForgeRuntime(spin_wait_us=1000), polls without sleeping for up to 1 ms
 
 
-def runtime_row(rt, torch, floor, label, method, args, kwargs) -> dict:
+def runtime_row(rt, torch, floor, label, method, args, kwargs, costs: bool = True) -> dict:
     fn = getattr(rt, method)
     row = {"case": label, "method": "host wall, sync each call"}
     row["numpy_ms"] = per_call(lambda: fn(*args, **kwargs)) * 1e3
@@ -117,7 +117,8 @@ def runtime_row(rt, torch, floor, label, method, args, kwargs) -> dict:
     row["numpy_overhead_us"] = (row["numpy_ms"] - row["floor_ms"] - row["kernel_ms"]) * 1e3
     key = (spec.name, schedule, problem)
     plan = next(p for p in rt._caller._plans.values() if (p.spec.name, p.schedule, p.problem) == key)
-    row.update(host_costs(rt, plan, lambda: fn(*args, **kwargs), on_device, host_inputs, outs))
+    if costs:
+        row.update(host_costs(rt, plan, lambda: fn(*args, **kwargs), on_device, host_inputs, outs))
     if torch is not None:
         row.update(torch_row(torch, spec, problem, inputs, schedule))
     for a in device_args:
@@ -304,8 +305,9 @@ def markdown(result: dict) -> str:
     lines = [f"# ForgeRuntime per call ({result['adapter']}, {result['date']})", "", "## Floors", ""]
     lines += [f"- {k}: {v:.3g}" for k, v in {**result["wgpu_floors"], **result.get("torch_floors", {})}.items()]
     lines += [f"- runtime {k}: {v:.3g}" for k, v in result["runtime_transfers"].items()]
-    lines += [f"- runtime Python per call, wgpu stubbed, less the stubbed floor (recurrent E=96 on DeviceArrays, "
-              f"sync each call): {result['runtime_python_us']:.3g} us"]
+    if result.get("runtime_python_us") is not None:
+        lines += [f"- runtime Python per call, wgpu stubbed, less the stubbed floor (recurrent E=96 on DeviceArrays, "
+                  f"sync each call): {result['runtime_python_us']:.3g} us"]
     lines += ["", "## Per call (host wall with a sync each call; kernel_ms by GPU timestamps; floor_ms: plain",
               "wgpu-py doing the same transfers; overheads: numpy_ms - floor_ms - kernel_ms and",
               "device_ms - kernel_ms - submit_wait; numpy_out_ms: the numpy calls writing into reused",
@@ -323,7 +325,7 @@ def markdown(result: dict) -> str:
         ok = isinstance(row.get(a), float) and isinstance(row.get(b), float)
         return f"{row[a] / row[b]:.2f}x" if ok else "-"
 
-    for row in result["kernels"] + result["chains"]:
+    for row in result["kernels"] + result.get("chains", []):
         lines.append(
             f"| {row['case']} | " + " | ".join(cell(row, c) for c in cols)
             + f" | {ratio(row, 'numpy_ms', 'vendor_numpy_ms')} | {ratio(row, 'numpy_out_ms', 'vendor_numpy_ms')}"
@@ -353,6 +355,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--allow-cpu", action="store_true")
     parser.add_argument("--settle-s", type=float, default=8.0)
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="only the kernel cases whose label contains TEXT (repeatable)")
+    parser.add_argument("--skip-costs", action="store_true",
+                        help="skip where the host time goes (the stubbed-wgpu runs: most of a row's time)")
+    parser.add_argument("--skip-chains", action="store_true")
     args = parser.parse_args()
     rt = ForgeRuntime(db=args.db)
     if rt.profile.is_cpu and not args.allow_cpu:
@@ -374,17 +381,21 @@ def main() -> int:
     result["kernels"] = []
     floor = TransferFloor()
     submit_wait = result["wgpu_floors"]["submit_wait_us"]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     for label, method, a, kw in cases(args.quick):
-        row = runtime_row(rt, torch, floor, label, method, a, kw)
+        if args.only and not any(text in label for text in args.only):
+            continue
+        row = runtime_row(rt, torch, floor, label, method, a, kw, costs=not args.skip_costs)
         row["device_overhead_us"] = (row["device_ms"] - row["kernel_ms"]) * 1e3 - submit_wait
         row["device_spin_overhead_us"] = (row["device_spin_ms"] - row["kernel_ms"]) * 1e3 - submit_wait
         result["kernels"].append(row)
         print(json.dumps(result["kernels"][-1]), flush=True)
-    result["chains"] = chains(rt, torch, args.quick)
-    e96 = next(row for row in result["kernels"] if row["case"] == "recurrent E=96")
-    result["runtime_python_us"] = e96["device_python_us"]  # the figure NOTES.md follows
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+        (out / "runtime-calls.json").write_text(json.dumps(result, indent=2))  # what a cut-short run had
+    if not args.skip_chains:
+        result["chains"] = chains(rt, torch, args.quick)
+    e96 = next((row for row in result["kernels"] if row["case"] == "recurrent E=96"), {})
+    result["runtime_python_us"] = e96.get("device_python_us")  # the figure NOTES.md follows
     (out / "runtime-calls.json").write_text(json.dumps(result, indent=2))
     text = markdown(result)
     (out / "runtime-calls.md").write_text(text)

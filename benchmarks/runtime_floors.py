@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from farm.gpu.waits import SpinWait
 from farm.runtime.costs import plain_dispatch, plain_transfer
 
 COPY = """@group(0) @binding(0) var<storage, read> src: array<u32>;
@@ -66,12 +67,13 @@ def wgpu_floors(big: int) -> dict[str, float]:
     def submit_only():  # the submission's own host cost: no wait (the GPU drains between samples)
         plain_dispatch(dev, [(pipe, bind, (16, 1, 1))], wait=False)
 
-    def submit_spin():  # the lever to try on the wait: a busy non-blocking poll until the queue is empty
-        from wgpu.backends.wgpu_native._ffi import ffi, lib
+    spin = SpinWait(dev)
 
+    def submit_spin():  # the lever to try on the wait: non-blocking polls until the work-done callback ran
+        # (not until wgpuDevicePoll returns true: its WGPUBool's upper bytes are garbage, farm.gpu.waits)
         plain_dispatch(dev, [(pipe, bind, (16, 1, 1))], wait=False)
-        while not lib.wgpuDevicePoll(dev._internal, False, ffi.NULL):
-            pass
+        if not spin.wait(1.0):
+            dev._poll_wait()
 
     def round_trip():
         dev.queue.write_buffer(src, 0, small)

@@ -115,6 +115,64 @@ def test_timing_reports_ordered_quantiles_over_reps(device):
     np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32) * 2)
 
 
+def _double_pipeline(device):
+    source = """
+    @group(0) @binding(0) var<storage, read_write> out: array<f32>;
+    @compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+        if (g.x < arrayLength(&out)) { out[g.x] = f32(g.x) * 2.0; }
+    }
+    """
+    return device.pipeline(source, label="double")
+
+
+def test_timestamp_reps_run_in_one_submission_behind_a_lead_in_when_short(device, monkeypatch):
+    # one submission a rep let a GIL-holding host thread space the reps out: the H200 idled
+    # between them, dropped its clocks and read trials 4-6x slow (trial_interference.py)
+    from farm.gpu import timing as timing_module
+
+    if not device.timestamps:
+        pytest.skip("no timestamp queries on this adapter")
+    pipeline, buf = _double_pipeline(device), device.empty(4 * 1000)
+    calls = [(pipeline, device.bind(pipeline, [buf]), (16, 1, 1))]
+    leads, encoded, submits = [], [], []
+    real, queue_type = timing_module.TimedDevice._timestamp_submission, type(device.device.queue)
+    real_submit = queue_type.submit
+
+    def spy(self, calls, reps, schedule, lead):
+        leads.append(lead)
+        before = len(submits)
+        try:
+            return real(self, calls, reps, schedule, lead)
+        finally:
+            encoded.append(len(submits) - before)
+
+    def counting_submit(queue, buffers):
+        submits.append(len(buffers))
+        return real_submit(queue, buffers)
+
+    monkeypatch.setattr(timing_module.TimedDevice, "_timestamp_submission", spy)
+    monkeypatch.setattr(queue_type, "submit", counting_submit)
+    monkeypatch.setattr(timing_module, "LEAD_IN_S", 10.0)  # 7 reps of a tiny kernel are shorter
+    monkeypatch.setattr(timing_module, "MAX_LEAD_PASSES", 5)
+    timing = device.time_calls(calls, warmup=0, reps=7)
+    assert timing.reps == 7 and timing.method == "timestamp"
+    # each timing: one submission of every pass (the second behind 5 untimed ones), one of the read back
+    assert leads == [0, 5] and encoded == [2, 2]
+    monkeypatch.setattr(timing_module, "LEAD_IN_S", 0.0)  # long enough: timed once, no lead-in
+    leads.clear()
+    device.time_calls(calls, warmup=0, reps=7)
+    assert leads in ([0], [0, 1])  # [0, 1] only when the clocks read as rising (_rising)
+    device.release(buf)
+
+
+def test_rising_samples_are_the_ones_whose_first_third_is_slower_than_the_last():
+    from farm.gpu.timing import _rising
+
+    assert _rising([300.0, 290, 280, 100, 100, 100, 100, 101, 100])
+    assert not _rising([100.0, 101, 100, 100, 102, 100, 101, 100, 100])
+    assert not _rising([300.0, 100])  # too few to tell
+
+
 def test_buffers_are_accounted_and_released(device):
     before = device.memory()["in_use"]
     bufs = [device.upload(np.ones(100, np.float32)), device.empty(1000)]
@@ -136,6 +194,9 @@ COUNTER = """
 
 
 def _warm_settings(device, monkeypatch, least, idle, most):
+    # the warm-up tests count dispatches: the timed reps' own lead-in (a separate rule) stays off
+    monkeypatch.setattr("farm.gpu.timing.LEAD_IN_S", 0.0)
+    monkeypatch.setattr("farm.gpu.timing._rising", lambda samples: False)
     monkeypatch.setattr(device, "warm_s", least)
     monkeypatch.setattr(device, "warm_idle_s", idle)
     monkeypatch.setattr(device, "warm_max_s", most)

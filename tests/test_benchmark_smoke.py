@@ -1,0 +1,45 @@
+"""Smoke runs on the CPU adapter of benchmarks/trial_interference.py and of
+benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains): each
+runs, writes its JSON and reports every row it measured (the numbers mean something on
+GPUs only)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _run(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent)}
+    return subprocess.run([sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)  # fmt: skip
+
+
+def test_trial_interference_reports_every_condition_against_its_quiet_rounds(tmp_path):
+    run = _run("trial_interference.py", "--allow-cpu", "--rounds", "1", "--schedules", "4", "--out", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    rows = json.loads((tmp_path / "trial-interference.json").read_text())["rows"]
+    conditions = [row["condition"] for row in rows]
+    assert conditions[0] == "quiet" and {"prefetch", "numpy", "python", "python+lead10", "quiet again"} <= set(conditions)
+    assert rows[0]["median_ratio"] == 1.0 and all(row["median_ratio"] > 0 for row in rows)
+    assert all(row["method"] == "timestamp" and row["schedules"] >= 1 for row in rows)
+
+
+def test_trial_interference_refuses_a_cpu_adapter_unless_told(tmp_path):
+    run = _run("trial_interference.py", "--out", str(tmp_path), timeout=120)
+    assert run.returncode == 2 and "CPU adapter" in run.stderr
+
+
+def test_runtime_calls_cut_down_to_one_case_writes_its_row(tmp_path):
+    run = _run("runtime_calls.py", "--quick", "--allow-cpu", "--settle-s", "0", "--only", "gemm 64^3",
+               "--skip-costs", "--skip-chains", "--out", str(tmp_path))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads((tmp_path / "runtime-calls.json").read_text())
+    (row,) = result["kernels"]
+    assert row["case"] == "gemm 64^3" and "device_python_us" not in row and "chains" not in result
+    assert row["device_spin_ms"] >= row["kernel_ms"] > 0  # a spinning sync waits for the kernel
+    assert result["wgpu_floors"]["submit_spin_us"] > 0
+    assert "| gemm 64^3 |" in (tmp_path / "runtime-calls.md").read_text()
