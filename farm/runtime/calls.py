@@ -16,10 +16,16 @@ of the inputs' shapes, then sorts every arg of the launch into one of:
   (both count in `capacity_bytes`).
 Pipelines are compiled once (the Device caches them), bind groups are cached per set of
 buffers (by the pool slabs' serials: a repeated call makes no bind group and no buffer
-view). A call is one submission: uploads by `queue.write_buffer`, the passes, and for
-numpy outputs one copy each into one reused staging buffer, mapped once
-(farm.runtime.transfers). With a DeviceArray anywhere among the inputs the call returns
-after the submission.
+view). A call with numpy inputs or outputs is one submission: uploads by
+`queue.write_buffer`, the passes, and for numpy outputs one copy each into one reused
+staging buffer, mapped once (farm.runtime.transfers). A call on DeviceArrays alone is
+recorded, not submitted: its passes join one command encoder with the calls after it,
+submitted every FLUSH_CALLS calls or as soon as anything else needs the GPU (a read,
+`synchronize`, a numpy call, an upload, a plan's release), so a chain pays a submission
+(53 us of host time on the H200, benchmarks/runtime_calls.py's submit_only) every
+FLUSH_CALLS calls, not every call. The slabs such passes bind are pinned in the pool
+until the submission (farm.runtime.pool): released meanwhile, they are neither reused
+nor destroyed.
 
 A call makes the wgpu calls plain wgpu-py makes for the same work and no more, fewer for
 numpy outputs (tests/test_runtime_costs.py counts them; farm.runtime.costs).
@@ -28,121 +34,23 @@ numpy outputs (tests/test_runtime_costs.py counts them; farm.runtime.costs).
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
 
 from farm.catalog import KernelSpec, check_launch
-from farm.gpu import MAX_GROUPS_PER_DIM, Buffer, Device, GpuError, Pipeline, fold_groups
+from farm.gpu import Buffer, Device, GpuError
 from farm.oracle.launch import compile_launch
-from farm.runtime.arrays import DeviceArray, _Storage, check_host_array
+from farm.runtime.arrays import DeviceArray, _Storage
+from farm.runtime.plans import CallPlan, Slot, grid_of, same_bytes
 from farm.runtime.pool import BufferPool, Slab
-from farm.runtime.transfers import Read, give_back, read_back, reads_of, write
+from farm.runtime.transfers import give_back, read_back, reads_of, write
 from farm.runtime.validation import check_output_limits
 from farm.schedule import Problem, Schedule
 
 MAX_PLANS = 256  # plans kept per runtime (each holds its constants and scratch on the device)
 MAX_BIND_SETS = 16  # bind-group sets kept per plan
-
-
-@dataclass
-class Slot:
-    """How one launch arg gets its buffer in a call."""
-
-    role: str  # "input" | "transformed" | "constant" | "output" | "scratch"
-    name: str  # the input's name (input, transformed), else the arg's
-    kind: str  # binding kind: read | storage | uniform
-    nbytes: int
-    dtype: np.dtype | None = None
-    shape: tuple[int, ...] = ()
-    buffer: Buffer | None = None  # constant and scratch: the plan's own
-
-
-@dataclass
-class CallPlan:
-    spec: KernelSpec
-    schedule: Schedule
-    problem: Problem
-    pipelines: list[Pipeline]
-    passes: list  # (bindings, grid) per pass, in order
-    slots: list[Slot]
-    owned: list[Buffer]  # constants: the plan's own device buffers
-    held: list[Slab]  # scratch: pool slabs the plan holds while it lives (they count in capacity_bytes)
-    bind_sets: OrderedDict = field(default_factory=OrderedDict)  # slabs' serials -> (pipeline, bind group, grid)s
-    last: tuple = field(default=((), ()), init=False)  # the last call's slabs and their bind_sets entry
-    # What a call fills, in order: the inputs' slots (input and transformed), then the outputs'.
-    inputs: list[Slot] = field(init=False)
-    outputs: list[Slot] = field(init=False)
-    filled: list[int] = field(init=False)  # the index in `slots` of each of inputs + outputs
-    transformed: bool = field(init=False)  # any arg recomputed on the host per call
-    reads: list[Read] = field(init=False)  # the outputs in a numpy call's staging buffer
-    read_bytes: int = field(init=False)
-
-    def __post_init__(self):
-        roles = [slot.role for slot in self.slots]
-        self.inputs = [slot for slot in self.slots if slot.role in ("input", "transformed")]
-        self.outputs = [slot for slot in self.slots if slot.role == "output"]
-        self.filled = [i for i, r in enumerate(roles) if r in ("input", "transformed")]
-        self.filled += [i for i, r in enumerate(roles) if r == "output"]
-        self.transformed = "transformed" in roles
-        self.reads, self.read_bytes = reads_of([(slot.name, slot.dtype, slot.shape) for slot in self.outputs])
-
-
-def _grid(groups: int | tuple[int, int, int]) -> tuple[int, int, int]:
-    """A pass's dispatch grid (a linear count folded to 2-D past 65535, as the Device does)."""
-    grid = fold_groups(groups) if isinstance(groups, int) else tuple(groups)
-    if max(grid) > MAX_GROUPS_PER_DIM:
-        raise GpuError("dispatch", f"grid {grid} exceeds {MAX_GROUPS_PER_DIM} per dimension")
-    return grid
-
-
-def _same_bytes(data: np.ndarray, placeholder: np.ndarray) -> bool:
-    """`data` is exactly `placeholder`'s bytes (the array itself or a full-size view of it)."""
-    return (
-        data.nbytes == placeholder.nbytes
-        and data.flags.c_contiguous
-        and data.__array_interface__["data"][0] == placeholder.__array_interface__["data"][0]
-    )
-
-
-def check_out(plan: CallPlan, inputs: dict, out: dict[str, DeviceArray], owner: object) -> None:
-    """ValueError/TypeError unless each `out` array is this runtime's, live, of its output's
-    shape and dtype, and shares no buffer with an input or another output."""
-    slots = {slot.name: slot for slot in plan.outputs}
-    for name, array in out.items():
-        slot = slots[name]
-        if not isinstance(array, DeviceArray):
-            raise TypeError(f"out: expected a DeviceArray, got {type(array).__name__}")
-        array.slab(owner, "out")
-        if array.shape != slot.shape or array.dtype != slot.dtype:
-            raise ValueError(
-                f"out: expected a DeviceArray of shape {slot.shape} and dtype {slot.dtype}, "
-                f"got {array.shape} {array.dtype}"
-            )
-        clash = [n for n, v in inputs.items() if isinstance(v, DeviceArray) and v.same_buffer(array)]
-        others = [n for n, v in out.items() if n != name and v.same_buffer(array)]
-        if clash or others:
-            raise ValueError(f"out: must not share its buffer with {(clash + others)[0]} of the same call")
-
-
-def check_host_out(plan: CallPlan, inputs: dict, out: dict) -> None:
-    """TypeError/ValueError unless each numpy `out` array can take its output of a numpy
-    call: every input numpy (a call on DeviceArrays doesn't wait, so it can't fill a numpy
-    array), the output's shape and dtype, C-contiguous, writeable, sharing no memory with an
-    input or another output."""
-    if any(type(v) is DeviceArray for v in inputs.values()):
-        raise TypeError("out: a numpy array takes a numpy call's result; with DeviceArray inputs pass a DeviceArray")
-    slots = {slot.name: slot for slot in plan.outputs}
-    for name, array in out.items():
-        if type(array) is DeviceArray:
-            raise TypeError("out: numpy arrays and DeviceArrays can't be mixed in one call")
-        slot = slots[name]
-        check_host_array(array, slot.shape, slot.dtype, "a numpy array or a DeviceArray")
-        clash = [n for n, v in inputs.items() if isinstance(v, np.ndarray) and np.shares_memory(v, array)]
-        clash += [n for n, v in out.items() if n != name and np.shares_memory(v, array)]
-        if clash:
-            raise ValueError(f"out: must not share memory with {clash[0]} of the same call")
+FLUSH_CALLS = 8  # recorded DeviceArray calls submitted together (the GPU starts after this many)
 
 
 _serial = attrgetter("serial")
@@ -168,6 +76,20 @@ class Caller:
         self.owner = owner
         self._plans: OrderedDict[tuple, CallPlan] = OrderedDict()
         self._recent: dict[tuple, CallPlan] = {}  # the runtime's own call keys -> plan
+        self._pending = None  # the command encoder of recorded DeviceArray calls, not submitted yet
+        self._pending_calls = 0
+
+    def flush(self) -> None:
+        """Submit the recorded DeviceArray calls (a no-op when there are none)."""
+        if self._pending is None:
+            return
+        encoder, self._pending, self._pending_calls = self._pending, None, 0
+        try:
+            self.device.device.queue.submit([encoder.finish()])
+        except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step
+            raise GpuError("dispatch", f"submitting the recorded DeviceArray calls: {exc}") from exc
+        finally:
+            self.pool.unpin()
 
     def recent(self, key: tuple) -> CallPlan | None:
         return self._recent.get(key)
@@ -202,10 +124,11 @@ class Caller:
         except Exception:
             self._drop(owned, held)
             raise
-        passes = [(step.bindings, _grid(step.groups)) for step in launch.passes()]  # folded once, not per call
+        passes = [(step.bindings, grid_of(step.groups)) for step in launch.passes()]  # folded once, not per call
         plan = CallPlan(spec, schedule, problem, pipelines, passes, slots, owned, held)
         self._plans[key] = plan
         while len(self._plans) > MAX_PLANS:
+            self.flush()  # recorded passes may bind the old plan's constants
             _, old = self._plans.popitem(last=False)
             self._drop(old.owned, old.held)
             self._recent.clear()  # it may name the plan just released
@@ -224,7 +147,7 @@ class Caller:
             slab = self.pool.take(arg.nbytes, "uniform" if arg.kind == "uniform" else "storage")
             held.append(slab)
             return Slot("scratch", arg.name, arg.kind, arg.nbytes, buffer=slab.view(arg.nbytes, arg.kind))
-        source = next((n for n, p in placeholders.items() if _same_bytes(arg.data, p)), None)
+        source = next((n for n, p in placeholders.items() if same_bytes(arg.data, p)), None)
         if source is not None:
             return Slot("input", source, arg.kind, arg.nbytes)
         if arg.name in placeholders:
@@ -251,8 +174,13 @@ class Caller:
         order; the plan's constants and scratch are bound from its bind groups."""
         owner, pool = self.owner, self.pool
         taken: list[Slab] = []  # pooled for this call only
+        recorded = to_device and not plan.transformed and all(type(v) is DeviceArray for v in inputs.values())
+        if not recorded:
+            self.flush()
         try:
             values = self._transformed(plan, inputs) if plan.transformed else [inputs[s.name] for s in plan.inputs]
+            if recorded:
+                return self._record(plan, values, out)
             encoder = self.device.device.create_command_encoder()
             slabs = []
             for slot, value in zip(plan.inputs, values, strict=True):
@@ -286,6 +214,47 @@ class Caller:
         finally:
             if taken:
                 give_back(pool, taken)
+
+    def _record(self, plan: CallPlan, values: list, out: dict[str, DeviceArray] | None) -> dict:
+        """A DeviceArray-only call's passes into the pending encoder (see the module docstring)."""
+        owner, pool = self.owner, self.pool
+        slabs = [value.slab(owner, slot.name) for slot, value in zip(plan.inputs, values, strict=True)]
+        results: dict[str, DeviceArray] = {}
+        fresh: list[Slab] = []
+        try:
+            for slot in plan.outputs:
+                target = out.get(slot.name) if out else None
+                if target is not None:
+                    slabs.append(target.slab(owner, "out"))
+                    results[slot.name] = target
+                else:
+                    slab = pool.take(slot.nbytes)
+                    fresh.append(slab)
+                    slabs.append(slab)
+            calls = self._bound(plan, slabs)  # bind groups made (and checked) before anything is recorded
+        except Exception:
+            for slab in fresh:
+                pool.give(slab)
+            raise
+        pool.pin(slabs)
+        try:
+            if self._pending is None:
+                self._pending = self.device.device.create_command_encoder()
+            encode_passes(self._pending, calls)
+        except Exception as exc:  # noqa: BLE001 - the encoder is unusable: its recorded calls are lost
+            lost, self._pending, self._pending_calls = self._pending_calls, None, 0
+            pool.unpin()
+            for slab in fresh:
+                pool.give(slab)
+            raise GpuError("dispatch", f"recording the call failed ({lost} earlier recorded calls not run): {exc}",
+                           plan.spec.name, plan.schedule) from exc  # fmt: skip
+        self._pending_calls += 1
+        for slot, slab in zip(plan.outputs, slabs[len(plan.inputs) :], strict=True):
+            if slot.name not in results:
+                results[slot.name] = DeviceArray.pooled(pool, slab, owner, slot.shape, slot.dtype)
+        if self._pending_calls >= FLUSH_CALLS:
+            self.flush()
+        return results
 
     def _upload(self, slot: Slot, value: np.ndarray, encoder, taken: list[Slab]) -> Slab:
         """A pooled slab for this call holding the numpy input `value`."""
@@ -340,6 +309,7 @@ class Caller:
 
     def upload(self, slab: Slab, value: np.ndarray) -> None:
         """`transfers.write` in a submission of its own (`ForgeRuntime.asarray`)."""
+        self.flush()
         taken: list[Slab] = []
         try:
             encoder = self.device.device.create_command_encoder()
@@ -352,6 +322,7 @@ class Caller:
         """`array`'s data after the work submitted so far (what `DeviceArray.numpy()` returns),
         into `out` when given (checked by DeviceArray.numpy)."""
         slab = array.slab(self.owner, "array")
+        self.flush()
         reads, nbytes = reads_of([("array", array.dtype, array.shape)])
         try:
             encoder = self.device.device.create_command_encoder()
@@ -363,6 +334,7 @@ class Caller:
             raise GpuError("readback", str(exc)) from exc
 
     def close(self) -> None:
+        self.flush()
         for plan in self._plans.values():
             self._drop(plan.owned, plan.held)
         self._plans.clear()

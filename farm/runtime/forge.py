@@ -29,8 +29,9 @@ from farm import catalog
 from farm.gpu import Device, choose_adapter
 from farm.runtime import signature
 from farm.runtime.arrays import DeviceArray
-from farm.runtime.calls import Caller, check_host_out, check_out
+from farm.runtime.calls import Caller
 from farm.runtime.kernels import KernelMethods
+from farm.runtime.plans import check_host_out, check_out
 from farm.runtime.pool import BufferPool
 from farm.runtime.requests import Winners
 from farm.runtime.validation import (
@@ -153,8 +154,10 @@ class ForgeRuntime(KernelMethods):
             return self._caller.new_array(dims, dtype)
 
     def synchronize(self) -> None:
-        """Wait for every call submitted so far (DeviceArray calls return without waiting)."""
+        """Wait for every call made so far (DeviceArray calls return without waiting; their
+        recorded passes are submitted first)."""
         with self._lock:
+            self._caller.flush()
             self.device.wait_idle(self.spin_wait_s)
 
     def memory(self) -> dict[str, int | None]:

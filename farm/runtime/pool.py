@@ -92,6 +92,11 @@ class BufferPool:
         self._by_class: dict[tuple[str, int], list[Slab]] = {}  # (use, size class) -> idle slabs
         self._requests: dict[tuple[str, int], list[Slab]] = {}  # (use, nbytes) -> its class's list
         self._lock = threading.RLock()
+        # slabs recorded in the runtime's passes not submitted yet (farm.runtime.calls defers
+        # DeviceArray calls): given back meanwhile, they wait in _parked, neither reused nor
+        # destroyed, until `unpin` (after the submission)
+        self._pinned: set[int] = set()
+        self._parked: list[Slab] = []
         self.held = 0  # bytes of slabs handed out
         self.idle = 0  # bytes of slabs on the free lists
         self.created = 0  # slabs ever created (the hot-path test counts these)
@@ -134,10 +139,28 @@ class BufferPool:
         self.held += size
         return Slab(handle, size, use, next(_SERIALS), free_list)
 
+    def pin(self, slabs: list[Slab]) -> None:
+        """Mark `slabs` as used by recorded, unsubmitted passes (until `unpin`)."""
+        with self._lock:
+            self._pinned.update(slab.serial for slab in slabs)
+
+    def unpin(self) -> None:
+        """The recorded passes are submitted: slabs given back meanwhile go to their free lists."""
+        with self._lock:
+            self._pinned.clear()
+            parked, self._parked = self._parked, []
+            for slab in parked:
+                self.give(slab)
+
     def give(self, slab: Slab) -> None:
-        """Back to its free list (idle beyond `idle_limit` is destroyed, oldest first)."""
+        """Back to its free list (idle beyond `idle_limit` is destroyed, oldest first); a
+        pinned slab waits for `unpin`."""
         with self._lock:
             if not slab.live or slab.serial in self._free:
+                return
+            if slab.serial in self._pinned:
+                if all(parked is not slab for parked in self._parked):
+                    self._parked.append(slab)
                 return
             self.held -= slab.capacity
             if _released(slab.handle):
