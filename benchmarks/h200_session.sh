@@ -23,7 +23,9 @@
 #            part 11's winners with the fixed spinning wait (no host-cost stubs)
 #   part 13: (one GPU) after the timed reps went into one submission: the interference
 #            probe again, then two independent campaigns re-timed (stability.py --all)
-#   part 14: (one GPU) the interference probe with contiguous lead-ins of 10/30/100 ms
+#   part 14: (one GPU; carry .h200/s9a.db) the interference probe (with contiguous lead-ins
+#            of 10/30/100 ms and 20/60 ms stalls before each trial), then the runtime's
+#            per-call costs with the recorded submissions (its chain rows)
 # Results land flat in $OUT (the device tool brings back at most 8 files).
 set -u
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -75,7 +77,7 @@ case "${PART:-1}" in
   11) stability 560 ;;  # session 8's predictions, call 2
   12) interference 150; calls_tuned 330 ;;  # session 9: the stability misses' cause, the fixed spin
   13) interference 120; LABEL=h200-s9 stability 420 ;;  # session 9: one-submission timed reps
-  14) interference 150 ;;  # session 9: does a contiguous lead-in bring the clocks back?
+  14) interference 150; calls_tuned 300 ;;  # session 9's predictions: lead-ins, stalls, recorded chains
   *) sweep 150; CONFIGS=${CONFIGS:-288} tp 200 1,2; overhead 60; variants 90 ;;
 esac
 ls -la "$OUT"

@@ -70,7 +70,8 @@ def campaign_cost(log: Path, artifacts: Path, winners: list) -> dict:
     the totals of its summary.json (trials, search and re-measurement seconds, rounds,
     finalist-rounds timed), the problems that went past their planned trials, and the
     rounds its winners record in SQL."""
-    found = re.findall(r"campaign wall time ([0-9.]+) s", log.read_text())
+    text = log.read_text()
+    found = re.findall(r"campaign wall time ([0-9.]+) s", text)
     summaries = sorted((artifacts / "campaigns").glob("*/summary.json"))
     summary = json.loads(summaries[-1].read_text()) if summaries else {}
     tasks = summary.get("tasks", [])
@@ -80,8 +81,20 @@ def campaign_cost(log: Path, artifacts: Path, winners: list) -> dict:
         "extended_problems": sum(t.get("trials", 0) > t.get("planned", 0) for t in tasks),
         "winner_rounds": sum(w.rounds or 0 for w in winners),
         "ties": sum(bool(w.tie) for w in winners),
+        "worker_ms_per_trial": worker_stages(text),
         "tasks": {f"{t['kernel']} {t['problem']}": t for t in tasks},
     }
+
+
+def worker_stages(text: str) -> dict[str, float]:
+    """The first worker's ms per trial by stage, from the log's "worker N: T trials; stage
+    ms, ..." line (compile_wait: the trial thread waiting for its pipeline; a campaign whose
+    trials wait on compiles leaves the GPU idle, and an idle GPU drops its clocks)."""
+    line = re.search(r"^  worker [^:]+: \d+ trials; (.*)$", text, re.MULTILINE)
+    if line is None:
+        return {}
+    pairs = (item.rsplit(" ", 1) for item in line.group(1).split(", ") if " " in item)
+    return {stage: float(ms) for stage, ms in pairs}
 
 
 def timeline(db) -> dict:

@@ -13,7 +13,9 @@ round under one condition:
 - numpy: a thread multiplies 2048^2 matrices (BLAS, the GIL released);
 - python: a thread runs a pure-Python loop (holds the GIL in 5 ms slices);
 - python+leadN: the same, every timing's reps behind N ms of contiguous untimed passes in
-  their own submission (is a contiguous lead-in enough to bring the clocks back?).
+  their own submission (is a contiguous lead-in enough to bring the clocks back?);
+- stallN: the trial thread idles N ms before each trial, the GPU lock held (a trial
+  waiting for its pipeline's compile).
 
 Per condition: each schedule's median over the rounds, as a ratio to its quiet median, and
 the median of those ratios; also how many warm-up seconds the device spent. Prints a table;
@@ -46,7 +48,31 @@ GPU_CASES = (
     ("gemm", {"m": 1024, "k": 1024, "n": 1024}, {"m": 2048, "k": 2048, "n": 2048}),
 )
 CPU_CASES = (("gemm", {"m": 128, "k": 128, "n": 128}, {"m": 256, "k": 256, "n": 256}),)
-CONDITIONS = ("quiet", "prefetch", "numpy", "python", "python+lead10", "python+lead30", "python+lead100", "quiet")
+CONDITIONS = ("quiet", "prefetch", "numpy", "python", "python+lead10", "python+lead30", "python+lead100",
+              "stall20", "stall60", "quiet")  # fmt: skip
+
+
+class Stall:
+    """The trial thread idles `ms` before each trial with the GPU lock held (the GPU idle
+    meanwhile), as a trial waiting for its pipeline's compile does: campaign a of both
+    session-9 stability runs (a cold shader cache?) spent 2-4x campaign b's time per problem."""
+
+    def __init__(self, bench: TrialBench, ms: float):
+        self.bench, self.ms = bench, ms
+
+    def __enter__(self):
+        real = TrialBench._trial
+        pause = self.ms / 1e3
+
+        def stalled(bench, job, ahead):
+            time.sleep(pause)
+            return real(bench, job, ahead)
+
+        self.bench._trial = stalled.__get__(self.bench)
+        return self
+
+    def __exit__(self, *exc):
+        del self.bench._trial
 
 
 class Lead:
@@ -132,6 +158,8 @@ def run_case(bench: TrialBench, kernel: str, dims: dict, nxt: dict, count: int, 
             bench.prefetch(kernel, next_problem)
         kind, _, lead = condition.partition("+lead")
         context = Load(kind) if kind in ("numpy", "python") else _Nothing()
+        if kind.startswith("stall"):
+            context = Stall(bench, float(kind[len("stall") :]))
         if lead:
             context = Both(context, Lead(float(lead)))
         with context:

@@ -10,8 +10,9 @@ one of the things a chunked pass does, so the per-workgroup price of each shows:
   element around a barrier (WebGPU zero-initializes workgroup memory at every workgroup's
   start: a cost that grows with the array, whoever does it);
 - `barriers_<n>`: n barriers in a loop;
-- `fma_loop` / `fma_unrolled`: 256 dependent vec4 FMAs a thread in a loop (WGSL loops
-  get wgpu's loop bounding) and unrolled by the host.
+- `fma_loop` / `fma_unrolled`: 256 dependent vec4 steps (a multiply and an FMA, acc*(acc*m)+c,
+  which no compiler can fold into one) a thread in a loop (WGSL loops get wgpu's loop
+  bounding) and unrolled by the host.
 Each case: one dispatch of GROUPS workgroups of 256 threads; the table gives the
 dispatch's median and ns per workgroup. Prints a table; writes wgsl-overheads.json.
 
@@ -41,9 +42,9 @@ def _kernel(decl: str, body: str) -> str:
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {{
     let g = wid.x + wid.y * nwg.x;
-    var acc = vec4<f32>(f32(lid), 1.0, 2.0, 3.0);
+    var acc = vec4<f32>(f32(lid) / 256.0, 0.1, 0.2, 0.3);
 {body}
-    if (lid == 0u) {{
+    if (lid == 0u || acc.x == -1.0) {{  // every thread's acc may be stored: none of its work is dead
         out[g] = acc;
     }}
 }}
@@ -66,14 +67,16 @@ def cases() -> dict[str, str]:
         workgroupBarrier();
     }}"""
         out[f"barriers_{2 * count}"] = _kernel(f"var<workgroup> buf: array<vec4<f32>, {WG}>;", body)
-    loop = """    let m = vec4<f32>(0.999, 0.998, 0.997, 0.996);
-    for (var i = 0u; i < 256u; i++) {
-        acc = acc * m + vec4<f32>(0.5);
-    }"""
+    # a step no compiler may fold across iterations: on the H200 (2026-12-01) the affine
+    # step acc * m + 0.5 unrolled ran in the empty kernel's time (256 affine maps folded
+    # into one), which made the loop look 23x slower than it is
+    step = "acc = acc * (acc * m) + vec4<f32>(0.25);"
+    loop = f"""    let m = vec4<f32>(0.499, 0.498, 0.497, 0.496);
+    for (var i = 0u; i < 256u; i++) {{
+        {step}
+    }}"""
     out["fma_loop"] = _kernel("", loop)
-    unrolled = "    let m = vec4<f32>(0.999, 0.998, 0.997, 0.996);\n" + "\n".join(
-        ["    acc = acc * m + vec4<f32>(0.5);"] * 256
-    )
+    unrolled = "    let m = vec4<f32>(0.499, 0.498, 0.497, 0.496);\n" + "\n".join([f"    {step}"] * 256)
     out["fma_unrolled"] = _kernel("", unrolled)
     return out
 

@@ -24,7 +24,7 @@ def test_trial_interference_reports_every_condition_against_its_quiet_rounds(tmp
     rows = json.loads((tmp_path / "trial-interference.json").read_text())["rows"]
     conditions = [row["condition"] for row in rows]
     assert conditions[0] == "quiet"
-    assert {"prefetch", "numpy", "python", "python+lead10", "quiet again"} <= set(conditions)
+    assert {"prefetch", "numpy", "python", "python+lead10", "stall20", "quiet again"} <= set(conditions)
     assert rows[0]["median_ratio"] == 1.0 and all(row["median_ratio"] > 0 for row in rows)
     assert all(row["method"] == "timestamp" and row["schedules"] >= 1 for row in rows)
 

@@ -38,3 +38,14 @@ def test_timeline_sums_trials_remeasurement_and_gaps_per_problem(tmp_path):
     got = _stability().timeline(db)
     # trials 10 + 1 s, re-measurement 2 + 3 s, gaps: start -> first trial 5 s, gemv's winner -> gemm 3 s
     assert got == {"trials_s": 11.0, "winner_s": 5.0, "gaps_s": 8.0}
+
+
+def test_worker_stages_reads_the_first_workers_ms_per_trial_from_the_campaign_log():
+    stability = _stability()
+    log = (
+        "notice: something\ncampaign wall time 3.0 s; worker ms per trial by stage:\n"
+        "  worker 0: 12 trials; certify_drain 1, compile_wait 23, gpu_wait 0, time 4\n"
+        "  worker 1: 10 trials; compile_wait 5\n"
+    )
+    assert stability.worker_stages(log) == {"certify_drain": 1.0, "compile_wait": 23.0, "gpu_wait": 0.0, "time": 4.0}
+    assert stability.worker_stages("worker stage times unavailable: gone") == {}
