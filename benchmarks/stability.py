@@ -87,14 +87,16 @@ def campaign_cost(log: Path, artifacts: Path, winners: list) -> dict:
 
 
 def worker_stages(text: str) -> dict[str, float]:
-    """The first worker's ms per trial by stage, from the log's "worker N: T trials; stage
-    ms, ..." line (compile_wait: the trial thread waiting for its pipeline; a campaign whose
-    trials wait on compiles leaves the GPU idle, and an idle GPU drops its clocks)."""
-    line = re.search(r"^  worker [^:]+: \d+ trials; (.*)$", text, re.MULTILINE)
+    """The first worker's ms per trial by stage, from the log's "worker N: T trials (R re-timed
+    at low clocks); stage ms, ..." line (compile_wait: the trial thread waiting for its
+    pipeline; a campaign whose trials wait on compiles leaves the GPU idle, and an idle GPU
+    drops its clocks), and `clock_retimes`: how many timings the clock check re-timed."""
+    line = re.search(r"^  worker [^:]+: \d+ trials(?: \((\d+) re-timed at low clocks\))?; (.*)$", text, re.MULTILINE)
     if line is None:
         return {}
-    pairs = (item.rsplit(" ", 1) for item in line.group(1).split(", ") if " " in item)
-    return {stage: float(ms) for stage, ms in pairs}
+    pairs = (item.rsplit(" ", 1) for item in line.group(2).split(", ") if " " in item)
+    stages = {stage: float(ms) for stage, ms in pairs}
+    return stages | {"clock_retimes": float(line.group(1) or 0)}
 
 
 def timeline(db) -> dict:

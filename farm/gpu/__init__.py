@@ -1,7 +1,7 @@
 """The wgpu layer: which adapter and what identifies it (`adapter`), the device that
 compiles, binds, dispatches and reads back (`device`), how a dispatch is timed
-(`timing`), the spinning wait for the GPU (`waits`), and the only place that asks
-`nvidia-smi` (`nvidia`).
+(`timing`), whether a timing ran at the GPU's clocks (`clocks`), the spinning wait for
+the GPU (`waits`), and the only place that asks `nvidia-smi` (`nvidia`).
 
 The names below are the layer's surface; `from farm.gpu import Device` is the usual way in.
 """

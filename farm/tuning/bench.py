@@ -205,9 +205,12 @@ class TrialBench:
 
     def stage_times(self) -> dict:
         """{"trials": n, "seconds": {stage: seconds over the batches' threads}} (see
-        StageTimes); "time" includes the GPU warm-up, also reported alone as "warm_up"."""
+        StageTimes); "time" includes the GPU warm-up, also reported alone as "warm_up", and
+        the timings the clock check re-timed (farm.gpu.clocks), as "clock_retime"."""
         report = self.stages.as_dict()
         report["seconds"]["warm_up"] = self.device.warm_spent_s
+        report["seconds"]["clock_retime"] = self.device.clock_retime_s
+        report["clock_retimes"] = self.device.clock_retimes
         return report
 
     def close(self) -> None:

@@ -1,0 +1,72 @@
+"""The clock check: whether the GPU ran a timing at its clocks, read from a tiny fixed
+kernel timed right after it (`ClockCheck`; farm.gpu.timing re-times a timing it finds slow).
+
+On the H200 (2026-12-01) whole runs of a campaign's trials read 1.2-2.4x slow: the
+GPU had dropped its clocks while the host fed it only now and then (a host thread holding
+the GIL made trials read 4-6x slow: benchmarks/trial_interference.py). Warm-up rounds do
+not see it, because two rounds at low clocks agree. A kernel whose time depends only on
+the clock does: one workgroup running a dependent loop, timed by GPU timestamps in a
+submission of its own once the timing's reads are done (the queue is empty then, so it
+overlaps nothing). Its best time on this device is its time at full clocks; a check that
+reads more than CLOCK_TOLERANCE over that best says the timing before it ran slow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+CLOCK_TOLERANCE = 1.2  # a check this much over its best on the device reads as low clocks
+CANARY_STEPS = 2048  # the loop's dependent steps: a few microseconds at the H200's clocks
+CANARY_WGSL = f"""
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) lid: u32) {{
+    var a = f32(lid) / 64.0;
+    for (var i = 0u; i < {CANARY_STEPS}u; i++) {{
+        a = a * (a * 0.499) + 0.25;
+    }}
+    out[lid] = a;
+}}
+"""
+
+
+class ClockCheck:
+    """The canary's pipeline, buffers and best time for one Device (made on first use)."""
+
+    def __init__(self, device):
+        self.device = device
+        wgpu = device._wgpu
+        self.pipeline = device.pipeline(CANARY_WGSL, label="clock-check")
+        self.out = device.empty(4 * 64)
+        self.bind_group = device.bind(self.pipeline, [self.out])
+        self.query_set = device.device.create_query_set(type="timestamp", count=2)
+        self.resolve = device.device.create_buffer(
+            size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+        )
+        self.best_ns = float("inf")
+        self.checks = 0
+
+    def read_ns(self) -> float:
+        """The canary's GPU time now (one submission and a read back)."""
+        encoder = self.device.device.create_command_encoder()
+        writes = {"query_set": self.query_set, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
+        self.device._encode_pass(encoder, self.pipeline, self.bind_group, (1, 1, 1), writes)
+        encoder.resolve_query_set(self.query_set, 0, 2, self.resolve, 0)
+        self.device.device.queue.submit([encoder.finish()])
+        stamps = np.frombuffer(bytes(self.device.device.queue.read_buffer(self.resolve)), dtype=np.uint64)
+        self.checks += 1
+        return float(max(int(stamps[1]) - int(stamps[0]), 0))
+
+    def slow(self) -> bool:
+        """Whether the GPU runs below its clocks now: the canary over CLOCK_TOLERANCE x its
+        best time on this device (which this reading may lower)."""
+        ns = self.read_ns()
+        if ns <= 0:
+            return False
+        self.best_ns = min(self.best_ns, ns)
+        return ns > CLOCK_TOLERANCE * self.best_ns
+
+    def close(self) -> None:
+        self.device.release(self.out)
+        self.resolve.destroy()
+        self.query_set.destroy()
