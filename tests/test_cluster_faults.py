@@ -161,6 +161,23 @@ def test_workers_generate_a_problems_inputs_ahead_and_forget_them_when_told(pool
     assert held not in pool.inputs_held(slot)
 
 
+def test_workers_compile_hinted_schedules_ahead_through_the_pool(pool):
+    import time
+
+    slot = next(iter(pool.profiles()))
+    spec = catalog.get("gemv")
+    problem = spec.problem(m=24, n=16)
+    hinted = [s for s in spec.schedules() if s.workgroup_size == 32][:2]
+    pool.precompile("gemv", problem, hinted, 0)  # returns at once
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if pool.stage_times()[slot]["seconds"].get("precompile", 0) > 0:
+            break
+        time.sleep(0.05)
+    assert pool.stage_times()[slot]["seconds"].get("precompile", 0) > 0
+    assert all(r.status is Status.OK for r in pool.evaluate(slot, [job("gemv", m=24, n=16)]))
+
+
 def test_a_fault_beside_another_batch_is_rerun_alone_before_any_verdict():
     """Two batches may be under way on a worker at once, so a timeout or a death is only
     charged to a single job that had the worker to itself; retried/split-off batches are

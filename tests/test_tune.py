@@ -400,3 +400,66 @@ def test_a_campaign_prefetches_the_next_problems_inputs_and_forgets_each_finishe
     pool.bench.inputs.settled()
     assert pool.bench.inputs_held() == []
     pool.bench.close()
+
+
+def test_precompile_compiles_hinted_pipelines_ahead_so_their_trials_find_them_cached(device: Device):
+    import time
+
+    from farm.tuning import bench as bench_module
+    from farm.tuning.bench import TrialBench
+    from farm.tuning.job import Job
+
+    bench = TrialBench(device, compile_ahead=True)
+    spec = catalog.get("gemv")
+    problem = spec.problem(m=40, n=24)
+    valid = [s for s in spec.schedules() if not spec.invalid_reason(s, problem, device.profile)]
+    hinted, invalid = valid[-3:], Schedule.of(workgroup_size=48, threads_per_row=5)
+    before = device.cached_pipelines
+    assert bench.precompile("gemv", problem, [*hinted, invalid]) == 4  # the invalid one is dropped quietly
+    deadline = time.monotonic() + 60
+    while bench._hinted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert device.cached_pipelines == before + 3
+    results = bench.evaluate([Job("gemv", problem, s, 0, 1, 2) for s in hinted])
+    assert all(r.ok for r in results) and device.cached_pipelines == before + 3  # nothing compiled again
+    assert bench.stage_times()["seconds"]["precompile"] > 0
+    bench._hinted = bench_module.HINTED_MAX  # a full queue: the hint is dropped, nothing queued
+    assert bench.precompile("gemv", problem, valid[:2]) == 0
+    bench._hinted = 0
+    bench.close()
+    plain = TrialBench(device, compile_ahead=False)
+    assert plain.precompile("gemv", problem, valid[:1]) == 0
+    plain.close()
+
+
+def test_a_campaigns_model_search_has_its_workers_compile_the_next_likely_picks(device: Device, tmp_path):
+    from farm import store
+    from farm.tuning.bench import TrialBench
+    from farm.tuning.campaign import Campaign
+
+    class HintPool(TwoTopologyPool):
+        def __init__(self, device):
+            super().__init__(device)
+            self.bench.close()
+            self.bench = TrialBench(device)
+            self._profiles = {"w0": device.profile}
+            self.hints, self.tried = [], []
+
+        def stream(self, jobs, topology=None, batch_size=None):
+            self.tried += [j.schedule.key() for j in jobs]
+            yield from super().stream(jobs, topology, batch_size)
+
+        def precompile(self, kernel, problem, schedules, seed=0, topology=None):
+            self.hints.append((kernel, problem.key(), [s.key() for s in schedules], len(self.tried)))
+            self.bench.precompile(kernel, problem, schedules, seed)
+
+    problem = Problem.of(m=40, n=24)
+    pool = HintPool(device)
+    config = TuneConfig(kernels=("gemv",), sizes={"gemv": [problem]}, budget=16, reps=2, rounds=1)
+    db = store.open_store(f"sqlite:///{tmp_path}/farm.db")
+    winners = Campaign(config, pool, db, tmp_path / "artifacts", "farm tune gemv").run()
+    assert len(winners) == 1 and pool.hints
+    for kernel, key, hinted, tried_before in pool.hints:
+        assert (kernel, key) == ("gemv", problem.key()) and hinted
+        assert not set(hinted) & set(pool.tried[:tried_before])  # never one already tried
+    pool.bench.close()

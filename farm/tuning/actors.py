@@ -133,6 +133,9 @@ class GpuWorker:
     def forget(self, kernel: str, problem: Problem, seed: int = 0) -> None:
         self.bench.forget(kernel, problem, seed)  # returns at once; see TrialBench.forget
 
+    def precompile(self, kernel: str, problem: Problem, schedules: list, seed: int = 0) -> int:
+        return self.bench.precompile(kernel, problem, schedules, seed)  # returns at once
+
     def inputs_held(self) -> list[tuple[str, str, int]]:
         return self.bench.inputs_held()
 

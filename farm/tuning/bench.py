@@ -64,6 +64,10 @@ MAX_PENDING = 64
 PENDING_BYTES = 2 << 30
 REMEASURE_WARM_S = 1.0  # seconds of a finalist's dispatches before the interleaved re-measurement
 CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per worker
+# Hinted compiles (TrialBench.precompile: the search's likely next picks) run on threads of
+# their own, never ahead of a batch's compile-ahead; at most HINTED_MAX outstanding.
+HINT_THREADS = max(1, min(4, (os.cpu_count() or 2) // 4))
+HINTED_MAX = 8
 
 
 class TrialBench:
@@ -79,6 +83,9 @@ class TrialBench:
             ThreadPoolExecutor(max_workers=COMPILE_AHEAD, thread_name_prefix="farm-compile") if compile_ahead else None
         )
         self._checker = ThreadPoolExecutor(max_workers=CHECKERS, thread_name_prefix="farm-check")
+        self._hinter = ThreadPoolExecutor(max_workers=HINT_THREADS, thread_name_prefix="farm-hint")
+        self._hinted = 0  # hinted compiles queued or running (under _hint_lock)
+        self._hint_lock = threading.Lock()
         self.stages = StageTimes()
         self.inputs = InputStore(device, self._gpu, self.stages)
 
@@ -116,6 +123,34 @@ class TrialBench:
     def prefetch(self, kernel: str, problem: Problem, seed: int = 0, schedule: Schedule | None = None) -> None:
         """Generate the problem's inputs and reference in the background (InputStore.prefetch)."""
         self.inputs.prefetch(kernel, problem, seed, schedule)
+
+    def precompile(self, kernel: str, problem: Problem, schedules: list[Schedule], seed: int = 0) -> int:
+        """Start compiling the pipelines of `schedules` (the search's likely next picks) on
+        the hint threads and return at once, how many were queued (at most HINTED_MAX
+        outstanding; the rest of a hint is dropped). A trial whose pipeline is compiled
+        already finds it in the Device's cache and does not wait: on the H200 the first of
+        two campaigns spent 2-4x the second's time per problem, its compiles uncached."""
+        if self._compiler is None:
+            return 0
+        spec, queued = catalog.get(kernel), 0
+        for schedule in schedules:
+            with self._hint_lock:
+                if self._hinted >= HINTED_MAX:
+                    break
+                self._hinted += 1
+            self._hinter.submit(self._precompile, spec, Job(kernel, problem, schedule, seed, 0, 1))
+            queued += 1
+        return queued
+
+    def _precompile(self, spec: KernelSpec, job: Job) -> None:
+        try:
+            with self.stages.timed("precompile"):
+                compile_launch(self.device, spec, job.schedule, self._launch(spec, job))
+        except Exception:  # noqa: BLE001 - the trial, if the search picks it, reports it
+            pass
+        finally:
+            with self._hint_lock:
+                self._hinted -= 1
 
     def forget(self, kernel: str, problem: Problem, seed: int = 0) -> None:
         """Drop the problem's inputs and buffers in the background (InputStore.forget)."""
@@ -214,6 +249,7 @@ class TrialBench:
         return report
 
     def close(self) -> None:
+        self._hinter.shutdown(wait=True, cancel_futures=True)
         if self._compiler is not None:
             self._compiler.shutdown(wait=True)
         self._checker.shutdown(wait=True)

@@ -246,7 +246,9 @@ class Campaign:
         for result in prior if self.progress is not None else ():
             self.progress.advance(result, skipped=True)
         noise = self.config.noise if self.config.adaptive else None
-        return {"prior": prior, "noise": noise, "extend_after": task.extend_after}
+        ahead = getattr(self.pool, "precompile", None)  # the search's next picks, compiled ahead
+        hint = (lambda s: ahead(task.kernel, task.problem, s, self.config.seed, task.topology)) if ahead else None
+        return {"prior": prior, "noise": noise, "extend_after": task.extend_after, "hint": hint}
 
     def _evaluator(self, task: Task, recorded: dict[str, dict]):
         config = self.config

@@ -174,6 +174,14 @@ class WorkerPool(BatchDispatch):
         for slot in self._slots_for(topology):
             slot.actor.prefetch.remote(kernel, problem, seed)
 
+    def precompile(
+        self, kernel: str, problem: Problem, schedules: list, seed: int = 0, topology: str | None = None
+    ) -> None:
+        """Ask the workers (of `topology`) to compile these schedules' pipelines ahead
+        (TrialBench.precompile: the search's likely next picks); returns at once."""
+        for slot in self._slots_for(topology):
+            slot.actor.precompile.remote(kernel, problem, schedules, seed)
+
     def forget(self, kernel: str, problem: Problem, seed: int = 0, topology: str | None = None) -> None:
         """Ask the workers (of `topology`) to drop `problem`'s inputs and buffers
         (TrialBench.forget); returns at once."""

@@ -23,6 +23,7 @@ from farm.schedule import Schedule
 from farm.trial import TrialResult
 
 Evaluate = Callable[[list[Schedule]], list[TrialResult]]
+HINT_COUNT = 8  # model_based's `hint`: the next best-ranked candidates after each batch
 
 
 class BudgetSpent(RuntimeError):
@@ -85,6 +86,7 @@ def model_based(
     patience: int = 3,
     prior: list[TrialResult] | None = None,
     extend_after: int | None = None,
+    hint: Callable[[list[Schedule]], None] | None = None,
 ) -> list[TrialResult]:
     """Two cheap surrogates voting: k-nearest neighbours over log2 knob values (smooth
     trends) and a ridge regression over one-hot knob values (what each value is worth on
@@ -120,6 +122,11 @@ def model_based(
     `patience` batches to have beaten the best before them by more than the noise (or the
     trials' spread). A large space whose search has not settled gets more trials; a settled
     one stops at `extend_after`.
+
+    Hint (`hint` given): with each model batch, the HINT_COUNT best-ranked candidates it
+    did not pick (the likely picks of the next round) go to `hint`, which a campaign uses
+    to have its workers compile their pipelines ahead (TrialBench.precompile): a batch
+    otherwise starts with a compile its trial waits for, the GPU idle meanwhile.
     """
     total = min(len(space), budget.remaining)
     if total <= 0:
@@ -151,7 +158,12 @@ def model_based(
             quiet = 0 if _promising(known + results, knn, ridge, residuals, noise) else quiet + 1
             if quiet >= patience:
                 break
-        picks = _pick(candidates, _ranks(knn) + _ranks(ridge), size, explore, rng)
+        score = _ranks(knn) + _ranks(ridge)
+        picks = _pick(candidates, score, size, explore, rng)
+        if hint is not None:
+            chosen = set(picks)
+            upcoming = [int(c) for c in candidates[np.argsort(score, kind="stable")] if int(c) not in chosen]
+            hint([space[i] for i in upcoming[:HINT_COUNT]])
         fresh = _evaluate([space[i] for i in picks], evaluate, budget)
         predicted = dict(zip(candidates.tolist(), (knn + ridge) / 2, strict=True))
         measured = [(i, r) for i, r in zip(picks, fresh, strict=True) if r.ok and r.median_ns]
