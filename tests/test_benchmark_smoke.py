@@ -41,6 +41,8 @@ def test_runtime_calls_cut_down_to_one_case_writes_its_row(tmp_path):
     result = json.loads((tmp_path / "runtime-calls.json").read_text())
     (row,) = result["kernels"]
     assert row["case"] == "gemm 64^3" and "device_python_us" not in row and "chains" not in result
-    assert row["device_spin_ms"] >= row["kernel_ms"] > 0  # a spinning sync waits for the kernel
+    # (a spinning sync's wait is tested in test_runtime_device; lavapipe's timestamps can
+    # read longer than the wall time of a call, so kernel_ms is no lower bound here)
+    assert row["device_spin_ms"] > 0 and row["kernel_ms"] > 0
     assert result["wgpu_floors"]["submit_spin_us"] > 0
     assert "| gemm 64^3 |" in (tmp_path / "runtime-calls.md").read_text()
