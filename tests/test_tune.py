@@ -171,6 +171,18 @@ class TwoTopologyPool:
         return self.bench.remeasure(kernel, problem, schedules, reps, rounds, seed)
 
 
+
+class OneWorkerBenchPool(TwoTopologyPool):
+    """One worker on the test device with a real TrialBench (compile-ahead, prefetch, hints)."""
+
+    def __init__(self, device):
+        from farm.tuning.bench import TrialBench
+
+        super().__init__(device)
+        self.bench.close()
+        self.bench = TrialBench(device)
+        self._profiles = {"w0": device.profile}
+
 def test_a_campaign_tunes_each_topology_separately_and_stores_winners_per_topology(device: Device, tmp_path):
     from farm import store
     from farm.tuning.campaign import Campaign
@@ -354,15 +366,11 @@ def test_a_campaign_prefetches_the_next_problems_inputs_and_forgets_each_finishe
     import threading
 
     from farm import store
-    from farm.tuning.bench import TrialBench
     from farm.tuning.campaign import Campaign
 
-    class BenchPool(TwoTopologyPool):
+    class BenchPool(OneWorkerBenchPool):
         def __init__(self, device):
             super().__init__(device)
-            self.bench.close()
-            self.bench = TrialBench(device)
-            self._profiles = {"w0": device.profile}
             self.events = []
 
         def stream(self, jobs, topology=None, batch_size=None):
@@ -434,15 +442,11 @@ def test_precompile_compiles_hinted_pipelines_ahead_so_their_trials_find_them_ca
 
 def test_a_campaigns_model_search_has_its_workers_compile_the_next_likely_picks(device: Device, tmp_path):
     from farm import store
-    from farm.tuning.bench import TrialBench
     from farm.tuning.campaign import Campaign
 
-    class HintPool(TwoTopologyPool):
+    class HintPool(OneWorkerBenchPool):
         def __init__(self, device):
             super().__init__(device)
-            self.bench.close()
-            self.bench = TrialBench(device)
-            self._profiles = {"w0": device.profile}
             self.hints, self.tried = [], []
 
         def stream(self, jobs, topology=None, batch_size=None):
