@@ -200,6 +200,9 @@ def test_a_timing_the_clock_check_reads_slow_is_re_timed_after_the_passes_back_t
     timing = device.time_calls(calls, warmup=0, reps=3)  # slow: warmed, then timed again
     assert len(submissions) == 3 and busy == [0.01] and device.clock_retimes == before + 1
     assert timing.reps == 3 and device.clock_retime_s > 0
+    monkeypatch.setattr(timing_module, "CLOCK_CHECK_MAX_S", 0.0)  # reps this long are not checked
+    device.time_calls(calls, warmup=0, reps=3)
+    assert len(submissions) == 4 and device.clock_retimes == before + 1
     device._clock.close()
     device.release(buf)
 

@@ -8,7 +8,9 @@ not see it, because two rounds at low clocks agree. A kernel whose time depends 
 the clock does: one workgroup running a dependent loop, timed by GPU timestamps in a
 submission of its own once the timing's reads are done (the queue is empty then, so it
 overlaps nothing). Its best time on this device is its time at full clocks; a check that
-reads more than CLOCK_TOLERANCE over that best says the timing before it ran slow.
+reads more than CLOCK_TOLERANCE over that best says the timing before it ran slow. Only
+timings shorter than farm.gpu.timing's CLOCK_CHECK_MAX_S are checked: long reps keep the
+clocks up themselves, and a GPU held at its power limit by them is timed as it runs.
 """
 
 from __future__ import annotations
