@@ -25,7 +25,10 @@
 #            probe again, then two independent campaigns re-timed (stability.py --all)
 #   part 14: (one GPU; carry .h200/s9a.db) the interference probe (with contiguous lead-ins
 #            of 10/30/100 ms and 20/60 ms stalls before each trial), then the runtime's
-#            per-call costs with the recorded submissions (its chain rows)
+#            per-call costs with the recorded submissions (its chain rows); after it
+#            LABEL=h200-s10 PART=11, and LABEL=h200-s10-fresh SHADER_CACHE=fresh PART=11 (each
+#            campaign compiles against an empty shader cache of its own: is the first
+#            campaign's slowness its cold cache?)
 # Results land flat in $OUT (the device tool brings back at most 8 files).
 set -u
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -59,7 +62,7 @@ interference() { step "$1" python3 benchmarks/trial_interference.py --out "$W/ti
                  cp "$W"/ti/trial-interference.json "$OUT"/ 2>/dev/null; }
 calls_tuned() { step "$1" python3 benchmarks/runtime_calls.py --db "sqlite:///$PWD/.h200/s9a.db" --skip-costs --settle-s 4 --out "$W/rc"
                 cp "$W"/rc/runtime-calls.md "$W"/rc/runtime-calls.json "$OUT"/ 2>/dev/null; }
-stability() { step "$1" python3 benchmarks/stability.py --all --out "$W/stab" --label "${LABEL:-h200-s8}"
+stability() { step "$1" python3 benchmarks/stability.py --all --out "$W/stab" --label "${LABEL:-h200-s8}" --shader-cache "${SHADER_CACHE:-shared}"
               cp "$W"/stab/*-stability.json "$OUT"/ 2>/dev/null
               cp "$W"/stab/*-stability/a.db "$W"/stab/*-stability/b.db "$OUT"/ 2>/dev/null; }
 nvidia-smi -L | tee -a "$LOG"

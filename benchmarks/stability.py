@@ -48,7 +48,7 @@ def run_campaign(name: str, args: argparse.Namespace, work: Path, seed: int) -> 
     command += ["--budget", args.budget] if args.budget else []
     command += ["--sizes", args.sizes] if args.sizes else []
     command += ["--allow-cpu"] if args.allow_cpu else []
-    env = {**os.environ, "FARM_HOME": str(work / f"{name}-home"), "FARM_DEVICE_LOCK": "warn"}
+    env = campaign_env(name, args.shader_cache, work)
     print(f"campaign {name}: {' '.join(command)}", file=sys.stderr)
     started = time.perf_counter()
     with open(work / f"{name}.log", "w") as log:
@@ -63,6 +63,19 @@ def run_campaign(name: str, args: argparse.Namespace, work: Path, seed: int) -> 
     print(f"campaign {name}: {len(winners)} winners in {wall:.1f} s; {json.dumps(shown)}", file=sys.stderr)
     keyed = {(w.kernel, w.problem_key): w for w in winners}
     return {"db": db, "wall_s": wall, "seed": seed, "winners": keyed, "cost": cost}
+
+
+def campaign_env(name: str, shader_cache: str, work: Path) -> dict[str, str]:
+    """The campaign process's environment: its own FARM_HOME; with shader_cache "fresh" an
+    empty NVIDIA shader disk cache of its own (session 9: campaign a, always the first on
+    the machine, read whole runs of trials slow and took 2-4x campaign b's time per problem,
+    its compiles against a cold cache the likely reason)."""
+    env = {**os.environ, "FARM_HOME": str(work / f"{name}-home"), "FARM_DEVICE_LOCK": "warn"}
+    if shader_cache == "fresh":
+        cache = work / f"{name}-shader-cache"
+        cache.mkdir(parents=True, exist_ok=True)
+        env |= {"__GL_SHADER_DISK_CACHE": "1", "__GL_SHADER_DISK_CACHE_PATH": str(cache)}
+    return env
 
 
 def campaign_cost(log: Path, artifacts: Path, winners: list) -> dict:
@@ -198,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="h200")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--allow-cpu", action="store_true")
+    parser.add_argument(
+        "--shader-cache", choices=("shared", "fresh"), default="shared",
+        help="fresh: each campaign compiles against an empty NVIDIA shader disk cache of its own "
+        "(__GL_SHADER_DISK_CACHE_PATH), so the first campaign is no colder than the second",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if not args.all and not args.kernels:
         parser.error("name --kernels or --all")
@@ -238,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_target_s": args.wall_target,
         "wall_target_met": all(c["wall_s"] <= args.wall_target for c in campaigns),
         "seeds": seeds,
+        "shader_cache": args.shader_cache,
         "retime": {"reps": args.reps, "rounds": args.rounds, "method": "interleaved, median over rounds"},
         "summary": summarize(rows),
         "rows": rows,

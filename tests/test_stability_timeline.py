@@ -52,3 +52,16 @@ def test_worker_stages_reads_the_first_workers_ms_per_trial_from_the_campaign_lo
     retimed = log.replace("12 trials;", "12 trials (3 re-timed at low clocks);")
     assert stability.worker_stages(retimed) == stages | {"clock_retimes": 3.0}
     assert stability.worker_stages("worker stage times unavailable: gone") == {}
+
+
+def test_a_fresh_shader_cache_gives_each_campaign_an_empty_cache_of_its_own(tmp_path):
+    stability = _stability()
+    import os
+
+    shared = stability.campaign_env("a", "shared", tmp_path)
+    assert shared["FARM_HOME"] == str(tmp_path / "a-home")
+    assert shared.get("__GL_SHADER_DISK_CACHE_PATH") == os.environ.get("__GL_SHADER_DISK_CACHE_PATH")
+    a, b = (stability.campaign_env(n, "fresh", tmp_path) for n in "ab")
+    assert a["__GL_SHADER_DISK_CACHE_PATH"] != b["__GL_SHADER_DISK_CACHE_PATH"]
+    assert (tmp_path / "a-shader-cache").is_dir() and not any((tmp_path / "a-shader-cache").iterdir())
+    assert a["__GL_SHADER_DISK_CACHE"] == "1"
