@@ -1,5 +1,8 @@
 """Small inputs for every built-in ForgeRuntime method, shared by the DeviceArray tests
-(tests/test_runtime_device.py) and the per-call cost tests (tests/test_runtime_costs.py)."""
+(tests/test_runtime_device.py) and the per-call cost tests (tests/test_runtime_costs.py),
+and a way to run a test's work on several threads at once."""
+
+import threading
 
 import numpy as np
 
@@ -12,6 +15,24 @@ def rng(seed):
 
 def f32(*shape, seed=0):
     return rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def errors_of_threads(work, count: int = 4) -> list[Exception]:
+    """Run `work(index)` on `count` threads at once; the exceptions they raised."""
+    errors: list[Exception] = []
+
+    def run(index):
+        try:
+            work(index)
+        except Exception as exc:  # noqa: BLE001 - returned to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
 
 
 def method_cases(recurrent_state: bool = False) -> dict:

@@ -4,12 +4,11 @@ writes in place, and misuse is a ValueError naming the argument."""
 
 import gc
 import re
-import threading
 import time
 
 import numpy as np
 import pytest
-from runtime_cases import f32, method_cases, rng
+from runtime_cases import errors_of_threads, f32, method_cases, rng
 
 from farm import ForgeRuntime
 from farm.catalog.recurrent import reference_recurrent
@@ -205,23 +204,14 @@ def test_reshape_and_view_follow_numpy(rt):
 
 def test_threads_sharing_a_runtime_get_correct_answers(rt):
     a = f32(17, 9)
-    errors = []
 
     def work(seed):
-        try:
-            for i in range(25):
-                x = f32(9, seed=seed * 100 + i)
-                np.testing.assert_allclose(rt.gemv(a, x), a @ x, rtol=1e-5, atol=1e-5)
-                np.testing.assert_allclose(rt.gemv(rt.asarray(a), x).numpy(), a @ x, rtol=1e-5, atol=1e-5)
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        for i in range(25):
+            x = f32(9, seed=seed * 100 + i)
+            np.testing.assert_allclose(rt.gemv(a, x), a @ x, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(rt.gemv(rt.asarray(a), x).numpy(), a @ x, rtol=1e-5, atol=1e-5)
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert errors_of_threads(work) == []
 
 
 def test_large_uploads_go_through_mapped_staging_and_arrive_intact(rt):

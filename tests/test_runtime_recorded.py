@@ -7,7 +7,7 @@ import gc
 
 import numpy as np
 import pytest
-from runtime_cases import f32
+from runtime_cases import errors_of_threads, f32
 
 from farm import ForgeRuntime
 from farm.runtime import calls as calls_module
@@ -103,33 +103,23 @@ def test_synchronize_and_close_submit_what_is_recorded(rt, device):
 
 
 def test_threads_recording_chains_on_one_runtime_get_their_own_answers(rt):
-    import threading
-
     a = f32(12, 12) * np.float32(0.25)
     da = rt.asarray(a)
-    errors = []
+    steps = calls_module.FLUSH_CALLS + 3  # past a flush, interleaved with the other threads' calls
 
     def work(seed):
-        try:
-            for i in range(6):
-                x = f32(12, seed=seed * 10 + i)
-                y = rt.asarray(x)
-                for _ in range(calls_module.FLUSH_CALLS + 3):  # past a flush, interleaved with the others
-                    step = rt.gemv(da, y)
-                    y.release()  # released while its pass may still be recorded
-                    y = step
-                ref = x.astype(np.float64)
-                for _ in range(calls_module.FLUSH_CALLS + 3):
-                    ref = a.astype(np.float64) @ ref
-                np.testing.assert_allclose(y.numpy(), ref, rtol=1e-3, atol=1e-4 * np.abs(ref).max())
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        for i in range(6):
+            x = f32(12, seed=seed * 10 + i)
+            y = rt.asarray(x)
+            for _ in range(steps):
+                step = rt.gemv(da, y)
+                y.release()  # released while its pass may still be recorded
+                y = step
+            ref = x.astype(np.float64)
+            for _ in range(steps):
+                ref = a.astype(np.float64) @ ref
+            np.testing.assert_allclose(y.numpy(), ref, rtol=1e-3, atol=1e-4 * np.abs(ref).max())
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert errors_of_threads(work) == []
     rt.synchronize()
     assert rt._caller._pending is None
