@@ -110,7 +110,8 @@ def runtime_row(rt, torch, floor, label, method, args, kwargs, costs: bool = Tru
     schedule, source = rt.tuned_schedule(spec.name, problem)
     row["schedule_source"] = source
     with prepare(rt.device, spec, schedule, problem, inputs) as prepared:
-        row["kernel_ms"] = prepared.time(warmup=3, reps=30).median_ns / 1e6  # GPU timestamps
+        kernel = prepared.time(warmup=3, reps=30)
+        row["kernel_ms"], row["kernel_method"] = kernel.median_ns / 1e6, kernel.method  # GPU timestamps
         outs = [arg.nbytes for arg in prepared.launch.args if arg.output]
     host_inputs = [np.ascontiguousarray(a) for a in args if isinstance(a, np.ndarray)]
     row["floor_ms"] = floor.seconds(host_inputs, outs) * 1e3  # plain wgpu-py, same transfers
@@ -160,7 +161,8 @@ def torch_row(torch, spec, problem, inputs, schedule) -> dict:
         fn()
         torch.cuda.synchronize()
 
-    row = {"vendor": label, "vendor_device_ms": per_call(on_device) * 1e3}
+    row = {"vendor": label, "vendor_device_ms": per_call(on_device) * 1e3,
+           "vendor_method": "host wall per call: op + torch.cuda.synchronize on device tensors"}  # fmt: skip
     if spec.name != "recurrent":
 
         def from_numpy():
@@ -170,6 +172,7 @@ def torch_row(torch, spec, problem, inputs, schedule) -> dict:
             [got[c].cpu().numpy() for c in checks]
 
         row["vendor_numpy_ms"] = per_call(from_numpy) * 1e3
+        row["vendor_method"] += "; numpy: host wall per call, H2D + op + D2H"
     return row
 
 

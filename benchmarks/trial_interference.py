@@ -33,6 +33,7 @@ import statistics
 import sys
 import threading
 import time
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -52,62 +53,37 @@ CONDITIONS = ("quiet", "prefetch", "numpy", "python", "python+lead10", "python+l
               "stall20", "stall60", "quiet")  # fmt: skip
 
 
-class Stall:
+@contextmanager
+def stall(bench: TrialBench, ms: float):
     """The trial thread idles `ms` before each trial with the GPU lock held (the GPU idle
     meanwhile), as a trial waiting for its pipeline's compile does: campaign a of both
     session-9 stability runs (a cold shader cache?) spent 2-4x campaign b's time per problem."""
+    real = TrialBench._trial
 
-    def __init__(self, bench: TrialBench, ms: float):
-        self.bench, self.ms = bench, ms
+    def stalled(self, job, ahead):
+        time.sleep(ms / 1e3)
+        return real(self, job, ahead)
 
-    def __enter__(self):
-        real = TrialBench._trial
-        pause = self.ms / 1e3
-
-        def stalled(bench, job, ahead):
-            time.sleep(pause)
-            return real(bench, job, ahead)
-
-        self.bench._trial = stalled.__get__(self.bench)
-        return self
-
-    def __exit__(self, *exc):
-        del self.bench._trial
+    bench._trial = stalled.__get__(bench)
+    try:
+        yield
+    finally:
+        del bench._trial
 
 
-class Lead:
+@contextmanager
+def lead_in(ms: float):
     """Every timing's reps behind a contiguous lead-in of `ms` GPU milliseconds in their own
     submission (farm.gpu.timing's LEAD_IN_S rule, forced on): whether that brings the clocks
     back under a host that feeds the GPU only now and then."""
+    from farm.gpu import timing
 
-    def __init__(self, ms: float):
-        self.ms, self.saved = ms, None
-
-    def __enter__(self):
-        from farm.gpu import timing
-
-        self.saved = (timing.LEAD_IN_S, timing.MAX_LEAD_PASSES, timing._rising)
-        timing.LEAD_IN_S, timing.MAX_LEAD_PASSES, timing._rising = self.ms / 1e3, 8192, lambda samples: True
-        return self
-
-    def __exit__(self, *exc):
-        from farm.gpu import timing
-
-        timing.LEAD_IN_S, timing.MAX_LEAD_PASSES, timing._rising = self.saved
-
-
-class Both:
-    def __init__(self, *contexts):
-        self.contexts = contexts
-
-    def __enter__(self):
-        for c in self.contexts:
-            c.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        for c in reversed(self.contexts):
-            c.__exit__(*exc)
+    saved = (timing.LEAD_IN_S, timing.MAX_LEAD_PASSES, timing._rising)
+    timing.LEAD_IN_S, timing.MAX_LEAD_PASSES, timing._rising = ms / 1e3, 8192, lambda samples: True
+    try:
+        yield
+    finally:
+        timing.LEAD_IN_S, timing.MAX_LEAD_PASSES, timing._rising = saved
 
 
 class Load:
@@ -149,6 +125,8 @@ def run_case(bench: TrialBench, kernel: str, dims: dict, nxt: dict, count: int, 
     bench.evaluate(jobs[:4])  # inputs, reference, pipelines: not part of any condition
     times: dict[str, dict[str, list[float]]] = {}
     warm: dict[str, float] = {}
+    retimed: dict[str, int] = {}  # timings the clock check (farm.gpu.clocks) re-timed
+    methods: set[str] = set()
     for index, condition in enumerate(CONDITIONS):
         label = condition if condition != "quiet" or index == 0 else "quiet again"
         spent = bench.device.warm_spent_s
@@ -157,21 +135,25 @@ def run_case(bench: TrialBench, kernel: str, dims: dict, nxt: dict, count: int, 
             bench.inputs.settled()
             bench.prefetch(kernel, next_problem)
         kind, _, lead = condition.partition("+lead")
-        context = Load(kind) if kind in ("numpy", "python") else _Nothing()
-        if kind.startswith("stall"):
-            context = Stall(bench, float(kind[len("stall") :]))
-        if lead:
-            context = Both(context, Lead(float(lead)))
-        with context:
+        retimes = bench.device.clock_retimes
+        with ExitStack() as context:
+            if kind in ("numpy", "python"):
+                context.enter_context(Load(kind))
+            if kind.startswith("stall"):
+                context.enter_context(stall(bench, float(kind[len("stall") :])))
+            if lead:
+                context.enter_context(lead_in(float(lead)))
             for _ in range(rounds):
                 for start in range(0, len(jobs), 4):
                     batch = jobs[start : start + 4]
                     for job, result in zip(batch, bench.evaluate(batch), strict=True):
                         if result.ok and result.median_ns:
                             times.setdefault(label, {}).setdefault(job.schedule.key(), []).append(result.median_ns)
+                            methods.add(result.timing.method)
         if condition == "prefetch":
             bench.inputs.settled()
         warm[label] = bench.device.warm_spent_s - spent
+        retimed[label] = bench.device.clock_retimes - retimes
     quiet = {k: statistics.median(v) for k, v in times["quiet"].items()}
     rows = []
     for label, per in times.items():
@@ -179,16 +161,9 @@ def run_case(bench: TrialBench, kernel: str, dims: dict, nxt: dict, count: int, 
         worst = [max(v) / quiet[k] for k, v in per.items() if k in quiet]
         rows.append({"kernel": kernel, "problem": problem.key(), "condition": label,
                      "median_ratio": statistics.median(ratios), "worst_ratio": max(worst),
-                     "schedules": len(ratios), "warm_s": warm[label], "method": "timestamp"})  # fmt: skip
+                     "schedules": len(ratios), "warm_s": warm[label], "clock_retimes": retimed[label],
+                     "method": "/".join(sorted(methods))})  # fmt: skip
     return {"rows": rows}
-
-
-class _Nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
 
 
 def main() -> int:
@@ -209,12 +184,14 @@ def main() -> int:
             rows += run_case(bench, kernel, dims, nxt, args.schedules, args.rounds)["rows"]
     finally:
         bench.close()
-    print(f"{device.profile.device_name}: per schedule the median over {args.rounds} rounds, over its quiet median")
-    print("| kernel | problem | condition | median ratio | worst | warm-up s |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    methods = "/".join(sorted({r["method"] for r in rows}))
+    print(f"{device.profile.device_name}: per schedule the median over {args.rounds} rounds of its trial medians "
+          f"({methods}), over its quiet median")  # fmt: skip
+    print("| kernel | problem | condition | median ratio | worst | warm-up s | re-timed |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['kernel']} | {r['problem']} | {r['condition']} | {r['median_ratio']:.3f} | "
-              f"{r['worst_ratio']:.2f} | {r['warm_s']:.2f} |")  # fmt: skip
+              f"{r['worst_ratio']:.2f} | {r['warm_s']:.2f} | {r['clock_retimes']} |")  # fmt: skip
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     doc = {"date": time.strftime("%Y-%m-%d"), "device": device.profile.device_name, "rows": rows}

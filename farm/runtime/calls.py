@@ -179,9 +179,7 @@ class Caller:
             self.flush()
         try:
             values = self._transformed(plan, inputs) if plan.transformed else [inputs[s.name] for s in plan.inputs]
-            if recorded:
-                return self._record(plan, values, out)
-            encoder = self.device.device.create_command_encoder()
+            encoder = None if recorded else self.device.device.create_command_encoder()  # recorded: no uploads
             slabs = []
             for slot, value in zip(plan.inputs, values, strict=True):
                 if type(value) is DeviceArray:
@@ -201,7 +199,11 @@ class Caller:
                     else:
                         taken.append(slab)
                 slabs.append(slab)
-            encode_passes(encoder, self._bound(plan, slabs))
+            calls = self._bound(plan, slabs)  # bind groups made (and checked) before anything is encoded
+            if recorded:
+                self._record(plan, calls, slabs)
+                return results
+            encode_passes(encoder, calls)
             if to_device:
                 self.device.device.queue.submit([encoder.finish()])
                 return results
@@ -215,46 +217,23 @@ class Caller:
             if taken:
                 give_back(pool, taken)
 
-    def _record(self, plan: CallPlan, values: list, out: dict[str, DeviceArray] | None) -> dict:
-        """A DeviceArray-only call's passes into the pending encoder (see the module docstring)."""
-        owner, pool = self.owner, self.pool
-        slabs = [value.slab(owner, slot.name) for slot, value in zip(plan.inputs, values, strict=True)]
-        results: dict[str, DeviceArray] = {}
-        fresh: list[Slab] = []
-        try:
-            for slot in plan.outputs:
-                target = out.get(slot.name) if out else None
-                if target is not None:
-                    slabs.append(target.slab(owner, "out"))
-                    results[slot.name] = target
-                else:
-                    slab = pool.take(slot.nbytes)
-                    fresh.append(slab)
-                    slabs.append(slab)
-            calls = self._bound(plan, slabs)  # bind groups made (and checked) before anything is recorded
-        except Exception:
-            for slab in fresh:
-                pool.give(slab)
-            raise
-        pool.pin(slabs)
+    def _record(self, plan: CallPlan, calls: list, slabs: list[Slab]) -> None:
+        """A DeviceArray-only call's passes into the pending encoder, its slabs pinned until
+        the submission (see the module docstring). A failure leaves the encoder unusable:
+        the calls recorded before it are dropped with it, and the error says how many."""
+        self.pool.pin(slabs)
         try:
             if self._pending is None:
                 self._pending = self.device.device.create_command_encoder()
             encode_passes(self._pending, calls)
-        except Exception as exc:  # noqa: BLE001 - the encoder is unusable: its recorded calls are lost
+        except Exception as exc:  # noqa: BLE001
             lost, self._pending, self._pending_calls = self._pending_calls, None, 0
-            pool.unpin()
-            for slab in fresh:
-                pool.give(slab)
+            self.pool.unpin()
             raise GpuError("dispatch", f"recording the call failed ({lost} earlier recorded calls not run): {exc}",
                            plan.spec.name, plan.schedule) from exc  # fmt: skip
         self._pending_calls += 1
-        for slot, slab in zip(plan.outputs, slabs[len(plan.inputs) :], strict=True):
-            if slot.name not in results:
-                results[slot.name] = DeviceArray.pooled(pool, slab, owner, slot.shape, slot.dtype)
         if self._pending_calls >= FLUSH_CALLS:
             self.flush()
-        return results
 
     def _upload(self, slot: Slot, value: np.ndarray, encoder, taken: list[Slab]) -> Slab:
         """A pooled slab for this call holding the numpy input `value`."""

@@ -96,7 +96,7 @@ class BufferPool:
         # DeviceArray calls): given back meanwhile, they wait in _parked, neither reused nor
         # destroyed, until `unpin` (after the submission)
         self._pinned: set[int] = set()
-        self._parked: list[Slab] = []
+        self._parked: dict[int, Slab] = {}  # by serial
         self.held = 0  # bytes of slabs handed out
         self.idle = 0  # bytes of slabs on the free lists
         self.created = 0  # slabs ever created (the hot-path test counts these)
@@ -148,8 +148,8 @@ class BufferPool:
         """The recorded passes are submitted: slabs given back meanwhile go to their free lists."""
         with self._lock:
             self._pinned.clear()
-            parked, self._parked = self._parked, []
-            for slab in parked:
+            parked, self._parked = self._parked, {}
+            for slab in parked.values():
                 self.give(slab)
 
     def give(self, slab: Slab) -> None:
@@ -159,8 +159,7 @@ class BufferPool:
             if not slab.live or slab.serial in self._free:
                 return
             if slab.serial in self._pinned:
-                if all(parked is not slab for parked in self._parked):
-                    self._parked.append(slab)
+                self._parked[slab.serial] = slab
                 return
             self.held -= slab.capacity
             if _released(slab.handle):

@@ -158,12 +158,11 @@ def model_based(
             quiet = 0 if _promising(known + results, knn, ridge, residuals, noise) else quiet + 1
             if quiet >= patience:
                 break
-        score = _ranks(knn) + _ranks(ridge)
-        picks = _pick(candidates, score, size, explore, rng)
+        ranked = [int(c) for c in candidates[np.argsort(_ranks(knn) + _ranks(ridge), kind="stable")]]
+        picks = _pick(ranked, size, explore, rng)
         if hint is not None:
             chosen = set(picks)
-            upcoming = [int(c) for c in candidates[np.argsort(score, kind="stable")] if int(c) not in chosen]
-            hint([space[i] for i in upcoming[:HINT_COUNT]])
+            hint([space[i] for i in [c for c in ranked if c not in chosen][:HINT_COUNT]])
         fresh = _evaluate([space[i] for i in picks], evaluate, budget)
         predicted = dict(zip(candidates.tolist(), (knn + ridge) / 2, strict=True))
         measured = [(i, r) for i, r in zip(picks, fresh, strict=True) if r.ok and r.median_ns]
@@ -202,11 +201,12 @@ def _predict(features: np.ndarray, onehot: np.ndarray, seen: list[int], results:
     return candidates, knn, ridge
 
 
-def _pick(candidates: np.ndarray, score: np.ndarray, size: int, explore: float, rng: random.Random) -> list[int]:
-    ranked = [int(c) for c in candidates[np.argsort(score, kind="stable")]]
+def _pick(ranked: list[int], size: int, explore: float, rng: random.Random) -> list[int]:
+    """The `size` best of `ranked` (best first), an `explore` share of them drawn at random from the rest."""
     random_count = min(size - 1, int(round(size * explore))) if size > 1 else 0
     picks = ranked[: size - random_count]
-    rest = [c for c in ranked if c not in set(picks)]
+    taken = set(picks)
+    rest = [c for c in ranked if c not in taken]
     picks += rng.sample(rest, min(random_count, len(rest)))
     return picks
 
