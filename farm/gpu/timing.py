@@ -236,9 +236,10 @@ class TimedDevice:
 
     def _timestamp_samples(self, calls: list, reps: int, schedule: Any) -> list[float]:
         """`reps` GPU-timestamp samples of the passes, all in ONE submission, so the GPU runs
-        them back to back whatever the host does meanwhile: one submission a rep let a host
-        thread holding the GIL space the reps out, the GPU idled between them and dropped
-        its clocks, and trials read 4-6x slow on the H200 (benchmarks/trial_interference.py).
+        them back to back whatever the host does meanwhile (with one submission a rep, a
+        host thread holding the GIL could space them out). That alone did not cure trials
+        read 4-6x slow on the H200 under such a thread (benchmarks/trial_interference.py):
+        the clocks had dropped before the timing began, which the clock check catches.
         When the timed reps hold less than LEAD_IN_S of GPU work, or their first third reads
         slower than their last (clocks still rising), they are timed again behind a lead-in:
         as many untimed passes as make LEAD_IN_S, in the same submission."""

@@ -241,7 +241,8 @@ class TrialBench:
     def stage_times(self) -> dict:
         """{"trials": n, "seconds": {stage: seconds over the batches' threads}} (see
         StageTimes); "time" includes the GPU warm-up, also reported alone as "warm_up", and
-        the timings the clock check re-timed (farm.gpu.clocks), as "clock_retime"."""
+        the timings the clock check re-timed (farm.gpu.clocks), as "clock_retime" (their
+        warm-up counted in "warm_up" too)."""
         report = self.stages.as_dict()
         report["seconds"]["warm_up"] = self.device.warm_spent_s
         report["seconds"]["clock_retime"] = self.device.clock_retime_s
