@@ -14,6 +14,14 @@
 // With the deferred reduction (reduce=2, chunked only) the TPC partial sums of every
 // step go to workgroup memory and are summed once per chunk (one barrier per chunk),
 // the chunk's context rows written coalesced.
+// The host unrolls everything a thread owns into named scalars: its columns col_<i> (live_<i>
+// while inside E), state r<k>_<i> (row l<k> = k * TPC + lane of column vector i), step
+// values v<i> and partial contexts acc<i>, and the chunk's staged loads (every load a
+// thread makes for a chunk is issued before its first store to workgroup memory, so their
+// latencies overlap). Private arrays indexed in loops ended up in slow local memory on the
+// NVIDIA Vulkan driver (kernels/gemm.wgsl). Lines of the reduce sections below holding
+// `$i` are repeated for each i < IPI with `$i` replaced by i. Only the last row can pad
+// (l >= L, when TPC doesn't divide L): the host guards that row alone.
 // Absent rho/decay are passed as zeros/ones by the launcher (both exact).
 const WG: u32 = {{WG}}u;
 const TPC: u32 = {{TPC}}u;
@@ -51,24 +59,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let vbh = (bh / p.h) * p.vh + h % p.vh;
     let lane = lid % TPC;
     let slot = lid / TPC;
-
-    var cols: array<u32, IPI>;
-    var live: array<bool, IPI>;
-    for (var i = 0u; i < IPI; i++) {
-        cols[i] = (blk * IPI + i) * SLOTS + slot;
-        live[i] = cols[i] < p.ev;
-    }
-    var r: array<{{VEC}}, ROWS * IPI>;
-    for (var k = 0u; k < ROWS; k++) {
-        let l = k * TPC + lane;
-        for (var i = 0u; i < IPI; i++) {
-            var s = {{VEC}}(0.0);
-            if (l < LQ && live[i]) {
-                s = rho_in[(bh * LQ + l) * p.ev + cols[i]];
-            }
-            r[k * IPI + i] = s;
-        }
-    }
+{{COLUMNS}}
+{{LOAD_STATE}}
     let d = decay[h];
     let col0 = blk * COLS;
 
@@ -77,40 +69,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 {{STAGE}}
         for (var s = 0u; s < n; s++) {
             let t = t0 + s;
-            var v: array<{{VEC}}, IPI>;
-            var acc: array<{{VEC}}, IPI>;
-            for (var i = 0u; i < IPI; i++) {
-                v[i] = {{V_AT}};
-                acc[i] = {{VEC}}(0.0);
-            }
-            for (var k = 0u; k < ROWS; k++) {
-                let l = k * TPC + lane;
-                let in_l = l < LQ;  // rows l >= L pad the lanes' share when TPC doesn't divide L
-                let q = select(0.0, {{Q_AT}}, in_l);
-                for (var i = 0u; i < IPI; i++) {
-                    let old = r[k * IPI + i];
-                    acc[i] += old * q;
-                    // A padded row keeps its zero state: (0 + 0 * v) * d would turn an Inf in
-                    // v or d into NaN, and that NaN into the column's context (NaN * 0),
-                    // where numpy has no such row.
-                    r[k * IPI + i] = select(old, (old + q * v[i]) * d, in_l);
-                }
-            }
+{{STEP}}
 {{REDUCE}}
 {{STEP_WRITE}}
         }
 {{CHUNK_END}}
         t0 += n;
     }
-
-    for (var k = 0u; k < ROWS; k++) {
-        let l = k * TPC + lane;
-        for (var i = 0u; i < IPI; i++) {
-            if (l < LQ && live[i]) {
-                rho_out[(bh * LQ + l) * p.ev + cols[i]] = r[k * IPI + i];
-            }
-        }
-    }
+{{STORE_STATE}}
 }
 
 //// chunk_decl
@@ -120,12 +86,7 @@ var<workgroup> vs: array<{{VEC}}, CT * COLS>;
 //// stage
         workgroupBarrier();  // the last chunk's readers are done with qs / vs
         let qbase = (bh * p.t + t0) * LQ;
-        for (var j = lid; j < n * LQ; j += WG) {
-            qs[j] = query[qbase + j];
-        }
-        for (var j = lid; j < n * COLS; j += WG) {
-            vs[j] = value[(vbh * p.t + t0 + j / COLS) * p.ev + min(col0 + j % COLS, p.ev - 1u)];
-        }
+{{FETCH}}
         workgroupBarrier();
 
 //// none_decl
@@ -137,9 +98,7 @@ var<workgroup> vs: array<{{VEC}}, CT * COLS>;
         // The TPC lanes of a column are adjacent in one subgroup (TPC <= the adapter's
         // smallest subgroup, checked by the schedule): butterfly them, no barrier.
         for (var s = TPC / 2u; s > 0u; s >>= 1u) {
-            for (var i = 0u; i < IPI; i++) {
-                acc[i] += subgroupShuffleXor(acc[i], s);
-            }
+            acc$i += subgroupShuffleXor(acc$i, s);
         }
 
 //// workgroup_decl
@@ -149,27 +108,19 @@ var<workgroup> vs: array<{{VEC}}, CT * COLS>;
 var<workgroup> partial: array<{{VEC}}, 2u * WG * IPI>;
 //// workgroup
         let half = (t & 1u) * WG * IPI;
-        for (var i = 0u; i < IPI; i++) {
-            partial[half + lid * IPI + i] = acc[i];
-        }
+        partial[half + lid * IPI + $iu] = acc$i;
         workgroupBarrier();
         if (lane == 0u) {
-            for (var i = 0u; i < IPI; i++) {
-                var s = {{VEC}}(0.0);
-                for (var j = 0u; j < TPC; j++) {
-                    s += partial[half + (lid + j) * IPI + i];
-                }
-                acc[i] = s;
+            var sum$i = {{VEC}}(0.0);
+            for (var j = 0u; j < TPC; j++) {
+                sum$i += partial[half + (lid + j) * IPI + $iu];
             }
+            acc$i = sum$i;
         }
 
 //// step_write
             if (lane == 0u) {
-                for (var i = 0u; i < IPI; i++) {
-                    if (live[i]) {
-                        context[(bh * p.t + t) * p.ev + cols[i]] = acc[i];
-                    }
-                }
+                if (live_$i) { context[(bh * p.t + t) * p.ev + col_$i] = acc$i; }
             }
 
 //// deferred_decl
@@ -182,9 +133,7 @@ var<workgroup> partial: array<{{VEC}}, CT * TPC * PCOLS>;
             // deferred: no reduction here; the partial sums wait for the chunk's end.
 
 //// deferred_write
-            for (var i = 0u; i < IPI; i++) {
-                partial[(s * TPC + lane) * PCOLS + i * SLOTS + slot] = acc[i];
-            }
+            partial[(s * TPC + lane) * PCOLS + $iu * SLOTS + slot] = acc$i;
 
 //// deferred_end
         workgroupBarrier();  // every step's partial sums of this chunk are in

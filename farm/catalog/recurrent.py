@@ -47,9 +47,10 @@ _VEC = {1: "f32", 2: "vec2<f32>", 4: "vec4<f32>"}
 UNCHUNKED = 0xFFFFFFFF  # CT without chunking: one pass over all T steps
 # Where a step reads its value vector i and query row l: storage, or the staged chunk.
 _STEP_READS = {
-    False: ("value[(vbh * p.t + t) * p.ev + min(cols[i], p.ev - 1u)]", "query[(bh * p.t + t) * LQ + min(l, LQ - 1u)]"),
-    True: ("vs[s * COLS + i * SLOTS + slot]", "qs[s * LQ + min(l, LQ - 1u)]"),
+    False: ("value[(vbh * p.t + t) * p.ev + min(col_{i}, p.ev - 1u)]", "query[(bh * p.t + t) * LQ + {l}]"),
+    True: ("vs[s * COLS + {i}u * SLOTS + slot]", "qs[s * LQ + {l}]"),
 }
+STAGE_BATCH = 16  # staged loads a thread issues before it stores them to workgroup memory
 
 
 def reference_recurrent(
@@ -256,9 +257,12 @@ class Recurrent(KernelSpec):
         parts = sections(self.source_file)
         vec = _VEC[vw]
         deferred = mode == "deferred"
+        blocks = _thread_blocks(tpc, ipi, rows, l_dim, vec, bool(chunk))
+        stage = render(parts["stage"], {"FETCH": _stage_fetch(wg, chunk, l_dim, (wg // tpc) * ipi)}) if chunk else ""
         return render(
             parts["kernel"],
-            {
+            blocks
+            | {
                 "CT": chunk or UNCHUNKED,
                 "L": l_dim,
                 "WG": wg,
@@ -268,12 +272,10 @@ class Recurrent(KernelSpec):
                 "VEC": vec,
                 "REDUCE_NAME": mode,
                 "REDUCE_DECL": render(parts[f"{mode}_decl"], {"VEC": vec}),
-                "REDUCE": render(parts[mode], {"VEC": vec}),
+                "REDUCE": _each(render(parts[mode], {"VEC": vec}), ipi),
                 "CHUNK_DECL": render(parts["chunk_decl"], {"VEC": vec}) if chunk else "",
-                "STAGE": parts["stage"] if chunk else "",
-                "V_AT": _STEP_READS[bool(chunk)][0],
-                "Q_AT": _STEP_READS[bool(chunk)][1],
-                "STEP_WRITE": parts["deferred_write" if deferred else "step_write"],
+                "STAGE": stage,
+                "STEP_WRITE": _each(parts["deferred_write" if deferred else "step_write"], ipi),
                 "CHUNK_END": render(parts["deferred_end"], {"VEC": vec}) if deferred else "",
             },
         )
@@ -293,6 +295,74 @@ class Recurrent(KernelSpec):
         state = 4 * b * h * l_dim * e
         return {"query": 4 * b * h * t * l_dim, "value": 4 * b * vh * t * e, "rho_in": state,
                 "decay": 4 * h, "context": 4 * b * h * t * e, "rho": state}  # fmt: skip
+
+
+def _each(section: str, ipi: int) -> str:
+    """A reduce section's lines holding `$i` once for each column vector i < IPI."""
+    out = []
+    for line in section.split("\n"):
+        out += [line.replace("$i", str(i)) for i in range(ipi)] if "$i" in line else [line]
+    return "\n".join(out)
+
+
+def _thread_blocks(tpc: int, ipi: int, rows: int, l_dim: int, vec: str, staged: bool) -> dict[str, str]:
+    """A thread's columns, state rows and step, unrolled into named scalars (kernels/recurrent.wgsl):
+    col_<i>/live_<i>, l<k>, r<k>_<i>, v<i>, acc<i>. Only the last row can lie past L (when
+    TPC doesn't divide L): it alone is guarded (a padded row keeps its zero state: (0 + 0·v)·d
+    would turn an Inf in v or d into NaN, and that NaN into the column's context, where
+    numpy has no such row)."""
+    cols, ks = range(ipi), range(rows)
+    padded = {k for k in ks if (k + 1) * tpc > l_dim}
+    v_at, q_at = _STEP_READS[staged]
+    columns = [f"let col_{i} = (blk * IPI + {i}u) * SLOTS + slot;\nlet live_{i} = col_{i} < p.ev;" for i in cols]
+    columns += [f"let l{k} = {k}u * TPC + lane;" for k in ks]
+    load, step, store = [], [], []
+    for k in ks:
+        inside = f"l{k} < LQ && " if k in padded else ""
+        for i in cols:
+            at = f"(bh * LQ + l{k}) * p.ev + col_{i}"
+            load += [f"var r{k}_{i} = {vec}(0.0);", f"if ({inside}live_{i}) {{ r{k}_{i} = rho_in[{at}]; }}"]
+            store.append(f"if ({inside}live_{i}) {{ rho_out[{at}] = r{k}_{i}; }}")
+    for i in cols:
+        step += [f"let v{i} = {v_at.format(i=i)};", f"var acc{i} = {vec}(0.0);"]
+    for k in ks:
+        if k in padded:
+            step.append(f"let q{k} = select(0.0, {q_at.format(l=f'min(l{k}, LQ - 1u)')}, l{k} < LQ);")
+        else:
+            step.append(f"let q{k} = {q_at.format(l=f'l{k}')};")
+        for i in cols:
+            update = f"(r{k}_{i} + q{k} * v{i}) * d"
+            update = f"select(r{k}_{i}, {update}, l{k} < LQ)" if k in padded else update
+            step += [f"acc{i} += r{k}_{i} * q{k};", f"r{k}_{i} = {update};"]
+    return {
+        "COLUMNS": _indent(4, columns),
+        "LOAD_STATE": _indent(4, load),
+        "STEP": _indent(12, step),
+        "STORE_STATE": _indent(4, store),
+    }
+
+
+def _stage_fetch(wg: int, chunk: int, l_dim: int, cols: int) -> str:
+    """The chunk's query rows and value columns into qs / vs, in rounds of up to STAGE_BATCH
+    loads a thread, all issued before the round's stores (indices clamped so every load is
+    in bounds; the stores past n steps skipped)."""
+    lines = []
+    value = "value[(vbh * p.t + t0 + {j} / COLS) * p.ev + min(col0 + {j} % COLS, p.ev - 1u)]"
+    reads = (("q", chunk * l_dim, "n * LQ", "query[qbase + {j}]", "qs"), ("v", chunk * cols, "n * COLS", value, "vs"))
+    for tag, most, limit, load, into in reads:
+        batch = min(-(-most // wg), STAGE_BATCH)
+        b = f"b{tag}"
+        lines.append(f"for (var {b} = lid; {b} < {limit}; {b} += {wg * batch}u) {{")
+        for u in range(batch):
+            j = f"j{tag}{u}"
+            lines += [f"    let {j} = min({b} + {u * wg}u, {limit} - 1u);", f"    let x{tag}{u} = {load.format(j=j)};"]
+        lines += [f"    if ({b} + {u * wg}u < {limit}) {{ {into}[j{tag}{u}] = x{tag}{u}; }}" for u in range(batch)]
+        lines.append("}")
+    return _indent(8, lines)
+
+
+def _indent(width: int, lines: list[str]) -> str:
+    return "\n".join(" " * width + part for line in lines for part in line.split("\n"))
 
 
 register(Recurrent())
