@@ -1,7 +1,7 @@
-"""Smoke runs on the CPU adapter of benchmarks/trial_interference.py and of
-benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains): each
-runs, writes its JSON and reports every row it measured (the numbers mean something on
-GPUs only)."""
+"""Smoke runs on the CPU adapter of benchmarks/trial_interference.py, of
+benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains) and of
+benchmarks/wgsl_overheads.py: each runs, writes its JSON and reports every row it measured
+(the numbers mean something on GPUs only)."""
 
 import json
 import os
@@ -47,3 +47,22 @@ def test_runtime_calls_cut_down_to_one_case_writes_its_row(tmp_path):
     assert row["device_spin_ms"] > 0 and row["kernel_ms"] > 0 and row["kernel_method"] == "timestamp"
     assert result["wgpu_floors"]["submit_spin_us"] > 0
     assert "| gemm 64^3 |" in (tmp_path / "runtime-calls.md").read_text()
+
+
+def test_wgsl_overheads_times_every_case_and_records_the_adapter_features(tmp_path):
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from wgsl_overheads import cases
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    run = _run("wgsl_overheads.py", "--allow-cpu", "--groups", "8", "--reps", "2", "--out", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    result = json.loads((tmp_path / "wgsl-overheads.json").read_text())
+    rows = {row["case"]: row for row in result["rows"]}
+    assert set(rows) == set(cases()) and len(rows) == len(result["rows"])
+    assert {"private_array_loop", "dynamic_component_unrolled", "loads_loop_16", "loads_unrolled_16"} <= set(rows)
+    assert all(row["dispatch_us"] > 0 and row["method"] == "timestamp" for row in rows.values())
+    features = result["features"]
+    assert isinstance(features, list) and features and all(isinstance(f, str) for f in features)
+    assert result["cooperative_matrix"] == ("cooperative-matrix" in features)
+    assert "cooperative-matrix" in run.stdout
