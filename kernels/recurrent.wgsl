@@ -203,11 +203,10 @@ var<workgroup> pw: array<f32, C + 1u>;          // the head's decay powers d^0 .
 
 //// chunk_put
 fn put(row: u32, e0: u32, x: vec4<f32>) {  // 4 columns from e0 of a row of {{OUT}}, those inside E
-    for (var k = 0u; k < 4u; k++) {
-        if (e0 + k < p.e) {
-            {{OUT}}[row + e0 + k] = x[k];
-        }
-    }
+    if (e0 < p.e) { {{OUT}}[row + e0] = x.x; }
+    if (e0 + 1u < p.e) { {{OUT}}[row + e0 + 1u] = x.y; }
+    if (e0 + 2u < p.e) { {{OUT}}[row + e0 + 2u] = x.z; }
+    if (e0 + 3u < p.e) { {{OUT}}[row + e0 + 3u] = x.w; }
 }
 
 //// chunk_state
@@ -230,15 +229,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
 {{TILE}}
     workgroupBarrier();  // pw is in
-    for (var i = lid; i < C * L4 * 4u; i += WG) {
-        let j = i / (L4 * 4u);
-        let l = i % (L4 * 4u);
-        var q = 0.0;
-        if (j < n && l < LQ) {
-            q = query[(bh * p.t + t0 + j) * LQ + l] * pw[n - j];
-        }
-        qs[j * L4 + l / 4u][l % 4u] = q;
-    }
+{{LOAD_QS}}
     workgroupBarrier();
 {{DECL}}
     for (var j = 0u; j < n; j++) {
@@ -258,7 +249,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 @group(0) @binding(7) var<storage, read_write> states: array<f32>;
 
 const SCAN_WG: u32 = 256u;
-const AHEAD: u32 = 8u;  // chunk contributions loaded at once, so their latencies overlap
+const AHEAD: u32 = {{AHEAD}}u;  // chunk contributions loaded at once, so their latencies overlap
 
 @compute @workgroup_size(SCAN_WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
@@ -283,20 +274,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     }
     var s = rho_in[i];
     let base = bh * p.nc * per_bh + within;
+    // The host repeats each line holding the token dollar-a once for each a < AHEAD.
     for (var c0 = 0u; c0 < p.nc; c0 += AHEAD) {
-        var delta: array<f32, AHEAD>;
-        for (var a = 0u; a < AHEAD; a++) {
-            if (c0 + a < p.nc) {
-                delta[a] = states[base + (c0 + a) * per_bh];
-            }
-        }
-        for (var a = 0u; a < AHEAD; a++) {
-            let c = c0 + a;
-            if (c < p.nc) {
-                states[base + c * per_bh] = s;
-                s = select(d_full, d_last, c + 1u == p.nc) * s + delta[a];
-            }
-        }
+        let delta$a = states[base + min(c0 + $au, p.nc - 1u) * per_bh];
+        let c$a = c0 + $au;
+        if (c$a < p.nc) { states[base + c$a * per_bh] = s; s = select(d_full, d_last, c$a + 1u == p.nc) * s + delta$a; }
     }
     rho_out[i] = s;
 }
@@ -325,14 +307,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 {{TILE}}
 {{LOAD_Q}}
     let sbase = (bh * p.nc + c) * LQ * p.e;
-    for (var i = lid; i < LQ * EB; i += WG) {
-        let e = blk * EB + i % EB;
-        var x = 0.0;
-        if (e < p.e) {
-            x = states[sbase + (i / EB) * p.e + e];
-        }
-        ss[(i / EB) * TCOL + (i % EB) / 4u][i % 4u] = x;
-    }
+{{LOAD_S}}
     workgroupBarrier();
 {{ATTENTION}}
     workgroupBarrier();
@@ -390,14 +365,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let vbh = (bh / p.h) * p.vh + h % p.vh;
     let d = decay[h];
 {{POWERS}}
-    for (var i = lid; i < LQ * EB; i += WG) {  // S from rho_in
-        let e = blk * EB + i % EB;
-        var x = 0.0;
-        if (e < p.e) {
-            x = rho_in[(bh * LQ + i / EB) * p.e + e];
-        }
-        ss[(i / EB) * TCOL + (i % EB) / 4u][i % 4u] = x;
-    }
+{{LOAD_RHO}}
     for (var c = 0u; c < p.nc; c++) {
         let t0 = c * C;
         let n = min(C, p.t - t0);
@@ -419,11 +387,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             }
             let e0 = blk * EB + tc * 4u;
             if (s < n) {
-                for (var k = 0u; k < 4u; k++) {
-                    if (e0 + k < p.e) {
-                        context[(bh * p.t + t0 + s) * p.e + e0 + k] = o[k];
-                    }
-                }
+                let row = (bh * p.t + t0 + s) * p.e + e0;
+                if (e0 < p.e) { context[row] = o.x; }
+                if (e0 + 1u < p.e) { context[row + 1u] = o.y; }
+                if (e0 + 2u < p.e) { context[row + 2u] = o.z; }
+                if (e0 + 3u < p.e) { context[row + 3u] = o.w; }
             }
         }
         workgroupBarrier();
@@ -456,29 +424,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         pw[k] = x;
     }
 
-//// chunk_load_v
-// The chunk's value rows (steps j < n, columns of this block) into vs, zeros elsewhere.
-    for (var i = lid; i < C * EB; i += WG) {
-        let j = i / EB;
-        let e = blk * EB + i % EB;
-        var v = 0.0;
-        if (j < n && e < p.e) {
-            v = value[(vbh * p.t + t0 + j) * p.e + e];
-        }
-        vs[j * TCOL + (i % EB) / 4u][i % 4u] = v;
-    }
-
-//// chunk_load_q
-// The chunk's query rows, transposed into qt (latent row l, 4 steps a vector), zeros past n.
-    for (var i = lid; i < C * LQ; i += WG) {
-        let s = i / LQ;
-        var q = 0.0;
-        if (s < n) {
-            q = query[(bh * p.t + t0) * LQ + i];
-        }
-        qt[(i % LQ) * C4 + s / 4u][s % 4u] = q;
-    }
-
 //// chunk_attention
 // The attention matrix at[j * C4 + s / 4][s % 4] = (q_s . q_j) d^(s-j) for j < s (else 0),
 // in 4 x 4 blocks of (s, j); blocks above the diagonal hold only j > s.
@@ -499,13 +444,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 x3 += qa.w * qb;
             }
         }
-        for (var k = 0u; k < 4u; k++) {
-            let j = jb * 4u + k;
-            var col = vec4<f32>(x0[k], x1[k], x2[k], x3[k]);
-            for (var r = 0u; r < 4u; r++) {
-                let s = sb * 4u + r;
-                col[r] = select(0.0, col[r] * pw[min(s - j, C)], j < s && s < n);
-            }
-            at[j * C4 + sb] = col;
-        }
+{{ATT_COLUMNS}}
     }

@@ -32,6 +32,7 @@ from farm.catalog.recurrent_chunked import (
     chunked_workgroup_bytes,
     walk_launch,
 )
+from farm.catalog.unrolled import each, fetch_rounds, indent
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
@@ -50,7 +51,6 @@ _STEP_READS = {
     False: ("value[(vbh * p.t + t) * p.ev + min(col_{i}, p.ev - 1u)]", "query[(bh * p.t + t) * LQ + {l}]"),
     True: ("vs[s * COLS + {i}u * SLOTS + slot]", "qs[s * LQ + {l}]"),
 }
-STAGE_BATCH = 16  # staged loads a thread issues before it stores them to workgroup memory
 
 
 def reference_recurrent(
@@ -272,10 +272,10 @@ class Recurrent(KernelSpec):
                 "VEC": vec,
                 "REDUCE_NAME": mode,
                 "REDUCE_DECL": render(parts[f"{mode}_decl"], {"VEC": vec}),
-                "REDUCE": _each(render(parts[mode], {"VEC": vec}), ipi),
+                "REDUCE": each(render(parts[mode], {"VEC": vec}), ipi),
                 "CHUNK_DECL": render(parts["chunk_decl"], {"VEC": vec}) if chunk else "",
                 "STAGE": stage,
-                "STEP_WRITE": _each(parts["deferred_write" if deferred else "step_write"], ipi),
+                "STEP_WRITE": each(parts["deferred_write" if deferred else "step_write"], ipi),
                 "CHUNK_END": render(parts["deferred_end"], {"VEC": vec}) if deferred else "",
             },
         )
@@ -295,14 +295,6 @@ class Recurrent(KernelSpec):
         state = 4 * b * h * l_dim * e
         return {"query": 4 * b * h * t * l_dim, "value": 4 * b * vh * t * e, "rho_in": state,
                 "decay": 4 * h, "context": 4 * b * h * t * e, "rho": state}  # fmt: skip
-
-
-def _each(section: str, ipi: int) -> str:
-    """A reduce section's lines holding `$i` once for each column vector i < IPI."""
-    out = []
-    for line in section.split("\n"):
-        out += [line.replace("$i", str(i)) for i in range(ipi)] if "$i" in line else [line]
-    return "\n".join(out)
 
 
 def _thread_blocks(tpc: int, ipi: int, rows: int, l_dim: int, vec: str, staged: bool) -> dict[str, str]:
@@ -335,34 +327,20 @@ def _thread_blocks(tpc: int, ipi: int, rows: int, l_dim: int, vec: str, staged: 
             update = f"select(r{k}_{i}, {update}, l{k} < LQ)" if k in padded else update
             step += [f"acc{i} += r{k}_{i} * q{k};", f"r{k}_{i} = {update};"]
     return {
-        "COLUMNS": _indent(4, columns),
-        "LOAD_STATE": _indent(4, load),
-        "STEP": _indent(12, step),
-        "STORE_STATE": _indent(4, store),
+        "COLUMNS": indent(4, columns),
+        "LOAD_STATE": indent(4, load),
+        "STEP": indent(12, step),
+        "STORE_STATE": indent(4, store),
     }
 
 
 def _stage_fetch(wg: int, chunk: int, l_dim: int, cols: int) -> str:
-    """The chunk's query rows and value columns into qs / vs, in rounds of up to STAGE_BATCH
-    loads a thread, all issued before the round's stores (indices clamped so every load is
-    in bounds; the stores past n steps skipped)."""
-    lines = []
-    value = "value[(vbh * p.t + t0 + {j} / COLS) * p.ev + min(col0 + {j} % COLS, p.ev - 1u)]"
-    reads = (("q", chunk * l_dim, "n * LQ", "query[qbase + {j}]", "qs"), ("v", chunk * cols, "n * COLS", value, "vs"))
-    for tag, most, limit, load, into in reads:
-        batch = min(-(-most // wg), STAGE_BATCH)
-        b = f"b{tag}"
-        lines.append(f"for (var {b} = lid; {b} < {limit}; {b} += {wg * batch}u) {{")
-        for u in range(batch):
-            j = f"j{tag}{u}"
-            lines += [f"    let {j} = min({b} + {u * wg}u, {limit} - 1u);", f"    let x{tag}{u} = {load.format(j=j)};"]
-        lines += [f"    if ({b} + {u * wg}u < {limit}) {{ {into}[j{tag}{u}] = x{tag}{u}; }}" for u in range(batch)]
-        lines.append("}")
-    return _indent(8, lines)
-
-
-def _indent(width: int, lines: list[str]) -> str:
-    return "\n".join(" " * width + part for line in lines for part in line.split("\n"))
+    """The chunk's query rows and value columns into qs / vs, each thread's loads of a
+    round issued before its stores (farm.catalog.unrolled)."""
+    value = "let x{u} = value[(vbh * p.t + t0 + {i} / COLS) * p.ev + min(col0 + {i} % COLS, p.ev - 1u)];"
+    lines = fetch_rounds("q", "n * LQ", chunk * l_dim, wg, ["let x{u} = query[qbase + {i}];"], "qs[{i}] = {x};")
+    lines += fetch_rounds("v", "n * COLS", chunk * cols, wg, [value], "vs[{i}] = {x};")
+    return indent(8, lines)
 
 
 register(Recurrent())

@@ -27,6 +27,7 @@ import itertools
 import numpy as np
 
 from farm.catalog import Arg, Launch, Pass, render, sections
+from farm.catalog.unrolled import each, fetch_rounds, indent
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
@@ -36,6 +37,7 @@ CHUNK_SIZES = (16, 32, 64)
 BLOCK_E = (16, 32, 64)
 CHUNK_WORKGROUPS = (64, 128, 256)
 SCAN_WG = 256  # threads per workgroup of the scan pass (one per state entry)
+SCAN_AHEAD = 8  # chunk contributions the scan loads at once (AHEAD in kernels/recurrent.wgsl)
 MAX_THREAD_FLOATS = 128  # accumulators per thread beyond which they spill
 STEPWISE_KNOBS = ("threads_per_column", "reduce", "chunk")
 SOURCE_FILE = "recurrent.wgsl"
@@ -106,25 +108,41 @@ def check_chunked(kernel: str, schedule: Schedule, problem: Problem, profile: Ha
         raise InvalidSchedule(kernel, schedule, reason)
 
 
-def chunked_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Launch:
-    """Three passes sharing the stepwise form's args 0-5 (query, value, rho_in, decay,
-    context, rho) plus params (6) and the chunk states scratch (7)."""
-    b, h, vh, t, l_dim, e = (problem[d] for d in ("B", "H", "VH", "T", "L", "E"))
-    c, eb, wg = schedule["chunk_size"], schedule["block_e"], schedule.workgroup_size
-    nc, eblocks = chunk_count(problem, c), -(-e // eb)
-    groups, total = b * h * nc * eblocks, b * h * l_dim * e
+def chunked_sources(schedule: Schedule, problem: Problem, drop: frozenset[str] = frozenset()) -> tuple[str, str, str]:
+    """Form 1's WGSL: (chunk_state, chunk_scan, chunk_output). `drop` names blocks to
+    render empty (ATTENTION, STATE_FMA, ATT_FMA, FMA, LOAD_Q, LOAD_V, LOAD_S, LOAD_QS): a
+    diagnostic only, whose results are wrong; benchmarks/recurrent_chunked.py --ablate
+    times what each block costs on the GPU."""
+    c, eb, wg, l_dim = schedule["chunk_size"], schedule["block_e"], schedule.workgroup_size, problem["L"]
     parts = sections(SOURCE_FILE)
     common = render(parts["chunked_common"], {"WG": wg, "C": c, "EB": eb, "L": l_dim})
     mq, ms = _quads(schedule, problem)
+    snippets = _snippets(parts, wg, c, l_dim, eb)
 
     def source(name: str, blocks: dict[str, str], out: str = "") -> str:
         put = render(parts["chunk_put"], {"OUT": out}) if out else ""
         tile = {"TILE": parts["chunk_tile"], "TILE_DECL": parts["chunk_tile_decl"].rstrip("\n"), "PUT": put}
-        return render(parts[name], {"COMMON": common} | tile | _snippets(parts) | blocks)
+        values = {"COMMON": common} | tile | snippets | blocks
+        return render(parts[name], values | {key: "" for key in drop if key in values})
 
+    return (
+        source("chunk_state", _state_blocks(mq), "states"),
+        each(source("chunk_scan", {"AHEAD": SCAN_AHEAD}), SCAN_AHEAD, "$a"),
+        source("chunk_output", _output_blocks(ms), "context"),
+    )
+
+
+def chunked_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Launch:
+    """Three passes sharing the stepwise form's args 0-5 (query, value, rho_in, decay,
+    context, rho) plus params (6) and the chunk states scratch (7)."""
+    b, h, vh, t, l_dim, e = (problem[d] for d in ("B", "H", "VH", "T", "L", "E"))
+    c, eb = schedule["chunk_size"], schedule["block_e"]
+    nc, eblocks = chunk_count(problem, c), -(-e // eb)
+    groups, total = b * h * nc * eblocks, b * h * l_dim * e
     params = np.array([b, h, vh, t, l_dim, e, nc, eblocks, groups, total, 0, 0], np.uint32)
+    state, scan, output = chunked_sources(schedule, problem)
     return Launch(
-        source=source("chunk_output", _output_blocks(ms), "context"),
+        source=output,
         args=[
             *args,
             Arg("params", "uniform", params),
@@ -133,8 +151,8 @@ def chunked_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Lau
         groups=groups,
         bindings=(0, 1, 3, 4, 6, 7),
         prologue=[
-            Pass(source("chunk_state", _state_blocks(mq), "states"), groups, (0, 1, 3, 6, 7)),
-            Pass(source("chunk_scan", {}), -(-total // SCAN_WG), (2, 3, 5, 6, 7)),
+            Pass(state, groups, (0, 1, 3, 6, 7)),
+            Pass(scan, -(-total // SCAN_WG), (2, 3, 5, 6, 7)),
         ],
     )
 
@@ -151,25 +169,55 @@ def walk_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Launch
     common = render(parts["chunked_common"], {"WG": wg, "C": c, "EB": eb, "L": l_dim})
     params = np.array([b, h, vh, t, l_dim, e, nc, eblocks, groups, b * h * l_dim * e, 0, 0], np.uint32)
     return Launch(
-        source=render(parts["chunk_walk"], {"COMMON": common} | _snippets(parts)),
+        source=render(parts["chunk_walk"], {"COMMON": common} | _snippets(parts, wg, c, l_dim, eb)),
         args=[*args, Arg("params", "uniform", params)],
         groups=groups,
     )
 
 
-def _snippets(parts: dict[str, str]) -> dict[str, str]:
-    """The code both chunked forms share (kernels/recurrent.wgsl): the decay powers, a
-    chunk's value and transposed query loads, the attention matrix."""
-    names = {"POWERS": "powers", "LOAD_V": "load_v", "LOAD_Q": "load_q", "ATTENTION": "attention"}
-    return {key: parts[f"chunk_{name}"].rstrip("\n") for key, name in names.items()}
+def _snippets(parts: dict[str, str], wg: int, chunk: int, l_dim: int, eb: int) -> dict[str, str]:
+    """The code both chunked forms share (kernels/recurrent.wgsl): the decay powers, the
+    attention matrix, and the workgroup's loads (farm.catalog.unrolled: each thread's loads
+    of a round issued before its stores) of a chunk's value rows (zeros past n steps and
+    E), its query rows transposed (zeros past n), pass 1's query rows scaled by d^(n-j), and
+    the carried state's columns from the chunk states (pass 3) or rho_in (form 2)."""
+    tiled = "vs[({i} / EB) * TCOL + ({i} % EB) / 4u][{i} % 4u] = {x};"
+    column = "let e{u} = blk * EB + {i} % EB;"
+    loads = {
+        "LOAD_V": fetch_rounds("v", "C * EB", chunk * eb, wg, [
+            "let j{u} = {i} / EB;", column,
+            "let x{u} = select(0.0, value[(vbh * p.t + t0 + min(j{u}, n - 1u)) * p.e + min(e{u}, p.e - 1u)], "
+            "j{u} < n && e{u} < p.e);",
+        ], tiled),
+        "LOAD_Q": fetch_rounds("q", "C * LQ", chunk * l_dim, wg, [
+            "let x{u} = select(0.0, query[(bh * p.t + t0) * LQ + min({i}, n * LQ - 1u)], {i} / LQ < n);",
+        ], "qt[({i} % LQ) * C4 + ({i} / LQ) / 4u][({i} / LQ) % 4u] = {x};"),
+        "LOAD_QS": fetch_rounds("k", "C * L4 * 4u", chunk * 4 * -(-l_dim // 4), wg, [
+            "let j{u} = {i} / (L4 * 4u);", "let l{u} = {i} % (L4 * 4u);",
+            "let x{u} = select(0.0, query[(bh * p.t + t0 + min(j{u}, n - 1u)) * LQ + min(l{u}, LQ - 1u)] "
+            "* pw[n - min(j{u}, n)], j{u} < n && l{u} < LQ);",
+        ], "qs[({i} / (L4 * 4u)) * L4 + ({i} % (L4 * 4u)) / 4u][{i} % 4u] = {x};"),
+        "LOAD_S": fetch_rounds("s", "LQ * EB", l_dim * eb, wg, [
+            column, "let x{u} = select(0.0, states[sbase + ({i} / EB) * p.e + min(e{u}, p.e - 1u)], e{u} < p.e);",
+        ], tiled.replace("vs[", "ss[")),
+        "LOAD_RHO": fetch_rounds("r", "LQ * EB", l_dim * eb, wg, [
+            column, "let x{u} = select(0.0, rho_in[(bh * LQ + {i} / EB) * p.e + min(e{u}, p.e - 1u)], e{u} < p.e);",
+        ], tiled.replace("vs[", "ss[")),
+    }  # fmt: skip
+    # at's 4 columns j0 + k of the block: row r's x{r} lane k, weighted d^(s-j) where j < s < n
+    weighted = "select(0.0, x{r}.{lane} * pw[min(s0 + {r}u - j0 - {k}u, C)], j0 + {k}u < s0 + {r}u && s0 + {r}u < n)"
+    columns = ["let s0 = sb * 4u;", "let j0 = jb * 4u;"]
+    for k, lane in enumerate(_LANES):
+        terms = ", ".join(weighted.format(r=r, lane=lane, k=k) for r in range(4))
+        columns.append(f"at[(j0 + {k}u) * C4 + sb] = vec4<f32>({terms});")
+    attention = render(parts["chunk_attention"], {"ATT_COLUMNS": indent(8, columns)})
+    return {"POWERS": parts["chunk_powers"].rstrip("\n"), "ATTENTION": attention.rstrip("\n")} | {
+        key: indent(4, lines) for key, lines in loads.items()
+    }
 
 
 # The per-thread 4 x 4 blocks, unrolled: m counts a thread's quads, r the rows of a quad.
 _LANES = "xyzw"
-
-
-def _lines(indent: int, lines) -> str:
-    return "\n".join(" " * indent + line for line in lines)
 
 
 def _stores(quads: int, index: str, acc: str, quad_limit: str, row_limit: str, row: str) -> str:
@@ -184,7 +232,7 @@ def _stores(quads: int, index: str, acc: str, quad_limit: str, row_limit: str, r
             offset = row.format(row=at)
             lines += [f"    if ({at} < {row_limit}) {{", f"        put(({offset}) * p.e, e0, {acc}{m}_{r});", "    }"]
         lines.append("}")
-    return _lines(4, lines)
+    return indent(4, lines)
 
 
 def _state_blocks(quads: int) -> dict[str, str]:
@@ -195,7 +243,7 @@ def _state_blocks(quads: int) -> dict[str, str]:
     fma = [f"let q{m} = qs[j * L4 + rq{m}];" for m in quad]
     fma += [f"a{m}_{r} += q{m}.{_LANES[r]} * v;" for m in quad for r in range(4)]
     store = _stores(quads, "rq", "a", "L4", "LQ", "base + {row}")
-    return {"MQ": quads, "DECL": _lines(4, decl), "FMA": _lines(8, fma), "STORE": store}
+    return {"MQ": quads, "DECL": indent(4, decl), "FMA": indent(8, fma), "STORE": store}
 
 
 def _output_blocks(quads: int) -> dict[str, str]:
@@ -215,9 +263,9 @@ def _output_blocks(quads: int) -> dict[str, str]:
     store = _stores(quads, "sq", "o", "C4", "n", "bh * p.t + t0 + {row}")
     return {
         "MS": quads,
-        "DECL": _lines(4, decl),
-        "STATE_FMA": _lines(8, state),
-        "SCALE": _lines(4, scale),
-        "ATT_FMA": _lines(8, att),
+        "DECL": indent(4, decl),
+        "STATE_FMA": indent(8, state),
+        "SCALE": indent(4, scale),
+        "ATT_FMA": indent(8, att),
         "STORE": store,
     }
