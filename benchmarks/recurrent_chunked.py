@@ -4,20 +4,27 @@ For each case: the chunked schedules (form=1: three passes; form=2: one workgrou
 the chunks) valid on the adapter (six of each; --all-schedules for every one), timed by GPU
 timestamps (the farm's own `time_calls`, warm-up rounds included), next to FLA's
 `fused_recurrent_rwkv6` and `chunk_rwkv6` timed by CUDA-graph replay (farm.cli.vendor) on
-the same inputs. Prints a table and writes JSON.
+the same inputs. Prints a table and writes JSON (after every case, so a cut-off run keeps
+what it measured).
 
-    python benchmarks/recurrent_chunked.py --out DIR [--case B,H,VH,T,L,E ...]
+With --ablate, the best form-1 schedule's state and output passes are also timed alone
+with blocks of their WGSL rendered empty (`chunked_sources(drop=...)`: the products, the
+attention matrix, the loads), on the chunk states a real run left: where a pass's time
+goes, block by block (the results of those variants are wrong; only their time counts).
+
+    python benchmarks/recurrent_chunked.py --out DIR [--case B,H,VH,T,L,E ...] [--ablate]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 
 from farm import catalog
-from farm.catalog.recurrent_chunked import chunked_schedules
+from farm.catalog.recurrent_chunked import chunked_schedules, chunked_sources
 from farm.gpu import Device
 from farm.oracle.launch import prepare
 from farm.schedule import Schedule
@@ -76,6 +83,48 @@ def pass_times(device: Device, calls: list, reps: int = 10) -> list[float]:
     return [float(x) for x in np.median(spans, axis=0)]
 
 
+# Blocks of each pass rendered empty, per variant (farm.catalog.recurrent_chunked.chunked_sources)
+ABLATIONS = {
+    "state": {"full": (), "no_products": ("FMA",), "no_loads": ("LOAD_QS", "LOAD_V")},
+    "output": {
+        "full": (),
+        "no_attention": ("ATTENTION",),
+        "no_state_products": ("STATE_FMA",),
+        "no_value_products": ("ATT_FMA",),
+        "no_products": ("ATTENTION", "STATE_FMA", "ATT_FMA"),
+        "no_loads": ("LOAD_Q", "LOAD_V", "LOAD_S"),
+    },
+}
+PASS_BINDINGS = {"state": (0, 1, 3, 6, 7), "output": (0, 1, 3, 4, 6, 7)}
+
+
+def _used(source: str, bindings: tuple[int, ...]) -> tuple[int, ...]:
+    """The bindings whose variable the source still reads or writes (wgpu's automatic
+    layout leaves out the others, and a variant with its loads removed uses fewer)."""
+    names = dict(re.findall(r"@binding\((\d+)\) var<[^>]+> (\w+)", source))
+    code = re.sub(r"//[^\n]*", "", source)
+    return tuple(b for b in bindings if len(re.findall(rf"\b{names[str(b)]}\b", code)) > 1)
+
+
+def ablation_times(device: Device, prepared, reps: int = 20) -> dict[str, dict[str, float]]:
+    """Each pass variant of ABLATIONS timed alone (GPU timestamps, time_calls median, µs)
+    on the prepared launch's buffers, after one real run filled its chunk states."""
+    prepared.run()
+    calls = prepared.calls()
+    groups = {"state": calls[0][2], "output": calls[2][2]}
+    out: dict[str, dict[str, float]] = {}
+    for name, variants in ABLATIONS.items():
+        index = 0 if name == "state" else 2
+        out[name] = {}
+        for variant, drop in variants.items():
+            source = chunked_sources(prepared.schedule, prepared.problem, frozenset(drop))[index]
+            pipeline = device.pipeline(source, "main", None, f"ablate {name} {variant}")
+            bind = device.bind(pipeline, prepared.buffers, None, _used(source, PASS_BINDINGS[name]))
+            timing = device.time_calls([(pipeline, bind, groups[name])], warmup=3, reps=reps)
+            out[name][variant] = timing.median_ns / 1e3
+    return out
+
+
 # The schedules timed on every case (the full 27 cost ~60-90 s a case): each chunk size at
 # the widest column block that fits 48 KiB of workgroup memory, and a narrower one.
 QUICK = [(256, 16, 64), (256, 32, 64), (256, 64, 16), (128, 16, 32), (128, 32, 32), (256, 32, 32)]
@@ -90,6 +139,7 @@ def main() -> None:
     parser.add_argument("--case", action="append", default=[], help="B,H,VH,T,L,E")
     parser.add_argument("--all-schedules", action="store_true", help="all 27 chunked schedules (slow)")
     parser.add_argument("--no-fla", action="store_true", help="skip flash-linear-attention")
+    parser.add_argument("--ablate", action="store_true", help="time the best form-1 passes with blocks removed")
     args = parser.parse_args()
     cases = [tuple(int(x) for x in c.split(",")) for c in args.case] or CASES
     spec = catalog.get("recurrent")
@@ -100,7 +150,16 @@ def main() -> None:
         else [Schedule.of(workgroup_size=wg, form=1, chunk_size=c, block_e=eb) for wg, c, eb in QUICK]
         + [Schedule.of(workgroup_size=wg, form=2, chunk_size=c, block_e=eb) for wg, c, eb in QUICK_WALK]
     )
-    rows = []
+    rows: list[dict] = []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{time.strftime('%Y-%m-%d')}-h200-recurrent-chunked.json"
+    meta = {
+        "adapter": device.profile.summary,
+        "method": "ours: GPU timestamps (time_calls median, 20 reps; passes: a timestamp pair around each pass "
+        "in one submission, median of 10; ablation: each pass variant alone, time_calls median of 20); "
+        "FLA: CUDA-graph replay (vendor_kernel_ns)",
+    }
     for dims in cases:
         problem = spec.problem(**dict(zip(spec.dims, dims, strict=True)))
         inputs = spec.generate(problem, seed=0)
@@ -118,6 +177,7 @@ def main() -> None:
         with prepare(device, spec, Schedule.from_key(best), problem, inputs) as prepared:
             device.time_calls(prepared.calls(), warmup=3, reps=5)  # clocks up
             passes = pass_times(device, prepared.calls())
+            ablation = ablation_times(device, prepared) if args.ablate else None
         b, h, vh, t, l_dim, e = dims
         row = {
             "case": dims,
@@ -131,6 +191,7 @@ def main() -> None:
             "best_walk_us": walked.get(best_walk),
             "walk_timed": len(walked),
             "all_us": times,
+            "ablation_us": ablation,
         } | ({} if args.no_fla else fla_times(problem, inputs))
         rows.append(row)
         print(
@@ -141,14 +202,10 @@ def main() -> None:
             f"chunk {row.get('fla_chunk_us', float('nan')):.1f} us",
             flush=True,
         )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{time.strftime('%Y-%m-%d')}-h200-recurrent-chunked.json"
-    meta = {
-        "method": "ours: GPU timestamps (time_calls median, 20 reps; passes: a timestamp pair around each pass "
-        "in one submission, median of 10); FLA: CUDA-graph replay (vendor_kernel_ns)"
-    }
-    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        if ablation:
+            for name, variants in ablation.items():
+                print(f"  {name} pass: " + ", ".join(f"{k} {v:.1f} us" for k, v in variants.items()), flush=True)
+        path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(path)
 
 

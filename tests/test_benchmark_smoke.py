@@ -1,7 +1,7 @@
 """Smoke runs on the CPU adapter of benchmarks/trial_interference.py, of
-benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains) and of
-benchmarks/wgsl_overheads.py: each runs, writes its JSON and reports every row it measured
-(the numbers mean something on GPUs only)."""
+benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains), of
+benchmarks/wgsl_overheads.py and of benchmarks/recurrent_chunked.py --ablate: each runs,
+writes its JSON and reports every row it measured (the numbers mean something on GPUs only)."""
 
 import json
 import os
@@ -66,3 +66,19 @@ def test_wgsl_overheads_times_every_case_and_records_the_adapter_features(tmp_pa
     assert isinstance(features, list) and features and all(isinstance(f, str) for f in features)
     assert result["cooperative_matrix"] == ("cooperative-matrix" in features)
     assert "cooperative-matrix" in run.stdout
+
+
+def test_recurrent_chunked_ablation_times_every_variant_of_both_passes(tmp_path):
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from recurrent_chunked import ABLATIONS
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    run = _run("recurrent_chunked.py", "--case", "1,2,2,16,8,16", "--no-fla", "--ablate", "--out", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    (path,) = tmp_path.glob("*-recurrent-chunked.json")
+    (row,) = json.loads(path.read_text())["rows"]
+    assert row["best_chunked_us"] > 0 and len(row["best_chunked_passes_us"]) == 3
+    ablation = row["ablation_us"]
+    assert {name: set(times) for name, times in ablation.items()} == {n: set(v) for n, v in ABLATIONS.items()}
+    assert all(us > 0 for times in ablation.values() for us in times.values())
