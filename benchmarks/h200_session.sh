@@ -29,12 +29,14 @@
 #            LABEL=h200-s10 PART=11, and LABEL=h200-s10-fresh SHADER_CACHE=fresh PART=11 (each
 #            campaign compiles against an empty shader cache of its own: is the first
 #            campaign's slowness its cold cache?)
-#   part 15: (one GPU) session 10's host-unrolled recurrent kernels: the probe pairs (private
-#            arrays and serial loads; at 8192 and at 264 workgroups) with the adapter's
-#            feature list, the chunked passes' ablation, then recurrent tuned alone on a fresh
-#            database (its 11 problems) and benched against FLA; the database comes back as
-#            recurrent.db. Session 10 changed recurrent's sources, so .h200/s9a.db's recurrent
-#            winners are stale: run part 14 with CALLS_DB=<a.db of a part 11 run after it>.
+#   part 15: (one GPU) the SM clock (nvidia-smi) while a short kernel is timed like a trial
+#            and back to back (clock_probe.py); session 10's host-unrolled recurrent
+#            kernels: the probe pairs (private arrays, serial loads; 8192 and 264
+#            workgroups) with the adapter's feature list, the chunked passes' ablation,
+#            then recurrent tuned alone on a fresh database (its 11 problems) and benched
+#            against FLA; the database comes back as recurrent.db. Session 10 changed
+#            recurrent's sources, so .h200/s9a.db's recurrent winners are stale: run part
+#            14 with CALLS_DB=<the a.db of a part 11 run made after it>.
 # Results land flat in $OUT (the device tool brings back at most 8 files).
 set -u
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -64,6 +66,8 @@ chunked()   { step "$1" python3 benchmarks/recurrent_chunked.py --out "$W/rch"
               cp "$W"/rch/*recurrent-chunked.json "$OUT"/ 2>/dev/null; }
 calls()     { step "$1" python3 benchmarks/runtime_calls.py --out "$W/rc"
               cp "$W"/rc/runtime-calls.md "$W"/rc/runtime-calls.json "$OUT"/ 2>/dev/null; }
+clock()     { step "$1" python3 benchmarks/clock_probe.py --out "$W/clock"
+              cp "$W"/clock/clock-probe.json "$OUT"/ 2>/dev/null; }
 overheads_small() { step "$1" python3 benchmarks/wgsl_overheads.py --groups 264 --out "$W/wo264"
                     cp "$W"/wo264/wgsl-overheads.json "$OUT"/wgsl-overheads-264.json 2>/dev/null; }
 ablate()    { step "$1" python3 benchmarks/recurrent_chunked.py --ablate --no-fla --out "$W/abl" \
@@ -97,7 +101,7 @@ case "${PART:-1}" in
   12) interference 150; calls_tuned 330 ;;  # session 9: the stability misses' cause, the fixed spin
   13) interference 120; LABEL=h200-s9 stability 420 ;;  # session 9: one-submission timed reps
   14) interference 150; calls_tuned 300 ;;  # session 9's predictions: lead-ins, stalls, recorded chains
-  15) overheads 60; overheads_small 30; ablate 180; recurrent 170 130 ;;  # session 10's unrolled kernels
+  15) clock 40; overheads 60; overheads_small 30; ablate 170; recurrent 160 120 ;;  # session 10's unrolled kernels
   *) sweep 150; CONFIGS=${CONFIGS:-288} tp 200 1,2; overhead 60; variants 90 ;;
 esac
 ls -la "$OUT"

@@ -1,7 +1,8 @@
 """Smoke runs on the CPU adapter of benchmarks/trial_interference.py, of
 benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains), of
-benchmarks/wgsl_overheads.py and of benchmarks/recurrent_chunked.py --ablate: each runs,
-writes its JSON and reports every row it measured (the numbers mean something on GPUs only)."""
+benchmarks/wgsl_overheads.py, of benchmarks/recurrent_chunked.py --ablate and of
+benchmarks/clock_probe.py: each runs, writes its JSON and reports every row it measured
+(the numbers mean something on GPUs only)."""
 
 import json
 import os
@@ -82,3 +83,14 @@ def test_recurrent_chunked_ablation_times_every_variant_of_both_passes(tmp_path)
     ablation = row["ablation_us"]
     assert {name: set(times) for name, times in ablation.items()} == {n: set(v) for n, v in ABLATIONS.items()}
     assert all(us > 0 for times in ablation.values() for us in times.values())
+
+
+def test_clock_probe_reports_every_phase(tmp_path):
+    run = _run("clock_probe.py", "--allow-cpu", "--phase-s", "0.2", "--out", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    result = json.loads((tmp_path / "clock-probe.json").read_text())
+    rows = {row["phase"]: row for row in result["rows"]}
+    assert list(rows) == ["idle", "trials", "continuous", "trials_after"]
+    assert all(row["canary_us_median"] > 0 for row in rows.values())
+    assert all(rows[p]["timings"] >= 1 and rows[p]["kernel_us_median"] > 0 for p in ("trials", "continuous"))
+    assert result["nvidia_smi"] is False and rows["trials"]["clocks"] == {"samples": 0}  # no NVIDIA tooling here
