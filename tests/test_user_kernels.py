@@ -202,3 +202,38 @@ def test_softmax_example_is_short_and_public():
     imported |= {f"{n.module}.{a.name}" for n in code if isinstance(n, ast.ImportFrom) for a in n.names}
     assert imported == {"numpy", "farm.Kernel"}
     assert json.dumps(sorted(files.loaded())).count("examples") == 2
+
+
+BOOM = '''from farm import Kernel
+
+def bad_reference(x):
+    raise RuntimeError("boom")
+
+Kernel("boomk", source="""@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<uniform> params: vec4<u32>;
+@compute @workgroup_size({{workgroup_size}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < params.x) { y[gid.x] = x[gid.x]; }
+}
+""", dims=("n",), inputs={"x": "f32[n]"}, outputs={"y": "f32[n]"}, space={"workgroup_size": [32, 64]},
+       grid="ceil(n / workgroup_size)", reference=bad_reference, sizes=["n=64"])
+'''
+
+
+def test_a_raising_reference_is_the_kernels_error_in_process_and_on_the_cli(tmp_path, farm_home):
+    """Audit, session 10: a user's reference that raised gave a traceback from `farm certify`
+    and a WorkerFailure traceback from `farm tune` (Ray); both now say one line naming the
+    kernel, the function and the problem, and tune_kernel raises the same KernelError."""
+    boom = scaled(name="boom_in_process", reference=lambda x, factor: 1 / 0)
+    with pytest.raises(KernelError, match=r"kernel 'boom_in_process': its reference \(.*\) raised ZeroDivisionError"):
+        farm.tune_kernel(boom, budget=2)
+    path = tmp_path / "boom.py"
+    path.write_text(BOOM)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_KERNELS")}
+    want = "farm: error: kernel 'boomk': its reference (bad_reference) raised RuntimeError: boom for n=64\n"
+    for command in (["certify"], ["tune", "--allow-cpu", "--budget", "2", "--reps", "2",
+                                  "--db", f"sqlite:///{tmp_path}/boom.db"]):  # fmt: skip
+        run = subprocess.run([sys.executable, "-m", "farm", *command, "--kernels-file", str(path), "boomk"], env=env,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert run.returncode == 2 and run.stderr.endswith(want) and "Traceback" not in run.stderr, run.stderr

@@ -138,6 +138,17 @@ class Kernel(KernelSpec):
     def _fail(self, message: str):
         raise KernelError(f"kernel {self.name!r}: {message}")
 
+    def _call(self, what: str, fn: Callable, problem: Problem, *args, **kwargs):
+        """The user's `fn` (reference or generate); what it raises is their kernel's mistake,
+        so it comes back as a KernelError naming the kernel, the function and the problem
+        (one line on the CLI, on a Ray worker too), the original chained."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - any exception of the user's code
+            where = getattr(fn, "__qualname__", what)
+            raise KernelError(f"kernel {self.name!r}: its {what} ({where}) raised {type(exc).__name__}: "
+                              f"{' '.join(str(exc).split())[:300]} for {problem}") from exc  # fmt: skip
+
     def _source(self, source: str) -> tuple[str | None, str]:
         if "\n" in source or "@compute" in source:
             return None, source
@@ -301,7 +312,8 @@ class Kernel(KernelSpec):
 
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
         if self.generate_fn is not None:
-            data = self.generate_fn(problem.as_dict(), rng_for(seed, self.name, problem.key()))
+            rng = rng_for(seed, self.name, problem.key())
+            data = self._call("generate", self.generate_fn, problem, problem.as_dict(), rng)
             return {name: np.ascontiguousarray(data[name], dtype) for name, (dtype, _) in self.inputs.items()}
         out = {}
         for name, (dtype, _) in self.inputs.items():
@@ -319,7 +331,8 @@ class Kernel(KernelSpec):
     def reference(self, problem: Problem, schedule: Schedule, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         ns = self.namespace(problem, schedule)
         params = inspect.signature(self.reference_fn).parameters
-        result = self.reference_fn(**{p: inputs[p] if p in self.inputs else ns[p] for p in params})
+        arguments = {p: inputs[p] if p in self.inputs else ns[p] for p in params}
+        result = self._call("reference", self.reference_fn, problem, **arguments)
         names = list(self.outputs)
         if isinstance(result, Mapping):
             values = [result.get(n) for n in names]

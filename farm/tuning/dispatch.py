@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from farm import catalog
+from farm.catalog.rules import KernelError
 from farm.gpu import HardwareProfile
 from farm.schedule import Status
 from farm.trial import TrialKey, TrialResult
@@ -139,6 +140,8 @@ class BatchDispatch(ABC):
             yield from self._on_death(slot, pending, owner)
             return
         except ray.exceptions.RayTaskError as exc:
+            if isinstance(getattr(exc, "cause", None), KernelError):  # a user kernel's own mistake
+                raise exc.cause.with_traceback(None) from None
             raise WorkerFailure(f"worker {slot.worker_id} raised: {exc}") from exc
         batch = next(b for b in slot.fifo if b.ref == ref)
         was_head = batch is slot.fifo[0]
