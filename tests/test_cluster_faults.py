@@ -256,3 +256,21 @@ def test_guided_batches_shrink_towards_the_end_and_never_merge_retried_trials():
     pending += deque(_Batch([(i, None)]) for i in range(3, 6))
     taken = [[i for i, _ in pool._take(pending, workers=1).items] for _ in range(5)]
     assert taken == [[0], [1], [2], [3, 4], [5]]  # 3 left for 1 worker x 2 in flight: 2, then 1
+
+
+
+def test_a_farm_adapter_naming_no_adapter_is_one_line_not_a_dead_actor(tmp_path):
+    """Audit, session 10: FARM_ADAPTER naming no adapter killed the worker in __init__ and
+    `farm tune` printed Ray's ActorDiedError traceback; the worker keeps the NoAdapterError
+    for its first call, the pool raises it as itself, and the CLI says one line."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "RAY_"))}
+    env |= {"FARM_ADAPTER": "no-such-gpu", "FARM_HOME": str(tmp_path), "XDG_RUNTIME_DIR": "/tmp"}
+    run = subprocess.run([sys.executable, "-m", "farm", "tune", "--sizes", "gemv:m=32,n=32", "--allow-cpu",
+                          "--budget", "2", "--db", f"sqlite:///{tmp_path}/t.db"], env=env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.splitlines()[-1].startswith("farm: error: no adapter matches FARM_ADAPTER='no-such-gpu'; have: ")

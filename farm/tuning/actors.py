@@ -14,7 +14,16 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from farm.gpu import Device, HardwareProfile, Timing, enumerate_adapters, nvidia, refuse_cpu
+from farm.gpu import (
+    CpuAdapterRefused,
+    Device,
+    HardwareProfile,
+    NoAdapterError,
+    Timing,
+    enumerate_adapters,
+    nvidia,
+    refuse_cpu,
+)
 from farm.schedule import Problem, Schedule
 from farm.trial import TrialResult
 from farm.tuning.bench import TrialBench
@@ -90,12 +99,22 @@ class GpuWorker:
 
         os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
         gpu_ids = list(ray.get_gpu_ids()) if ray.is_initialized() else []
-        adapter, mapping = pick_adapter(gpu_ids, allow_cpu)
         self.worker_id = worker_id
+        # No adapter for this worker (FARM_ADAPTER naming none, no GPU): the user's setup, not
+        # a crash. report(), the driver's first call, raises it, and the pool passes it on
+        # as itself (an actor that raised in __init__ only dies, with its error as text).
+        self.startup_error: Exception | None = None
+        try:
+            adapter, mapping = pick_adapter(gpu_ids, allow_cpu)
+        except (NoAdapterError, CpuAdapterRefused) as exc:
+            self.startup_error = exc
+            return
         self.bench = TrialBench(Device(adapter), worker_id, compile_ahead)
         self.mapping = mapping | {"adapter": adapter.summary} | _placement(mapping)
 
     def report(self) -> dict:
+        if self.startup_error is not None:
+            raise self.startup_error
         profile = self.bench.device.profile
         return {
             "worker_id": self.worker_id,

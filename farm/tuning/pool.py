@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from farm.gpu import CpuAdapterRefused, Device, HardwareProfile, Timing, refuse_cpu
+from farm.gpu import CpuAdapterRefused, Device, HardwareProfile, NoAdapterError, Timing, refuse_cpu
 from farm.schedule import Problem, Schedule
 from farm.trial import TrialResult
 from farm.tuning.actors import ACTOR_THREADS, GpuWorker
@@ -103,7 +103,12 @@ class WorkerPool(BatchDispatch):
         ready, _ = self._ray.wait([ref], timeout=self.startup_timeout_s)
         if not ready:
             raise WorkerFailure(f"worker {slot.worker_id} did not start within {self.startup_timeout_s:.0f} s")
-        slot.report = self._ray.get(ref)
+        try:
+            slot.report = self._ray.get(ref)
+        except self._ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, (NoAdapterError, CpuAdapterRefused)):  # GpuWorker.startup_error
+                raise exc.cause.with_traceback(None) from None
+            raise
         refuse_cpu(slot.profile, self.allow_cpu, f"tune with worker {slot.worker_id}")
 
     def _replace(self, slot: _Slot) -> None:
