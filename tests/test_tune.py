@@ -467,3 +467,26 @@ def test_a_campaigns_model_search_has_its_workers_compile_the_next_likely_picks(
         assert (kernel, key) == ("gemv", problem.key()) and hinted
         assert not set(hinted) & set(pool.tried[:tried_before])  # never one already tried
     pool.bench.close()
+
+
+def test_a_problem_without_winner_says_its_commonest_failure_and_the_compilers_line():
+    """Audit, session 10: a WGSL error under `farm tune` printed only "no certified schedule",
+    never the compiler's line (farm certify did)."""
+    from farm.tuning.report import failure_summary
+
+    compile_error = (
+        "compile failed for kernel 'k[workgroup_size=32]' schedule workgroup_size=32: Validation Error\n\n"
+        "Caused by:\n  In wgpuDeviceCreateShaderModule, label = 'k'\n\n"
+        "Shader 'k' parsing error: no definition in scope for identifier: `oops`\n  ┌─ wgsl:6:51\n  │\n"
+    )
+    rows = {
+        "a": {"status": "compile_error", "message": compile_error},
+        "b": {"status": "compile_error", "message": compile_error},
+        "c": {"status": "wrong_output", "message": "max_abs 3.0 > atol"},
+    }
+    assert failure_summary(rows) == (
+        "; 2 of 3 trials compile_error: Shader 'k' parsing error: no definition in scope for identifier: `oops`"
+        " (wgsl:6:51)"
+    )
+    assert failure_summary({"c": rows["c"]}) == "; 1 of 1 trials wrong_output: max_abs 3.0 > atol"
+    assert failure_summary({"ok": {"status": "ok", "message": ""}}) == ""

@@ -53,7 +53,7 @@ from farm.tuning.job import Job
 from farm.tuning.plan import Task, TuneConfig, notice_cpu, plan
 from farm.tuning.pool import WorkerFailure, WorkerPool
 from farm.tuning.recording import TrialRecorder, result_from_row
-from farm.tuning.report import Progress, format_stage_times, format_task_totals, format_workers
+from farm.tuning.report import Progress, failure_summary, format_stage_times, format_task_totals, format_workers
 from farm.tuning.search import Budget, strategy
 
 SIBLING_SEEDS = 4  # this campaign's winners of a kernel's other problems tried first on the next one
@@ -283,7 +283,8 @@ class Campaign:
         rows = store.recorded_schedules(self.db, task.topology, task.kernel, spec.source_hash(), task.problem.key())
         certified = sorted((r for r in rows.values() if r["status"] == "ok" and r["median_ns"]), key=_median)
         if not certified:
-            print(f"no certified schedule for {task.kernel} {task.problem}: no winner", file=sys.stderr)
+            why = failure_summary(rows)
+            print(f"no certified schedule for {task.kernel} {task.problem}: no winner{why}", file=sys.stderr)
             return None
         finalists = [Schedule.from_key(r["schedule"]) for r in certified[: self.config.finalists]]
         ok = {r["schedule"] for r in certified}

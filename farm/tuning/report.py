@@ -14,6 +14,7 @@ import math
 import sys
 import threading
 import time
+from collections import Counter
 from typing import TextIO
 
 from farm.schedule import Schedule
@@ -162,3 +163,24 @@ def format_workers(reports: dict[str, dict]) -> str:
             f" {gpu}{uuid}; {placed}; topology {report['topology_hash'][:16]}"
         )
     return "\n".join(lines)
+
+
+def failure_summary(rows: dict[str, dict]) -> str:
+    """"; N of M trials <status>: <first line>" for a problem without a certified trial: its
+    commonest failure and that failure's first message line (a WGSL error's compiler line)."""
+    failed = [r for r in rows.values() if r["status"] != "ok"]
+    if not failed:
+        return ""
+    status, count = Counter(r["status"] for r in failed).most_common(1)[0]
+    message = next(r["message"] for r in failed if r["status"] == status) or ""
+    return f"; {count} of {len(rows)} trials {status}" + (f": {_headline(message)}" if message.strip() else "")
+
+
+def _headline(message: str) -> str:
+    """A failure message's telling line: wgpu's validation errors open with a generic line and
+    give the compiler's ("... parsing error: no definition in scope for identifier ...") and
+    its place (" ┌─ wgsl:6:51") further down."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    index = next((i for i, line in enumerate(lines) if i and "error:" in line.lower()), 0)
+    where = next((line.split("wgsl:", 1)[1] for line in lines[index + 1 : index + 3] if "wgsl:" in line), "")
+    return lines[index][:200] + (f" (wgsl:{where})" if where else "")
