@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from farm.runtime.validation import numeric_dtype
+
 if TYPE_CHECKING:
     from farm.runtime.pool import Slab
 
@@ -109,9 +111,10 @@ class DeviceArray:
         return DeviceArray(self._storage, _resolve_shape(shape, self.size, self.shape), self.dtype)
 
     def view(self, dtype) -> DeviceArray:
-        """numpy's view for C-contiguous arrays: the last axis rescaled by the itemsizes."""
+        """numpy's view for C-contiguous arrays: the last axis rescaled by the itemsizes; `dtype`
+        one `rt.asarray` takes (bool, integer, float, complex), else TypeError."""
         self._check_live("view")
-        dtype = np.dtype(dtype)
+        dtype = numeric_dtype("view: dtype", dtype)
         if dtype.itemsize == self.dtype.itemsize:
             return DeviceArray(self._storage, self.shape, dtype)
         last = self.shape[-1] if self.shape else 1

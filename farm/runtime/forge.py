@@ -20,6 +20,7 @@ expected and the actual shape. NaN/Inf propagate as in numpy.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import numpy as np
 
 from farm import catalog
 from farm.gpu import Device, choose_adapter
-from farm.runtime import signature
+from farm.runtime import declared, signature
 from farm.runtime.arrays import DeviceArray
 from farm.runtime.calls import Caller
 from farm.runtime.kernels import KernelMethods
@@ -35,8 +36,11 @@ from farm.runtime.plans import check_host_out, check_out
 from farm.runtime.pool import BufferPool
 from farm.runtime.requests import Winners
 from farm.runtime.validation import (
-    as_count,
+    array_shape,
     check_input_limits,
+    numeric_dtype,
+    positive_bytes,
+    problem_of,
 )
 from farm.runtime.winners import Candidate, check_schedules_path, lookup_schedule
 from farm.schedule import Problem, Schedule
@@ -54,11 +58,14 @@ class ForgeRuntime(KernelMethods):
     file written by `farm export` (used instead of the database); `device`: an existing
     `farm.gpu.Device` to share (then `adapter` is ignored); `capacity_bytes`: the most
     device memory the runtime's buffer pool may hold, live DeviceArrays and idle buffers
-    together (None: no bound; idle buffers beyond 1 GiB are freed); `request_tuning`: queue
-    misses for `farm serve` (None: `$FARM_REQUEST_TUNING`; farm.runtime.requests);
-    `spin_wait_us`: how long `synchronize()` polls the GPU without sleeping before it
-    blocks (0, the default: it blocks at once; a short kernel's sync can end sooner when a
-    spare core spins, see farm.gpu.Device.wait_idle).
+    together (a positive integer, or None: no bound; idle buffers beyond 4 GiB are freed);
+    `request_tuning`: queue misses for `farm serve` (True, False, or None:
+    `$FARM_REQUEST_TUNING`; farm.runtime.requests); `spin_wait_us`: how long
+    `synchronize()` polls the GPU without sleeping before it blocks (a number from 0, the
+    default: it blocks at once, to 1e6; a short kernel's sync can end sooner when a spare
+    core spins, see farm.gpu.Device.wait_idle). A wrong type is a TypeError (ValueError for
+    spin_wait_us), a value out of range a ValueError, naming the argument and the value,
+    raised before any device is opened.
 
     Thread safety: a runtime may be shared by threads; its calls are serialized by a lock
     (one wgpu queue runs them in order anyway), so concurrent calls are safe, not parallel.
@@ -76,6 +83,11 @@ class ForgeRuntime(KernelMethods):
         spin_wait_us: float = 0.0,
     ):
         self.spin_wait_s = _spin_wait_s(spin_wait_us)
+        capacity_bytes = positive_bytes("capacity_bytes", capacity_bytes)
+        if request_tuning is not None and not isinstance(request_tuning, (bool, np.bool_)):
+            raise TypeError(f"request_tuning: expected True, False or None, got {request_tuning!r}")
+        if device is not None and not isinstance(device, Device):
+            raise TypeError(f"device: expected a farm.gpu.Device or None, got {type(device).__name__}")
         self.device = device if device is not None else Device(choose_adapter(adapter))
         self._lock = threading.RLock()
         self._pool = BufferPool(self.device, capacity_bytes)
@@ -96,18 +108,25 @@ class ForgeRuntime(KernelMethods):
         """Every stored winner (read once per runtime, again after a miss: farm.runtime.requests)."""
         return self.stored.get()
 
-    def tuned_schedule(self, kernel: str, problem: Problem | None = None) -> tuple[Schedule, str]:
+    def tuned_schedule(self, kernel: str, problem: Problem | dict | None = None) -> tuple[Schedule, str]:
         """The schedule a call for (`kernel`, `problem`) uses and where it came from:
         "tuned" | "nearest" | "same-device" | "default".
 
-        `problem=None` stands for the kernel's first default problem on this adapter. A
-        winner that is invalid for `problem` is replaced by the default (source "default"),
-        except topk's, which only a schedule of the same block size replaces (same source);
-        when none can run the problem (k above the block size) the winner is returned and
-        the call raises ValueError.
+        `problem`: the call's dims, as a dict (`{"m": 512, "k": 256, "n": 128}` for gemm) or a
+        `farm.schedule.Problem`: exactly the kernel's dims (`catalog.get(kernel).dims`), each
+        an integer >= 1, else TypeError/ValueError naming it; None stands for the kernel's
+        first default problem on this adapter. A winner that is invalid for `problem` is
+        replaced by the default (source "default"), except topk's, which only a schedule of
+        the same block size replaces (same source); when none can run the problem (k above
+        the block size) the winner is returned and the call raises ValueError.
         """
         spec = catalog.get(getattr(kernel, "name", kernel))
-        problem = problem if problem is not None else spec.default_problems(self.profile)[0]
+        if problem is None:
+            return self._tuned(spec, spec.default_problems(self.profile)[0])
+        return self._tuned(spec, problem_of(spec, problem))
+
+    def _tuned(self, spec, problem: Problem) -> tuple[Schedule, str]:
+        """`tuned_schedule` for a checked `problem` of `spec` (the kernel calls' path)."""
         key = (spec.name, problem.key())
         cached = self._lookups.get(key)
         if cached is None:
@@ -140,16 +159,21 @@ class ForgeRuntime(KernelMethods):
             return self._caller.new_array(array.shape, array.dtype, array)
 
     def empty(self, shape: int | tuple[int, ...], dtype=np.float32) -> DeviceArray:
-        """An uninitialized DeviceArray (a kernel's `out=`)."""
-        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        dims = tuple(as_count(f"shape[{i}]", d, 0) for i, d in enumerate(shape))
-        dtype = np.dtype(dtype)
-        nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+        """An uninitialized DeviceArray (a kernel's `out=`): `shape` an integer or a tuple of
+        them (>= 0), `dtype` one `asarray` takes (bool, integer, float, complex), else
+        TypeError/ValueError naming the value; more bytes than a kernel may bind or than
+        `capacity_bytes` is a ValueError naming them."""
+        dims = array_shape(shape)
+        dtype = numeric_dtype("dtype", dtype)
+        nbytes = math.prod(dims) * dtype.itemsize  # Python ints: nothing overflows
         if nbytes > self.binding_limit:
             raise ValueError(
                 f"empty: shape {dims} {dtype} ({nbytes} bytes) exceeds this adapter's "
                 f"max-storage-buffer-binding-size of {self.binding_limit} bytes"
             )
+        capacity = self._pool.capacity
+        if capacity is not None and nbytes > capacity:
+            raise ValueError(f"empty: shape {dims} {dtype} ({nbytes} bytes) exceeds capacity_bytes={capacity}")
         with self._lock:
             return self._caller.new_array(dims, dtype)
 
@@ -188,16 +212,28 @@ class ForgeRuntime(KernelMethods):
 
     # -- the one path to the GPU ---------------------------------------------------------
     def run(self, kernel, dims: dict | None = None, inputs: dict | None = None, *, schedule=None, out=None, **arrays):
-        """Any kernel, built-in or `farm.Kernel`, by name or object. `run(k, x=x)`: arrays (and dims
-        no input's axis gives) by name, checked against the declared shapes and dtypes (farm.runtime.
-        signature); returns the output (a tuple for several). `run(k, dims, inputs)`: {output: array},
-        only limits and the spec's checks. `schedule`: tuned when None; `out`: DeviceArray or dict."""
-        name = getattr(kernel, "name", kernel)
+        """Any kernel, built-in or `farm.Kernel`, by name or object.
+
+        `run(k, x=x)`: a `farm.Kernel`'s arrays (and dims no input's axis gives) by name, checked
+        against its declared shapes and dtypes (farm.runtime.signature); returns the output (a
+        tuple for several). For a built-in it is the kernel's method (`run("gemv", a=a, x=x)` is
+        `rt.gemv(a, x)`: the method's argument names, the tuned schedule, no `schedule=`).
+        `run(k, dims, inputs)`: any kernel, `schedule=` too; `dims` exactly the kernel's, `inputs`
+        by the spec's names, each checked against the shape and dtype its spec declares for `dims`
+        (farm.runtime.declared); returns {output: array}. `schedule`: a Schedule, tuned when None;
+        `out`: a dict {output: array}, or one array for a kernel of one output."""
+        spec = catalog.get(getattr(kernel, "name", kernel))
+        if schedule is not None and not isinstance(schedule, Schedule):
+            raise TypeError(f"schedule: expected a farm.schedule.Schedule or None, got {type(schedule).__name__}")
         if dims is None and inputs is None:
-            return signature.call(self, catalog.get(name), arrays, schedule, out)
-        inputs = inputs or {}
-        layout = tuple((n, v.dtype, v.shape) for n, v in inputs.items())  # nothing checked them against dims
-        return self._run(name, dims or {}, inputs, schedule, out, layout)
+            return signature.call(self, spec, arrays, schedule, out)
+        if arrays:
+            raise TypeError(
+                f"{spec.name}: pass the inputs either as run({spec.name!r}, dims, inputs) or by name, not both "
+                f"(got {', '.join(arrays)} by name)"
+            )
+        dims, inputs, outs = declared.check_call(self, spec, dims, {} if inputs is None else inputs, out)
+        return self._run(spec.name, dims, inputs, schedule, outs, ("run",))
 
     def _run(
         self,
@@ -214,9 +250,10 @@ class ForgeRuntime(KernelMethods):
 
         A call whose kernel, dims, schedule and input names were seen before goes straight to
         its plan, without rebuilding the problem and looking up the schedule again (the same
-        shapes passed the checks then). The kernel methods and `farm.Kernel` signatures check
-        every input's dtype and shape against `dims`, so those fix the inputs' layout; a caller
-        whose inputs nothing checked (`run(kernel, dims, inputs)`) passes their `layout`."""
+        shapes passed the checks then). Every caller (the kernel methods, `farm.Kernel`
+        signatures, `run(kernel, dims, inputs)`) checks each input's dtype and shape against
+        `dims`, so those fix the inputs' layout; `layout` keeps apart callers whose shapes for
+        the same dims differ (ternary_gemv's packed words: flat from the method, 2-D in `run`)."""
         out = {name: array for name, array in out.items() if array is not None} if out else None
         into = None
         if out and any(type(array) is not DeviceArray for array in out.values()):
@@ -232,7 +269,7 @@ class ForgeRuntime(KernelMethods):
                 check_input_limits(kernel, inputs, self.binding_limit)
                 spec = catalog.get(kernel)
                 problem = spec.problem(**dims)
-                chosen = schedule if schedule is not None else self.tuned_schedule(kernel, problem)[0]
+                chosen = schedule if schedule is not None else self._tuned(spec, problem)[0]
                 plan = self._caller.plan(spec, chosen, problem, inputs, self.binding_limit)
                 self._caller.remember(recent, plan)
             if out:
@@ -245,6 +282,8 @@ class ForgeRuntime(KernelMethods):
 def _spin_wait_s(spin_wait_us) -> float:
     """`spin_wait_us` as seconds: a number from 0 to 1e6 (one second), else ValueError."""
     try:
+        if isinstance(spin_wait_us, (str, bytes)):
+            raise TypeError("a string")  # float("5") would take it
         value = float(spin_wait_us)
     except (TypeError, ValueError):
         raise ValueError(f"spin_wait_us must be a number of microseconds, got {spin_wait_us!r}") from None

@@ -50,7 +50,7 @@ def _out(name: str, array: DeviceArray | None) -> dict | None:
 
 class KernelMethods:
     """gemv, gemm, topk, ternary_gemv, recurrent_attention, p64_project and fft; needs the
-    ForgeRuntime's `_run`, `tuned_schedule`, `profile` and `binding_limit`."""
+    ForgeRuntime's `_run`, `_tuned`, `profile` and `binding_limit`."""
 
     def _arg(self, name: str, value: object, dtypes: tuple, ndim: tuple[int, ...]):
         """`as_array` for numpy arrays; the same checks for DeviceArrays of this runtime."""
@@ -77,7 +77,7 @@ class KernelMethods:
         x = self._arg("x", x, F32, (1,))
         k = as_count("k", k, None)  # an integer; its range is the block size's, below
         problem, dims = _topk_problem(x.shape[0], max(k, 1))
-        schedule, source = self.tuned_schedule("topk", problem)
+        schedule, source = self._tuned(catalog.get("topk"), problem)
         check_topk_k(k, schedule, source)
         return self._run("topk", dims, {"x": x}, schedule, out=_out("out", out))["out"]
 
@@ -147,8 +147,12 @@ class KernelMethods:
         dims = {"B": b, "H": h, "VH": vh, "T": t, "L": l_dim, "E": e}
         outs = None
         if out is not None:
-            context, rho_out = out
-            outs = {"context": context, "rho": rho_out}
+            if not isinstance(out, (tuple, list)) or len(out) != 2:
+                raise TypeError(
+                    "out: expected a pair (context, rho) of DeviceArrays or numpy arrays of shapes "
+                    f"{(b, h, t, e)} and {(b, h, l_dim, e)}, got {_described(out)}"
+                )
+            outs = {"context": out[0], "rho": out[1]}
         result = self._run("recurrent", dims, inputs, out=outs)
         return result["context"], result["rho"]
 
@@ -223,6 +227,15 @@ class KernelMethods:
         if out is not None:
             return out
         return _as(y, signal.shape, signal.dtype)
+
+
+def _described(value: object) -> str:
+    """What an argument is, for a message: its type, and its shape and dtype or length."""
+    if isinstance(value, (np.ndarray, DeviceArray)):
+        return f"{type(value).__name__} of shape {value.shape} and dtype {value.dtype}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return type(value).__name__
 
 
 def _as(array, shape: tuple[int, ...], dtype: np.dtype):

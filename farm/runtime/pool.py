@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from farm.gpu import Buffer, Device
+from farm.runtime.validation import positive_bytes
 
 MIN_CLASS = 256
 _SERIALS = itertools.count(1)  # shared by every pool: a serial never names two buffers in one process
@@ -82,10 +83,8 @@ class BufferPool:
     collected by the garbage collector during a call gives its buffer back on that thread)."""
 
     def __init__(self, device: Device, capacity_bytes: int | None = None, idle_bytes: int | None = None):
-        if capacity_bytes is not None and (isinstance(capacity_bytes, bool) or int(capacity_bytes) < 1):
-            raise ValueError(f"capacity_bytes: expected a positive integer or None, got {capacity_bytes!r}")
         self.device = device
-        self.capacity = int(capacity_bytes) if capacity_bytes is not None else None
+        self.capacity = positive_bytes("capacity_bytes", capacity_bytes)
         self.idle_limit = idle_bytes if idle_bytes is not None else (self.capacity or DEFAULT_IDLE_BYTES)
         self._largest = device.profile.limit("max-buffer-size") or (1 << 62)
         self._free: OrderedDict[int, Slab] = OrderedDict()  # serial -> idle slab, least recent first

@@ -5,8 +5,11 @@ call needs only the arrays: each dim that is a whole axis of some input is read 
 axis (the first input naming it wins; every other must agree), any other dim is passed
 by name (`rt.run("k", x=x, n=5)`), and every input is then checked against its declared
 shape. A wrong dtype is a TypeError, a wrong shape a ValueError, each naming the argument
-and the shape expected. Built-in kernels have their methods (`rt.run("gemv", a=a, x=x)`
-is `rt.gemv(a, x)`), which check their arguments the same way.
+and the shape expected. For a built-in kernel the keyword form is its method
+(`rt.run("gemv", a=a, x=x)` is `rt.gemv(a, x)`, `rt.run("recurrent", query=q, value=v)` is
+`rt.recurrent_attention(q, v)`), which checks its arguments the same way and uses the tuned
+schedule; another schedule takes the dims form, `rt.run("gemv", dims, inputs, schedule=s)`
+(farm.runtime.declared checks it).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import numpy as np
 
 from farm.catalog import KernelSpec
 from farm.catalog.user import Kernel
+from farm.runtime.declared import outs_of
 from farm.runtime.validation import check_input_limits
 
 METHODS = {"recurrent": "recurrent_attention"}  # built-in kernels whose method has another name
@@ -24,15 +28,17 @@ def call(runtime, spec: KernelSpec, arrays: dict, schedule, out):
     """Run `spec` on `arrays` through `runtime`; the output, or a tuple of them in declared order."""
     if not isinstance(spec, Kernel):
         method = getattr(runtime, METHODS.get(spec.name, spec.name), None)
-        if method is None or schedule is not None:
-            raise TypeError(f"{spec.name}: call it as run({spec.name!r}, dims, inputs) (it declares no shapes)")
+        form = f"run({spec.name!r}, dims, inputs{', schedule=...' if schedule is not None else ''})"
+        if method is None:
+            raise TypeError(f"{spec.name}: call it as {form} (it declares no shapes)")
+        if schedule is not None:
+            raise TypeError(
+                f"{spec.name}: schedule= takes the dims form, {form} with dims {', '.join(spec.dims)}; "
+                f"run({spec.name!r}, ...) by name is rt.{method.__name__}(...), which uses the tuned schedule"
+            )
         return method(**arrays, **({"out": out} if out is not None else {}))
     dims, inputs = bind(runtime, spec, arrays)
-    outs = out if isinstance(out, dict) or out is None else {next(iter(spec.outputs)): out}
-    unknown = set(outs or ()) - set(spec.outputs)
-    if unknown:
-        raise TypeError(f"{spec.name}: out names {sorted(unknown)}, not among its outputs {list(spec.outputs)}")
-    result = runtime._run(spec.name, dims, inputs, schedule, outs)
+    result = runtime._run(spec.name, dims, inputs, schedule, outs_of(spec.name, tuple(spec.outputs), out))
     values = tuple(result[name] for name in spec.outputs)
     return values[0] if len(values) == 1 else values
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Mapping
 
 import numpy as np
 
-from farm.catalog import Launch
+from farm.catalog import KernelSpec, Launch
 from farm.catalog.recurrent import MAX_L
-from farm.schedule import Schedule
+from farm.schedule import Problem, Schedule
+
+NUMERIC = "a numeric dtype (bool, integer, float or complex: what rt.asarray takes)"
 
 
 def as_array(name: str, value: object, dtypes: tuple[type, ...], ndim: tuple[int, ...]) -> np.ndarray:
@@ -65,6 +68,76 @@ def as_count(name: str, value: object, low: int | None = 1, high: int | None = N
     if number < low or (high is not None and number > high):
         span = f"{low}..{high}" if high is not None else f">= {low}"
         raise ValueError(f"{name}: expected an integer in {span}, got {number}")
+    return number
+
+
+def check_dims(what: str, spec: KernelSpec, dims: Mapping) -> dict[str, int]:
+    """`dims` as {dim: int} in `spec.dims` order: exactly the kernel's dims, each an integer
+    >= 1; ValueError naming `what` and the dims missing or unknown, TypeError/ValueError
+    naming the dim and its value otherwise."""
+    if len(dims) != len(spec.dims) or any(d not in dims for d in spec.dims):
+        missing = [d for d in spec.dims if d not in dims]
+        unknown = [repr(d) for d in dims if d not in spec.dims]
+        parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
+            [f"unknown {', '.join(unknown)}"] if unknown else []
+        )
+        raise ValueError(
+            f"{what}: {spec.name} takes exactly the dims {', '.join(spec.dims)}; got "
+            f"{', '.join(f'{k}={v!r}' for k, v in dims.items()) or 'none'} ({'; '.join(parts)})"
+        )
+    return {d: as_count(f"{what}[{d!r}]", dims[d]) for d in spec.dims}
+
+
+def problem_of(spec: KernelSpec, problem: object) -> Problem:
+    """`problem` (a farm.schedule.Problem or a dict of dims) as `spec`'s Problem, its dims in
+    the kernel's order; TypeError/ValueError naming what is wrong (see check_dims)."""
+    if isinstance(problem, Problem):
+        pairs = problem.dims
+        if len({k for k, _ in pairs}) != len(pairs):
+            raise ValueError(f"problem: names a dim twice: {problem}")
+        dims = dict(pairs)
+    elif isinstance(problem, Mapping):
+        dims = problem
+    else:
+        raise TypeError(
+            f"problem: expected a dict of {spec.name}'s dims ({', '.join(spec.dims)}) or a farm.schedule.Problem, "
+            f"got {type(problem).__name__} {problem!r}"
+        )
+    return spec.problem(**check_dims("problem", spec, dims))
+
+
+def numeric_dtype(name: str, dtype: object) -> np.dtype:
+    """`dtype` as an np.dtype a DeviceArray may have (NUMERIC); TypeError naming it otherwise
+    (None too: numpy would read it as float64)."""
+    try:
+        value = None if dtype is None else np.dtype(dtype)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or value.kind not in "biufc":
+        shown = f"dtype {value}" if value is not None else repr(dtype)
+        raise TypeError(f"{name}: expected {NUMERIC}, got {shown}")
+    return value
+
+
+def array_shape(shape: object) -> tuple[int, ...]:
+    """An array's `shape` (an integer or a tuple or list of them, each >= 0) as a tuple of
+    Python ints; TypeError/ValueError naming `shape` or the offending `shape[i]`."""
+    if isinstance(shape, (tuple, list)):
+        return tuple(as_count(f"shape[{i}]", d, 0) for i, d in enumerate(shape))
+    if isinstance(shape, (bool, np.bool_)) or not hasattr(shape, "__index__"):
+        raise TypeError(f"shape: expected an integer or a tuple of integers, got {type(shape).__name__} {shape!r}")
+    return (as_count("shape", shape, 0),)
+
+
+def positive_bytes(name: str, value: object) -> int | None:
+    """A constructor's byte count: None, or an integer >= 1 (bools, floats and strings refused)."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name}: expected a positive integer or None, got {type(value).__name__} {value!r}")
+    number = operator.index(value)
+    if number < 1:
+        raise ValueError(f"{name}: expected a positive integer or None, got {number}")
     return number
 
 
