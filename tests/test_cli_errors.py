@@ -276,7 +276,7 @@ def test_winners_takes_the_printed_prefix_and_refuses_unknown_topologies(tmp_pat
     assert_user_error(*run(["winners", "--topology", "zzzz", "--db", url], capsys), f"stored topologies: {topo[:12]}")
     assert_user_error(*run(["winners", "--kernel", "nosuch", "--db", url], capsys), "unknown kernel 'nosuch'")
     code, out, _ = run(["winners", "--kernel", "gemm", "--db", url], capsys)  # known kernel, nothing stored
-    assert code == 0 and "no winners stored yet" in out
+    assert code == 0 and "no winners for kernel gemm (winners stored for: gemv)" in out
 
 
 def test_read_only_commands_create_nothing(tmp_path, capsys):

@@ -151,7 +151,10 @@ def test_ray_job_submit_cli_works_with_the_printed_exports(head, tmp_path):
 def test_stop_head_stops_only_that_heads_processes(tmp_path):
     marker = tmp_path / "ray"
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--temp-dir={marker}"])
+    # a stand-in Ray daemon: argv[0] names a Ray component and it carries the head's temp dir
+    # as Ray passes it (a process that only mentions the path is not the head's: audit, session 10)
+    mine = subprocess.Popen(["raylet", "-c", "import time; time.sleep(60)", f"--temp-dir={marker}"],
+                            executable=sys.executable)  # fmt: skip
     try:
         assert jobs.stop_head(marker, grace_s=5) == [mine.pid]
         assert mine.wait(timeout=5) is not None and other.poll() is None

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import ray
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
@@ -141,12 +142,21 @@ def _node_flags(num_cpus, num_gpus, temp_dir, extra_ports) -> list[str]:
     return flags
 
 
+class RayStartError(RuntimeError):
+    """`ray start` failed (a port taken, a temp dir it can't write): `farm cluster start` says so in one line."""
+
+
 def _ray_start(argv: list[str], env: dict[str, str], timeout_s: float) -> None:
-    """Run a `ray start` (it daemonizes); RuntimeError with the tail of its output when it fails."""
+    """Run a `ray start` (it daemonizes); RayStartError with the last line of its output when it fails
+    (the traceback Ray prints ends with the exception that says why), secrets masked."""
+    from farm.store.engine import mask_secrets
+
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr)[-3000:]
-        raise RuntimeError(f"`{' '.join(argv)}` failed with exit code {proc.returncode}:\n{tail}")
+        lines = [line.strip() for line in (proc.stdout + "\n" + proc.stderr).splitlines()]
+        meaningful = [line for line in lines if any(c.isalnum() for c in line)] or ["(no output)"]
+        what = " ".join(["ray", *argv[1:3]])  # `ray start --head` / `ray start --address=...`
+        raise RayStartError(f"`{what}` failed with exit code {proc.returncode}: {mask_secrets(meaningful[-1])}")
 
 
 def head_env(token_file: Path, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -174,17 +184,13 @@ def start_head(
 ) -> HeadNode:
     """Start a token-authenticated Ray head node (daemonized by `ray start`).
 
-    Raises RuntimeError with the tail of Ray's output when `ray start` fails.
+    Raises RayStartError with the last line of Ray's output when `ray start` fails.
     """
     token = ensure_token(token_file)
     argv = head_command(host, port, dashboard_port, num_cpus, num_gpus, temp_dir, extra_ports)
     _ray_start(argv, head_env(token), timeout_s)
-    return HeadNode(
-        dashboard_url=f"http://{host}:{dashboard_port}",
-        gcs_port=port,
-        temp_dir=Path(temp_dir) if temp_dir is not None else Path("/tmp/ray"),
-        token_path=token,
-    )
+    home = Path(temp_dir) if temp_dir is not None else Path("/tmp/ray")
+    return HeadNode(dashboard_url=f"http://{host}:{dashboard_port}", gcs_port=port, temp_dir=home, token_path=token)
 
 
 def node_command(
@@ -207,7 +213,7 @@ def node_command(
 
 def start_node(head: HeadNode, *args, timeout_s: float = 120.0, **kwargs) -> list[str]:
     """Join a node to `head` (`node_command`'s arguments) with the head's token; returns the argv.
-    Stop it with `stop_head(its temp_dir)`: only the processes naming that temp dir."""
+    Stop it with `stop_head(its temp_dir)`: only that node's Ray processes (`head_pids`)."""
     argv = node_command(head, *args, **kwargs)
     _ray_start(argv, head_env(head.token_path), timeout_s)
     return argv
@@ -251,29 +257,79 @@ def wait_for_job(client: JobSubmissionClient, job_id: str, timeout_s: float = 30
 
 
 def head_pids(temp_dir: str | os.PathLike) -> list[int]:
-    """Live processes of the head started with `temp_dir` (their command line names it) and their descendants."""
+    """Live processes of the head (or node) started with `temp_dir` and their descendants (the
+    `ray::` workers and agents, whose command lines Ray rewrites): Ray components
+    (`is_ray_component`) that carry `temp_dir` as Ray passes it (`ray_temp_dir_argument`), and
+    a head's Ray client server (`--address=` its GCS, no temp dir). Not a process that merely
+    mentions it (a shell, a database whose data lives there), nor this one or its ancestors."""
     marker = str(Path(temp_dir))
     parents: dict[int, int] = {}
-    roots: list[int] = []
+    ray_argvs: dict[int, list[str]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
             parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        mentions = f"{marker}/" in cmdline or f"{marker} " in cmdline + " "
-        if mentions and int(entry.name) != os.getpid():
-            roots.append(int(entry.name))
-    found = set(roots)
-    frontier = list(roots)
+        if is_ray_component(argv):
+            ray_argvs[int(entry.name)] = argv
+    roots = {pid for pid, argv in ray_argvs.items() if ray_temp_dir_argument(argv, marker)}
+    if any(Path(ray_argvs[pid][0]).name == "gcs_server" for pid in roots):  # a head (a node joined to it has none)
+        client = {f"--address={address}" for address in gcs_addresses(sorted(roots))}
+        roots |= {pid for pid, argv in ray_argvs.items() if client & set(argv)}
+    spared, pid = {os.getpid()}, os.getppid()
+    while pid > 0 and pid not in spared:  # this process and every one above it
+        spared.add(pid)
+        pid = parents.get(pid, 0)
+    found = roots - spared
+    frontier = list(found)
     while frontier:
         parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in found]
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in found | spared]
         found.update(children)
         frontier.extend(children)
     return sorted(pid for pid in found if _alive(pid))  # a zombie has exited: only its reaping is left
+
+
+RAY_BINARIES = frozenset({"raylet", "gcs_server", "plasma_store_server", "ray"})  # argv[0]'s name
+_TEMP_DIR_FLAGS = ("--temp-dir", "--temp_dir")
+
+
+def is_ray_component(argv: list[str]) -> bool:
+    """Whether a command line (`/proc/PID/cmdline` split at NULs) is Ray's: a `ray::` worker or
+    agent, a native daemon (raylet, gcs_server), the `ray` CLI, or a Python running a file or
+    module of the ray package (dashboard.py, log_monitor.py, monitor.py); not `python -c`."""
+    argv = [arg for arg in argv if arg] or [""]
+    if argv[0].startswith("ray::") or Path(argv[0]).name in RAY_BINARIES or _in_ray(argv[0]):
+        return True
+    rest = argv[1:] if Path(argv[0]).name.startswith("python") else []
+    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
+        rest = rest[1:]  # interpreter options: -u, -O, -X...
+    if rest[:1] == ["-m"]:
+        return len(rest) > 1 and rest[1].split(".")[0] == "ray"
+    return bool(rest) and rest[0] != "-c" and (Path(rest[0]).name == "ray" or _in_ray(rest[0]))
+
+
+def _in_ray(path: str) -> bool:
+    """Whether `path` is a file of the installed ray package (or of any ray in site-packages)."""
+    package = str(Path(ray.__file__).resolve().parent) + os.sep
+    return path.startswith(package) or any(f"{d}/ray/" in path for d in ("site-packages", "dist-packages"))
+
+
+def ray_temp_dir_argument(argv: list[str], temp_dir: str) -> bool:
+    """Whether `argv` passes `temp_dir` as Ray does: `--temp-dir=D` / `--temp_dir=D` (or flag and
+    D as two arguments, as `ray start` takes it), or a `--flag=D/session_...` path."""
+    session = os.path.join(temp_dir, "session_")
+    for flag, value in zip(argv, argv[1:] + [""], strict=True):
+        flag, sep, joined = flag.partition("=")
+        value = joined if sep else value
+        if flag in _TEMP_DIR_FLAGS and value and os.path.normpath(value) == os.path.normpath(temp_dir):
+            return True
+        if sep and flag.startswith("--") and value.startswith(session):
+            return True
+    return False
 
 
 def stop_head(temp_dir: str | os.PathLike, grace_s: float = 10.0) -> list[int]:

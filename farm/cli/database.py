@@ -51,10 +51,16 @@ def cmd_winners(args: argparse.Namespace) -> int:
     try:
         topology = args.topology and resolve_topology(args.topology, (t["hash"] for t in topologies(store)))
         records = winners(store, kernel=args.kernel, topology=topology)
+        others = [] if records or args.kernel is None else winners(store, topology=topology)
     finally:
         store.engine.dispose()
     if not records and args.kernel is not None and args.kernel not in catalog.names():
         catalog.get(args.kernel)  # raises with the known names; a removed kernel's winners still list
+    if others:  # winners, but none of the kernel asked for
+        where = f" on topology {topology[:12]}" if topology else ""
+        stored = ", ".join(sorted({r.kernel for r in others}))
+        print(f"no winners for kernel {args.kernel}{where} (winners stored for: {stored}); `farm tune {args.kernel}`")
+        return 0
     print(format_winners(records, current_hash))
     return 0
 
@@ -63,16 +69,30 @@ def cmd_export(args: argparse.Namespace) -> int:
     from farm.store import database_url, open_existing, resolve_topology, topologies, write_schedules_file
     from farm.store.engine import mask_url
 
+    out = export_path(Path(args.out))
     store = open_existing(args.db)
     if store is None:
         raise FileNotFoundError(f"no farm database at {mask_url(database_url(args.db))}: run `farm tune` first")
     try:
         topology = resolve_topology(args.topology, (t["hash"] for t in topologies(store)))
-        count = write_schedules_file(store, topology, Path(args.out))
+        count = write_schedules_file(store, topology, out)
     finally:
         store.engine.dispose()
     print(f"wrote {count} winner(s) for topology {topology} to {args.out}")
     return 0
+
+
+def export_path(out: Path) -> Path:
+    """`out`, checked before anything is read or made: NotADirectoryError naming the file that
+    stands where one of its directories belongs, IsADirectoryError when it is a directory."""
+    if out.is_dir():
+        raise IsADirectoryError(f"--out {out} is a directory; name the FILE.json to write")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotADirectoryError(f"--out {out}: {parent} is not a directory")
+            break
+    return out
 
 
 def cmd_compact(args: argparse.Namespace) -> int:

@@ -15,13 +15,16 @@ from farm.cli.errors import (
     EXIT_INTERRUPTED,
     FarmParser,
     budget,
+    count,
     database_bugs,
     finite_float,
+    is_path_error,
     nonnegative_int,
     port,
-    positive_float,
     positive_int,
     report,
+    seconds,
+    small_nonnegative_int,
     user_errors,
 )
 from farm.tuning.plan import DEFAULT_BUDGET, SPACE_SHARE
@@ -75,6 +78,7 @@ def cmd_sweep_recurrent(args: argparse.Namespace) -> int:
     from farm.store import farm_home, open_store
 
     config = sweep_config_from_args(args)
+    _refuse_cpu_sweep(args.allow_cpu)
     _check_sweep_cases(config.cases, args.allow_cpu)
     writable_dir(Path(args.output_dir) if args.output_dir else farm_home() / "artifacts", "sweep artifacts")
     open_store(args.db).engine.dispose()  # an unreachable or unusable database fails now, not after the sweep
@@ -83,9 +87,15 @@ def cmd_sweep_recurrent(args: argparse.Namespace) -> int:
 
 
 def writable_dir(path: Path, what: str) -> Path:
-    """`path`, created if missing; PermissionError/FileExistsError naming it when it can't hold `what`."""
+    """`path`, created if missing; PermissionError/FileExistsError/NotADirectoryError naming it
+    (or the file that stands where one of its directories belongs) when it can't hold `what`."""
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"{what}: {path} is a file, not a directory")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotADirectoryError(f"{what}: {path}: {parent} is a file, not a directory")
+            break
     path.mkdir(parents=True, exist_ok=True)
     if not os.access(path, os.W_OK):
         raise PermissionError(f"{what}: {path} is not writable")
@@ -104,9 +114,11 @@ def _sweep_case(text: str):
 def _add_sweep_parser(sub) -> None:
     sweep = sub.add_parser("sweep", help="scaling sweeps").add_subparsers(dest="sweep", required=True)
     p = sweep.add_parser("recurrent", help="recurrent attention: op-by-op baseline vs fused kernel vs runtime")
-    p.add_argument("--warmup", type=positive_int, default=2, help="warm-up calls per path (min 1)")
-    p.add_argument("--repetitions", type=positive_int, default=4, help="timed calls per path (min 1)")
-    p.add_argument("--extra-repetitions", type=nonnegative_int, default=3, help="added for heavy cases on an idle GPU")
+    p.add_argument("--warmup", type=count, default=2, help="warm-up calls per path (min 1)")
+    p.add_argument("--repetitions", type=count, default=4, help="timed calls per path (min 1)")
+    p.add_argument(
+        "--extra-repetitions", type=small_nonnegative_int, default=3, help="added for heavy cases on an idle GPU"
+    )
     p.add_argument("--heavy-min-embd", type=positive_int, default=512, help="E from which a case is heavy")
     p.add_argument(
         "--gpu-util-threshold", type=finite_float, default=25.0, help="max nvidia-smi utilization for extra reps"
@@ -238,6 +250,18 @@ def _check_sweep_cases(cases, allow_cpu: bool) -> None:
             raise ValueError(f"--case {case.name}: {exc}") from None
 
 
+def _refuse_cpu_sweep(allow_cpu: bool) -> None:
+    """Before Ray starts: a sweep on a local Ray measures this machine's adapter, a CPU one only with --allow-cpu."""
+    if allow_cpu or os.environ.get("RAY_ADDRESS", "local") not in ("", "local"):
+        return
+    profile = _adapter_profile(True)
+    if profile is not None and profile.is_cpu:
+        raise ValueError(
+            f"this machine's adapter is {profile.summary}, a CPU adapter whose timings say nothing about GPUs; "
+            "pass --allow-cpu to sweep on it anyway"
+        )
+
+
 def _local_profile(args: argparse.Namespace):
     """This machine's adapter when the workers will be local (no --ray-address/$RAY_ADDRESS)
     and may use it; None otherwise (a remote cluster's adapters are not known here)."""
@@ -280,14 +304,14 @@ def _add_tune_parser(sub) -> None:
         f"search growing it to {100 * SPACE_SHARE:.0f}%% of a larger space while it still improves; "
         "CPU adapters cap it lower)",
     )
-    p.add_argument("--reps", type=positive_int, default=10, help="timed repetitions per trial")
-    p.add_argument("--warmup", type=nonnegative_int, default=2, help="untimed runs before timing")
+    p.add_argument("--reps", type=count, default=10, help="timed repetitions per trial")
+    p.add_argument("--warmup", type=small_nonnegative_int, default=2, help="untimed runs before timing")
     p.add_argument("--db", default=None, help=database.DB_HELP)
     p.add_argument("--ray-address", default=None, help="Ray cluster address (default: $RAY_ADDRESS or a local Ray)")
     p.add_argument("--allow-cpu", action="store_true", help="tune on a CPU adapter (lavapipe) when there is no GPU")
     p.add_argument("--out", default=None, help="artifacts directory (default: $FARM_HOME/artifacts)")
     p.add_argument(
-        "--trial-timeout", type=positive_float, default=60.0, help="seconds per trial before its worker is replaced"
+        "--trial-timeout", type=seconds, default=60.0, help="seconds per trial before its worker is replaced"
     )
     p.add_argument(
         "--gpus", type=positive_int, default=None, help="use at most this many of the cluster's GPUs (default: all)"
@@ -327,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernels", nargs="*", default=None, help="kernel names (default: all)")
     p.add_argument("--out", default=None, help="directory for bench.md and bench.json")
     p.add_argument("--db", default=None, help="SQLAlchemy URL holding the tuned winners")
-    p.add_argument("--reps", type=positive_int, default=20)
+    p.add_argument("--reps", type=count, default=20)
     p.add_argument("--allow-cpu", action="store_true", help="allow a CPU adapter (numbers mean little)")
     p.set_defaults(func=cmd_bench)
 
@@ -361,6 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     except database_bugs():
         raise  # the farm's SQL is wrong: keep the traceback
     except user_errors() as exc:
+        return report(exc, getattr(args, "db", None))
+    except (OSError, RuntimeError) as exc:
+        if not is_path_error(exc):
+            raise  # EIO, a broken pipe, a RuntimeError of the farm's: a bug, with its traceback
         return report(exc, getattr(args, "db", None))
     except KeyboardInterrupt:
         print("farm: interrupted", file=sys.stderr)

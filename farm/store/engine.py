@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -34,6 +34,8 @@ _SECRET_PARAMS = ("password", "passwd", "pwd", "secret", "token", "sslpassword")
 _USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@'\"]*):(?P<password>[^\s'\"]*)@")
 # user:password@ without a scheme, for strings that are not URLs at all
 _BARE_USERINFO = re.compile(r"(?P<user>[^\s:/@'\"]+):[^\s/'\"]*@")
+# The drivers the farm installs, per backend: what a URL with another driver should use.
+_USE = {"sqlite": "use sqlite:///PATH", "postgresql": "use postgresql://... (psycopg 3, installed with the farm)"}
 _SECRET_QUERY = re.compile(r"(?P<head>[?&;](?:" + "|".join(_SECRET_PARAMS) + r")=)[^&\s'\"]*", re.IGNORECASE)
 
 
@@ -94,7 +96,28 @@ def normalize_url(url: str) -> URL:
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
         raise ValueError(f"unsupported database {backend!r} in {mask_url(url)!r}: use sqlite or postgresql")
+    _check_driver(parsed, url)
     return parsed
+
+
+def _check_driver(parsed: URL, url: str) -> None:
+    """ValueError naming the URL (masked) when its driver (`+psycopg2`, `+asyncpg`...) is unknown,
+    asyncio-only, or its Python module is not installed: not a ModuleNotFoundError traceback later."""
+    where, use = f"database URL {mask_url(url)!r}", _USE[parsed.get_backend_name()]
+    try:
+        dialect = parsed.get_dialect()
+    except NoSuchModuleError:
+        raise ValueError(f"{where}: unknown driver {parsed.drivername!r}; {use}") from None
+    if getattr(dialect, "is_async", False):
+        raise ValueError(f"{where}: {parsed.drivername!r} is an asyncio driver, the farm needs a blocking one; {use}")
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        module = exc.name or mask_secrets(str(exc))
+        raise ValueError(
+            f"{where}: driver {parsed.drivername!r} needs the Python module {module!r}, which is not installed: "
+            f"`pip install {module.split('.')[0]}` into the farm's environment, or {use}"
+        ) from None
 
 
 def sqlite_path(url: URL) -> Path | None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from farm import catalog, store
 from farm.catalog import KernelSpec
 from farm.gpu import Device, choose_adapter
@@ -22,6 +24,8 @@ from farm.trial import TrialResult
 from farm.tuning import search as strategies
 from farm.tuning.bench import TrialBench
 from farm.tuning.job import Job
+from farm.tuning.plan import parse_dims
+from farm.tuning.problems import check_problem
 from farm.tuning.search import Budget
 
 
@@ -53,7 +57,7 @@ class Tuned:
 
 def tune_kernel(
     kernel: KernelSpec | str,
-    sizes: list | None = None,
+    sizes: list | str | dict | Problem | None = None,
     *,
     strategy: str = "exhaustive",
     budget: int | None = None,
@@ -66,14 +70,23 @@ def tune_kernel(
     adapter: str | None = None,
     device: Device | None = None,
 ) -> Tuned:
-    """Tune `kernel` (a farm.Kernel or any catalog name) for each of `sizes` (problem dicts,
-    'dim=value,...' strings or Problems; default: the kernel's own sizes) with `strategy`
-    (exhaustive | random | model) and at most `budget` schedules per problem besides the
-    default (None: all). Returns Tuned(trials, winners)."""
+    """Tune `kernel` (a farm.Kernel or any catalog name) for each of `sizes` (default: the
+    kernel's own sizes) with `strategy` (exhaustive | random | model) and at most `budget`
+    schedules per problem besides the default (None: all). Returns Tuned(trials, winners).
+
+    `sizes` is a list of sizes, each a dict {dim: value}, a Problem or a 'dim=value,...'
+    string; a single size may also be passed alone (a dict, a Problem or a string; a string
+    may hold several sizes separated by ';', as `farm tune --sizes` does). A size that names
+    the wrong dimensions, a dimension twice, a value that is not an integer or below 1, or
+    needs buffers larger than the adapter binds is a ValueError naming the kernel and the
+    size, before anything runs."""
     spec = catalog.get(getattr(kernel, "name", kernel))
+    problems = [_problem(spec, s) for s in _size_list(spec, sizes)] if sizes else None  # before the device opens
     device = device if device is not None else Device(choose_adapter(adapter))
     profile = device.profile
-    problems = [_problem(spec, s) for s in sizes] if sizes else spec.default_problems(profile)
+    for problem in problems or ():
+        _check(spec, problem, problem.key(), profile)
+    problems = problems or spec.default_problems(profile)
     search = strategies.strategy(strategy)
     bench = TrialBench(device, "local", compile_ahead=True)
     trials: list[TrialResult] = []
@@ -106,12 +119,64 @@ def tune_kernel(
     return Tuned(spec.name, trials, winners)
 
 
+def _size_list(spec: KernelSpec, sizes) -> list:
+    """`sizes` as a list of sizes: one dict, Problem or string alone is one size (a string: ';'-separated sizes)."""
+    if isinstance(sizes, str):
+        return [part for part in (p.strip() for p in sizes.split(";")) if part]
+    if isinstance(sizes, (dict, Problem)):
+        return [sizes]
+    try:
+        return list(sizes)
+    except TypeError:
+        raise ValueError(
+            f"tune_kernel({spec.name!r}): sizes must be a list of sizes (dicts, Problems or 'dim=value,...' "
+            f"strings), got {sizes!r}"
+        ) from None
+
+
 def _problem(spec: KernelSpec, size) -> Problem:
-    if isinstance(size, Problem):
-        return spec.problem(**size.as_dict())
-    if isinstance(size, str):
-        size = {k.strip(): int(v) for k, v in (pair.split("=", 1) for pair in size.split(","))}
-    return spec.problem(**size)
+    """The Problem for one size (farm tune --sizes' parsing and checks), or a ValueError naming kernel and size."""
+    shown = size.key() if isinstance(size, Problem) else size
+    try:
+        if isinstance(size, Problem):
+            values = size.as_dict()
+        elif isinstance(size, str):
+            values = parse_dims(size)
+        elif isinstance(size, dict):
+            values = {str(k): _integer(k, v) for k, v in size.items()}
+        else:
+            raise ValueError("expected a dict {dim: value}, a Problem or a 'dim=value,...' string")
+    except ValueError as exc:
+        raise ValueError(f"{_what(spec, shown)}: {exc}; {spec.name} expects {_expected(spec)}") from None
+    try:
+        problem = spec.problem(**values)  # the kernel's own checks: its dimensions, fft's lengths
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{_what(spec, shown)}: {exc}") from None
+    _check(spec, problem, shown, None)
+    return problem
+
+
+def _check(spec: KernelSpec, problem: Problem, shown, profile) -> None:
+    """check_problem (a dimension below 1, buffers over the binding limit of `profile` or any adapter)."""
+    try:
+        check_problem(spec, problem, profile)
+    except ValueError as exc:
+        reason = str(exc).removeprefix(f"{spec.name} {problem}: ")
+        raise ValueError(f"{_what(spec, shown)}: {reason}") from None
+
+
+def _integer(name, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"dimension {name} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _what(spec: KernelSpec, shown) -> str:
+    return f"tune_kernel({spec.name!r}): size {shown!r}"
+
+
+def _expected(spec: KernelSpec) -> str:
+    return ",".join(f"{d}=<integer >= 1>" for d in spec.dims)
 
 
 def _winner(bench, spec, problem, results, reps, rounds, seed, finalists) -> Winner | None:

@@ -85,25 +85,46 @@ class Task:
 
 
 def parse_sizes(text: str) -> dict[str, list[Problem]]:
-    """`gemm:m=64,k=64,n=64;gemv:m=256,n=256` -> {kernel: [Problem, ...]} (a kernel may repeat).
+    """`gemm:m=64,k=64,n=64;gemv:m=256,n=256` -> {kernel: [Problem, ...]} (a kernel may repeat;
+    a problem given twice is kept once, in the order first given).
 
-    ValueError when it names no problem, or one that no adapter can run (`check_problem`)."""
+    ValueError when it names no problem, a dimension twice, or a problem that no adapter can
+    run (`check_problem`)."""
     sizes: dict[str, list[Problem]] = {}
     for entry in filter(None, (e.strip() for e in text.split(";"))):
         name, sep, dims = entry.partition(":")
         if not sep or not dims:
             raise ValueError(f"--sizes entry {entry!r} is not KERNEL:dim=value,...")
         try:
-            values = {k.strip(): int(v) for k, v in (pair.split("=", 1) for pair in dims.split(","))}
-        except ValueError:
-            raise ValueError(f"--sizes entry {entry!r}: dimensions must be name=integer pairs") from None
+            values = parse_dims(dims)
+        except ValueError as exc:
+            raise ValueError(f"--sizes entry {entry!r}: {exc}") from None
         spec = catalog.get(name.strip())
         problem = spec.problem(**values)
         check_problem(spec, problem)
-        sizes.setdefault(spec.name, []).append(problem)
+        if problem not in sizes.setdefault(spec.name, []):
+            sizes[spec.name].append(problem)
     if not sizes:
         raise ValueError(f"--sizes {text!r} names no problem; expected e.g. 'gemv:m=256,n=256'")
     return sizes
+
+
+def parse_dims(text: str) -> dict[str, int]:
+    """`m=64,n=32` -> {"m": 64, "n": 32}; ValueError naming the pair that is not name=integer,
+    or the dimension given twice (`m=64,m=32` would otherwise silently be m=32)."""
+    values: dict[str, int] = {}
+    for pair in text.split(","):
+        name, sep, value = (part.strip() for part in pair.partition("="))
+        try:
+            number = int(value) if sep and name else None
+        except ValueError:
+            number = None
+        if number is None:
+            raise ValueError(f"dimensions must be name=integer pairs, got {pair.strip()!r}")
+        if name in values:
+            raise ValueError(f"dimension {name} is given twice ({name}={values[name]}, {name}={number})")
+        values[name] = number
+    return values
 
 
 def plan(config: TuneConfig, topology: str, profile: HardwareProfile) -> list[Task]:
