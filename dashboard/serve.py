@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import sys
 from importlib import resources
 from pathlib import Path
@@ -46,11 +48,30 @@ def streamlit_env(db: str | None = None, base: dict[str, str] | None = None) -> 
     return dict(os.environ if base is None else base) | {"FARM_DATABASE_URL": url}
 
 
+def check_bind(host: str, port: int) -> None:
+    """ValueError naming the address when Streamlit could not serve on it: a host that does
+    not resolve, or a port another process holds (checked by binding it here for a moment,
+    so the user sees one line, not Streamlit's exit or a socket traceback)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ValueError(f"--host {host!r}: not an address of this machine ({exc})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            reason = "in use by another process" if exc.errno == errno.EADDRINUSE else exc.strerror
+            raise ValueError(f"cannot serve on {host}:{port}: {reason} (pick another --port or --host)") from None
+
+
 def serve(db: str | None = None, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST) -> None:
     """Replace this process with the Streamlit server (so signals reach it directly); never returns."""
     from farm.store.engine import mask_url
 
     argv = streamlit_argv(port, host)
     env = streamlit_env(db)
+    check_bind(host, port)
     print(f"farm dashboard on http://{host}:{port} reading {mask_url(env['FARM_DATABASE_URL'])}", flush=True)
     os.execve(argv[0], argv, env)

@@ -155,6 +155,22 @@ def test_dashboard_command_binds_loopback_with_the_db_in_its_environment():
         serve.streamlit_argv(port=70000)
 
 
+def test_dashboard_command_says_in_one_line_when_it_cannot_serve_on_the_address(tmp_path):
+    """Audit, session 10: a port in use exited 1 with Streamlit's own message, a bad host with
+    a socket.gaierror traceback; both are one `farm: error:` line and status 2 now."""
+    env = {**os.environ, "FARM_HOME": str(tmp_path)}
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        for args, want in ((["--port", str(taken)], f"cannot serve on 127.0.0.1:{taken}: in use by another process"),
+                           (["--host", "999.1.1.1"], "--host '999.1.1.1': not an address of this machine")):
+            run = subprocess.run([sys.executable, "-m", "farm", "dashboard", *args], env=env, capture_output=True,
+                                 text=True, timeout=60)  # fmt: skip
+            assert run.returncode == 2 and run.stderr.startswith(f"farm: error: {want}"), run.stderr
+            assert run.stderr.count("\n") == 1
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
