@@ -38,17 +38,16 @@ def fetch_rounds(tag: str, total: str, most: int, wg: int, load: list[str], stor
     run for every u before any `store` (a template of {i} and {x}), which is skipped past
     `total`. The load lines see i clamped to total - 1, so any address they form from it is
     in bounds; `total` must be at least 1."""
+    if not load or not load[-1].startswith("let x{u} ="):
+        raise ValueError(f"fetch_rounds {tag!r}: the last load line must be `let x{{u}} = ...`, got {load!r}")
     batch = max(1, min(-(-most // wg), FETCH_BATCH))
     base = f"b{tag}"
     lines = [f"for (var {base} = lid; {base} < {total}; {base} += {wg * batch}u) {{"]
     for u in range(batch):
-        i, x = f"i{tag}{u}", f"x{tag}{u}"
-        lines.append(f"    let {i} = min({base} + {u * wg}u, {total} - 1u);")
-        for line in load:
-            lines.append("    " + line.format(i=i, u=f"{tag}{u}"))
-        assert load[-1].startswith("let x{u} ="), load[-1]
+        lines.append(f"    let i{tag}{u} = min({base} + {u * wg}u, {total} - 1u);")
+        lines += ["    " + line.format(i=f"i{tag}{u}", u=f"{tag}{u}") for line in load]
     for u in range(batch):
-        i, x = f"i{tag}{u}", f"x{tag}{u}"
-        lines.append(f"    if ({base} + {u * wg}u < {total}) {{ {store.format(i=i, x=x)} }}")
+        stored = store.format(i=f"i{tag}{u}", x=f"x{tag}{u}")
+        lines.append(f"    if ({base} + {u * wg}u < {total}) {{ {stored} }}")
     lines.append("}")
     return lines
