@@ -294,3 +294,12 @@ def test_a_sweep_on_a_cpu_adapter_without_allow_cpu_is_refused_before_ray(farm_h
     line = one_line(*run(["sweep", "recurrent", "--output-dir", str(farm_home / "out")], capsys), "--allow-cpu")
     assert "pass --allow-cpu to sweep" in line and "to tune" not in line
     assert not ray_started() and not (farm_home / "out").exists() and not (farm_home / "farm.db").exists()
+
+
+def test_db_upgrade_to_an_unknown_revision_creates_nothing(tmp_path, capsys):
+    """Audit, session 10: `farm db upgrade bogusrev` created the database's directory, an empty
+    database and its lock file before Alembic found no such revision."""
+    target = tmp_path / "nd" / "x.db"
+    code, out, err = run(["db", "upgrade", "bogusrev", "--db", f"sqlite:///{target}"], capsys)
+    one_line(code, out, err, "migrations: Can't locate revision identified by 'bogusrev'")
+    assert not (tmp_path / "nd").exists()

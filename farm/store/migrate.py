@@ -58,7 +58,17 @@ def upgrade(url: str | None = None, revision: str = "head", engine: Engine | Non
         _refuse_foreign(config.attributes["connection"], database_url(url))
         command.upgrade(config, revision)
 
+    check_revision(revision)
     _run_locked(url, engine, action)
+
+
+def check_revision(revision: str) -> None:
+    """Alembic's CommandError for a revision the migrations don't have, before any database
+    (or its directory, or its lock file) is created. Relative revisions (+1, -1) depend on
+    the database's own and are left to Alembic."""
+    if revision.startswith(("+", "-")) or ":" in revision:
+        return
+    ScriptDirectory.from_config(alembic_config("sqlite://")).get_revision(revision)
 
 
 def _refuse_foreign(connection: Connection, url: str) -> None:
@@ -77,6 +87,7 @@ def refuse_foreign(tables: list[str], url: str) -> None:
 
 def downgrade(url: str | None = None, revision: str = "-1", engine: Engine | None = None) -> None:
     """Migrate the database at `url` down to `revision` ("base" drops every farm table)."""
+    check_revision(revision)
     _run_locked(url, engine, lambda config: command.downgrade(config, revision))
 
 
