@@ -101,7 +101,7 @@ case "${PART:-1}" in
   12) interference 150; calls_tuned 330 ;;  # session 9: the stability misses' cause, the fixed spin
   13) interference 120; LABEL=h200-s9 stability 420 ;;  # session 9: one-submission timed reps
   14) interference 150; calls_tuned 300 ;;  # session 9's predictions: lead-ins, stalls, recorded chains
-  15) clock 40; overheads 60; overheads_small 30; ablate 170; recurrent 160 120 ;;  # session 10's unrolled kernels
+  15) clock 40; overheads 60; overheads_small 30; ablate 160; recurrent 150 110 ;;  # session 10's unrolled kernels
   *) sweep 150; CONFIGS=${CONFIGS:-288} tp 200 1,2; overhead 60; variants 90 ;;
 esac
 ls -la "$OUT"

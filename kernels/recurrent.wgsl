@@ -19,8 +19,8 @@
 // values v<i> and partial contexts acc<i>, and the chunk's staged loads (every load a
 // thread makes for a chunk is issued before its first store to workgroup memory, so their
 // latencies overlap). Private arrays indexed in loops ended up in slow local memory on the
-// NVIDIA Vulkan driver (kernels/gemm.wgsl). Lines of the reduce sections below holding
-// `$i` are repeated for each i < IPI with `$i` replaced by i. Only the last row can pad
+// NVIDIA Vulkan driver (kernels/gemm.wgsl). Lines of the reduce and write sections below
+// holding `$i` are repeated for each i < IPI with `$i` replaced by i. Only the last row can pad
 // (l >= L, when TPC doesn't divide L): the host guards that row alone.
 // Absent rho/decay are passed as zeros/ones by the launcher (both exact).
 const WG: u32 = {{WG}}u;
@@ -277,8 +277,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     // The host repeats each line holding the token dollar-a once for each a < AHEAD.
     for (var c0 = 0u; c0 < p.nc; c0 += AHEAD) {
         let delta$a = states[base + min(c0 + $au, p.nc - 1u) * per_bh];
-        let c$a = c0 + $au;
-        if (c$a < p.nc) { states[base + c$a * per_bh] = s; s = select(d_full, d_last, c$a + 1u == p.nc) * s + delta$a; }
+        let chunk$a = c0 + $au;
+        if (chunk$a < p.nc) { states[base + chunk$a * per_bh] = s; s = select(d_full, d_last, chunk$a + 1u == p.nc) * s + delta$a; }
     }
     rho_out[i] = s;
 }

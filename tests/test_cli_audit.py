@@ -268,6 +268,8 @@ def test_tune_kernel_takes_a_plain_string_as_one_size(device):
 
     tuned = tune_kernel("gemv", sizes="m=8,n=8", budget=1, reps=1, rounds=1, device=device)
     assert list(tuned.winners) == ["m=8,n=8"]
+    twice = tune_kernel("gemv", sizes="m=8,n=8; m=8,n=8", budget=1, reps=1, rounds=1, device=device)
+    assert list(twice.winners) == ["m=8,n=8"] and len(twice.trials) == len(tuned.trials)  # tuned once
 
 
 # -- 9. messages: winners --kernel, a sweep on a CPU adapter -----------------------------
@@ -303,3 +305,15 @@ def test_db_upgrade_to_an_unknown_revision_creates_nothing(tmp_path, capsys):
     code, out, err = run(["db", "upgrade", "bogusrev", "--db", f"sqlite:///{target}"], capsys)
     one_line(code, out, err, "migrations: Can't locate revision identified by 'bogusrev'")
     assert not (tmp_path / "nd").exists()
+
+
+def test_relative_and_branch_revisions_are_left_to_alembic():
+    """Review, session 10: the pre-check refused `head-1`, `base+1` and `x@head`, which Alembic resolves."""
+    from alembic.util.exc import CommandError
+
+    from farm.store.migrate import check_revision
+
+    for revision in ("head", "base", "0001", "-1", "+1", "head-1", "base+1", "0003_x+1", "farm@head", "a:b"):
+        check_revision(revision)
+    with pytest.raises(CommandError, match="bogusrev"):
+        check_revision("bogusrev")

@@ -177,3 +177,28 @@ def test_a_failing_ray_start_is_one_line(tmp_path, monkeypatch, capsys):
     ]
     with pytest.raises(RuntimeError, match="failed with exit code 1"):  # RayStartError is still a RuntimeError
         cluster.start_head(temp_dir="/ro/ray", token_file=tmp_path / "token")
+
+
+def test_a_relative_temp_dir_names_the_head_from_here(tmp_path, procs, monkeypatch):
+    """Review, session 10: Ray takes only an absolute --temp-dir, so `stop --temp-dir ./ray`
+    matched nothing and left the head running."""
+    raylet = _sleeper("raylet", f"--temp-dir={tmp_path / 'ray'}")
+    procs.append(raylet)
+    monkeypatch.chdir(tmp_path)
+    assert cluster.head_pids("ray") == [raylet.pid] == cluster.head_pids("./ray/")
+
+
+def test_a_process_that_outlives_sigterm_is_killed_though_no_scan_finds_it_again(tmp_path, procs, monkeypatch):
+    """Review, session 10: the SIGKILL pass killed only what a new scan found; a worker whose
+    raylet had exited (reparented, no temp dir of its own) outlived the stop."""
+    from farm.cli import ray_processes
+
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                                 "signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"],
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+    procs.append(stubborn)
+    assert stubborn.stdout.readline() == "ready\n"  # its SIGTERM handler is in place
+    scans = iter([[stubborn.pid]] * 2)  # found by stop_head's first scan and the SIGTERM pass's, then no more
+    monkeypatch.setattr(ray_processes, "head_pids", lambda temp_dir: next(scans, []))
+    assert ray_processes.stop_head(tmp_path / "ray", grace_s=0.5) == [stubborn.pid]
+    assert stubborn.wait(timeout=5) == -9

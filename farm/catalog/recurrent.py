@@ -250,9 +250,7 @@ class Recurrent(KernelSpec):
         params = np.array([b, h, vh, t, l_dim, ev, col_blocks, groups], np.uint32)
         return Launch(source=source, args=[*args, Arg("params", "uniform", params)], groups=groups)
 
-    def render_source(
-        self, wg: int, tpc: int, ipi: int, vw: int, rows: int, mode: str, chunk: int = 0, l_dim: int = 0
-    ) -> str:
+    def render_source(self, wg: int, tpc: int, ipi: int, vw: int, rows: int, mode: str, chunk: int, l_dim: int) -> str:
         """WGSL for one schedule; chunk > 0 stages CT steps of q/v in workgroup memory."""
         parts = sections(self.source_file)
         vec = _VEC[vw]

@@ -125,6 +125,9 @@ def chunked_sources(schedule: Schedule, problem: Problem, drop: frozenset[str] =
         values = {"COMMON": common} | tile | snippets | blocks
         return render(parts[name], values | {key: "" for key in drop if key in values})
 
+    droppable = {"ATTENTION", "LOAD_Q", "LOAD_V", "LOAD_S", "LOAD_QS", "FMA", "STATE_FMA", "ATT_FMA"}
+    if set(drop) - droppable:
+        raise ValueError(f"drop {sorted(set(drop) - droppable)}: form 1's blocks are {sorted(droppable)}")
     return (
         source("chunk_state", _state_blocks(mq), "states"),
         each(source("chunk_scan", {"AHEAD": SCAN_AHEAD}), SCAN_AHEAD, "$a"),

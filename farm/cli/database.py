@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from farm import catalog
+from farm.cli.errors import file_in_the_way
 
 DB_HELP = "SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)"
 
@@ -87,11 +88,8 @@ def export_path(out: Path) -> Path:
     stands where one of its directories belongs, IsADirectoryError when it is a directory."""
     if out.is_dir():
         raise IsADirectoryError(f"--out {out} is a directory; name the FILE.json to write")
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise NotADirectoryError(f"--out {out}: {parent} is not a directory")
-            break
+    if (blocking := file_in_the_way(out)) is not None:
+        raise NotADirectoryError(f"--out {out}: {blocking} is not a directory")
     return out
 
 

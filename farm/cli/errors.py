@@ -19,6 +19,7 @@ import errno
 import math
 import os
 import sys
+from pathlib import Path
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -217,3 +218,10 @@ def budget(text: str) -> int | None:
     if value > MAX_COUNT:
         raise argparse.ArgumentTypeError(f"budget must be at most {MAX_COUNT} or 'all', got {_shown(text)}")
     return value
+
+
+def file_in_the_way(path: Path) -> Path | None:
+    """The nearest existing ancestor of `path` when it is a file, not a directory (so `path`
+    can't be made): what a one-line NotADirectoryError should name."""
+    parent = next((parent for parent in path.parents if parent.exists()), None)
+    return parent if parent is not None and not parent.is_dir() else None

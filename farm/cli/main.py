@@ -17,6 +17,7 @@ from farm.cli.errors import (
     budget,
     count,
     database_bugs,
+    file_in_the_way,
     finite_float,
     is_path_error,
     nonnegative_int,
@@ -91,11 +92,8 @@ def writable_dir(path: Path, what: str) -> Path:
     (or the file that stands where one of its directories belongs) when it can't hold `what`."""
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"{what}: {path} is a file, not a directory")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise NotADirectoryError(f"{what}: {path}: {parent} is a file, not a directory")
-            break
+    if (blocking := file_in_the_way(path)) is not None:
+        raise NotADirectoryError(f"{what}: {path}: {blocking} is a file, not a directory")
     path.mkdir(parents=True, exist_ok=True)
     if not os.access(path, os.W_OK):
         raise PermissionError(f"{what}: {path} is not writable")
@@ -280,7 +278,8 @@ def _adapter_profile(allow_cpu: bool):
 
 
 def _local_cluster(args: argparse.Namespace) -> bool:
-    return not (args.ray_address or os.environ.get("RAY_ADDRESS"))
+    """Whether the workers will be this machine's: no address, or "local" (as init_ray reads it)."""
+    return (args.ray_address or os.environ.get("RAY_ADDRESS") or "local") == "local"
 
 
 def _without_winner(kernels: list[str], sizes: dict, winners: list) -> list[str]:

@@ -9,6 +9,7 @@ for SQLite. The loser waits, then finds the schema already at head and does noth
 from __future__ import annotations
 
 import fcntl
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,9 +65,10 @@ def upgrade(url: str | None = None, revision: str = "head", engine: Engine | Non
 
 def check_revision(revision: str) -> None:
     """Alembic's CommandError for a revision the migrations don't have, before any database
-    (or its directory, or its lock file) is created. Relative revisions (+1, -1) depend on
-    the database's own and are left to Alembic."""
-    if revision.startswith(("+", "-")) or ":" in revision:
+    (or its directory, or its lock file) is created. Only a plain id or name is checked here:
+    relative targets (+1, -1, head-1, 0003_x+1), branch (x@head) and range (a:b) forms are
+    left to Alembic, which resolves them against the database."""
+    if not re.fullmatch(r"[A-Za-z0-9_]+", revision):
         return
     ScriptDirectory.from_config(alembic_config("sqlite://")).get_revision(revision)
 

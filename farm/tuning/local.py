@@ -81,7 +81,8 @@ def tune_kernel(
     needs buffers larger than the adapter binds is a ValueError naming the kernel and the
     size, before anything runs."""
     spec = catalog.get(getattr(kernel, "name", kernel))
-    problems = [_problem(spec, s) for s in _size_list(spec, sizes)] if sizes else None  # before the device opens
+    # before the device opens; a size given twice is tuned once (as farm tune --sizes does)
+    problems = list(dict.fromkeys(_problem(spec, s) for s in _size_list(spec, sizes))) if sizes else None
     device = device if device is not None else Device(choose_adapter(adapter))
     profile = device.profile
     for problem in problems or ():
