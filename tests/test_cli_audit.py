@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import argparse
 import errno
-import sys
 from pathlib import Path
 
 import pytest
+from cli_cases import ray_started, run
+from test_store_support import one_winner_db
 
 from farm.cli import errors
 from farm.cli.main import build_parser, main
-from farm.schedule import Problem, Schedule
-from farm.store import WinnerRecord, open_store, save_winner, upsert_topology
+from farm.schedule import Problem
 
 PASSWORD = "Pw-s3cret-9f2"
 LONG = "n" * 300  # over NAME_MAX (255) of every Linux filesystem
@@ -28,16 +28,6 @@ def own_ray_token(tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "ray_auth_token"))
 
 
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    """`farm ARGV` in this process; an exception escaping main() is a traceback: the test fails."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return int(code or 0), out, err
-
-
 def one_line(code: int, out: str, err: str, expected: str) -> str:
     lines = [line for line in err.splitlines() if line.startswith("farm: error:")]
     assert code == 2, (code, out, err)
@@ -45,23 +35,6 @@ def one_line(code: int, out: str, err: str, expected: str) -> str:
     assert expected in lines[0], lines[0]
     assert "Traceback" not in out + err and PASSWORD not in out + err
     return lines[0]
-
-
-def ray_started() -> bool:
-    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
-
-
-def filled(tmp_path: Path) -> tuple[str, str]:
-    """A database holding one gemv winner: (url, topology hash)."""
-    from test_store_support import profile
-
-    url = f"sqlite:///{tmp_path / 'farm.db'}"
-    store = open_store(url)
-    topo = upsert_topology(store, profile())
-    schedule = Schedule.of(workgroup_size=64).key()
-    save_winner(store, WinnerRecord(topo, "gemv", "m=8,n=8", "src", schedule, 1000.0, 2000.0, 2.0, None, "llvmpipe"))
-    store.engine.dispose()
-    return url, topo
 
 
 # -- 1. paths: read-only filesystem, name too long, symlink loop ------------------------
@@ -105,7 +78,7 @@ def test_a_read_only_filesystem_is_one_line(tmp_path, farm_home, capsys, monkeyp
 
 
 def test_names_too_long_are_one_line(tmp_path, farm_home, capsys):
-    url, topo = filled(tmp_path)
+    url, topo = one_winner_db(tmp_path)
     long_path = tmp_path / LONG
     one_line(*run(["export", "--topology", topo, "--out", str(long_path / "w.json"), "--db", url], capsys),
              f"File name too long: {long_path}")  # fmt: skip
@@ -137,7 +110,7 @@ def test_other_os_and_runtime_errors_keep_their_traceback(exc, farm_home, monkey
 
 
 def test_export_under_a_file_says_it_is_not_a_directory(tmp_path, capsys, monkeypatch):
-    url, topo = filled(tmp_path)
+    url, topo = one_winner_db(tmp_path)
     monkeypatch.chdir(tmp_path)
     Path("afile").write_text("")
     line = one_line(*run(["export", "--topology", topo, "--out", "afile/w.json", "--db", url], capsys),
@@ -276,7 +249,7 @@ def test_tune_kernel_takes_a_plain_string_as_one_size(device):
 
 
 def test_winners_for_a_kernel_without_winners_says_so_and_lists_those_with(tmp_path, capsys):
-    url, topo = filled(tmp_path)
+    url, topo = one_winner_db(tmp_path)
     code, out, _ = run(["winners", "--kernel", "fft", "--db", url], capsys)
     assert code == 0 and "no winners for kernel fft" in out and "winners stored for: gemv" in out
     assert "no winners stored yet" not in out

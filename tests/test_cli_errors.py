@@ -15,13 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_cases import ray_started, run
 from streamlit.testing.v1 import AppTest
-from test_store_support import profile
+from test_store_support import one_winner_db
 
-from farm.cli.main import main
 from farm.dashboard import serve
-from farm.schedule import Schedule
-from farm.store import WinnerRecord, open_store, save_winner, upsert_topology
 
 PASSWORD = "Pw-s3cret-9f2"
 UNREACHABLE_PG = f"postgresql+psycopg://farm:{PASSWORD}@127.0.0.1:1/farm"
@@ -34,17 +32,6 @@ def own_ray_token(tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "ray_auth_token"))
 
 
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    """`farm ARGV` in this process: (exit status, stdout, stderr). An exception escaping
-    main() is what a user would see as a traceback: it fails the test."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return int(code or 0), out, err
-
-
 def assert_user_error(code: int, out: str, err: str, expected: str) -> str:
     lines = [line for line in err.splitlines() if line.startswith("farm: error:")]
     assert code != 0, (out, err)
@@ -53,10 +40,6 @@ def assert_user_error(code: int, out: str, err: str, expected: str) -> str:
     assert "Traceback" not in out + err
     assert PASSWORD not in out + err
     return lines[0]
-
-
-def ray_started() -> bool:
-    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
 
 
 @pytest.fixture
@@ -245,18 +228,8 @@ def test_paths_that_cannot_be_written_are_one_line(tmp_path, farm_home, capsys):
     assert not ray_started()
 
 
-def _filled(tmp_path: Path) -> tuple[str, str]:
-    url = f"sqlite:///{tmp_path / 'farm.db'}"
-    store = open_store(url)
-    topo = upsert_topology(store, profile())
-    schedule = Schedule.of(workgroup_size=64).key()
-    save_winner(store, WinnerRecord(topo, "gemv", "m=8,n=8", "src", schedule, 1000.0, 2000.0, 2.0, None, "llvmpipe"))
-    store.engine.dispose()
-    return url, topo
-
-
 def test_export_out_under_a_file_is_one_line_and_a_missing_directory_is_made(tmp_path, capsys):
-    url, topo = _filled(tmp_path)
+    url, topo = one_winner_db(tmp_path)
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     out = blocker / "x.json"
@@ -267,7 +240,7 @@ def test_export_out_under_a_file_is_one_line_and_a_missing_directory_is_made(tmp
 
 
 def test_winners_takes_the_printed_prefix_and_refuses_unknown_topologies(tmp_path, capsys):
-    url, topo = _filled(tmp_path)
+    url, topo = one_winner_db(tmp_path)
     code, out, _ = run(["winners", "--db", url], capsys)
     assert code == 0 and topo[:12] in out and topo not in out
     for prefix in (topo[:12], topo[:4], topo):
@@ -291,7 +264,7 @@ def test_read_only_commands_create_nothing(tmp_path, capsys):
 
 
 def _wal_database(directory: Path) -> str:
-    url, _ = _filled(directory)
+    url, _ = one_winner_db(directory)
     assert not (directory / "farm.db-wal").exists()  # the last writer closed: SQLite removed its WAL
     return url
 

@@ -1,5 +1,6 @@
-"""Builders shared by the store tests (no tests here): a fake adapter profile, trial results, and a
-`store_url` fixture parametrized over SQLite and the session's PostgreSQL server."""
+"""Builders shared by the store tests (no tests here): a fake adapter profile, trial results, a
+SQLite database holding one winner (`one_winner_db`), and a `store_url` fixture parametrized
+over SQLite and the session's PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -54,3 +55,16 @@ def store_url(request, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'farm.db'}"
     return request.getfixturevalue("pg_fresh_url")
+
+
+def one_winner_db(directory) -> tuple[str, str]:
+    """A SQLite database in `directory` holding one gemv winner: (url, topology hash)."""
+    from farm.store import WinnerRecord, open_store, save_winner, upsert_topology
+
+    url = f"sqlite:///{directory / 'farm.db'}"
+    store = open_store(url)
+    topo = upsert_topology(store, profile())
+    schedule = Schedule.of(workgroup_size=64).key()
+    save_winner(store, WinnerRecord(topo, "gemv", "m=8,n=8", "src", schedule, 1000.0, 2000.0, 2.0, None, "llvmpipe"))
+    store.engine.dispose()
+    return url, topo
