@@ -290,3 +290,13 @@ def test_relative_and_branch_revisions_are_left_to_alembic():
         check_revision(revision)
     with pytest.raises(CommandError, match="bogusrev"):
         check_revision("bogusrev")
+
+
+def test_a_request_for_a_topology_prefix_without_a_database_creates_nothing(tmp_path, capsys):
+    """Audit, session 10: `farm request ... --topology zzz --db NEW` created the database
+    before finding no stored topology to match."""
+    target = tmp_path / "rq" / "x.db"
+    for topology in ("zzz", "all", "41b7"):
+        argv = ["request", "gemv", "--sizes", "gemv:m=64,n=64", "--topology", topology, "--db", f"sqlite:///{target}"]
+        one_line(*run(argv, capsys), f"--topology {topology}: no topology is stored yet")
+    assert not (tmp_path / "rq").exists()

@@ -56,7 +56,7 @@ def test_request_queues_dedupes_and_lists(farm_home, capsys):
         (["request", "gemm", "--sizes", "gemv:m=4,n=4"], "--sizes names gemv, not among the kernels (gemm)"),
         (["request", "gemv", "gemm", "--sizes", "gemv:m=4,n=4"], "no problem in --sizes for gemm"),
         (["request", "--sizes", "gemv:m=0,n=4"], "m"),
-        (["request", "--sizes", "gemv:m=4,n=4", "--topology", "abc"], "no stored topology matches 'abc'"),
+        (["request", "--sizes", "gemv:m=4,n=4", "--topology", "abc"], "--topology abc: no topology is stored yet"),
         (["request", "--list", "gemv"], "request --list takes no kernels"),
         (["request", "--priority", "x"], "invalid int value: 'x'"),
         (["serve", "--poll", "0"], "expected a finite number > 0"),

@@ -82,6 +82,7 @@ def cmd_request(args: argparse.Namespace) -> int:
     unsized = [k for k in args.kernels if catalog.get(k).name not in sizes]
     if unsized:
         raise ValueError(f"no problem in --sizes for {', '.join(unsized)}")
+    _stored_first(args.db, args.topology)
     db = open_store(args.db)
     who = requester()
     for topology in _topologies(db, args.topology):
@@ -101,6 +102,22 @@ def requester(what: str = "") -> str:
     except (KeyError, OSError):
         user = f"uid{os.getuid()}"
     return f"{user}@{socket.gethostname()}{f' ({what})' if what else ''}"
+
+
+def _stored_first(db_url: str | None, text: str) -> None:
+    """A topology prefix or 'all' names stored topologies: with no farm database yet, say so
+    before one is created (a request for 'any' or a whole hash may start a new database)."""
+    from farm.store import open_existing
+    from farm.store.queue import ANY_TOPOLOGY
+
+    text = text.strip().lower()
+    if text == ANY_TOPOLOGY or _FULL_HASH.fullmatch(text):
+        return
+    existing = open_existing(db_url)
+    if existing is None:
+        raise ValueError(f"--topology {text}: no topology is stored yet; use 'any' or a whole topology hash "
+                         "(`farm adapters` prints this machine's)")  # fmt: skip
+    existing.engine.dispose()
 
 
 def _topologies(db, text: str) -> list[str]:
