@@ -95,7 +95,7 @@ ABLATIONS = {
         "no_loads": ("LOAD_Q", "LOAD_V", "LOAD_S"),
     },
 }
-PASS_BINDINGS = {"state": (0, 1, 3, 6, 7), "output": (0, 1, 3, 4, 6, 7)}
+PASS_BINDINGS = {"state": (0, 1, 3, 6, 7), "output": (0, 1, 3, 4, 6, 7, 8)}  # 8: attention_pass=1's scratch
 
 
 def _used(source: str, bindings: tuple[int, ...]) -> tuple[int, ...]:
@@ -103,18 +103,18 @@ def _used(source: str, bindings: tuple[int, ...]) -> tuple[int, ...]:
     layout leaves out the others, and a variant with its loads removed uses fewer)."""
     names = dict(re.findall(r"@binding\((\d+)\) var<[^>]+> (\w+)", source))
     code = re.sub(r"//[^\n]*", "", source)
-    return tuple(b for b in bindings if len(re.findall(rf"\b{names[str(b)]}\b", code)) > 1)
+    return tuple(b for b in bindings if str(b) in names and len(re.findall(rf"\b{names[str(b)]}\b", code)) > 1)
 
 
 def ablation_times(device: Device, prepared, reps: int = 20) -> dict[str, dict[str, float]]:
     """Each pass variant of ABLATIONS timed alone (GPU timestamps, time_calls median, µs)
     on the prepared launch's buffers, after one real run filled its chunk states."""
     prepared.run()
-    calls = prepared.calls()
-    groups = {"state": calls[0][2], "output": calls[2][2]}
+    calls = prepared.calls()  # [attention (attention_pass=1),] state, scan, output
+    groups = {"state": calls[-3][2], "output": calls[-1][2]}
     out: dict[str, dict[str, float]] = {}
     for name, variants in ABLATIONS.items():
-        index = 0 if name == "state" else 2
+        index = 0 if name == "state" else 2  # in chunked_sources' (state, scan, output)
         out[name] = {}
         for variant, drop in variants.items():
             source = chunked_sources(prepared.schedule, prepared.problem, frozenset(drop))[index]
@@ -147,8 +147,12 @@ def main() -> None:
     schedules = (
         chunked_schedules()
         if args.all_schedules
-        else [Schedule.of(workgroup_size=wg, form=1, chunk_size=c, block_e=eb) for wg, c, eb in QUICK]
-        + [Schedule.of(workgroup_size=wg, form=2, chunk_size=c, block_e=eb) for wg, c, eb in QUICK_WALK]
+        else [
+            Schedule.of(workgroup_size=wg, form=form, chunk_size=c, block_e=eb, **extra)
+            for form, quick in ((1, QUICK), (2, QUICK_WALK))
+            for extra in ({}, {"attention_pass": 1})
+            for wg, c, eb in quick
+        ]
     )
     rows: list[dict] = []
     out = Path(args.out)
@@ -184,7 +188,7 @@ def main() -> None:
             "default_stepwise_us": times.get(spec.default.key()),
             "best_chunked": best,
             "best_chunked_us": chunked[best],
-            "best_chunked_passes_us": passes,  # state, scan, output: one submission, a timestamp pair each
+            "best_chunked_passes_us": passes,  # [attention,] state, scan, output: one submission, a pair each
             "chunk_states_mb": 4 * b * h * -(-t // Schedule.from_key(best)["chunk_size"]) * l_dim * e / 1e6,
             "chunked_timed": len(chunked),
             "best_walk": best_walk,  # form 2: one dispatch, its own timing only (no passes)

@@ -176,7 +176,7 @@ const LQ: u32 = {{L}}u;
 const L4: u32 = (LQ + 3u) / 4u;
 
 struct Params { b: u32, h: u32, vh: u32, t: u32, l: u32, e: u32, nc: u32, eblocks: u32,
-                groups: u32, total: u32, pad0: u32, pad1: u32 }
+                groups: u32, total: u32, agroups: u32, pad1: u32 }  // agroups: the attention pass's B·H·NC
 
 //// chunk_tile_decl
 var<workgroup> vs: array<vec4<f32>, C * TCOL>;  // the tile's value rows v_j, 4 columns a vector
@@ -291,6 +291,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 @group(0) @binding(4) var<storage, read_write> context: array<f32>;
 @group(0) @binding(6) var<uniform> p: Params;
 @group(0) @binding(7) var<storage, read_write> states: array<f32>;
+{{ATT_DECL}}
 
 const MS: u32 = {{MS}}u;  // step quads per thread
 var<workgroup> qt: array<vec4<f32>, LQ * C4>;   // q transposed: latent row l, 4 steps a vector
@@ -344,6 +345,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 @group(0) @binding(4) var<storage, read_write> context: array<f32>;
 @group(0) @binding(5) var<storage, read_write> rho_out: array<f32>;
 @group(0) @binding(6) var<uniform> p: Params;
+{{ATT_DECL}}
 
 var<workgroup> qt: array<vec4<f32>, LQ * C4>;   // q transposed: latent row l, 4 steps a vector
 var<workgroup> ss: array<vec4<f32>, LQ * TCOL>; // the carried state, 4 columns a vector
@@ -411,6 +413,45 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         if (e < p.e) {
             rho_out[(bh * LQ + i / EB) * p.e + e] = ss[(i / EB) * TCOL + (i % EB) / 4u][i % 4u];
         }
+    }
+}
+
+//// chunk_attention_pass
+// Schedule knob attention_pass=1 (either chunked form): every chunk's attention matrix at
+// (the `chunk_attention` snippet) computed once, by a workgroup per (b, h, chunk), into a
+// scratch of B·H·NC·C·C floats that pass 3 or the walk reads, instead of each of a chunk's
+// ceil(E / block_e) column blocks computing its own (C·C·L multiply-adds each: at E=768,
+// block_e=16 and C=64, 48 copies and most of the walk's arithmetic).
+{{COMMON}}
+@group(0) @binding(0) var<storage, read> query: array<f32>;
+@group(0) @binding(3) var<storage, read> decay: array<f32>;
+@group(0) @binding(6) var<uniform> p: Params;
+@group(0) @binding({{ATT_BINDING}}) var<storage, read_write> attention: array<vec4<f32>>;
+
+var<workgroup> qt: array<vec4<f32>, LQ * C4>;   // q transposed: latent row l, 4 steps a vector
+var<workgroup> at: array<vec4<f32>, C * C4>;    // at[j * C4 + s / 4][s % 4], j < s
+var<workgroup> pw: array<f32, C + 1u>;          // d^0 .. d^C
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let group = wid.x + wid.y * nwg.x;
+    if (group >= p.agroups) {
+        return;  // the whole workgroup: barriers below stay uniform
+    }
+    let c = group % p.nc;
+    let bh = group / p.nc;
+    let t0 = c * C;
+    let n = min(C, p.t - t0);
+    let d = decay[bh % p.h];
+{{POWERS}}
+{{LOAD_Q}}
+    workgroupBarrier();
+{{ATTENTION}}
+    workgroupBarrier();
+    for (var i = lid; i < C * C4; i += WG) {
+        attention[group * C * C4 + i] = at[i];
     }
 }
 

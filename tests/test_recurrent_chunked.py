@@ -131,7 +131,7 @@ def test_space_holds_both_forms_and_long_defaults():
     assert set(chunked_schedules()) <= set(schedules)
     stepwise = [s for s in schedules if s.get("form", 0) == 0]
     assert all("form" not in s.as_dict() for s in stepwise)  # stored stepwise keys unchanged
-    assert len(schedules) == len(stepwise) + 2 * 27  # each chunked form's 27
+    assert len(schedules) == len(stepwise) + 2 * 2 * 27  # each chunked form's 27, with and without the attention pass
     problems = [(p["B"], p["VH"], p["T"], p["E"]) for p in SPEC.default_problems(_GpuProfile())]
     for case in long_cases():
         assert (case.batch, case.value_heads, case.time, case.embd) in problems
@@ -183,3 +183,25 @@ def test_the_walked_form_runs_through_the_runtime_without_scratch(device, tmp_pa
     np.testing.assert_allclose(out["rho"], want[1], atol=1e-4, rtol=1e-4)
     assert rt._caller.pool.held == 0
     rt.close()
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_the_attention_pass_computes_each_chunks_matrix_once_with_the_same_results(device, form):
+    """attention_pass=1: one pass of B·H·NC workgroups writes every chunk's attention matrix
+    to a scratch that the column blocks read, where each computed its own (48 copies at E=768
+    with block_e 16); the same arithmetic in the same order, so the outputs are identical."""
+    problem = SPEC.problem(B=2, H=3, VH=3, T=45, L=9, E=40)  # 3 chunks, the last partial; 3 column blocks
+    inputs = SPEC.generate(problem, seed=7)
+    plain = Schedule.of(workgroup_size=64, form=form, chunk_size=16, block_e=16)
+    shared = Schedule.of(workgroup_size=64, form=form, chunk_size=16, block_e=16, attention_pass=1)
+    passes = [len(SPEC.launch(s, problem, inputs).passes()) for s in (plain, shared)]
+    assert passes[1] == passes[0] + 1
+    scratch = [a for a in SPEC.launch(shared, problem, inputs).args if a.name == "attention"]
+    assert [a.shape for a in scratch] == [(2 * 3 * 3 * 16 * 16,)]
+    want, got = run(device, SPEC, plain, problem, inputs), run(device, SPEC, shared, problem, inputs)
+    for out in ("context", "rho"):
+        np.testing.assert_array_equal(got[out], want[out], err_msg=out)
+    for bad, why in ((Schedule.of(**(shared.as_dict() | {"attention_pass": 2})), "attention_pass 2 not in"),
+                     (Schedule.of(**(STEPWISE.as_dict() | {"attention_pass": 1})), "form 0")):  # fmt: skip
+        with pytest.raises(InvalidSchedule, match=why):
+            SPEC.check(bad, problem, device.profile)

@@ -21,6 +21,7 @@ import numpy as np
 
 from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for, sections
 from farm.catalog.recurrent_chunked import (
+    ATTENTION_PASS,
     BLOCK_E,
     CHUNK_SIZES,
     CHUNKED_FORMS,
@@ -117,6 +118,7 @@ class Recurrent(KernelSpec):
         "form": (0, FORM_CHUNKED, FORM_WALK),
         "chunk_size": CHUNK_SIZES,
         "block_e": BLOCK_E,
+        "attention_pass": ATTENTION_PASS,  # chunked forms: the chunks' attention matrices computed once, first
     }
     STEPWISE = ("workgroup_size", "items_per_invocation", "vector_width", "threads_per_column", "reduce", "chunk")
     # Best across E = 96..768 (B1 H8 T64 L64) in an exhaustive tune on an H200: the per-step
@@ -161,7 +163,7 @@ class Recurrent(KernelSpec):
         form = schedule.get("form", 0)
         if form in CHUNKED_FORMS:
             return check_chunked(self.name, schedule, problem, profile)
-        if form != 0 or "chunk_size" in schedule.as_dict() or "block_e" in schedule.as_dict():
+        if form != 0 or {"chunk_size", "block_e", "attention_pass"} & set(schedule.as_dict()):
             reason = f"form {form}: 0 (stepwise), 1 or 2 (chunked, with chunk_size and block_e)"
             raise InvalidSchedule(self.name, schedule, reason)
         tpc = schedule.get("threads_per_column", 1)

@@ -39,16 +39,22 @@ CHUNK_WORKGROUPS = (64, 128, 256)
 SCAN_WG = 256  # threads per workgroup of the scan pass (one per state entry)
 SCAN_AHEAD = 8  # chunk contributions the scan loads at once (AHEAD in kernels/recurrent.wgsl)
 MAX_THREAD_FLOATS = 128  # accumulators per thread beyond which they spill
+# attention_pass=1: every chunk's attention matrix computed once, by a pass of its own
+# (section `chunk_attention_pass`), for all of the chunk's column blocks to read
+ATTENTION_PASS = (0, 1)
 STEPWISE_KNOBS = ("threads_per_column", "reduce", "chunk")
 SOURCE_FILE = "recurrent.wgsl"
 
 
 def chunked_schedules() -> list[Schedule]:
     """Every (workgroup_size, chunk_size, block_e) of the two chunked forms: three passes
-    (form 1), and one workgroup walking the chunks (form 2)."""
+    (form 1), and one workgroup walking the chunks (form 2); each with every column block
+    computing its chunk's attention matrix, and with one pass computing them all first
+    (attention_pass=1; the knob is left out at 0, so those keys are as before)."""
     return [
-        Schedule.of(workgroup_size=wg, form=form, chunk_size=c, block_e=eb)
+        Schedule.of(workgroup_size=wg, form=form, chunk_size=c, block_e=eb, **({"attention_pass": 1} if ap else {}))
         for form in CHUNKED_FORMS
+        for ap in ATTENTION_PASS
         for wg, c, eb in itertools.product(CHUNK_WORKGROUPS, CHUNK_SIZES, BLOCK_E)
     ]
 
@@ -61,6 +67,11 @@ def states_bytes(problem: Problem, chunk: int) -> int:
     """The scratch that holds every chunk's state: B·H·NC·L·E floats."""
     b, h, l_dim, e = problem["B"], problem["H"], problem["L"], problem["E"]
     return 4 * b * h * chunk_count(problem, chunk) * l_dim * e
+
+
+def attention_bytes(problem: Problem, chunk: int) -> int:
+    """attention_pass=1's scratch: every chunk's C x C attention matrix, B·H·NC·C·C floats."""
+    return 4 * problem["B"] * problem["H"] * chunk_count(problem, chunk) * chunk * chunk
 
 
 def chunked_workgroup_bytes(schedule: Schedule, problem: Problem) -> int:
@@ -88,7 +99,8 @@ def check_chunked(kernel: str, schedule: Schedule, problem: Problem, profile: Ha
     stray = [k for k in STEPWISE_KNOBS if k in knobs]
     if stray or schedule.items_per_invocation != 1 or schedule.vector_width != 1:
         form = schedule.get("form", 0)
-        reason = f"form {form} (chunked) takes workgroup_size, chunk_size and block_e only; got {schedule}"
+        allowed = "workgroup_size, chunk_size, block_e and attention_pass"
+        reason = f"form {form} (chunked) takes {allowed} only; got {schedule}"
         raise InvalidSchedule(kernel, schedule, reason)
     c, eb, wg = schedule.get("chunk_size", 0), schedule.get("block_e", 0), schedule.workgroup_size
     if c not in CHUNK_SIZES:
@@ -96,28 +108,35 @@ def check_chunked(kernel: str, schedule: Schedule, problem: Problem, profile: Ha
     if eb not in BLOCK_E or wg % (eb // 4):
         reason = f"block_e {eb} must be in {list(BLOCK_E)}, a quarter of it dividing workgroup_size"
         raise InvalidSchedule(kernel, schedule, reason)
+    attention, limit = schedule.get("attention_pass", 0), profile.limit("max-storage-buffer-binding-size")
+    if attention not in ATTENTION_PASS:
+        raise InvalidSchedule(kernel, schedule, f"attention_pass {attention} not in {list(ATTENTION_PASS)}")
+    if attention and attention_bytes(problem, c) > limit:
+        reason = f"attention_pass needs {attention_bytes(problem, c)} bytes > max-storage-buffer-binding-size {limit}"
+        raise InvalidSchedule(kernel, schedule, reason)
     if schedule.get("form", 0) == FORM_WALK:
         return  # no per-thread blocks, no chunk states: the workgroup memory check is the spec's
     floats = 16 * max(_quads(schedule, problem))
     if floats > MAX_THREAD_FLOATS:
         reason = f"{floats} accumulators per thread > {MAX_THREAD_FLOATS} (L={problem['L']}, block_e {eb})"
         raise InvalidSchedule(kernel, schedule, reason)
-    need, limit = states_bytes(problem, c), profile.limit("max-storage-buffer-binding-size")
+    need = states_bytes(problem, c)
     if need > limit:
         reason = f"chunk states need {need} bytes > max-storage-buffer-binding-size {limit}: use a larger chunk_size"
         raise InvalidSchedule(kernel, schedule, reason)
 
 
 def chunked_sources(schedule: Schedule, problem: Problem, drop: frozenset[str] = frozenset()) -> tuple[str, str, str]:
-    """Form 1's WGSL: (chunk_state, chunk_scan, chunk_output). `drop` names blocks to
-    render empty (ATTENTION, STATE_FMA, ATT_FMA, FMA, LOAD_Q, LOAD_V, LOAD_S, LOAD_QS): a
-    diagnostic only, whose results are wrong; benchmarks/recurrent_chunked.py --ablate
-    times what each block costs on the GPU."""
+    """Form 1's WGSL: (chunk_state, chunk_scan, chunk_output); with attention_pass=1 the
+    output pass reads the attention scratch (binding 8) that `attention_source` fills.
+    `drop` names blocks to render empty (ATTENTION, STATE_FMA, ATT_FMA, FMA, LOAD_Q,
+    LOAD_V, LOAD_S, LOAD_QS): a diagnostic only, whose results are wrong;
+    benchmarks/recurrent_chunked.py --ablate times what each block costs on the GPU."""
     c, eb, wg, l_dim = schedule["chunk_size"], schedule["block_e"], schedule.workgroup_size, problem["L"]
     parts = sections(SOURCE_FILE)
     common = render(parts["chunked_common"], {"WG": wg, "C": c, "EB": eb, "L": l_dim})
     mq, ms = _quads(schedule, problem)
-    snippets = _snippets(parts, wg, c, l_dim, eb)
+    snippets = _snippets(parts, wg, c, l_dim, eb) | _read_attention(schedule, FORM1_ATTENTION)
 
     def source(name: str, blocks: dict[str, str], out: str = "") -> str:
         put = render(parts["chunk_put"], {"OUT": out}) if out else ""
@@ -135,46 +154,89 @@ def chunked_sources(schedule: Schedule, problem: Problem, drop: frozenset[str] =
     )
 
 
+FORM1_ATTENTION, WALK_ATTENTION = 8, 7  # the attention scratch's binding (= arg index) in each form
+
+
+def attention_source(schedule: Schedule, problem: Problem, binding: int) -> str:
+    """attention_pass=1's first pass (section `chunk_attention_pass`): a workgroup per (b, h,
+    chunk) computing that chunk's attention matrix into the scratch at `binding`."""
+    c, eb, wg, l_dim = schedule["chunk_size"], schedule["block_e"], schedule.workgroup_size, problem["L"]
+    parts = sections(SOURCE_FILE)
+    common = render(parts["chunked_common"], {"WG": wg, "C": c, "EB": eb, "L": l_dim})
+    values = {"COMMON": common, "ATT_BINDING": binding} | _snippets(parts, wg, c, l_dim, eb)
+    return render(parts["chunk_attention_pass"], values)
+
+
+def _read_attention(schedule: Schedule, binding: int) -> dict[str, str]:
+    """With attention_pass=1, the chunk's attention matrix read from the scratch (each
+    thread's loads before its stores) in place of computing it; nothing otherwise."""
+    if not schedule.get("attention_pass", 0):
+        return {"ATT_DECL": ""}
+    c, wg = schedule["chunk_size"], schedule.workgroup_size
+    read = ["let abase = (bh * p.nc + c) * C * C4;"]
+    read += fetch_rounds("a", "C * C4", c * c // 4, wg, ["let x{u} = attention[abase + {i}];"], "at[{i}] = {x};")
+    declaration = f"@group(0) @binding({binding}) var<storage, read> attention: array<vec4<f32>>;"
+    return {"ATT_DECL": declaration, "ATTENTION": indent(4, read)}
+
+
 def chunked_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Launch:
     """Three passes sharing the stepwise form's args 0-5 (query, value, rho_in, decay,
-    context, rho) plus params (6) and the chunk states scratch (7)."""
+    context, rho) plus params (6) and the chunk states scratch (7); attention_pass=1 adds
+    the attention pass first and its scratch (8)."""
     b, h, vh, t, l_dim, e = (problem[d] for d in ("B", "H", "VH", "T", "L", "E"))
     c, eb = schedule["chunk_size"], schedule["block_e"]
     nc, eblocks = chunk_count(problem, c), -(-e // eb)
     groups, total = b * h * nc * eblocks, b * h * l_dim * e
-    params = np.array([b, h, vh, t, l_dim, e, nc, eblocks, groups, total, 0, 0], np.uint32)
+    params = np.array([b, h, vh, t, l_dim, e, nc, eblocks, groups, total, b * h * nc, 0], np.uint32)
     state, scan, output = chunked_sources(schedule, problem)
+    extra, first = _attention_pass(schedule, problem, FORM1_ATTENTION)
     return Launch(
         source=output,
         args=[
             *args,
             Arg("params", "uniform", params),
             Arg("states", "storage", dtype=np.float32, shape=(b * h * nc * l_dim * e,)),
+            *extra,
         ],
         groups=groups,
-        bindings=(0, 1, 3, 4, 6, 7),
+        bindings=(0, 1, 3, 4, 6, 7) + ((FORM1_ATTENTION,) if extra else ()),
         prologue=[
+            *first,
             Pass(state, groups, (0, 1, 3, 6, 7)),
             Pass(scan, -(-total // SCAN_WG), (2, 3, 5, 6, 7)),
         ],
     )
 
 
+def _attention_pass(schedule: Schedule, problem: Problem, binding: int) -> tuple[list[Arg], list[Pass]]:
+    """attention_pass=1's scratch arg and its pass (B·H·NC workgroups); none otherwise."""
+    if not schedule.get("attention_pass", 0):
+        return [], []
+    c = schedule["chunk_size"]
+    count = problem["B"] * problem["H"] * chunk_count(problem, c)
+    scratch = Arg("attention", "storage", dtype=np.float32, shape=(count * c * c,))
+    return [scratch], [Pass(attention_source(schedule, problem, binding), count, (0, 3, 6, binding))]
+
+
 def walk_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Launch:
     """Form 2: one dispatch of B·H·ceil(E / block_e) workgroups, each walking the chunks
     with its block of the state in workgroup memory (kernels/recurrent.wgsl, `chunk_walk`);
-    the stepwise form's args 0-5 plus params (6), no scratch."""
+    the stepwise form's args 0-5 plus params (6), no scratch; attention_pass=1 adds the
+    attention pass first and its scratch (7)."""
     b, h, vh, t, l_dim, e = (problem[d] for d in ("B", "H", "VH", "T", "L", "E"))
     c, eb, wg = schedule["chunk_size"], schedule["block_e"], schedule.workgroup_size
     nc, eblocks = chunk_count(problem, c), -(-e // eb)
     groups = b * h * eblocks
     parts = sections(SOURCE_FILE)
     common = render(parts["chunked_common"], {"WG": wg, "C": c, "EB": eb, "L": l_dim})
-    params = np.array([b, h, vh, t, l_dim, e, nc, eblocks, groups, b * h * l_dim * e, 0, 0], np.uint32)
+    params = np.array([b, h, vh, t, l_dim, e, nc, eblocks, groups, b * h * l_dim * e, b * h * nc, 0], np.uint32)
+    snippets = _snippets(parts, wg, c, l_dim, eb) | _read_attention(schedule, WALK_ATTENTION)
+    extra, first = _attention_pass(schedule, problem, WALK_ATTENTION)
     return Launch(
-        source=render(parts["chunk_walk"], {"COMMON": common} | _snippets(parts, wg, c, l_dim, eb)),
-        args=[*args, Arg("params", "uniform", params)],
+        source=render(parts["chunk_walk"], {"COMMON": common} | snippets),
+        args=[*args, Arg("params", "uniform", params), *extra],
         groups=groups,
+        prologue=first,
     )
 
 
