@@ -69,7 +69,10 @@ def test_an_unreachable_database_warns_once_and_never_fails_the_call(device, far
         assert rt.stored.background.wait(30)
     queued = [r.getMessage() for r in caplog.records if "tuning requests" in r.getMessage()]
     assert len(queued) == 1 and "this runtime queues no more" in queued[0], queued
-    assert rt.stored.requested == {("gemv", "m=40,n=24")}  # stopped trying after the first failure
+    # Stopped trying after the first failure: m=64, missed after it, is never requested. Misses
+    # made while the first request was still in flight (m=48, m=56 on a busy machine) may be
+    # recorded, but _enqueue skips them once the runtime knows the database is broken: one warning.
+    assert ("gemv", "m=40,n=24") in rt.stored.requested and ("gemv", "m=64,n=24") not in rt.stored.requested
 
 
 def test_a_winner_tuned_meanwhile_serves_after_the_ttl(url, device, monkeypatch):
