@@ -300,3 +300,11 @@ def test_a_request_for_a_topology_prefix_without_a_database_creates_nothing(tmp_
         argv = ["request", "gemv", "--sizes", "gemv:m=64,n=64", "--topology", topology, "--db", f"sqlite:///{target}"]
         one_line(*run(argv, capsys), f"--topology {topology}: no topology is stored yet")
     assert not (tmp_path / "rq").exists()
+
+
+def test_tune_on_a_cpu_only_machine_without_allow_cpu_makes_nothing(farm_home, capsys):
+    """Audit, session 10: `farm tune` without --allow-cpu on a machine whose adapter is a CPU
+    was refused only once Ray had started, leaving an empty database and artifacts directory."""
+    line = one_line(*run(["tune", "--sizes", "gemv:m=64,n=64"], capsys), "a CPU adapter whose timings")
+    assert "pass --allow-cpu to tune" in line and not ray_started()
+    assert not list(farm_home.iterdir()), sorted(p.name for p in farm_home.iterdir())

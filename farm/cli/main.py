@@ -79,7 +79,7 @@ def cmd_sweep_recurrent(args: argparse.Namespace) -> int:
     from farm.store import farm_home, open_store
 
     config = sweep_config_from_args(args)
-    _refuse_cpu_sweep(args.allow_cpu)
+    _refuse_cpu(args.allow_cpu, "sweep")
     _check_sweep_cases(config.cases, args.allow_cpu)
     writable_dir(Path(args.output_dir) if args.output_dir else farm_home() / "artifacts", "sweep artifacts")
     open_store(args.db).engine.dispose()  # an unreachable or unusable database fails now, not after the sweep
@@ -194,6 +194,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.kernels_file and not (sizes or args.kernels or args.all):
         kernels = args.user_kernels  # `farm tune --kernels-file F`: the kernels F defines
     _check_sizes(sizes, kernels, args)
+    _refuse_cpu(args.allow_cpu, "tune", args.ray_address)  # no database or artifacts made for a refusal
     writable_dir(Path(args.out) if args.out else farm_home() / "artifacts", "tuning artifacts")
     scaled = args.budget is SCALED_BUDGET  # no --budget: DEFAULT_BUDGET, the cap growing with the space
     config = TuneConfig(
@@ -248,15 +249,15 @@ def _check_sweep_cases(cases, allow_cpu: bool) -> None:
             raise ValueError(f"--case {case.name}: {exc}") from None
 
 
-def _refuse_cpu_sweep(allow_cpu: bool) -> None:
-    """Before Ray starts: a sweep on a local Ray measures this machine's adapter, a CPU one only with --allow-cpu."""
-    if allow_cpu or os.environ.get("RAY_ADDRESS", "local") not in ("", "local"):
+def _refuse_cpu(allow_cpu: bool, what: str, address: str | None = None) -> None:
+    """Before Ray starts or anything is made: a local Ray measures this adapter (a CPU: only with --allow-cpu)."""
+    if allow_cpu or (address or os.environ.get("RAY_ADDRESS") or "local") != "local":
         return
     profile = _adapter_profile(True)
     if profile is not None and profile.is_cpu:
         raise ValueError(
             f"this machine's adapter is {profile.summary}, a CPU adapter whose timings say nothing about GPUs; "
-            "pass --allow-cpu to sweep on it anyway"
+            f"pass --allow-cpu to {what} on it anyway"
         )
 
 
