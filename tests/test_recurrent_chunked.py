@@ -205,3 +205,31 @@ def test_the_attention_pass_computes_each_chunks_matrix_once_with_the_same_resul
                      (Schedule.of(**(STEPWISE.as_dict() | {"attention_pass": 1})), "form 0")):  # fmt: skip
         with pytest.raises(InvalidSchedule, match=why):
             SPEC.check(bad, problem, device.profile)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_the_attention_pass_runs_through_the_runtime_with_its_scratch_from_the_pool(device, tmp_path, form):
+    """attention_pass=1's scratch (B·H·NC·C·C floats) is one more pool slab the call plan
+    holds, next to form 1's chunk states; numpy and DeviceArray calls give the reference."""
+    from farm import ForgeRuntime
+    from farm.catalog.recurrent_chunked import attention_bytes
+    from farm.runtime.pool import size_class
+
+    dims = dict(B=1, H=2, VH=1, T=40, L=8, E=16)
+    problem = SPEC.problem(**dims)
+    inputs = SPEC.generate(problem, 0)
+    schedule = Schedule.of(workgroup_size=64, form=form, chunk_size=16, block_e=16, attention_pass=1)
+    rt = ForgeRuntime(db=f"sqlite:///{tmp_path / 'absent.db'}", device=device)
+    want = reference_recurrent(inputs["query"], inputs["value"], inputs["rho"], inputs["decay"])
+    out = rt.run("recurrent", dims, inputs, schedule=schedule)
+    on_device = rt.run("recurrent", dims, {k: rt.asarray(v) for k, v in inputs.items()}, schedule=schedule)
+    for got in (out["context"], on_device["context"].numpy()):
+        np.testing.assert_allclose(got, want[0], atol=1e-4, rtol=1e-4)
+    scratch = size_class(attention_bytes(problem, 16), 1 << 30) + (
+        size_class(states_bytes(problem, 16), 1 << 30) if form == 1 else 0
+    )
+    del on_device
+    rt.synchronize()
+    assert rt._caller.pool.held == scratch  # the arrays went back; the plan keeps its scratch
+    rt.close()
+    assert rt._caller.pool.held == 0
