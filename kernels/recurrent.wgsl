@@ -183,10 +183,6 @@ var<workgroup> vs: array<vec4<f32>, C * TCOL>;  // the tile's value rows v_j, 4 
 var<workgroup> pw: array<f32, C + 1u>;          // the head's decay powers d^0 .. d^C
 
 //// chunk_tile
-    let group = wid.x + wid.y * nwg.x;
-    if (group >= p.groups) {
-        return;  // the whole workgroup: barriers below stay uniform
-    }
     let blk = group % p.eblocks;
     let c = (group / p.eblocks) % p.nc;
     let bh = group / (p.eblocks * p.nc);
@@ -223,10 +219,7 @@ var<workgroup> qs: array<vec4<f32>, C * L4>;   // q_j scaled by d^(n-j), 4 laten
 
 {{PUT}}
 
-@compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
+{{ENTRY}}
 {{TILE}}
     workgroupBarrier();  // pw is in
 {{LOAD_QS}}
@@ -301,10 +294,7 @@ var<workgroup> at: array<vec4<f32>, C * C4>;    // at[j * C4 + s / 4][s % 4] = (
 
 {{PUT}}
 
-@compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
+{{ENTRY}}
 {{TILE}}
 {{LOAD_Q}}
     let sbase = (bh * p.nc + c) * LQ * p.e;
@@ -353,14 +343,7 @@ var<workgroup> at: array<vec4<f32>, C * C4>;    // at[j * C4 + s / 4][s % 4], j 
 var<workgroup> vs: array<vec4<f32>, C * TCOL>;  // the chunk's value rows, 4 columns a vector
 var<workgroup> pw: array<f32, C + 1u>;          // d^0 .. d^C
 
-@compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let group = wid.x + wid.y * nwg.x;
-    if (group >= p.groups) {
-        return;  // the whole workgroup: barriers below stay uniform
-    }
+{{ENTRY}}
     let blk = group % p.eblocks;
     let bh = group / p.eblocks;
     let h = bh % p.h;
@@ -432,14 +415,7 @@ var<workgroup> qt: array<vec4<f32>, LQ * C4>;   // q transposed: latent row l, 4
 var<workgroup> at: array<vec4<f32>, C * C4>;    // at[j * C4 + s / 4][s % 4], j < s
 var<workgroup> pw: array<f32, C + 1u>;          // d^0 .. d^C
 
-@compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let group = wid.x + wid.y * nwg.x;
-    if (group >= p.agroups) {
-        return;  // the whole workgroup: barriers below stay uniform
-    }
+{{ENTRY}}
     let c = group % p.nc;
     let bh = group / p.nc;
     let t0 = c * C;
@@ -454,6 +430,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         attention[group * C * C4 + i] = at[i];
     }
 }
+
+//// chunk_entry
+// Every chunked pass but the scan: WG threads a workgroup over a folded 2-D grid, the
+// workgroups past p.{{GROUPS}} leaving whole (barriers after this stay uniform).
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let group = wid.x + wid.y * nwg.x;
+    if (group >= p.{{GROUPS}}) {
+        return;  // the whole workgroup: barriers below stay uniform
+    }
 
 //// chunk_powers
 // pw[k] = d^k for k = 0..C, each by k products, in the stepwise chain's order.

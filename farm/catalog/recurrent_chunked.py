@@ -163,7 +163,8 @@ def attention_source(schedule: Schedule, problem: Problem, binding: int) -> str:
     c, eb, wg, l_dim = schedule["chunk_size"], schedule["block_e"], schedule.workgroup_size, problem["L"]
     parts = sections(SOURCE_FILE)
     common = render(parts["chunked_common"], {"WG": wg, "C": c, "EB": eb, "L": l_dim})
-    values = {"COMMON": common, "ATT_BINDING": binding} | _snippets(parts, wg, c, l_dim, eb)
+    entry = render(parts["chunk_entry"], {"GROUPS": "agroups"}).rstrip("\n")  # a workgroup per (b, h, chunk)
+    values = {"COMMON": common, "ATT_BINDING": binding} | _snippets(parts, wg, c, l_dim, eb) | {"ENTRY": entry}
     return render(parts["chunk_attention_pass"], values)
 
 
@@ -241,7 +242,7 @@ def walk_launch(schedule: Schedule, problem: Problem, args: list[Arg]) -> Launch
 
 
 def _snippets(parts: dict[str, str], wg: int, chunk: int, l_dim: int, eb: int) -> dict[str, str]:
-    """The code both chunked forms share (kernels/recurrent.wgsl): the decay powers, the
+    """The code both chunked forms share (kernels/recurrent.wgsl): the passes' entry, the decay powers, the
     attention matrix, and the workgroup's loads (farm.catalog.unrolled: each thread's loads
     of a round issued before its stores) of a chunk's value rows (zeros past n steps and
     E), its query rows transposed (zeros past n), pass 1's query rows scaled by d^(n-j), and
@@ -276,7 +277,8 @@ def _snippets(parts: dict[str, str], wg: int, chunk: int, l_dim: int, eb: int) -
         terms = ", ".join(weighted.format(r=r, lane=lane, k=k) for r in range(4))
         columns.append(f"at[(j0 + {k}u) * C4 + sb] = vec4<f32>({terms});")
     attention = render(parts["chunk_attention"], {"ATT_COLUMNS": indent(8, columns)})
-    return {"POWERS": parts["chunk_powers"].rstrip("\n"), "ATTENTION": attention.rstrip("\n")} | {
+    entry = render(parts["chunk_entry"], {"GROUPS": "groups"}).rstrip("\n")
+    return {"ENTRY": entry, "POWERS": parts["chunk_powers"].rstrip("\n"), "ATTENTION": attention.rstrip("\n")} | {
         key: indent(4, lines) for key, lines in loads.items()
     }
 
