@@ -99,6 +99,7 @@ def run_phase(name: str, seconds: float, device: Device, calls: list, canary: Cl
     sampler.phase = name
     kernel_us: list[float] = []
     canary_us: list[float] = []
+    methods: set[str] = set()
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         if name == "idle":
@@ -106,14 +107,17 @@ def run_phase(name: str, seconds: float, device: Device, calls: list, canary: Cl
         elif name == "continuous":
             timing = device.time_calls(calls, warmup=0, reps=BACK_TO_BACK)
             kernel_us.append(timing.median_ns / 1e3)
+            methods.add(timing.method)
         else:
             timing = device.time_calls(calls, warmup=2, reps=10)
             kernel_us.append(timing.median_ns / 1e3)
+            methods.add(timing.method)
             time.sleep(HOST_GAP_S)
         canary_us.append(canary.read_ns() / 1e3)
     row = {"phase": name, "timings": len(kernel_us), "canary_us_median": statistics.median(canary_us)}
     if kernel_us:
-        row |= {"kernel_us_median": statistics.median(kernel_us), "kernel_us_min": min(kernel_us)}
+        row |= {"kernel_us_median": statistics.median(kernel_us), "kernel_us_min": min(kernel_us),
+                "kernel_method": ",".join(sorted(methods)), "canary_method": "timestamp"}  # fmt: skip
     return row | {"clocks": sampler.clocks(name)}
 
 

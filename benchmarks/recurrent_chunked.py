@@ -167,13 +167,15 @@ def main() -> None:
     for dims in cases:
         problem = spec.problem(**dict(zip(spec.dims, dims, strict=True)))
         inputs = spec.generate(problem, seed=0)
-        times = {}
+        times: dict[str, float] = {}
+        methods: set[str] = set()  # how ours were timed: "timestamp" on a GPU
         for schedule in [spec.default, *schedules]:
             if spec.invalid_reason(schedule, problem, device.profile):
                 continue
             with prepare(device, spec, schedule, problem, inputs) as prepared:
                 timing = device.time_calls(prepared.calls(), warmup=3, reps=20, schedule=schedule)
             times[schedule.key()] = timing.median_ns / 1e3
+            methods.add(timing.method)
         chunked = {k: v for k, v in times.items() if '"form":1' in k}
         walked = {k: v for k, v in times.items() if '"form":2' in k}
         best = min(chunked, key=chunked.get)
@@ -195,6 +197,7 @@ def main() -> None:
             "best_walk_us": walked.get(best_walk),
             "walk_timed": len(walked),
             "all_us": times,
+            "kernel_method": ",".join(sorted(methods)),  # ours: every *_us above and ablation_us; FLA's: fla_*_method
             "ablation_us": ablation,
         } | ({} if args.no_fla else fla_times(problem, inputs))
         rows.append(row)
@@ -202,8 +205,8 @@ def main() -> None:
             f"{dims}: stepwise default {row['default_stepwise_us']:.1f} us, best chunked {chunked[best]:.1f} us "
             f"({best}; passes {[round(x, 1) for x in passes]}; states {row['chunk_states_mb']:.0f} MB), "
             f"best walked {row['best_walk_us'] or float('nan'):.1f} us, "
-            f"FLA fused {row.get('fla_fused_us', float('nan')):.1f} "
-            f"chunk {row.get('fla_chunk_us', float('nan')):.1f} us",
+            f"(ours by {row['kernel_method']}), FLA fused {row.get('fla_fused_us', float('nan')):.1f} "
+            f"chunk {row.get('fla_chunk_us', float('nan')):.1f} us ({row.get('fla_fused_us_method', 'not run')})",
             flush=True,
         )
         if ablation:

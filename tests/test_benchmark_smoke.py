@@ -81,6 +81,7 @@ def test_recurrent_chunked_ablation_times_every_variant_of_both_passes(tmp_path)
     (row,) = json.loads(path.read_text())["rows"]
     shared = '"attention_pass":1' in row["best_chunked"]  # then the attention pass comes first
     assert row["best_chunked_us"] > 0 and len(row["best_chunked_passes_us"]) == 3 + shared
+    assert row["kernel_method"] == "timestamp"  # the method travels with the numbers
     ablation = row["ablation_us"]
     assert {name: set(times) for name, times in ablation.items()} == {n: set(v) for n, v in ABLATIONS.items()}
     assert all(us > 0 for times in ablation.values() for us in times.values())
@@ -94,4 +95,5 @@ def test_clock_probe_reports_every_phase(tmp_path):
     assert list(rows) == ["idle", "trials", "continuous", "trials_after"]
     assert all(row["canary_us_median"] > 0 for row in rows.values())
     assert all(rows[p]["timings"] >= 1 and rows[p]["kernel_us_median"] > 0 for p in ("trials", "continuous"))
+    assert all(rows[p]["kernel_method"] == "timestamp" for p in ("trials", "continuous", "trials_after"))
     assert result["nvidia_smi"] is False and rows["trials"]["clocks"] == {"samples": 0}  # no NVIDIA tooling here
