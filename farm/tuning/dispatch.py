@@ -30,7 +30,7 @@ from typing import Any
 
 from farm import catalog
 from farm.catalog.rules import KernelError
-from farm.gpu import HardwareProfile
+from farm.gpu import CpuAdapterRefused, HardwareProfile, NoAdapterError
 from farm.schedule import Status
 from farm.trial import TrialKey, TrialResult
 from farm.tuning.job import Job
@@ -42,6 +42,18 @@ MAX_BATCH = 8  # trials per batch sent to a worker (guided sizing shrinks it tow
 
 class WorkerFailure(RuntimeError):
     """A worker call that timed out or whose actor died outside the trial machinery."""
+
+
+# What a worker raises that is the user's to fix, not the farm's: a user kernel's own mistake
+# (its reference raised), and no adapter for the worker (FARM_ADAPTER, no GPU without --allow-cpu)
+USERS_ERRORS = (KernelError, NoAdapterError, CpuAdapterRefused)
+
+
+def raise_users_error(exc: BaseException) -> None:
+    """Raise, as itself, the user's error a Ray task error carries (the CLI's one line); return otherwise."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, USERS_ERRORS):
+        raise cause.with_traceback(None) from None
 
 
 @dataclass
@@ -140,8 +152,7 @@ class BatchDispatch(ABC):
             yield from self._on_death(slot, pending, owner)
             return
         except ray.exceptions.RayTaskError as exc:
-            if isinstance(getattr(exc, "cause", None), KernelError):  # a user kernel's own mistake
-                raise exc.cause.with_traceback(None) from None
+            raise_users_error(exc)
             raise WorkerFailure(f"worker {slot.worker_id} raised: {exc}") from exc
         batch = next(b for b in slot.fifo if b.ref == ref)
         was_head = batch is slot.fifo[0]

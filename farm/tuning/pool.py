@@ -16,11 +16,11 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from farm.gpu import CpuAdapterRefused, Device, HardwareProfile, NoAdapterError, Timing, refuse_cpu
+from farm.gpu import CpuAdapterRefused, Device, HardwareProfile, Timing, refuse_cpu
 from farm.schedule import Problem, Schedule
 from farm.trial import TrialResult
 from farm.tuning.actors import ACTOR_THREADS, GpuWorker
-from farm.tuning.dispatch import BatchDispatch, WorkerFailure, _Slot
+from farm.tuning.dispatch import BatchDispatch, WorkerFailure, _Slot, raise_users_error
 from farm.tuning.finalists import interleaved_timings
 from farm.tuning.job import Job
 from farm.tuning.ray_session import init_ray
@@ -106,8 +106,7 @@ class WorkerPool(BatchDispatch):
         try:
             slot.report = self._ray.get(ref)
         except self._ray.exceptions.RayTaskError as exc:
-            if isinstance(exc.cause, (NoAdapterError, CpuAdapterRefused)):  # GpuWorker.startup_error
-                raise exc.cause.with_traceback(None) from None
+            raise_users_error(exc)  # GpuWorker.startup_error: no adapter for it
             raise
         refuse_cpu(slot.profile, self.allow_cpu, f"tune with worker {slot.worker_id}")
 
