@@ -1,12 +1,16 @@
 """`farm bench` on lavapipe: default, tuned and the tuned kernel per call, each row saying
-how it was timed; the ratios compare kernel-only with kernel-only and per call with per call."""
+how it was timed; the ratios compare kernel-only with kernel-only and per call with per call.
+Only the farm's own rows decide the exit status; a failing vendor row says why it failed."""
 
 import json
 
+import numpy as np
 import pytest
 
 from farm import catalog
-from farm.cli.bench import PER_CALL, BenchRow, ratios, run_bench
+from farm.cli import bench
+from farm.cli.bench import PER_CALL, BenchRow, bench_passed, ratios, run_bench
+from farm.cli.main import main
 from farm.schedule import Schedule
 from farm.store import WinnerRecord, open_store, save_winner, upsert_topology
 
@@ -74,3 +78,114 @@ def test_bench_stores_the_speed_against_the_vendor_on_the_winner_it_benchmarked(
     assert w.vendor_ratio == pytest.approx(2.0 / mine.median_ms) and w.vendor_method == "cuda-graph replay"
     assert w.vendor_measured_at is not None and w.rounds == 5  # the campaign's decision is kept
     store.engine.dispose()
+
+
+def _rows(vendor_certified: bool, tuned_certified: bool = True) -> list[BenchRow]:
+    def row(variant, certified, note="", method="timestamp"):
+        return BenchRow("recurrent", "B=1", variant, "s", 1.0, 0, 0, certified, note, method)
+
+    return [
+        row("default", True),
+        row("tuned", tuned_certified),
+        row("tuned call", True, method=PER_CALL),
+        row("vendor", vendor_certified, "context max_rel 3.1e-03 > 1e-04", "cuda-graph replay"),
+        row("vendor call", vendor_certified, "context max_rel 3.1e-03 > 1e-04", PER_CALL),
+        BenchRow("copy", "bytes=1", "copy", "vec4 wg256", 0.0, 0.0, 1.0, True, "", "timestamp"),
+    ]
+
+
+def test_bench_exit_status_is_the_farms_rows_and_ignores_an_uncertified_vendor(monkeypatch):
+    assert bench_passed(_rows(vendor_certified=False))  # neither "vendor" nor "vendor call" counts
+    assert not bench_passed(_rows(vendor_certified=True, tuned_certified=False))
+    missing = BenchRow("recurrent", "B=2", "tuned", "-", float("nan"), 0, 0, False, "no winner stored")
+    assert bench_passed([*_rows(vendor_certified=True), missing])  # nothing tuned yet is not a failure
+    for rows, status in ((_rows(vendor_certified=False), 0), (_rows(True, tuned_certified=False), 1)):
+        monkeypatch.setattr(bench, "run_bench", lambda *args, rows=rows: rows)
+        assert main(["bench", "--kernels", "recurrent", "--allow-cpu"]) == status
+
+
+class _Tensor:
+    """Enough of a torch tensor for `_vendor_run`: numpy underneath."""
+
+    def __init__(self, array):
+        self.array = np.asarray(array)
+
+    def to(self, device):
+        return self
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return self.array
+
+
+class _Torch:
+    device = staticmethod(lambda name: name)
+    from_numpy = staticmethod(_Tensor)
+
+    class cuda:
+        synchronize = staticmethod(lambda: None)
+
+
+def _vendor_rows(monkeypatch, spec, problem, inputs, outputs):
+    """`_vendor_run`'s rows for a vendor whose call returns `outputs` (no torch, no timing)."""
+    fn = lambda: {name: _Tensor(value) for name, value in outputs.items()}  # noqa: E731
+    monkeypatch.setattr(bench, "vendor_fn", lambda torch, name, problem, t, schedule: (fn, list(outputs), "fla"))
+    monkeypatch.setattr(bench, "vendor_kernel_ns", lambda torch, fn, reps: (1000.0, "cuda-graph replay"))
+    monkeypatch.setattr(bench, "median_call_ns", lambda call: (call(), 2000.0)[1])
+    return bench._vendor_run(_Torch, spec, problem, inputs, spec.default, reps=3)
+
+
+def test_a_failing_vendor_comparison_says_which_output_failed_and_by_how_much(monkeypatch):
+    spec = catalog.get("recurrent")
+    problem = spec.problem(B=1, H=2, VH=1, T=8, L=16, E=32)
+    inputs = spec.generate(problem, 0)
+    expected = spec.reference(problem, spec.default, inputs)
+    rows = _vendor_rows(monkeypatch, spec, problem, inputs, expected)
+    assert [(r.variant, r.certified, r.note) for r in rows] == [("vendor", True, ""), ("vendor call", True, "")]
+
+    atol, rtol = spec.tolerance(problem)
+    context = expected["context"].copy()
+    context.flat[0] += 10 * (atol + rtol * abs(float(context.flat[0])))  # one element well past np.allclose
+    diff = np.abs(context - expected["context"])
+    max_abs, max_rel = float(diff.max()), float((diff / np.maximum(np.abs(expected["context"]), 1e-6)).max())
+    rows = _vendor_rows(monkeypatch, spec, problem, inputs, {**expected, "context": context})
+    note = f"context max_abs {bench._sci(max_abs)} > {bench._sci(atol)}, max_rel {bench._sci(max_rel)} > 1e-04"
+    assert [(r.variant, r.certified, r.note) for r in rows] == [("vendor", False, note), ("vendor call", False, note)]
+    assert "rho" not in note  # the output that passed isn't named
+
+
+def test_the_vendor_note_gives_each_metric_over_its_tolerance():
+    spec = catalog.get("recurrent")
+    problem = spec.problem(B=1, H=1, VH=1, T=1, L=1, E=4)
+    assert spec.tolerance(problem) == pytest.approx((2e-5, 1e-4))
+    want = {"context": np.full(4, 100.0, np.float32), "rho": np.zeros(4, np.float32)}
+    assert bench.vendor_verdict(spec, problem, want, want) == (True, "")
+    relative = {"context": want["context"] * np.float32(1.001), "rho": want["rho"]}
+    assert bench.vendor_verdict(spec, problem, relative, want) == (
+        False,
+        "context max_abs 1e-01 > 2e-05, max_rel 1e-03 > 1e-04",
+    )
+    both = {"context": relative["context"], "rho": want["rho"] + np.float32(4e-5)}  # |expected| 0: max_rel 4e-5/1e-6
+    assert bench.vendor_verdict(spec, problem, both, want)[1] == (
+        "context max_abs 1e-01 > 2e-05, max_rel 1e-03 > 1e-04; rho max_abs 4e-05 > 2e-05, max_rel 4e+01 > 1e-04"
+    )
+    shape = bench.vendor_verdict(spec, problem, {**want, "rho": np.zeros(3, np.float32)}, want)
+    assert shape == (False, "rho: shape (3,) != reference (4,)")
+
+
+def test_the_vendor_note_leaves_out_a_zero_tolerance_and_says_exact():
+    p64 = catalog.get("p64_project")
+    (atol, rtol), problem = p64.tolerance(None), None
+    assert rtol == 0.0
+    want = {"out": np.ones(4, np.float32)}
+    ok, note = bench.vendor_verdict(p64, problem, {"out": want["out"] + np.float32(4 * atol)}, want)
+    assert not ok and note.startswith("out max_abs ") and "max_rel" not in note
+    topk = catalog.get("topk")
+    assert topk.exact
+    got = {"indices": np.array([0, 1, 3], np.int32)}
+    assert bench.vendor_verdict(topk, problem, got, {"indices": np.array([0, 1, 2], np.int32)}) == (
+        False,
+        "indices max_abs 1e+00 > 0 (exact)",
+    )
