@@ -37,6 +37,9 @@
 #            against FLA; the database comes back as recurrent.db. Session 10 changed
 #            recurrent's sources, so .h200/s9a.db's recurrent winners are stale: run part
 #            14 with CALLS_DB=<the a.db of a part 11 run made after it>.
+#   part 16: (one GPU; CALLS_DB=<a part 11 a.db>, carried) the runtime's per-call costs on its
+#            winners, then recurrent benched against FLA on the same winners (all 11 problems)
+#   part 17: (same CALLS_DB) the recurrent sweep on those winners (fused column vs part 16)
 # Results land flat in $OUT (the device tool brings back at most 8 files).
 set -u
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -78,6 +81,10 @@ recurrent() { local rdb="sqlite:///$W/recurrent.db"
               step "$2" python3 -m farm bench --kernels recurrent --db "$rdb" --out "$W/rbench"
               cp "$W"/rbench/bench.md "$OUT"/recurrent-bench.md; cp "$W"/rbench/bench.json "$OUT"/recurrent-bench.json
               cp "$W"/recurrent.db "$OUT"/ 2>/dev/null; }
+rbench()    { step "$1" python3 -m farm bench --kernels recurrent --db "sqlite:///$PWD/${CALLS_DB:-.h200/s9a.db}" --out "$W/rbench"
+              cp "$W"/rbench/bench.md "$OUT"/recurrent-bench.md; cp "$W"/rbench/bench.json "$OUT"/recurrent-bench.json; }
+rsweep()    { step "$1" python3 -m farm sweep recurrent --db "sqlite:///$PWD/${CALLS_DB:-.h200/s9a.db}" --output-dir "$W/sweep"
+              cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null; }
 interference() { step "$1" python3 benchmarks/trial_interference.py --out "$W/ti"
                  cp "$W"/ti/trial-interference.json "$OUT"/ 2>/dev/null; }
 calls_tuned() { step "$1" python3 benchmarks/runtime_calls.py --db "sqlite:///$PWD/${CALLS_DB:-.h200/s9a.db}" --skip-costs --settle-s 4 --out "$W/rc"
@@ -101,6 +108,8 @@ case "${PART:-1}" in
   12) interference 150; calls_tuned 330 ;;  # session 9: the stability misses' cause, the fixed spin
   13) interference 120; LABEL=h200-s9 stability 420 ;;  # session 9: one-submission timed reps
   14) interference 150; calls_tuned 300 ;;  # session 9's predictions: lead-ins, stalls, recorded chains
+  16) calls_tuned 300; rbench 270 ;;  # session 11: per-call costs and recurrent vs FLA on CALLS_DB's winners
+  17) rsweep 200 ;;  # session 11: the sweep's fused column next to part 16's bench, same winners
   15) clock 40; overheads 60; overheads_small 30; ablate 160; recurrent 150 110 ;;  # session 10's unrolled kernels
   *) sweep 150; CONFIGS=${CONFIGS:-288} tp 200 1,2; overhead 60; variants 90 ;;
 esac
