@@ -266,6 +266,20 @@ def test_a_spinning_synchronize_waits_for_the_chain_like_a_blocking_one(device, 
         runtime.close()
 
 
+def test_synchronize_spins_by_default_on_a_gpu_and_never_on_a_cpu_adapter(device, tmp_path):
+    """spin_wait_us=None (the default): DEFAULT_SPIN_US on a GPU adapter, 0 on a CPU one,
+    where a spinning core is one the adapter computes on; a number given is kept."""
+    from farm.runtime.forge import DEFAULT_SPIN_US
+
+    db = f"sqlite:///{tmp_path / 'absent.db'}"
+    runtime = ForgeRuntime(db=db, device=device)
+    assert runtime.spin_wait_s == (0.0 if device.profile.is_cpu else DEFAULT_SPIN_US / 1e6)
+    runtime.close()
+    runtime = ForgeRuntime(db=db, device=device, spin_wait_us=40)
+    assert runtime.spin_wait_s == pytest.approx(40e-6)
+    runtime.close()
+
+
 # Each invocation runs `params.x` xorshift steps (lavapipe ends a loop after 65535 of them).
 LONG_LOOP = """
 @group(0) @binding(0) var<storage, read_write> out: array<u32>;
@@ -306,7 +320,7 @@ def test_a_spinning_wait_idle_returns_only_once_a_long_kernel_is_done(device):
     device.release(out, params)
 
 
-@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), 2e6, "fast", None, True])
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), 2e6, "fast", True])
 def test_spin_wait_us_takes_microseconds_from_0_to_a_second(device, bad):
     with pytest.raises(ValueError, match=r"spin_wait_us must be .*" + re.escape(repr(bad))):
         ForgeRuntime(db="sqlite:///:memory:", device=device, spin_wait_us=bad)

@@ -48,6 +48,10 @@ from farm.schedule import Problem, Schedule
 log = logging.getLogger("farm.runtime")  # the name README promises
 
 _MAX_CACHED_LOOKUPS = 4096
+# synchronize()'s default spin on a GPU adapter. H200, session 11 (runtime-calls-s11.md,
+# DeviceArrays with a sync each call): spinning first cut 13-78 us a sync, for kernels of
+# 14 us to 4 ms (plain wgpu-py: submit+wait 95.7 us, spinning 64). Longer waits block after it.
+DEFAULT_SPIN_US = 250.0
 
 
 class ForgeRuntime(KernelMethods):
@@ -61,9 +65,10 @@ class ForgeRuntime(KernelMethods):
     together (a positive integer, or None: no bound; idle buffers beyond 4 GiB are freed);
     `request_tuning`: queue misses for `farm serve` (True, False, or None:
     `$FARM_REQUEST_TUNING`; farm.runtime.requests); `spin_wait_us`: how long
-    `synchronize()` polls the GPU without sleeping before it blocks (a number from 0, the
-    default: it blocks at once, to 1e6; a short kernel's sync can end sooner when a spare
-    core spins, see farm.gpu.Device.wait_idle). A wrong type is a TypeError (ValueError for
+    `synchronize()` polls the GPU without sleeping before it blocks (a number from 0: it
+    blocks at once, to 1e6; None, the default: DEFAULT_SPIN_US on a GPU, 0 on a CPU
+    adapter; a short kernel's sync ends sooner when a spare core spins, see
+    farm.gpu.Device.wait_idle). A wrong type is a TypeError (ValueError for
     spin_wait_us), a value out of range a ValueError, naming the argument and the value,
     raised before any device is opened.
 
@@ -80,15 +85,17 @@ class ForgeRuntime(KernelMethods):
         device: Device | None = None,
         capacity_bytes: int | None = None,
         request_tuning: bool | None = None,
-        spin_wait_us: float = 0.0,
+        spin_wait_us: float | None = None,
     ):
-        self.spin_wait_s = _spin_wait_s(spin_wait_us)
+        self.spin_wait_s = None if spin_wait_us is None else _spin_wait_s(spin_wait_us)
         capacity_bytes = positive_bytes("capacity_bytes", capacity_bytes)
         if request_tuning is not None and not isinstance(request_tuning, (bool, np.bool_)):
             raise TypeError(f"request_tuning: expected True, False or None, got {request_tuning!r}")
         if device is not None and not isinstance(device, Device):
             raise TypeError(f"device: expected a farm.gpu.Device or None, got {type(device).__name__}")
         self.device = device if device is not None else Device(choose_adapter(adapter))
+        if self.spin_wait_s is None:  # spinning would take a core from a CPU adapter's own threads
+            self.spin_wait_s = 0.0 if self.device.profile.is_cpu else DEFAULT_SPIN_US / 1e6
         self._lock = threading.RLock()
         self._pool = BufferPool(self.device, capacity_bytes)
         self._caller = Caller(self.device, self._pool, self)
