@@ -40,6 +40,8 @@
 #   part 16: (one GPU; CALLS_DB=<a part 11 a.db>, carried) the runtime's per-call costs on its
 #            winners, then recurrent benched against FLA on the same winners (all 11 problems)
 #   part 17: (same CALLS_DB) the recurrent sweep on those winners (fused column vs part 16)
+#   part 18: (one GPU) recurrent tuned alone on a fresh database and benched (prefetch=1 in the
+#            space), then on the same winners sweep_vs_bench.py and the recurrent sweep
 # Results land flat in $OUT (the device tool brings back at most 8 files).
 set -u
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -85,6 +87,10 @@ rbench()    { step "$1" python3 -m farm bench --kernels recurrent --db "sqlite:/
               cp "$W"/rbench/bench.md "$OUT"/recurrent-bench.md; cp "$W"/rbench/bench.json "$OUT"/recurrent-bench.json; }
 rsweep()    { step "$1" python3 -m farm sweep recurrent --db "sqlite:///$PWD/${CALLS_DB:-.h200/s9a.db}" --output-dir "$W/sweep"
               cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null; }
+svb()        { step "$1" python3 benchmarks/sweep_vs_bench.py --db "sqlite:///$W/recurrent.db" --out "$W/svb"
+               cp "$W"/svb/sweep-vs-bench.json "$OUT"/ 2>/dev/null
+               step "$2" python3 -m farm sweep recurrent --db "sqlite:///$W/recurrent.db" --output-dir "$W/sweep"
+               cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null; }
 interference() { step "$1" python3 benchmarks/trial_interference.py --out "$W/ti"
                  cp "$W"/ti/trial-interference.json "$OUT"/ 2>/dev/null; }
 calls_tuned() { step "$1" python3 benchmarks/runtime_calls.py --db "sqlite:///$PWD/${CALLS_DB:-.h200/s9a.db}" --skip-costs --settle-s 4 --out "$W/rc"
@@ -110,6 +116,7 @@ case "${PART:-1}" in
   14) interference 150; calls_tuned 300 ;;  # session 9's predictions: lead-ins, stalls, recorded chains
   16) calls_tuned 300; rbench 270 ;;  # session 11: per-call costs and recurrent vs FLA on CALLS_DB's winners
   17) rsweep 200 ;;  # session 11: the sweep's fused column next to part 16's bench, same winners
+  18) recurrent 150 200; svb 60 60 ;;  # session 11: prefetch=1 tuned and benched; sweep vs bench, same winners
   15) clock 40; overheads 60; overheads_small 30; ablate 160; recurrent 150 110 ;;  # session 10's unrolled kernels
   *) sweep 150; CONFIGS=${CONFIGS:-288} tp 200 1,2; overhead 60; variants 90 ;;
 esac

@@ -6,7 +6,8 @@
 // (L rows) lives in registers, split over TPC threads ("threads per column") that own
 // rows lane, lane + TPC, ... and reduce their partial context via {{REDUCE_NAME}}.
 // Knobs: WG threads, TPC threads per column, VW columns per vector (f32/vec2/vec4),
-// IPI column vectors per thread, CT steps per chunk. ROWS = ceil(L / TPC) and LQ = L are
+// IPI column vectors per thread, CT steps per chunk, prefetch (the next chunk's loads in
+// registers while this chunk's steps run). ROWS = ceil(L / TPC) and LQ = L are
 // rendered from the problem. Unchunked, the steps read q and v from storage; chunked
 // (CT > 0 in the schedule), the query rows and this workgroup's value columns of CT
 // steps are first staged in workgroup memory by all threads (two barriers per chunk),
@@ -63,7 +64,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 {{LOAD_STATE}}
     let d = decay[h];
     let col0 = blk * COLS;
-
+{{PREFETCH}}
     for (var t0 = 0u; t0 < p.t; ) {
         let n = min(CT, p.t - t0);
 {{STAGE}}
@@ -88,6 +89,27 @@ var<workgroup> vs: array<{{VEC}}, CT * COLS>;
         let qbase = (bh * p.t + t0) * LQ;
 {{FETCH}}
         workgroupBarrier();
+
+//// prefetch_first
+    // prefetch=1: the chunk's loads go to registers one chunk ahead (issued before the
+    // previous chunk's steps, stored after them), so a chunk's steps hide the next one's
+    // memory latency instead of waiting it out at the chunk's start.
+{{DECL}}
+    {
+        let tn = 0u;
+        let nn = min(CT, p.t);
+{{LOAD}}
+    }
+
+//// stage_prefetch
+        workgroupBarrier();  // the last chunk's readers are done with qs / vs
+{{STORE}}
+        workgroupBarrier();
+        let tn = t0 + n;  // the next chunk's loads, in flight while this chunk's steps run
+        if (tn < p.t) {
+            let nn = min(CT, p.t - tn);
+{{LOAD}}
+        }
 
 //// none_decl
 //// none

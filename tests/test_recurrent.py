@@ -31,6 +31,13 @@ SCHEDULES = [
     # deferred: the chunk's partial sums reduced once per chunk
     Schedule.of(workgroup_size=64, items_per_invocation=2, vector_width=2, threads_per_column=8, reduce=2, chunk=16),
     Schedule.of(workgroup_size=128, items_per_invocation=1, vector_width=4, threads_per_column=16, reduce=2, chunk=8),
+    # prefetch: each chunk loaded into registers while the chunk before runs its steps
+    Schedule.of(
+        workgroup_size=32, items_per_invocation=1, vector_width=2, threads_per_column=4, reduce=2, chunk=8, prefetch=1
+    ),  # fmt: skip
+    Schedule.of(
+        workgroup_size=64, items_per_invocation=1, vector_width=1, threads_per_column=1, reduce=0, chunk=16, prefetch=1
+    ),  # fmt: skip
 ]
 
 
@@ -43,6 +50,18 @@ def test_chunked_kernel_over_many_chunks_matches_reference(device):
         Schedule.of(
             workgroup_size=64, items_per_invocation=1, vector_width=1, threads_per_column=16, reduce=2, chunk=8
         ),
+        # prefetch: chunk c+1's loads in flight during chunk c's steps, the last chunk partial
+        Schedule.of(workgroup_size=64, vector_width=4, threads_per_column=2, reduce=1, chunk=8, prefetch=1),
+        Schedule.of(
+            workgroup_size=32,
+            items_per_invocation=2,
+            vector_width=2,
+            threads_per_column=4,
+            reduce=2,
+            chunk=8,
+            prefetch=1,
+        ),  # fmt: skip
+        Schedule.of(workgroup_size=128, vector_width=1, threads_per_column=16, reduce=0, chunk=16, prefetch=1),
     ):
         result = oracle.certify(SPEC, schedule, problem, device)
         assert result.status is Status.OK, f"{schedule}: {result.message}"
@@ -183,6 +202,15 @@ def test_invalid_schedules_say_which_knob(device):
         problem_e = SPEC.problem(B=1, H=2, VH=1, T=5, L=8, E=10) if "vector" in reason else problem
         with pytest.raises(InvalidSchedule, match=reason):
             SPEC.check(schedule, problem_e, device.profile)
+    prefetch_cases = ((dict(prefetch=1), "prefetch 1 must be 0, or 1"), (dict(prefetch=2, chunk=8), "prefetch 2 must"))
+    for knobs, why in prefetch_cases:
+        with pytest.raises(InvalidSchedule, match=why):
+            SPEC.check(Schedule.of(workgroup_size=64, threads_per_column=4, reduce=0, **knobs), problem, device.profile)
+    wide = SPEC.problem(B=1, H=1, VH=1, T=64, L=64, E=64)
+    with pytest.raises(InvalidSchedule, match="prefetch holds 96 floats per thread > 32"):  # 32·64/32 + 32·8/32·4
+        SPEC.check(Schedule.of(workgroup_size=32, vector_width=4, threads_per_column=4, reduce=0, chunk=32, prefetch=1),
+                   wide, device.profile)  # fmt: skip
+    assert all(s.get("chunk", 0) for s in SPEC.schedules() if s.get("prefetch", 0))
     big_l = SPEC.problem(B=1, H=1, VH=1, T=1, L=1024, E=4)
     with pytest.raises(InvalidSchedule, match="state floats per thread"):
         SPEC.check(Schedule.of(workgroup_size=64, threads_per_column=1, reduce=0), big_l, device.profile)

@@ -46,6 +46,8 @@ MAX_TPC = 16  # the most threads a column's L rows are split over (space["thread
 # run apart give the rows of rho and contexts to add.
 MAX_L = MAX_REGISTER_FLOATS * MAX_TPC
 _VEC = {1: "f32", 2: "vec2<f32>", 4: "vec4<f32>"}
+PREFETCH = (0, 1)  # absent = 0
+PREFETCH_FLOATS = 32  # the most floats a thread may hold for the next chunk (prefetch=1)
 UNCHUNKED = 0xFFFFFFFF  # CT without chunking: one pass over all T steps
 # Where a step reads its value vector i and query row l: storage, or the staged chunk.
 _STEP_READS = {
@@ -114,6 +116,7 @@ class Recurrent(KernelSpec):
         "threads_per_column": (1, 2, 4, 8, MAX_TPC),
         "reduce": (0, 1, 2),
         "chunk": (0, 8, 16, 32),
+        "prefetch": PREFETCH,  # chunked stepwise: the next chunk's loads in registers during this one's steps
         # the chunked form (farm.catalog.recurrent_chunked): form=1 with its own two knobs
         "form": (0, FORM_CHUNKED, FORM_WALK),
         "chunk_size": CHUNK_SIZES,
@@ -141,6 +144,8 @@ class Recurrent(KernelSpec):
             if knobs["reduce"] == 2 and knobs["chunk"] == 0:
                 continue
             out.append(Schedule.of(**knobs))
+            if knobs["chunk"]:
+                out.append(Schedule.of(**knobs, prefetch=1))
         return out + chunked_schedules()
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
@@ -189,6 +194,13 @@ class Recurrent(KernelSpec):
             raise InvalidSchedule(self.name, schedule, f"chunk {chunk} not in {list(self.space['chunk'])}")
         if reduce == 2 and (chunk == 0 or tpc == 1):
             reason = f"reduce 2 (deferred) needs chunk > 0 and threads_per_column > 1; got chunk {chunk}, tpc {tpc}"
+            raise InvalidSchedule(self.name, schedule, reason)
+        prefetch = schedule.get("prefetch", 0)
+        if prefetch not in PREFETCH or (prefetch and not chunk):
+            raise InvalidSchedule(self.name, schedule, f"prefetch {prefetch} must be 0, or 1 with chunk > 0")
+        ahead = prefetch_floats(schedule.workgroup_size, chunk, problem["L"], schedule.workgroup_size // tpc * ipi, vw)
+        if prefetch and ahead > PREFETCH_FLOATS:
+            reason = f"prefetch holds {ahead} floats per thread > {PREFETCH_FLOATS} (chunk {chunk}, L={problem['L']})"
             raise InvalidSchedule(self.name, schedule, reason)
         floats = -(-problem["L"] // tpc) * ipi * vw
         if floats > MAX_REGISTER_FLOATS:
@@ -248,17 +260,28 @@ class Recurrent(KernelSpec):
         ev = e // vw
         col_blocks = -(-ev // ((wg // tpc) * ipi))
         groups = b * h * col_blocks
-        source = self.render_source(wg, tpc, ipi, vw, -(-l_dim // tpc), mode, schedule.get("chunk", 0), l_dim)
+        chunk, prefetch = schedule.get("chunk", 0), bool(schedule.get("prefetch", 0))
+        source = self.render_source(wg, tpc, ipi, vw, -(-l_dim // tpc), mode, chunk, l_dim, prefetch)
         params = np.array([b, h, vh, t, l_dim, ev, col_blocks, groups], np.uint32)
         return Launch(source=source, args=[*args, Arg("params", "uniform", params)], groups=groups)
 
-    def render_source(self, wg: int, tpc: int, ipi: int, vw: int, rows: int, mode: str, chunk: int, l_dim: int) -> str:
-        """WGSL for one schedule; chunk > 0 stages CT steps of q/v in workgroup memory."""
+    def render_source(
+        self, wg: int, tpc: int, ipi: int, vw: int, rows: int, mode: str, chunk: int, l_dim: int, prefetch=False
+    ) -> str:
+        """WGSL for one schedule; chunk > 0 stages CT steps of q/v in workgroup memory, with
+        `prefetch` loading each chunk into registers while the chunk before runs its steps."""
         parts = sections(self.source_file)
         vec = _VEC[vw]
         deferred = mode == "deferred"
         blocks = _thread_blocks(tpc, ipi, rows, l_dim, vec, bool(chunk))
-        stage = render(parts["stage"], {"FETCH": _stage_fetch(wg, chunk, l_dim, (wg // tpc) * ipi)}) if chunk else ""
+        cols = (wg // tpc) * ipi
+        first, stage = "", ""
+        if chunk and prefetch:
+            lines = _prefetch_lines(wg, chunk, l_dim, cols, vec)
+            first = render(parts["prefetch_first"], {"DECL": indent(4, lines[0]), "LOAD": indent(8, lines[1])})
+            stage = render(parts["stage_prefetch"], {"STORE": indent(8, lines[2]), "LOAD": indent(12, lines[1])})
+        elif chunk:
+            stage = render(parts["stage"], {"FETCH": _stage_fetch(wg, chunk, l_dim, cols)})
         return render(
             parts["kernel"],
             blocks
@@ -275,6 +298,7 @@ class Recurrent(KernelSpec):
                 "REDUCE": each(render(parts[mode], {"VEC": vec}), ipi),
                 "CHUNK_DECL": render(parts["chunk_decl"], {"VEC": vec}) if chunk else "",
                 "STAGE": stage,
+                "PREFETCH": first,
                 "STEP_WRITE": each(parts["deferred_write" if deferred else "step_write"], ipi),
                 "CHUNK_END": render(parts["deferred_end"], {"VEC": vec}) if deferred else "",
             },
@@ -341,6 +365,30 @@ def _stage_fetch(wg: int, chunk: int, l_dim: int, cols: int) -> str:
     lines = fetch_rounds("q", "n * LQ", chunk * l_dim, wg, ["let x{u} = query[qbase + {i}];"], "qs[{i}] = {x};")
     lines += fetch_rounds("v", "n * COLS", chunk * cols, wg, [value], "vs[{i}] = {x};")
     return indent(8, lines)
+
+
+def prefetch_floats(wg: int, chunk: int, l_dim: int, cols: int, vw: int) -> int:
+    """Floats a thread holds for the next chunk with prefetch=1: its query and value elements."""
+    return -(-chunk * l_dim // wg) + -(-chunk * cols // wg) * vw
+
+
+def _prefetch_lines(wg: int, chunk: int, l_dim: int, cols: int, vec: str) -> tuple[list[str], list[str], list[str]]:
+    """(declarations, loads, stores) of prefetch=1: thread lid's elements lid + u·WG of the
+    chunk starting at step tn (nn steps; indices clamped in bounds) into registers pq<u> and
+    pv<u>, and from them into qs / vs for the chunk at t0 (n steps)."""
+    decl, load, store = [], [], []
+    for u in range(-(-chunk * l_dim // wg)):
+        i = f"lid + {u * wg}u"
+        decl.append(f"var pq{u} = 0.0;")
+        load.append(f"pq{u} = query[(bh * p.t + tn) * LQ + min({i}, nn * LQ - 1u)];")
+        store.append(f"if ({i} < n * LQ) {{ qs[{i}] = pq{u}; }}")
+    for u in range(-(-chunk * cols // wg)):
+        i = f"lid + {u * wg}u"
+        decl.append(f"var pv{u} = {vec}(0.0);")
+        at = f"(vbh * p.t + tn + iv{u} / COLS) * p.ev + min(col0 + iv{u} % COLS, p.ev - 1u)"
+        load.append(f"let iv{u} = min({i}, nn * COLS - 1u);\npv{u} = value[{at}];")
+        store.append(f"if ({i} < n * COLS) {{ vs[{i}] = pv{u}; }}")
+    return decl, load, store
 
 
 register(Recurrent())

@@ -42,7 +42,7 @@ MAX_THREAD_FLOATS = 128  # accumulators per thread beyond which they spill
 # attention_pass=1: every chunk's attention matrix computed once, by a pass of its own
 # (section `chunk_attention_pass`), for all of the chunk's column blocks to read
 ATTENTION_PASS = (0, 1)
-STEPWISE_KNOBS = ("threads_per_column", "reduce", "chunk")
+STEPWISE_KNOBS = ("threads_per_column", "reduce", "chunk", "prefetch")
 SOURCE_FILE = "recurrent.wgsl"
 
 

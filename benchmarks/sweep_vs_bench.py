@@ -1,0 +1,85 @@
+"""Why does `farm sweep recurrent`'s fused column read 1.7-2.5x `farm bench`'s tuned row for
+the same winner (E >= 192; H200, session 11: 0.034 vs 0.0154 ms at E=192)?
+
+For each case, the same tuned schedule timed five ways on one device, one factor changed
+at a time (GPU timestamps, medians):
+- `bench`: the catalog's certify inputs (`spec.generate`), warm-up 3, 20 reps (farm bench);
+- `bench_4reps`: the same inputs, the sweep's warm-up 2 and 4 reps;
+- `sweep_inputs`: the sweep's inputs (`case_inputs`: rho zeros), bench's warm-up and reps;
+- `sweep_alone`: the sweep's inputs, warm-up and reps, no baseline timed before;
+- `sweep`: exactly the sweep's `_time_paths` (the op-by-op baseline timed first, then the
+  fused kernel after its FUSED_WARM_S keep-busy).
+If only `sweep` is slow, the baseline before it is what the fused timing pays for.
+
+    python3 benchmarks/sweep_vs_bench.py --db sqlite:///farm.db --out DIR [--embd 96,192,768]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from farm import catalog
+from farm.gpu import benchmark_device
+from farm.oracle.launch import prepare
+from farm.recurrent.cases import SweepCase
+from farm.recurrent.paths import fused_calls, prepare_fused, recurrent_problem
+from farm.recurrent.sweep import _time_paths, case_inputs
+from farm.runtime.forge import ForgeRuntime
+
+
+def _timed(device, spec, schedule, problem, inputs, warmup, reps) -> float:
+    with prepare(device, spec, schedule, problem, inputs) as prepared:
+        return prepared.time(warmup=warmup, reps=reps).median_ns / 1e3
+
+
+def _sweep_alone(device, schedule, inputs, warmup, reps) -> float:
+    with prepare_fused(device, schedule, **inputs) as prepared:
+        return device.time_calls(fused_calls(device, prepared), warmup, reps).median_ns / 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--embd", default="96,192,256,768")
+    ap.add_argument("--allow-cpu", action="store_true")
+    args = ap.parse_args(argv)
+    device = benchmark_device(args.allow_cpu)
+    if device is None:
+        return 2
+    spec = catalog.get("recurrent")
+    rt = ForgeRuntime(db=args.db, device=device)
+    rows = []
+    for e in [int(x) for x in args.embd.split(",")]:
+        case = SweepCase(f"sweep_b1_h8_t64_l64_e{e}", 1, 8, 1, 64, 64, e)
+        sweep_in = case_inputs(case, 0)
+        problem = recurrent_problem(sweep_in["query"], sweep_in["value"], sweep_in["rho"], sweep_in["decay"])
+        schedule, source = rt.tuned_schedule("recurrent", problem)
+        bench_in = spec.generate(problem, 0)
+        row = {"embd": e, "schedule": schedule.key(), "source": source, "method": "timestamp"}
+        row["bench"] = _timed(device, spec, schedule, problem, bench_in, 3, 20)
+        row["bench_4reps"] = _timed(device, spec, schedule, problem, bench_in, 2, 4)
+        row["sweep_inputs"] = _timed(device, spec, schedule, problem, sweep_in, 3, 20)
+        row["sweep_alone"] = _sweep_alone(device, schedule, sweep_in, 2, 4)
+        row["sweep"] = _time_paths(device, schedule, sweep_in, 2, 4)["fused"].median_ns / 1e3
+        row["sweep_again"] = _time_paths(device, schedule, sweep_in, 2, 4)["fused"].median_ns / 1e3
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    rt.close()
+    cols = ["bench", "bench_4reps", "sweep_inputs", "sweep_alone", "sweep", "sweep_again"]
+    print(f"\n{device.profile.summary}: us per dispatch (GPU timestamps, medians)")
+    print("| E | " + " | ".join(cols) + " | schedule |")
+    print("| --- |" + " --- |" * (len(cols) + 1))
+    for r in rows:
+        print(f"| {r['embd']} | " + " | ".join(f"{r[c]:.1f}" for c in cols) + f" | {r['schedule']} ({r['source']}) |")
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {"device": device.profile.summary, "rows": rows}
+    (args.out / "sweep-vs-bench.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
