@@ -89,7 +89,7 @@ rsweep()    { step "$1" python3 -m farm sweep recurrent --db "sqlite:///$PWD/${C
               cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null; }
 svb()        { step "$1" python3 benchmarks/sweep_vs_bench.py --db "sqlite:///$W/recurrent.db" --out "$W/svb"
                cp "$W"/svb/sweep-vs-bench.json "$OUT"/ 2>/dev/null
-               step "$2" python3 -m farm sweep recurrent --db "sqlite:///$W/recurrent.db" --output-dir "$W/sweep"
+               step "$2" python3 -m farm sweep recurrent --long --db "sqlite:///$W/recurrent.db" --output-dir "$W/sweep"
                cp "$W"/sweep/recurrent_scaling.md "$W"/sweep/recurrent_scaling.json "$OUT"/ 2>/dev/null; }
 interference() { step "$1" python3 benchmarks/trial_interference.py --out "$W/ti"
                  cp "$W"/ti/trial-interference.json "$OUT"/ 2>/dev/null; }
@@ -116,7 +116,7 @@ case "${PART:-1}" in
   14) interference 150; calls_tuned 300 ;;  # session 9's predictions: lead-ins, stalls, recorded chains
   16) calls_tuned 300; rbench 270 ;;  # session 11: per-call costs and recurrent vs FLA on CALLS_DB's winners
   17) rsweep 200 ;;  # session 11: the sweep's fused column next to part 16's bench, same winners
-  18) recurrent 150 200; svb 60 60 ;;  # session 11: prefetch=1 tuned and benched; sweep vs bench, same winners
+  18) recurrent 150 200; svb 60 150 ;;  # session 11: prefetch=1 tuned and benched; sweep vs bench, same winners
   15) clock 40; overheads 60; overheads_small 30; ablate 160; recurrent 150 110 ;;  # session 10's unrolled kernels
   *) sweep 150; CONFIGS=${CONFIGS:-288} tp 200 1,2; overhead 60; variants 90 ;;
 esac
