@@ -54,7 +54,7 @@ from farm.tuning.plan import Task, TuneConfig, notice_cpu, plan
 from farm.tuning.pool import WorkerFailure, WorkerPool
 from farm.tuning.recording import TrialRecorder, result_from_row
 from farm.tuning.report import Progress, failure_summary, format_stage_times, format_task_totals, format_workers
-from farm.tuning.search import Budget, strategy
+from farm.tuning.search import POLISH_ROUNDS, Budget, strategy
 
 SIBLING_SEEDS = 4  # this campaign's winners of a kernel's other problems tried first on the next one
 HEARTBEAT_S = 10.0  # the most a running campaign's row goes without a write (well under STALE_AFTER_S)
@@ -237,7 +237,7 @@ class Campaign:
     def _warm(self, task: Task, recorded: dict[str, dict]) -> dict:
         """The model strategy's extra arguments: the trials stored for this problem by any
         campaign seed its models (counted into done as resumed, and against the budget), and
-        its adaptive stop (config.noise) unless config.adaptive is off."""
+        its adaptive stop (config.noise) unless config.adaptive is off, and its final polish."""
         if self.config.strategy != "model":
             return {}
         space = {s.key() for s in task.space}
@@ -248,7 +248,8 @@ class Campaign:
         noise = self.config.noise if self.config.adaptive else None
         ahead = getattr(self.pool, "precompile", None)  # the search's next picks, compiled ahead
         hint = (lambda s: ahead(task.kernel, task.problem, s, self.config.seed, task.topology)) if ahead else None
-        return {"prior": prior, "noise": noise, "extend_after": task.extend_after, "hint": hint}
+        warm = {"prior": prior, "noise": noise, "extend_after": task.extend_after, "hint": hint}
+        return warm | {"polish": POLISH_ROUNDS}  # the incumbent's neighbourhood measured before it stops
 
     def _evaluator(self, task: Task, recorded: dict[str, dict]):
         config = self.config
