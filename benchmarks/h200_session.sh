@@ -116,6 +116,8 @@ case "${PART:-1}" in
   14) interference 150; calls_tuned 300 ;;  # session 9's predictions: lead-ins, stalls, recorded chains
   16) calls_tuned 300; rbench 270 ;;  # session 11: per-call costs and recurrent vs FLA on CALLS_DB's winners
   17) rsweep 200 ;;  # session 11: the sweep's fused column next to part 16's bench, same winners
+  19) step 60 python3 benchmarks/sweep_vs_bench.py --db "sqlite:///$PWD/${CALLS_DB:-.h200/s11p.db}" --embd 96,192,768 --out "$W/svb"
+      cp "$W"/svb/sweep-vs-bench.json "$OUT"/ 2>/dev/null ;;  # session 11: which state the sweep's slow fused column is
   18) recurrent 150 200; svb 60 150 ;;  # session 11: prefetch=1 tuned and benched; sweep vs bench, same winners
   15) clock 40; overheads 60; overheads_small 30; ablate 160; recurrent 150 110 ;;  # session 10's unrolled kernels
   *) sweep 150; CONFIGS=${CONFIGS:-288} tp 200 1,2; overhead 60; variants 90 ;;

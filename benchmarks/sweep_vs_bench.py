@@ -9,7 +9,12 @@ at a time (GPU timestamps, medians):
 - `sweep_alone`: the sweep's inputs, warm-up and reps, no baseline timed before;
 - `sweep`: exactly the sweep's `_time_paths` (the op-by-op baseline timed first, then the
   fused kernel after its FUSED_WARM_S keep-busy).
-If only `sweep` is slow, the baseline before it is what the fused timing pays for.
+- `forced`: the sweep's inputs after 0.5 s of the same dispatches back to back,
+  whatever the warm-up rules think of the GPU's state.
+After each: the clock canary (farm.gpu.clocks, set by the SM clock alone) and nvidia-smi's
+SM/memory clocks and pstate, read at once. If only `sweep` is slow, the baseline before it
+is what the fused timing pays for; if the memory clock drops where the canary doesn't, the
+GPU's memory, not its SM clock, is what a host-bound stretch leaves slow.
 
     python3 benchmarks/sweep_vs_bench.py --db sqlite:///farm.db --out DIR [--embd 96,192,768]
 """
@@ -23,6 +28,8 @@ from pathlib import Path
 
 from farm import catalog
 from farm.gpu import benchmark_device
+from farm.gpu.clocks import ClockCheck
+from farm.gpu.nvidia import query_gpus
 from farm.oracle.launch import prepare
 from farm.recurrent.cases import SweepCase
 from farm.recurrent.paths import fused_calls, prepare_fused, recurrent_problem
@@ -35,9 +42,32 @@ def _timed(device, spec, schedule, problem, inputs, warmup, reps) -> float:
         return prepared.time(warmup=warmup, reps=reps).median_ns / 1e3
 
 
-def _sweep_alone(device, schedule, inputs, warmup, reps) -> float:
+def _sweep_alone(device, schedule, inputs, warmup, reps, force_s: float = 0.0) -> float:
     with prepare_fused(device, schedule, **inputs) as prepared:
+        if force_s:
+            device._busy_for(fused_calls(device, prepared), force_s, None)
         return device.time_calls(fused_calls(device, prepared), warmup, reps).median_ns / 1e3
+
+
+def _ways(device, spec, schedule, problem, bench_in, sweep_in) -> dict:
+    """The five ways (and the forced one), each a call returning us per dispatch."""
+    return {
+        "bench": lambda: _timed(device, spec, schedule, problem, bench_in, 3, 20),
+        "bench_4reps": lambda: _timed(device, spec, schedule, problem, bench_in, 2, 4),
+        "sweep_inputs": lambda: _timed(device, spec, schedule, problem, sweep_in, 3, 20),
+        "sweep_alone": lambda: _sweep_alone(device, schedule, sweep_in, 2, 4),
+        "sweep": lambda: _time_paths(device, schedule, sweep_in, 2, 4)["fused"].median_ns / 1e3,
+        "sweep_again": lambda: _time_paths(device, schedule, sweep_in, 2, 4)["fused"].median_ns / 1e3,
+        "forced": lambda: _sweep_alone(device, schedule, sweep_in, 2, 4, force_s=0.5),
+    }
+
+
+def _state(canary: ClockCheck) -> str:
+    """The canary's us and nvidia-smi's SM/memory MHz and pstate, right now."""
+    rows = query_gpus(("clocks.sm", "clocks.mem", "pstate"), timeout_s=5.0) or [{}]
+    smi = rows[0]
+    clocks = f"{smi.get('clocks.sm', '?')}/{smi.get('clocks.mem', '?')} {smi.get('pstate', '')}"
+    return f"{canary.read_ns() / 1e3:.1f}us {clocks}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = catalog.get("recurrent")
     rt = ForgeRuntime(db=args.db, device=device)
+    canary = ClockCheck(device)
     rows = []
     for e in [int(x) for x in args.embd.split(",")]:
         case = SweepCase(f"sweep_b1_h8_t64_l64_e{e}", 1, 8, 1, 64, 64, e)
@@ -60,21 +91,20 @@ def main(argv: list[str] | None = None) -> int:
         schedule, source = rt.tuned_schedule("recurrent", problem)
         bench_in = spec.generate(problem, 0)
         row = {"embd": e, "schedule": schedule.key(), "source": source, "method": "timestamp"}
-        row["bench"] = _timed(device, spec, schedule, problem, bench_in, 3, 20)
-        row["bench_4reps"] = _timed(device, spec, schedule, problem, bench_in, 2, 4)
-        row["sweep_inputs"] = _timed(device, spec, schedule, problem, sweep_in, 3, 20)
-        row["sweep_alone"] = _sweep_alone(device, schedule, sweep_in, 2, 4)
-        row["sweep"] = _time_paths(device, schedule, sweep_in, 2, 4)["fused"].median_ns / 1e3
-        row["sweep_again"] = _time_paths(device, schedule, sweep_in, 2, 4)["fused"].median_ns / 1e3
+        for name, way in _ways(device, spec, schedule, problem, bench_in, sweep_in).items():
+            row[name] = way()
+            row[f"{name}_state"] = _state(canary)
         print(json.dumps(row), flush=True)
         rows.append(row)
     rt.close()
-    cols = ["bench", "bench_4reps", "sweep_inputs", "sweep_alone", "sweep", "sweep_again"]
+    canary.close()
+    cols = ["bench", "bench_4reps", "sweep_inputs", "sweep_alone", "sweep", "sweep_again", "forced"]
     print(f"\n{device.profile.summary}: us per dispatch (GPU timestamps, medians)")
     print("| E | " + " | ".join(cols) + " | schedule |")
     print("| --- |" + " --- |" * (len(cols) + 1))
     for r in rows:
-        print(f"| {r['embd']} | " + " | ".join(f"{r[c]:.1f}" for c in cols) + f" | {r['schedule']} ({r['source']}) |")
+        cells = " | ".join(f"{r[c]:.1f} ({r[c + '_state']})" for c in cols)
+        print(f"| {r['embd']} | {cells} | {r['schedule']} |")
     args.out.mkdir(parents=True, exist_ok=True)
     result = {"device": device.profile.summary, "rows": rows}
     (args.out / "sweep-vs-bench.json").write_text(json.dumps(result, indent=1))

@@ -356,8 +356,10 @@ def test_keep_busy_dispatches_for_the_given_seconds_on_a_gpu_only(device, monkey
     assert device.keep_busy([(pipeline, device.bind(pipeline, [buf]), 1)], 0.05) >= 0.05
     assert device.read(buf, np.float32, 1)[0] > 1
     assert device._recent and device._busy_span >= 0.05  # counts as recent work
-    # Right after that (long work, ended a moment ago) the clocks are up: nothing runs.
+    # Right after that (long work, ended a moment ago) the clocks are up: nothing runs,
+    # unless forced (host-bound work before, as the recurrent sweep's baseline).
     assert device.keep_busy([(pipeline, device.bind(pipeline, [buf]), 1)], 0.05) == 0.0
+    assert device.keep_busy([(pipeline, device.bind(pipeline, [buf]), 1)], 0.05, force=True) >= 0.05
     device.release(buf)
 
 

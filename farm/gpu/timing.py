@@ -163,7 +163,7 @@ class TimedDevice:
         self.clock_retime_s += time.perf_counter() - start
         return samples
 
-    def keep_busy(self, calls: list, seconds: float, schedule: Any = None) -> float:
+    def keep_busy(self, calls: list, seconds: float, schedule: Any = None, force: bool = False) -> float:
         """Dispatch the (pipeline, bind_group, groups) passes in growing batches for at least
         `seconds` (GPUs only; returns the seconds spent). After the GPU idled for a while
         (a tuning campaign between a problem's last trials and its finalists'
@@ -171,10 +171,11 @@ class TimedDevice:
         clocks, and two rounds at low clocks agree: re-measured medians of short kernels
         read up to 2.3x their bench time. Not when the GPU has not idled (`_clocks_up`: the
         rule that skips the warm-up rounds): a re-measurement right after long trials (gemm
-        4096^3's) starts at once."""
+        4096^3's) starts at once. `force`: busy even then (the work before was host-bound:
+        the recurrent sweep's op-by-op baseline counts as long timed work but leaves the GPU idle)."""
         if self.warm_s <= 0 or seconds <= 0:
             return 0.0
-        if self._clocks_up(time.perf_counter()):
+        if not force and self._clocks_up(time.perf_counter()):
             return 0.0
         return self._busy_for(calls, seconds, schedule)
 

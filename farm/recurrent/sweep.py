@@ -70,8 +70,9 @@ def _time_paths(device: Device, schedule: Schedule, inputs: dict, warmup: int, r
     with prepare_fused(device, schedule, **inputs) as prepared:
         # The baseline just before is host-bound (hundreds of tiny dispatches): the GPU ran
         # at low clocks for a "long, recent" timing, so the warm-up rules skipped their
-        # rounds and the fused kernel read 2-4x its bench time (issue 17). Keep it busy first.
-        device.keep_busy(fused_calls(device, prepared), FUSED_WARM_S)
+        # rounds and the fused kernel read 2-4x its bench time (issue 17). Keep it busy first,
+        # forced: the same rules took the baseline for a hot GPU and skipped this too.
+        device.keep_busy(fused_calls(device, prepared), FUSED_WARM_S, force=True)
         fused = device.time_calls(fused_calls(device, prepared), warmup, reps)
         out = prepared.outputs()
     return {
