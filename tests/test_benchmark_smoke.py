@@ -1,8 +1,8 @@
 """Smoke runs on the CPU adapter of benchmarks/trial_interference.py, of
 benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains), of
-benchmarks/wgsl_overheads.py, of benchmarks/recurrent_chunked.py --ablate and of
-benchmarks/clock_probe.py: each runs, writes its JSON and reports every row it measured
-(the numbers mean something on GPUs only)."""
+benchmarks/wgsl_overheads.py, of benchmarks/recurrent_chunked.py --ablate, of
+benchmarks/clock_probe.py and of benchmarks/sweep_vs_bench.py: each runs, writes its JSON
+and reports every row it measured (the numbers mean something on GPUs only)."""
 
 import json
 import os
@@ -97,3 +97,14 @@ def test_clock_probe_reports_every_phase(tmp_path):
     assert all(rows[p]["timings"] >= 1 and rows[p]["kernel_us_median"] > 0 for p in ("trials", "continuous"))
     assert all(rows[p]["kernel_method"] == "timestamp" for p in ("trials", "continuous", "trials_after"))
     assert result["nvidia_smi"] is False and rows["trials"]["clocks"] == {"samples": 0}  # no NVIDIA tooling here
+
+
+def test_sweep_vs_bench_times_one_winner_every_way_with_the_state_after_each(tmp_path):
+    db = f"sqlite:///{tmp_path / 'absent.db'}"  # no winner: the default schedule, every way
+    run = _run("sweep_vs_bench.py", "--allow-cpu", "--db", db, "--embd", "96", "--out", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    (row,) = json.loads((tmp_path / "sweep-vs-bench.json").read_text())["rows"]
+    ways = ("bench", "bench_4reps", "sweep_inputs", "sweep_alone", "sweep", "sweep_again", "forced")
+    assert row["embd"] == 96 and row["source"] == "default" and row["method"] == "timestamp"
+    assert all(row[w] > 0 and row[f"{w}_state"].endswith("?/? ") for w in ways)  # canary us, no nvidia-smi here
+    assert "| 96 |" in run.stdout
