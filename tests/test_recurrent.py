@@ -267,3 +267,23 @@ def test_largest_l_any_schedule_runs_is_max_l(device):
         problem = SPEC.problem(B=1, H=1, VH=1, T=1, L=l_dim, E=4)
         valid = [s for s in SPEC.schedules() if not SPEC.invalid_reason(s, problem, device.profile)]
         assert bool(valid) is runnable
+
+
+def test_a_sample_of_prefetch_schedules_certifies_over_many_chunks_and_chunked_forms_refuse_it(device):
+    """The certify problems have T <= 7, under every chunk: these run the in-loop next-chunk
+    loads (T = 37: four full chunks of 8 and a partial one; T = 33 with chunk 16 or 32)."""
+    import random
+
+    prefetch = [s for s in SPEC.schedules() if s.get("prefetch", 0)]
+    problems = (SPEC.problem(B=1, H=2, VH=1, T=37, L=19, E=36), SPEC.problem(B=2, H=1, VH=1, T=33, L=9, E=8))
+    certified = 0
+    for schedule in random.Random(11).sample(prefetch, 24):
+        for problem in problems:
+            result = oracle.certify(SPEC, schedule, problem, device)
+            assert result.status in (Status.OK, Status.INVALID_SCHEDULE), f"{schedule} {problem}: {result.message}"
+            certified += result.status is Status.OK
+    assert certified >= 20
+    for form in (1, 2):
+        chunked = Schedule.of(workgroup_size=64, form=form, chunk_size=16, block_e=16, prefetch=1)
+        with pytest.raises(InvalidSchedule, match="takes workgroup_size, chunk_size, block_e and attention_pass only"):
+            SPEC.check(chunked, SPEC.problem(B=1, H=2, VH=1, T=37, L=16, E=32), device.profile)

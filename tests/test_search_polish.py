@@ -13,7 +13,15 @@ import random
 from test_search_adaptive import GRID, far_corner, flat, landscape
 
 from farm.schedule import Schedule
-from farm.tuning.search import POLISH_BATCH, POLISH_ROUNDS, Budget, model_based
+from farm.tuning.search import (
+    POLISH_BATCH,
+    POLISH_ROUNDS,
+    Budget,
+    knob_features,
+    model_based,
+    onehot_features,
+    polish_round,
+)
 
 RECURRENT = [Schedule.of(workgroup_size=wg, threads_per_column=t, vector_width=v, chunk=c, reduce=r)
              for wg, t, v, c, r in itertools.product((32, 64, 128, 256), (1, 2, 4, 8, 16, 32), (1, 2, 4), (8, 16, 32),
@@ -126,3 +134,24 @@ def test_the_polish_is_deterministic_hints_its_next_picks_and_keeps_every_worker
     wide, wide_events = run(POLISH_ROUNDS, workers=8)
     assert wide_events[: len(plain_events)] == plain_events  # batch_size given: the same search up to the polish
     assert len(wide_events[len(plain_events) + 1][1]) == 8  # then a polish batch of a trial per worker
+
+
+def test_a_knob_one_schedule_lacks_counts_as_zero_so_the_prefetch_twin_is_one_knob_away():
+    """recurrent's prefetch=1 schedules carry a knob their twins lack (absent = 0): the polish
+    reaches the twin of a settled incumbent, whose knob names differ."""
+    from farm.tuning.search import _distance
+
+    base = RECURRENT[0].as_dict()
+    assert _distance(base, base | {"prefetch": 1}) == 1 and _distance(base, base | {"prefetch": 0}) == 0
+    assert _distance(base | {"chunk": 16}, base | {"prefetch": 1}) == 1 + (base["chunk"] != 16)
+    space = RECURRENT[:54] + [Schedule.of(**s.as_dict(), prefetch=1) for s in RECURRENT[:54]]
+    evaluate = landscape(lambda s: two_basins(s) * (0.9 if s.get("prefetch", 0) else 1.0))
+    seen = list(range(0, 54, 3))  # a search that measured none with prefetch
+    results = evaluate([space[i] for i in seen])
+    incumbent = best_schedule(results)
+    picked = []
+    fresh = polish_round(space, knob_features(space), onehot_features(space), seen, results, 4, None,
+                         lambda batch: picked.extend(batch) or evaluate(batch))  # fmt: skip
+    assert len(fresh) == 4 and all(_distance(incumbent.as_dict(), s.as_dict()) <= 2 for s in picked)
+    assert Schedule.of(**incumbent.as_dict(), prefetch=1) in {s for s in space if s.get("prefetch", 0)}
+    assert any(s.get("prefetch", 0) for s in picked)  # before: a different knob name put every twin out of reach

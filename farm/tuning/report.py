@@ -123,7 +123,8 @@ def format_task_totals(tasks: list[dict]) -> str:
     measured = [t for t in tasks if "remeasure_s" in t]
     rounds = sum(t["rounds"] for t in measured)
     return (
-        f"search: {trials} trials over {len(tasks)} problems ({extended} past their planned trials), {search_s:.1f} s;"
+        f"search: {trials} trials over {len(tasks)} problems ({extended} past their planned trials, the polish's"
+        f" included), {search_s:.1f} s;"
         f" re-measurement: {rounds} rounds, {sum(t['timings'] for t in measured)} finalist-rounds timed"
         f" over {len(measured)} problems, {sum(t['remeasure_s'] for t in measured):.1f} s"
     )

@@ -195,7 +195,7 @@ def model_based(
         seen += picks
     size = max(POLISH_BATCH, workers)  # one trial per worker at least
     for round_ in range(polish):
-        room = total - len(seen)  # the budget's trials left: the adaptive stop's too, never past the cap
+        room = min(total - len(seen), budget.remaining)  # the adaptive stop's trials too, never past the cap
         ahead = hint if round_ + 1 < polish and room > size else None
         fresh = polish_round(space, features, onehot, seen, known + results, min(size, room), ahead, run)
         results += fresh
@@ -245,11 +245,11 @@ def polish_round(
     return fresh
 
 
-def _distance(a: dict[str, int], b: dict[str, int]) -> float:
-    """How many knobs two schedules differ in (inf for different knob names)."""
-    if a.keys() != b.keys():
-        return math.inf
-    return sum(a[k] != b[k] for k in a)
+def _distance(a: dict[str, int], b: dict[str, int]) -> int:
+    """How many knobs two schedules differ in, a knob one of them lacks counting as 0 (as in
+    `knob_features`): recurrent's `prefetch=1` twin is one knob from its schedule without it.
+    Forms with knobs of their own stay apart (stepwise and chunked recurrent differ in >= 4)."""
+    return sum(a.get(k, 0) != b.get(k, 0) for k in a.keys() | b.keys())
 
 
 def covering(order: list[int], space: list[Schedule], seen: list[int], count: int) -> list[int]:
