@@ -1,14 +1,14 @@
 """Why does `farm sweep recurrent`'s fused column read 1.7-2.5x `farm bench`'s tuned row for
 the same winner (E >= 192; H200, session 11: 0.034 vs 0.0154 ms at E=192)?
 
-For each case, the same tuned schedule timed five ways on one device, one factor changed
-at a time (GPU timestamps, medians):
+For each case, the same tuned schedule timed seven ways on one device, one factor changed
+at a time (GPU timestamps where the adapter has them, medians; each row says which):
 - `bench`: the catalog's certify inputs (`spec.generate`), warm-up 3, 20 reps (farm bench);
 - `bench_4reps`: the same inputs, the sweep's warm-up 2 and 4 reps;
 - `sweep_inputs`: the sweep's inputs (`case_inputs`: rho zeros), bench's warm-up and reps;
 - `sweep_alone`: the sweep's inputs, warm-up and reps, no baseline timed before;
 - `sweep`: exactly the sweep's `_time_paths` (the op-by-op baseline timed first, then the
-  fused kernel after its FUSED_WARM_S keep-busy).
+  fused kernel after its FUSED_WARM_S keep-busy), and `sweep_again` the same once more;
 - `forced`: the sweep's inputs after 0.5 s of the same dispatches back to back,
   whatever the warm-up rules think of the GPU's state.
 After each: the clock canary (farm.gpu.clocks, set by the SM clock alone) and nvidia-smi's
@@ -50,7 +50,7 @@ def _sweep_alone(device, schedule, inputs, warmup, reps, force_s: float = 0.0) -
 
 
 def _ways(device, spec, schedule, problem, bench_in, sweep_in) -> dict:
-    """The five ways (and the forced one), each a call returning us per dispatch."""
+    """The seven ways, each a call returning us per dispatch."""
     return {
         "bench": lambda: _timed(device, spec, schedule, problem, bench_in, 3, 20),
         "bench_4reps": lambda: _timed(device, spec, schedule, problem, bench_in, 2, 4),
@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         problem = recurrent_problem(sweep_in["query"], sweep_in["value"], sweep_in["rho"], sweep_in["decay"])
         schedule, source = rt.tuned_schedule("recurrent", problem)
         bench_in = spec.generate(problem, 0)
-        row = {"embd": e, "schedule": schedule.key(), "source": source, "method": "timestamp"}
+        method = "timestamp" if device.timestamps else "host"
+        row = {"embd": e, "schedule": schedule.key(), "source": source, "method": method}
         for name, way in _ways(device, spec, schedule, problem, bench_in, sweep_in).items():
             row[name] = way()
             row[f"{name}_state"] = _state(canary)
