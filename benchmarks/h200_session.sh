@@ -114,7 +114,7 @@ case "${PART:-1}" in
   12) interference 150; calls_tuned 330 ;;  # session 9: the stability misses' cause, the fixed spin
   13) interference 120; LABEL=h200-s9 stability 420 ;;  # session 9: one-submission timed reps
   14) interference 150; calls_tuned 300 ;;  # session 9's predictions: lead-ins, stalls, recorded chains
-  16) calls_tuned 300; rbench 270 ;;  # session 11: per-call costs and recurrent vs FLA on CALLS_DB's winners
+  16) calls_tuned 300; rbench 300 ;;  # session 11: per-call costs and recurrent vs FLA on CALLS_DB's winners
   17) rsweep 200 ;;  # session 11: the sweep's fused column next to part 16's bench, same winners
   19) step 60 python3 benchmarks/sweep_vs_bench.py --db "sqlite:///$PWD/${CALLS_DB:-.h200/s11p.db}" --embd 96,192,768 --out "$W/svb"
       cp "$W"/svb/sweep-vs-bench.json "$OUT"/ 2>/dev/null ;;  # session 11: which state the sweep's slow fused column is
