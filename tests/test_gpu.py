@@ -363,6 +363,29 @@ def test_keep_busy_dispatches_for_the_given_seconds_on_a_gpu_only(device, monkey
     device.release(buf)
 
 
+def test_warm_until_clocks_goes_on_while_the_canary_reads_slow_up_to_its_most(device, monkeypatch):
+    pipeline = device.pipeline(COUNTER, label="counter")
+    buf = device.upload(np.zeros(1, np.float32), "storage")
+    calls = [(pipeline, device.bind(pipeline, [buf]), 1)]
+    monkeypatch.setattr(device, "warm_s", 0.0)  # a CPU adapter: nothing runs
+    assert device.warm_until_clocks(calls, 0.02, 0.5) == 0.0
+    monkeypatch.setattr(device, "warm_s", 0.05)  # a GPU's settings, the canary read slow three times
+    monkeypatch.setattr(device, "check_clocks", True)
+    readings = iter([True, True, True, False])
+
+    class Canary:
+        def slow(self):
+            return next(readings)
+
+    monkeypatch.setattr(device, "_clock_check", lambda: Canary())
+    monkeypatch.setattr("farm.gpu.timing.CLOCK_WARM_S", 0.01)
+    spent = device.warm_until_clocks(calls, 0.02, 0.5)  # forced although the GPU just ran (clocks "up")
+    assert 0.05 <= spent < 0.5 and next(readings, None) is None  # on until the canary read fast
+    readings = iter([True] * 1000)
+    assert 0.1 <= device.warm_until_clocks(calls, 0.02, 0.1) < 0.5  # never reads fast: stops at most_s
+    device.release(buf)
+
+
 def test_recent_timings_are_kept_for_the_window_only_also_without_warm_up(device, monkeypatch):
     # a CPU adapter never runs the warm-up rules, which used to be the only pruning
     import time
