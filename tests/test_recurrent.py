@@ -159,6 +159,29 @@ def test_paths_release_their_buffers(device):
     assert device.memory()["in_use"] == in_use
 
 
+def test_one_baseline_plan_reloaded_each_step_matches_a_fresh_plan_per_step(device):
+    """stepwise_consistency builds one T=1 baseline plan and loads each step into it (a plan
+    per step made and freed a dozen buffers a step: minutes at T=4096 on the H200)."""
+    q, v, rho, decay = _inputs(2, 1, True)
+    in_use = device.memory()["in_use"]
+    with BaselinePlan.build(device, q[:, :, :1], v[:, :, :1], rho, decay) as plan:
+        state = rho
+        for step in range(q.shape[2]):
+            q_t, v_t = q[:, :, step : step + 1], v[:, :, step : step + 1]
+            plan.load(q_t, v_t, state)
+            plan.run()
+            ctx, new_state = plan.outputs()
+            want_ctx, want_state = baseline_recurrent(device, q_t, v_t, state, decay)
+            np.testing.assert_array_equal(ctx, want_ctx)
+            np.testing.assert_array_equal(new_state, want_state)
+            state = new_state
+        with pytest.raises(ValueError, match=r"BaselinePlan.load: expected shape \(1, 2, 1, 8\)"):
+            plan.load(q, v[:, :, :1], rho)
+    assert device.memory()["in_use"] == in_use
+    steps = stepwise_consistency(device, SPEC.default, q, v, rho, decay)
+    assert len(steps) == q.shape[2] and device.memory()["in_use"] == in_use
+
+
 def test_strict_pass_on_small_case(device):
     q, v, rho, decay = _inputs(2, 1, True, seed=3)
     steps = stepwise_consistency(device, SPEC.default, q, v, rho, decay)

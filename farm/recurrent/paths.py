@@ -181,6 +181,18 @@ class BaselinePlan:
     def run(self) -> None:
         self.device.dispatch_many(self.calls)
 
+    def load(self, query, value, rho) -> None:
+        """New inputs of the plan's own shapes into its buffers (decay stays): stepwise
+        consistency reuses one T=1 plan for every step rather than building T of them
+        (each a dozen buffers and bind groups made and freed: minutes at T=4096)."""
+        b, h, vh, t, l_dim, e = self.dims
+        for buffer, array, shape in zip(
+            self.inputs, (query, value, rho), ((b, h, t, l_dim), (b, vh, t, e), (b, h, l_dim, e)), strict=False
+        ):
+            if array.shape != shape:
+                raise ValueError(f"BaselinePlan.load: expected shape {shape}, got {array.shape}")
+            self.device.write(buffer, np.ascontiguousarray(array, np.float32))
+
     def outputs(self) -> tuple[np.ndarray, np.ndarray]:
         b, h, _, t, l_dim, e = self.dims
         context = self.device.read(self.context, np.float32, b * h * t * e).reshape(b, h, t, e)
@@ -246,21 +258,31 @@ def stepwise_consistency(
     stays on the GPU from step to step (it is read back only to be compared)."""
     _, h, _, t, l_dim, e = check_shapes(query, value, rho, decay)
     start = np.zeros((query.shape[0], h, l_dim, e), np.float32) if rho is None else rho
-    base_state, fused_state = start, start
+    base_state, fused_state, shared = start, start, {}
     if runtime is not None:
         fused_state = runtime.asarray(np.ascontiguousarray(start))
         shared = {} if decay is None else {"decay": runtime.asarray(decay)}
     steps = []
-    for step in range(t):
-        q_t, v_t = query[:, :, step : step + 1], value[:, :, step : step + 1]
-        base_ctx, base_state = baseline_recurrent(device, q_t, v_t, base_state, decay)
-        if runtime is None:
-            fused_ctx, fused_state = fused_recurrent(device, schedule, q_t, v_t, fused_state, decay)
-            ctx, state = fused_ctx, fused_state
-        else:
-            inputs = {"query": np.ascontiguousarray(q_t), "value": np.ascontiguousarray(v_t), "rho": fused_state}
-            out = runtime.run("recurrent", recurrent_problem(q_t, v_t).as_dict(), inputs | shared, schedule=schedule)
-            fused_state = out["rho"]
-            ctx, state = out["context"].numpy(), fused_state.numpy()
-        steps.append(StepMetrics(step, error_metrics(ctx, base_ctx), error_metrics(state, base_state)))
+    baseline = BaselinePlan.build(device, query[:, :, :1], value[:, :, :1], start, decay)  # one plan, every step
+    try:
+        for step in range(t):
+            q_t, v_t = query[:, :, step : step + 1], value[:, :, step : step + 1]
+            baseline.load(q_t, v_t, base_state)
+            baseline.run()
+            base_ctx, base_state = baseline.outputs()
+            ctx, state, fused_state = _fused_step(device, schedule, q_t, v_t, fused_state, decay, runtime, shared)
+            steps.append(StepMetrics(step, error_metrics(ctx, base_ctx), error_metrics(state, base_state)))
+    finally:
+        baseline.release()
     return steps
+
+
+def _fused_step(device, schedule, q_t, v_t, fused_state, decay, runtime, shared):
+    """One fused step from `fused_state`: (its context, its state, as numpy; the state to
+    carry: numpy, or a DeviceArray through `runtime`)."""
+    if runtime is None:
+        ctx, state = fused_recurrent(device, schedule, q_t, v_t, fused_state, decay)
+        return ctx, state, state
+    inputs = {"query": np.ascontiguousarray(q_t), "value": np.ascontiguousarray(v_t), "rho": fused_state}
+    out = runtime.run("recurrent", recurrent_problem(q_t, v_t).as_dict(), inputs | shared, schedule=schedule)
+    return out["context"].numpy(), out["rho"].numpy(), out["rho"]
