@@ -45,7 +45,7 @@ def _timed(device, spec, schedule, problem, inputs, warmup, reps) -> float:
 def _sweep_alone(device, schedule, inputs, warmup, reps, force_s: float = 0.0) -> float:
     with prepare_fused(device, schedule, **inputs) as prepared:
         if force_s:
-            device._busy_for(fused_calls(device, prepared), force_s, None)
+            device.keep_busy(fused_calls(device, prepared), force_s, force=True)
         return device.time_calls(fused_calls(device, prepared), warmup, reps).median_ns / 1e3
 
 
@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     rt.close()
     canary.close()
     cols = ["bench", "bench_4reps", "sweep_inputs", "sweep_alone", "sweep", "sweep_again", "forced"]
-    print(f"\n{device.profile.summary}: us per dispatch (GPU timestamps, medians)")
+    method = "GPU timestamps" if device.timestamps else "host wall per submission"
+    after = "after each: canary us, SM/memory MHz, pstate"
+    print(f"\n{device.profile.summary}: us per dispatch ({method}, medians; {after})")
     print("| E | " + " | ".join(cols) + " | schedule |")
     print("| --- |" + " --- |" * (len(cols) + 1))
     for r in rows:
