@@ -22,3 +22,26 @@ def test_settle_clocks_keeps_a_gpu_busy_and_skips_a_cpu_adapter(device, monkeypa
     assert len(device._recent) == 1 and device._recent[0][1] - device._recent[0][0] >= 0.05
     if device.profile.is_cpu:
         assert settle_clocks(device, seconds=5.0) == 0.0
+
+
+def test_each_bench_timing_warms_to_the_clocks_on_its_own_kernel_first(device, monkeypatch):
+    """The H200's first bench rows read 2.6-3x slow: the vendor import between settle_clocks
+    and the first timing left the GPU idle. Every timed row now warms on its kernel first,
+    as the sweep's fused column does (the same REPORT_WARM_S / REPORT_WARM_MAX_S)."""
+    from farm import catalog
+    from farm.cli import bench
+    from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
+    from farm.oracle.launch import Prepared
+    from farm.schedule import Problem
+
+    events = []
+    real_time = Prepared.time
+    monkeypatch.setattr(Prepared, "warm_until_clocks", lambda self, a, b: events.append(("warm", a, b)) or 0.0)
+    monkeypatch.setattr(Prepared, "time", lambda self, **kw: events.append(("time",)) or real_time(self, **kw))
+    spec = catalog.get("gemv")
+    problem = Problem.of(m=64, n=64)
+    inputs = spec.generate(problem, 0)
+    expected = spec.reference(problem, spec.default, inputs)
+    timing, cert = bench.time_schedule(device, spec, spec.default, problem, inputs, expected, 3)
+    assert cert.ok and timing.median_ns > 0
+    assert events == [("warm", REPORT_WARM_S, REPORT_WARM_MAX_S), ("time",)]

@@ -4,11 +4,10 @@ For each kernel at realistic sizes: the default schedule, the tuned winner (read
 the database for this topology; run `farm tune` first, in the same session), and the
 vendor library through torch on the same inputs (cuBLAS with TF32 off, cuFFT,
 torch.topk, torch expressions for ternary/p64; flash-linear-attention for recurrent),
-plus a vec4 WGSL copy kernel for the bandwidth ceiling. Every output is checked against
-the reference before timing. Writes Markdown + JSON, and stores each winner's speed against
-the vendor library (vendor time / tuned time, kernel-only, with the vendor's method) on its
-row in the database it read the winners from (`farm winners`, the dashboard). Refuses a CPU
-adapter unless --allow-cpu.
+plus a vec4 WGSL copy kernel for the bandwidth ceiling. Every output is checked against the
+reference, and the GPU warmed to its clocks on the kernel, before timing. Writes Markdown +
+JSON, and stores each winner's vendor time / tuned time (kernel-only) on its row in the
+database (`farm winners`, the dashboard). Refuses a CPU adapter unless --allow-cpu.
 
 Like with like, and every row says how it was timed (`method`):
 - kernel-only: ours by GPU timestamps ("timestamp"), the vendor's by CUDA-graph replay
@@ -33,6 +32,7 @@ import numpy as np
 from farm import catalog
 from farm.cli.vendor import median_call_ns, vendor_fn, vendor_kernel_ns
 from farm.gpu import Device, refuse_cpu
+from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
 from farm.schedule import Problem, Schedule
@@ -88,11 +88,12 @@ def _row(kernel, problem, variant, schedule, ns, work, certified, note="", metho
 
 
 def time_schedule(device: Device, spec, schedule: Schedule, problem: Problem, inputs, expected, reps: int):
-    """Certify once, then time; returns (Timing | None, certification)."""
+    """Certify once, warm to the clocks on this kernel (as the sweep), time: (Timing | None, cert)."""
     with prepare(device, spec, schedule, problem, inputs) as prepared:
         cert = oracle.certify_prepared(prepared, expected)
         if not cert.ok:
             return None, cert
+        prepared.warm_until_clocks(REPORT_WARM_S, REPORT_WARM_MAX_S)
         return prepared.time(warmup=3, reps=reps), cert
 
 

@@ -33,6 +33,13 @@ WARM_ROUND_S = 0.01
 LEAD_IN_S = 0.002
 MAX_LEAD_PASSES = 1024
 CLOCK_WARM_S = 0.2  # the same passes back to back before a timing the clock check read slow is re-timed
+# A report's timing (farm bench's rows, the recurrent sweep's fused column): the kernel back
+# to back for REPORT_WARM_S, then on while the clock canary reads slow, up to REPORT_WARM_MAX_S
+# (Device.warm_until_clocks). The same for both, so that they agree: on the H200 the bench's
+# first rows read 2.6-3x slow after the vendor import left the GPU idle, and the SM clock
+# wandered 1,545-1,980 MHz between ways of timing one winner (NOTES, session 12).
+REPORT_WARM_S = 0.5
+REPORT_WARM_MAX_S = 2.0
 # Only timings whose reps hold less GPU time than this are checked: on the H200 the slow
 # trials were all short kernels' (none of gemm 4096^3's 4 ms), and after long reps a
 # power-capped GPU's sustained clocks would read as "slow" against the canary's best
