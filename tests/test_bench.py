@@ -9,7 +9,8 @@ import pytest
 
 from farm import catalog
 from farm.cli import bench
-from farm.cli.bench import PER_CALL, BenchRow, bench_passed, ratios, run_bench
+from farm.cli.bench import PER_CALL, run_bench
+from farm.cli.bench_report import BenchRow, bench_passed, ratios
 from farm.cli.main import main
 from farm.schedule import Schedule
 from farm.store import WinnerRecord, open_store, save_winner, upsert_topology

@@ -21,15 +21,13 @@ Like with like, and every row says how it was timed (`method`):
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import math
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from farm import catalog
+from farm.cli.bench_report import BenchRow, print_rows, write_results
 from farm.cli.vendor import median_call_ns, vendor_fn, vendor_kernel_ns
 from farm.gpu import Device, refuse_cpu
 from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
@@ -54,20 +52,6 @@ def bench_problems(spec_name: str, profile) -> list[Problem]:
     """Realistic sizes from issue 7 (the kernel's GPU default problems)."""
     spec = catalog.get(spec_name)
     return spec.default_problems(profile)
-
-
-@dataclass
-class BenchRow:
-    kernel: str
-    problem: str
-    variant: str  # default | tuned | vendor | copy
-    schedule: str
-    median_ms: float
-    tflops: float
-    gbps: float
-    certified: bool
-    note: str = ""
-    method: str = ""
 
 
 def _row(kernel, problem, variant, schedule, ns, work, certified, note="", method="timestamp") -> BenchRow:
@@ -158,7 +142,7 @@ def run_bench(kernels: list[str], out: Path | None, db: str | None, allow_cpu: b
         spec = catalog.get(name)
         for problem in bench_problems(name, profile):
             new = _bench_one(device, spec, problem, tuned, vendor, reps)
-            _print_rows(new)
+            print_rows(new)
             rows.extend(new)
             if tuned:  # as each problem is done: an interrupted bench keeps what it measured
                 stored += store_vendor_ratios(db, profile.topology_hash(), new, tuned)
@@ -308,93 +292,3 @@ def _failure(spec, problem, name: str, m) -> str:
 
 def _sci(x: float) -> str:
     return f"{x:.1e}".replace(".0e", "e")
-
-
-def bench_passed(rows: list[BenchRow]) -> bool:
-    """Every farm row (default, tuned, tuned call) that ran is certified; vendor rows and copy don't count."""
-    return all(
-        r.certified for r in rows if r.variant in ("default", "tuned", "tuned call") and r.note != "no winner stored"
-    )
-
-
-def _print_rows(rows: list[BenchRow]) -> None:
-    for r in rows:
-        print(
-            f"{r.kernel:<13} {r.problem:<24} {r.variant:<8} {r.median_ms:>10.4f} ms {r.tflops:>8.2f} TFLOP/s "
-            f"{r.gbps:>8.0f} GB/s {'ok' if r.certified else 'FAIL'} {r.schedule} {r.note}"
-        )
-
-
-def ratios(rows: list[BenchRow], ceiling: float) -> list[dict]:
-    """Per (kernel, problem): tuned/vendor, tuned/default and tuned bandwidth / copy ceiling."""
-    out = []
-    keyed: dict[tuple[str, str], dict[str, BenchRow]] = {}
-    for r in rows:
-        keyed.setdefault((r.kernel, r.problem), {})[r.variant] = r
-    for (kernel, problem), v in keyed.items():
-        if kernel == "copy":
-            continue
-        tuned, default, vendor = v.get("tuned"), v.get("default"), v.get("vendor")
-        tuned_call, vendor_call = v.get("tuned call"), v.get("vendor call")
-
-        def ratio(a, b):
-            if a is None or b is None or not a.certified or not b.certified:
-                return None
-            return b.median_ms / a.median_ms
-
-        out.append(
-            {
-                "kernel": kernel,
-                "problem": problem,
-                "tuned_vs_vendor_speed": ratio(tuned, vendor),  # kernel-only: timestamps vs graph replay
-                "tuned_vs_vendor_per_call": ratio(tuned_call, vendor_call),  # host wall, sync each call
-                "tuned_vs_default_speedup": ratio(tuned, default),
-                "tuned_fraction_of_copy_bw": (tuned.gbps / ceiling) if tuned and tuned.certified else None,
-            }
-        )
-    return out
-
-
-def write_results(rows: list[BenchRow], out: Path, adapter: str, ceiling: float) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = dt.date.today().isoformat()
-    summary = ratios(rows, ceiling)
-    payload = {
-        "date": stamp,
-        "adapter": adapter,
-        "copy_gbps": ceiling,
-        "rows": [asdict(r) for r in rows],
-        "ratios": summary,
-    }
-    (out / "bench.json").write_text(json.dumps(payload, indent=2, default=float))
-    lines = [
-        f"# farm bench {stamp}",
-        "",
-        f"adapter: {adapter}",
-        f"copy kernel: {ceiling:.0f} GB/s",
-        "",
-        "| kernel | problem | variant | ms | TFLOP/s | GB/s | certified | method | schedule |",
-        "| :-- | :-- | :-- | --: | --: | --: | :-: | :-- | :-- |",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r.kernel} | {r.problem} | {r.variant} | {r.median_ms:.4f} | {r.tflops:.2f} | {r.gbps:.0f} "
-            f"| {'yes' if r.certified else 'no'} | {r.method} | {r.schedule} {r.note} |"
-        )
-    lines += [
-        "",
-        "| kernel | problem | tuned/vendor speed, kernel-only | tuned/vendor speed, per call | tuned/default "
-        "| fraction of copy BW |",
-        "| :-- | :-- | --: | --: | --: | --: |",
-    ]
-    for s in summary:
-
-        def f(x):
-            return "-" if x is None else f"{x:.2f}"
-
-        lines.append(
-            f"| {s['kernel']} | {s['problem']} | {f(s['tuned_vs_vendor_speed'])} | {f(s['tuned_vs_vendor_per_call'])} "
-            f"| {f(s['tuned_vs_default_speedup'])} | {f(s['tuned_fraction_of_copy_bw'])} |"
-        )
-    (out / "bench.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out / 'bench.md'} and {out / 'bench.json'}")

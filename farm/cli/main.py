@@ -64,7 +64,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from farm.cli.bench import bench_passed, run_bench
+    from farm.cli.bench import run_bench
+    from farm.cli.bench_report import bench_passed
 
     kernels = args.kernels or catalog.names()
     for name in kernels:
