@@ -228,6 +228,22 @@ def test_the_clock_check_times_its_canary_and_keeps_its_best(device):
 
 def test_cpu_adapters_skip_the_clock_check(device):
     assert device.profile.is_cpu and not device.check_clocks
+    assert device.clock_ratio() is None  # no canary: reports leave the clock column blank
+
+
+def test_the_clock_ratio_is_the_canary_against_its_best(device, monkeypatch):
+    from farm.gpu import clocks
+
+    monkeypatch.setattr(device, "check_clocks", True)
+    monkeypatch.setattr(device, "_clock", None)
+    readings = iter([1000.0, 1250.0, 800.0])
+    monkeypatch.setattr(clocks.ClockCheck, "read_ns", lambda self: next(readings))
+    try:
+        assert device.clock_ratio() == 1.0  # the first reading is its own best
+        assert device.clock_ratio() == 1.25  # 25% over the best: the clocks have dropped
+        assert device.clock_ratio() == 1.0 and device._clock.best_ns == 800.0  # a faster reading is the new best
+    finally:
+        device._clock.close()
 
 
 def test_buffers_are_accounted_and_released(device):

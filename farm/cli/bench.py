@@ -203,6 +203,7 @@ def _bench_one(device, spec, problem, tuned, vendor, reps) -> list[BenchRow]:
             )
             continue
         rows.append(_row(spec.name, problem, variant, schedule, timing.median_ns, spec.work(problem), True))
+        rows[-1].clock = device.clock_ratio()  # the canary right after: a slow row's clock, not its kernel
     if schedule_tuned is not None:
         ns = per_call_ns(device, spec, problem, inputs, schedule_tuned)
         rows.append(_row(spec.name, problem, "tuned call", schedule_tuned, ns, spec.work(problem), True, "", PER_CALL))

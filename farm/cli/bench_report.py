@@ -21,6 +21,7 @@ class BenchRow:
     certified: bool
     note: str = ""
     method: str = ""
+    clock: float | None = None  # the clock canary right after the timing / its best (Device.clock_ratio)
 
 
 def bench_passed(rows: list[BenchRow]) -> bool:
@@ -85,14 +86,16 @@ def write_results(rows: list[BenchRow], out: Path, adapter: str, ceiling: float)
         "",
         f"adapter: {adapter}",
         f"copy kernel: {ceiling:.0f} GB/s",
+        "clock: the clock canary right after a timing against its best on this device (1.00: full clocks)",
         "",
-        "| kernel | problem | variant | ms | TFLOP/s | GB/s | certified | method | schedule |",
-        "| :-- | :-- | :-- | --: | --: | --: | :-: | :-- | :-- |",
+        "| kernel | problem | variant | ms | TFLOP/s | GB/s | certified | method | clock | schedule |",
+        "| :-- | :-- | :-- | --: | --: | --: | :-: | :-- | --: | :-- |",
     ]
     for r in rows:
         lines.append(
             f"| {r.kernel} | {r.problem} | {r.variant} | {r.median_ms:.4f} | {r.tflops:.2f} | {r.gbps:.0f} "
-            f"| {'yes' if r.certified else 'no'} | {r.method} | {r.schedule} {r.note} |"
+            f"| {'yes' if r.certified else 'no'} | {r.method} | {'-' if r.clock is None else f'{r.clock:.2f}'} "
+            f"| {r.schedule} {r.note} |"
         )
     lines += [
         "",

@@ -160,6 +160,21 @@ class TimedDevice:
             self._clock = ClockCheck(self)
         return self._clock
 
+    def clock_ratio(self) -> float | None:
+        """The clock canary now against its best on this device (1.0: at the clocks the device
+        has shown; 1.25: a latency-bound kernel runs about 25% slow), None where there is no
+        canary (a CPU adapter, no timestamps). Reports put it next to a timing, so that two
+        timings of one kernel that differ can be told apart from the clock wandering (the
+        H200's SM clock went 1,545-1,980 MHz between ways of timing one winner)."""
+        if not self.check_clocks:
+            return None
+        clock = self._clock_check()
+        ns = clock.read_ns()
+        if ns <= 0:
+            return None
+        clock.best_ns = min(clock.best_ns, ns)
+        return ns / clock.best_ns
+
     def _retime(self, calls: list, reps: int, schedule: Any) -> list[float]:
         """The reps again after CLOCK_WARM_S of the same passes back to back: the clock check
         read the first ones at low clocks, where warm-up rounds agree (farm.gpu.clocks)."""
