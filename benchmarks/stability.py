@@ -103,13 +103,16 @@ def worker_stages(text: str) -> dict[str, float]:
     """The first worker's ms per trial by stage, from the log's "worker N: T trials (R re-timed
     at low clocks); stage ms, ..." line (compile_wait: the trial thread waiting for its
     pipeline; a campaign whose trials wait on compiles leaves the GPU idle, and an idle GPU
-    drops its clocks), and `clock_retimes`: how many timings the clock check re-timed."""
-    line = re.search(r"^  worker [^:]+: \d+ trials(?: \((\d+) re-timed at low clocks\))?; (.*)$", text, re.MULTILINE)
+    drops its clocks), `clock_retimes`: how many timings the clock check re-timed, and
+    `clock_rechecks`: how many of them as competitive at a slightly low clock."""
+    retimed = r"(?: \((\d+) re-timed at low clocks(?:, (\d+) of them competitive)?\))?"
+    pattern = r"^  worker [^:]+: \d+ trials" + retimed + r"; (.*)$"
+    line = re.search(pattern, text, re.MULTILINE)
     if line is None:
         return {}
-    pairs = (item.rsplit(" ", 1) for item in line.group(2).split(", ") if " " in item)
+    pairs = (item.rsplit(" ", 1) for item in line.group(3).split(", ") if " " in item)
     stages = {stage: float(ms) for stage, ms in pairs}
-    return stages | {"clock_retimes": float(line.group(1) or 0)}
+    return stages | {"clock_retimes": float(line.group(1) or 0), "clock_rechecks": float(line.group(2) or 0)}
 
 
 def timeline(db) -> dict:

@@ -48,9 +48,11 @@ def test_worker_stages_reads_the_first_workers_ms_per_trial_from_the_campaign_lo
         "  worker 1: 10 trials; compile_wait 5\n"
     )
     stages = {"certify_drain": 1.0, "compile_wait": 23.0, "gpu_wait": 0.0, "time": 4.0}
-    assert stability.worker_stages(log) == stages | {"clock_retimes": 0.0}
+    assert stability.worker_stages(log) == stages | {"clock_retimes": 0.0, "clock_rechecks": 0.0}
     retimed = log.replace("12 trials;", "12 trials (3 re-timed at low clocks);")
-    assert stability.worker_stages(retimed) == stages | {"clock_retimes": 3.0}
+    assert stability.worker_stages(retimed) == stages | {"clock_retimes": 3.0, "clock_rechecks": 0.0}
+    rechecked = log.replace("12 trials;", "12 trials (3 re-timed at low clocks, 2 of them competitive);")
+    assert stability.worker_stages(rechecked) == stages | {"clock_retimes": 3.0, "clock_rechecks": 2.0}
     assert stability.worker_stages("worker stage times unavailable: gone") == {}
 
 

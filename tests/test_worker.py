@@ -306,3 +306,21 @@ def test_a_prefetch_never_waits_behind_a_forget_that_waits_for_the_gpu(bench):
         assert ("gemv", jobs[0].problem.key(), 0) in bench.inputs_held()  # not yet forgotten
     _settled(bench)
     assert bench.inputs_held() == [("gemv", other.key(), 0)]
+
+
+def test_each_trial_is_timed_against_the_best_certified_median_of_its_problem(bench, monkeypatch):
+    # the bar for re-timing a competitive trial measured at a slightly low clock
+    # (farm.gpu.timing.RECHECK_TOLERANCE): the problem's best certified median x RECHECK_BAR;
+    # a wrong result's timing never sets it, and another problem has its own
+    from farm.oracle.launch import Prepared
+
+    bars = []
+    real = Prepared.time
+    monkeypatch.setattr(Prepared, "time", lambda self, **kw: bars.append(kw.get("beat_ns")) or real(self, **kw))
+    for job in _gemv_jobs("fault_wrong", 2):  # one batch each: the first's verdict is in before the second
+        assert bench.evaluate([job])[0].status is Status.WRONG_RESULT
+    first = bench.evaluate(_gemv_jobs("gemv", 1))[0]
+    bench.evaluate(_gemv_jobs("gemv", 1))
+    other = Job("gemv", catalog.get("gemv").problem(m=32, n=32), first.key.schedule, 0, 0, 2)
+    bench.evaluate([other])
+    assert bars == [None, None, None, pytest.approx(first.median_ns * bench_module.RECHECK_BAR), None]

@@ -47,6 +47,7 @@ class ClockCheck:
         )
         self.best_ns = float("inf")
         self.checks = 0
+        self.last_ratio = 1.0  # the last slow() reading against the best
 
     def read_ns(self) -> float:
         """The canary's GPU time now (one submission and a read back)."""
@@ -66,6 +67,7 @@ class ClockCheck:
         if ns <= 0:
             return False
         self.best_ns = min(self.best_ns, ns)
+        self.last_ratio = ns / self.best_ns
         return ns > CLOCK_TOLERANCE * self.best_ns
 
     def close(self) -> None:

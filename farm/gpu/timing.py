@@ -44,6 +44,12 @@ REPORT_WARM_MAX_S = 2.0
 # trials were all short kernels' (none of gemm 4096^3's 4 ms), and after long reps a
 # power-capped GPU's sustained clocks would read as "slow" against the canary's best
 CLOCK_CHECK_MAX_S = 0.02
+# A short timing the clock check read over RECHECK_TOLERANCE x the canary's best (under
+# CLOCK_TOLERANCE: not "slow") is re-timed too when, scaled by the canary, it would beat
+# `beat_ns` (a tuning worker's best so far on the problem): two H200 campaigns with one seed
+# went into different basins of recurrent's flat top on 15 us kernels while the SM clock
+# wandered ~20% by itself (NOTES, session 12). The re-timing is kept when its canary reads faster.
+RECHECK_TOLERANCE = 1.05
 
 
 @dataclass(frozen=True)
@@ -95,8 +101,11 @@ class TimedDevice:
         self._clock = None
         self.clock_retimes = 0  # timings re-timed because the check read low clocks
         self.clock_retime_s = 0.0  # seconds those re-timings spent (warm-up and reps)
+        self.clock_rechecks = 0  # of them, timings re-timed as competitive at slightly low clocks
 
-    def time_calls(self, calls: list, warmup: int = 2, reps: int = 10, schedule: Any = None) -> Timing:
+    def time_calls(
+        self, calls: list, warmup: int = 2, reps: int = 10, schedule: Any = None, beat_ns: float | None = None
+    ) -> Timing:
         """Time a submission of (pipeline, bind_group, groups) passes: by GPU timestamps all
         reps in one submission (`_timestamp_samples`), by host wall one submission per rep.
 
@@ -114,7 +123,7 @@ class TimedDevice:
         measured the H200 5x slow.
         With timestamp queries the sample is GPU time from the start of the first pass to
         the end of the last ("timestamp"); otherwise host wall time around a synchronous
-        submission ("host").
+        submission ("host"). `beat_ns`: see RECHECK_TOLERANCE.
         """
         if reps < 1:
             raise ValueError(f"reps must be >= 1, got {reps}")
@@ -124,8 +133,8 @@ class TimedDevice:
             if self.timestamps:
                 samples = self._timestamp_samples(calls, reps, schedule)
                 short = sum(samples) < CLOCK_CHECK_MAX_S * 1e9  # long reps kept the GPU at its (sustained) clocks
-                if self.check_clocks and short and self._clock_check().slow():
-                    samples = self._retime(calls, reps, schedule)
+                if self.check_clocks and short:
+                    samples = self._checked(calls, reps, schedule, samples, beat_ns)
                 return Timing.from_samples(samples, "timestamp")
             self.wait_idle()  # the warm-up submissions are not part of the first sample
             samples = []
@@ -174,6 +183,20 @@ class TimedDevice:
             return None
         clock.best_ns = min(clock.best_ns, ns)
         return ns / clock.best_ns
+
+    def _checked(self, calls: list, reps: int, schedule: Any, samples: list[float], beat_ns: float | None):
+        """The samples of a short timing after the clock check: re-timed when it read slow,
+        or when it read a little slow and the timing, scaled by the canary, would beat `beat_ns`."""
+        clock = self._clock_check()
+        if clock.slow():
+            return self._retime(calls, reps, schedule)
+        ratio = clock.last_ratio
+        if beat_ns is None or ratio <= RECHECK_TOLERANCE or float(np.median(samples)) / ratio >= beat_ns:
+            return samples
+        self.clock_rechecks += 1
+        again = self._retime(calls, reps, schedule)
+        clock.slow()  # the re-timing's own clock
+        return again if clock.last_ratio <= ratio else samples
 
     def _retime(self, calls: list, reps: int, schedule: Any) -> list[float]:
         """The reps again after CLOCK_WARM_S of the same passes back to back: the clock check

@@ -55,8 +55,8 @@ class Prepared:
             if arg.output
         ]
 
-    def time(self, warmup: int = 2, reps: int = 10) -> Timing:
-        return self.device.time_calls(self.calls(), warmup, reps, self.schedule)
+    def time(self, warmup: int = 2, reps: int = 10, beat_ns: float | None = None) -> Timing:
+        return self.device.time_calls(self.calls(), warmup, reps, self.schedule, beat_ns)
 
     def keep_busy(self, seconds: float) -> float:
         return self.device.keep_busy(self.calls(), seconds, self.schedule)

@@ -138,7 +138,9 @@ def format_stage_times(pool: WorkerPool, wall_s: float) -> str:
         return f"worker stage times unavailable: {exc}"
     lines = [f"campaign wall time {wall_s:.1f} s; worker ms per trial by stage:"]
     for slot, report in sorted(stages.items()):
-        retimed = f" ({report['clock_retimes']} re-timed at low clocks)" if report.get("clock_retimes") else ""
+        competitive = f", {report['clock_rechecks']} of them competitive" if report.get("clock_rechecks") else ""
+        retimes = report.get("clock_retimes")
+        retimed = f" ({retimes} re-timed at low clocks{competitive})" if retimes else ""
         lines.append(f"  worker {slot}: {report.get('trials', 0)} trials{retimed}; {format_stage_report(report)}")
     return "\n".join(lines)
 
