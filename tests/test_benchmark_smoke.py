@@ -1,8 +1,8 @@
 """Smoke runs on the CPU adapter of benchmarks/trial_interference.py, of
 benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains), of
 benchmarks/wgsl_overheads.py, of benchmarks/recurrent_chunked.py --ablate, of
-benchmarks/clock_probe.py and of benchmarks/sweep_vs_bench.py: each runs, writes its JSON
-and reports every row it measured (the numbers mean something on GPUs only)."""
+benchmarks/clock_probe.py, of benchmarks/sweep_vs_bench.py and of benchmarks/coop_gemm.py: each
+runs, writes its JSON and reports every row it measured (the numbers mean something on GPUs only)."""
 
 import json
 import os
@@ -108,3 +108,33 @@ def test_sweep_vs_bench_times_one_winner_every_way_with_the_state_after_each(tmp
     assert row["embd"] == 96 and row["source"] == "default" and row["method"] == "timestamp"
     assert all(row[w] > 0 and row[f"{w}_state"].endswith("?/? ") for w in ways)  # canary us, no nvidia-smi here
     assert "| 96 |" in run.stdout
+
+
+def test_coop_gemm_refuses_an_adapter_without_cooperative_matrices_and_says_why(tmp_path):
+    run = _run("coop_gemm.py", "--out", str(tmp_path), timeout=120)
+    assert run.returncode == 0, run.stderr
+    (path,) = tmp_path.glob("*-coop-gemm.json")
+    result = json.loads(path.read_text())
+    assert result["cooperative-matrix"] is False  # lavapipe: none (on a GPU with them this smoke test is moot)
+    assert result["status"] == "unsupported" and "lacks cooperative-matrix" in result["reason"]
+    assert result["rows"] == [] and result["wgpu"]["wgpu_native"] and "lacks cooperative-matrix" in run.stdout
+
+
+def test_coop_gemm_kernels_certify_with_the_cooperative_ops_emulated(tmp_path):
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from coop_gemm_kernels import VARIANTS
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    run = _run("coop_gemm.py", "--emulate", "--sizes", "128", "--reps", "1", "--no-vendor", "--out", str(tmp_path),
+               timeout=180)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (path,) = tmp_path.glob("*-coop-gemm.json")
+    result = json.loads(path.read_text())
+    rows = {row["variant"]: row for row in result["rows"]}
+    assert result["status"] == "emulated" and list(rows) == [v.name for v in VARIANTS]
+    assert all(row["status"] == "certified" and row["worst_ratio"] <= 1 and row["median_us"] > 0
+               for row in rows.values())  # fmt: skip
+    assert all(row["emulated"] == (name != "simt_f16") for name, row in rows.items())
+    assert rows["plain_f16acc"]["max_err"] > rows["plain"]["max_err"]  # f16 sums round, under their own tolerance
+    assert "| 128 | wg64_2x2_t2x2 (emulated) | f32 | certified |" in run.stdout
