@@ -204,8 +204,8 @@ def open_device(args, adapter, report: Report) -> tuple[Device | None, bool]:
 def run_ours(device: Device, args, coop: bool, report: Report) -> None:
     names = args.variants.split(",") if args.variants else [v.name for v in VARIANTS]
     wanted = [v for v in VARIANTS if v.name in names and (v.coop is False or coop or args.emulate)]
-    lanes = (device.profile.subgroup_min_size, int(device.adapter.info.get("subgroup_max_size",
-             device.adapter.info.get("stackgroup_max_size", 0)) or 0))  # fmt: skip
+    lanes = subgroup_lanes(device)
+    report.save(subgroup_lanes=list(lanes))
     for size in args.sizes:
         a16, b16 = inputs(size)
         ref, scale = reference(a16, b16)
@@ -220,6 +220,32 @@ def run_ours(device: Device, args, coop: bool, report: Report) -> None:
             report.save()
             print(json.dumps(row), flush=True)
         device.release(a, b)
+
+
+SUBGROUP_PROBE = """
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(subgroup_size) lanes: u32) { out[lid] = lanes; }
+"""
+
+
+def subgroup_lanes(device: Device) -> tuple[int, int]:
+    """(least, most) subgroup size a 256-thread workgroup actually ran with: the adapter
+    reports a range (the H200's Vulkan adapter says 4..128, so every cooperative variant was
+    skipped on 2026-12-02), NVIDIA runs 32. The adapter's range where the probe can't run."""
+    try:
+        pipeline = device.pipeline(SUBGROUP_PROBE, "main", label="subgroup-probe")
+        out = device.empty(256 * 4)
+        try:
+            device.dispatch_many([(pipeline, device.bind(pipeline, [out]), (1, 1, 1))])
+            seen = device.read(out, np.uint32, 256)
+        finally:
+            device.release(out)
+        return int(seen.min()), int(seen.max())
+    except Exception:  # noqa: BLE001 - no subgroup builtin here: fall back on what the adapter says
+        info = device.adapter.info
+        most = info.get("subgroup_max_size", info.get("stackgroup_max_size", 0))
+        return device.profile.subgroup_min_size, int(most or 0)
 
 
 def _one(device: Device, v, size: int, a, b, data, lanes, args, report: Report) -> dict:
