@@ -123,7 +123,7 @@ case "${PART:-1}" in
   19) step 60 python3 benchmarks/sweep_vs_bench.py --db "sqlite:///$PWD/${CALLS_DB:-.h200/s11p.db}" --embd 96,192,768 --out "$W/svb"
       cp "$W"/svb/sweep-vs-bench.json "$OUT"/ 2>/dev/null ;;  # session 11: which state the sweep's slow fused column is
   20) LABEL=h200-s12b stability 420; coop 130 ;;  # session 12: the competitive re-check (issue 21), the f16 cooperative-matrix GEMM (issue 17)
-  18) recurrent 150 200; svb 60 150 ;;  # session 11: prefetch=1 tuned and benched; sweep vs bench, same winners
+  18) recurrent 150 200; svb 60 240 ;;  # session 11: prefetch=1 tuned and benched; sweep vs bench, same winners
   15) clock 40; overheads 60; overheads_small 30; ablate 160; recurrent 150 110 ;;  # session 10's unrolled kernels
   *) sweep 150; CONFIGS=${CONFIGS:-288} tp 200 1,2; overhead 60; variants 90 ;;
 esac

@@ -8,13 +8,8 @@ from farm import catalog
 from farm.catalog.recurrent import reference_recurrent, sweep_decay
 from farm.oracle import compare as oracle
 from farm.oracle.launch import run
-from farm.recurrent.paths import (
-    BaselinePlan,
-    baseline_recurrent,
-    fused_recurrent,
-    stepwise_consistency,
-    strict_summary,
-)
+from farm.recurrent.paths import BaselinePlan, baseline_recurrent, fused_recurrent
+from farm.recurrent.stepwise import stepwise_consistency, strict_summary
 from farm.schedule import InvalidSchedule, Schedule, Status
 
 SPEC = catalog.get("recurrent")
@@ -192,7 +187,7 @@ def test_strict_pass_on_small_case(device):
 
 
 def test_strict_summary_fails_when_one_step_exceeds_a_threshold():
-    from farm.recurrent.paths import StepMetrics
+    from farm.recurrent.stepwise import StepMetrics
     from farm.trial import ErrorMetrics
 
     ok = ErrorMetrics(1e-6, 1e-7, 1e-7, 1e-6)

@@ -11,7 +11,8 @@ from farm.catalog.recurrent_chunked import chunked_schedules, states_bytes
 from farm.oracle import compare as oracle
 from farm.oracle.launch import run
 from farm.recurrent.cases import long_cases
-from farm.recurrent.paths import fused_recurrent, stepwise_consistency, strict_summary
+from farm.recurrent.paths import fused_recurrent
+from farm.recurrent.stepwise import stepwise_consistency, strict_summary
 from farm.schedule import InvalidSchedule, Schedule, Status
 
 SPEC = catalog.get("recurrent")

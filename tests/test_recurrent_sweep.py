@@ -9,7 +9,15 @@ import pytest
 from farm import catalog
 from farm.cli.main import build_parser, main
 from farm.recurrent.report import STEPS_HEADER, SUMMARY_HEADER, rust_exp
-from farm.recurrent.sweep import SweepCase, SweepConfig, default_cases, run_case, run_sweep, sweep_config_from_args
+from farm.recurrent.sweep import (
+    SweepCase,
+    SweepConfig,
+    baseline_counts,
+    default_cases,
+    run_case,
+    run_sweep,
+    sweep_config_from_args,
+)
 
 # The reference sweep's summary header with raw_wgsl_* -> fused_* and core_* -> runtime_*.
 REFERENCE_HEADER = (
@@ -123,9 +131,18 @@ def test_run_case_refuses_cpu_adapter_without_allow_cpu(device):
 def test_small_sweep_writes_artifacts_that_parse_back(tmp_path, farm_home, capsys):
     config = SweepConfig(allow_cpu=True, output_dir=str(tmp_path), warmup=1, repetitions=2, cases=SMALL)
     report = run_sweep(config, fan_out=False)
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     markdown = (tmp_path / "recurrent_scaling.md").read_text()
     assert markdown in printed
+    # Each case's row on stderr as it lands (a run cut off shows what finished), and its phases.
+    progress = [line for line in captured.err.splitlines() if line.startswith("[")]
+    assert [line.split(" | ")[:2] for line in progress] == [["[1/2]", "small"], ["[2/2]", "small_vh"]]
+    assert all(" seconds: inputs " in line and ", stepwise " in line for line in progress)
+    assert "sweep: small (B1 H2 VH1 T5 L8 E12) started" in captured.err
+    phases = report["cases"][0]["phase_s"]
+    assert list(phases) == ["inputs", "baseline", "fused", "runtime", "stepwise"] and min(phases.values()) >= 0
+    assert report["cases"][0]["fused_clock"] is None  # lavapipe: no clock canary (on a GPU: canary / its best)
     assert "strict_consistency_pass_cases: 2/2" in markdown
     assert "| small_vh | 36 |" in markdown
 
@@ -198,12 +215,13 @@ def test_a_case_times_the_runtime_both_ways_and_steps_it_on_the_device(device, f
     assert record["runtime_ms"] > 0 and record["runtime_device_ms"] > 0
     assert record["step_consistency"]["strict_pass"]
     assert len(record["step_metrics"]) == SMALL[1].time
+    assert (record["baseline_warmup"], record["baseline_repetitions"]) == (1, 2)  # under the budget: the sweep's
     assert record["memory_after_bytes"]["in_use"] == record["memory_before_bytes"]["in_use"]  # rt closed
 
 
 def test_stepwise_consistency_through_the_runtime_matches_the_direct_fused_steps(device, tmp_path):
     from farm import ForgeRuntime
-    from farm.recurrent.paths import stepwise_consistency
+    from farm.recurrent.stepwise import stepwise_consistency
     from farm.recurrent.sweep import case_inputs
 
     inputs = case_inputs(SMALL[1], 7)
@@ -213,3 +231,13 @@ def test_stepwise_consistency_through_the_runtime_matches_the_direct_fused_steps
     chained = stepwise_consistency(device, schedule, **inputs, runtime=rt)
     assert [s.as_dict() for s in chained] == [s.as_dict() for s in direct]  # same kernel, same numbers
     rt.close()
+
+
+def test_only_the_longest_baselines_are_held_to_the_dispatch_budget():
+    """A rep of the op-by-op baseline is T·8 dispatches, each encoded by the host: T=4096's 7
+    reps and 2 warm-ups took 86 of its 148 s on the H200. Up to T=1024 nothing changes."""
+    assert baseline_counts(8 * 64, 2, 7) == (2, 7)
+    assert baseline_counts(8 * 1024, 2, 7) == (2, 7)  # 57,344 timed dispatches
+    assert baseline_counts(8 * 4096, 2, 7) == (1, 3)
+    assert baseline_counts(8 * 2048, 2, 7) == (1, 4)
+    assert baseline_counts(8 * 16384, 2, 2) == (1, 2)  # never more reps than asked for

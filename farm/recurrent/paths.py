@@ -3,8 +3,9 @@ a tensor framework would run, like-for-like timing, and stepwise consistency.
 
 Both paths take numpy inputs (query [B,H,T,L], value [B,VH,T,E], optional rho
 [B,H,L,E] and decay [H]) and return numpy (context [B,H,T,E], rho [B,H,L,E]).
-The math and the float64 reference live in `farm.catalog.recurrent`; the scaling sweep
-that times these paths against each other (`farm sweep recurrent`) lives in `farm.recurrent.sweep`.
+The math and the float64 reference live in `farm.catalog.recurrent`; stepwise consistency
+(`stepwise_consistency`, `strict_summary`) in `farm.recurrent.stepwise`; the scaling sweep
+that times these paths against each other (`farm sweep recurrent`) in `farm.recurrent.sweep`.
 """
 
 from __future__ import annotations
@@ -15,27 +16,25 @@ import numpy as np
 
 from farm import catalog
 from farm.catalog.recurrent import check_shapes, reference_recurrent, sections, sweep_decay
-from farm.gpu import Buffer, Device, Pipeline, Timing
-from farm.oracle.compare import error_metrics
+from farm.gpu import Buffer, Device, GpuError, Pipeline, Timing, fold_groups
 from farm.oracle.launch import Prepared, prepare
 from farm.schedule import Problem, Schedule
-from farm.trial import ErrorMetrics
 
 __all__ = [
     "BaselinePlan",
-    "StepMetrics",
-    "strict_summary",
     "baseline_recurrent",
+    "fresh_encoders",
     "fused_recurrent",
     "prepare_fused",
     "reference_recurrent",
     "recurrent_problem",
-    "stepwise_consistency",
     "sweep_decay",
 ]
 
 OPS_FILE = "recurrent_ops.wgsl"
 OPS_WORKGROUP = 256
+FRESH_ENCODERS = 16  # encoders `fresh_encoders` takes out of wgpu's reuse pool
+BIG_SUBMISSION = 1024  # passes from which BaselinePlan.run leaves fresh encoders behind it
 
 
 def recurrent_problem(query: np.ndarray, value: np.ndarray, rho=None, decay=None) -> Problem:
@@ -72,6 +71,20 @@ def fused_calls(device: Device, prepared: Prepared) -> list:
     return prepared.calls()
 
 
+def fresh_encoders(device: Device, count: int = FRESH_ENCODERS) -> None:
+    """Retire the command encoders wgpu would reuse next, after a huge submission.
+
+    wgpu-core keeps the encoders of finished submissions for reuse, last in first out, and
+    one that recorded a huge command buffer stays slow to reuse: after the op-by-op
+    baseline's timing (T·8 passes a rep, every rep in one submission) each later small
+    submission paid for it, on the H200 1.3 ms against 0.3-0.4 (after 32,768 passes; more
+    after the T=4096 timing's 229,376), on lavapipe 12 against 0.6 ms. `count` encoders held
+    at once, finished and dropped unsubmitted, take the reusable ones out (16 cured both,
+    also with 50 encoders in the pool)."""
+    unsubmitted = [device.device.create_command_encoder().finish() for _ in range(count)]  # held all at once
+    del unsubmitted
+
+
 # -- baseline --------------------------------------------------------------------------
 def _ops_pipeline(device: Device, op: str) -> Pipeline:
     parts = sections(OPS_FILE)
@@ -88,6 +101,15 @@ def _contiguous(shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
 
 def _groups(count: int) -> int:
     return -(-count // OPS_WORKGROUP)
+
+
+@dataclass(frozen=True)
+class _Params:
+    """One op's parameters: `size` bytes at `offset` in the plan's uniform buffer."""
+
+    buffer: Buffer
+    offset: int
+    size: int
 
 
 @dataclass
@@ -126,14 +148,26 @@ class BaselinePlan:
         self.scratch.append(buf)
         return buf
 
-    def _uniform(self, words: list[int]) -> Buffer:
-        buf = self.device.upload(np.array(words, np.uint32), "uniform")
-        self.uniforms.append(buf)
-        return buf
+    def _uniform(self, words: list[int]) -> _Params:
+        row = self._rows
+        self._params[row, : len(words)] = words
+        self._rows += 1
+        return _Params(self.uniforms[0], row * 4 * self._params.shape[1], max(16, 4 * len(words)))
 
-    def _call(self, op: str, buffers: list[Buffer], count: int) -> None:
+    def _call(self, op: str, buffers: list, count: int) -> None:
         pipeline = _ops_pipeline(self.device, op)
-        self.calls.append((pipeline, self.device.bind(pipeline, buffers), _groups(count)))
+        entries = [
+            {"binding": i, "resource": {"buffer": buf.buffer.handle, "offset": buf.offset, "size": buf.size}}
+            if isinstance(buf, _Params)
+            else {"binding": i, "resource": {"buffer": buf.handle, "offset": 0, "size": buf.nbytes}}
+            for i, buf in enumerate(buffers)
+        ]
+        try:
+            layout = pipeline.handle.get_bind_group_layout(0)
+            bind_group = self.device.device.create_bind_group(layout=layout, entries=entries)
+        except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step, as Device.bind does
+            raise GpuError("bind", str(exc), pipeline.label) from exc
+        self.calls.append((pipeline, bind_group, _groups(count)))
 
     def _copy(self, src: Buffer, dst: Buffer, shape, a_strides, a_off: int, out_strides, out_off: int) -> None:
         count = int(np.prod(shape))
@@ -152,6 +186,14 @@ class BaselinePlan:
         prod, outer, summed = (self._buffer(b * h * l_dim * e) for _ in range(3))
         states = [self._buffer(b * h * l_dim * e) for _ in range(2)]
         self.context = self._buffer(b * h * t * e)
+        # Every op's parameters in one uniform buffer, each at its own aligned offset. With a
+        # buffer per op (28k at T=4096) wgpu-core's finish() cost grew with T, per pass (lavapipe:
+        # 6-7 us at T=256, 11 at 1024, 44-57 at 4096; one buffer: 4-5 at 4096): a timing encodes
+        # T·8 passes per rep. The dispatches, and the bytes they read, are the same.
+        align = max(64, int(self.device.device.limits.get("min-uniform-buffer-offset-alignment", 256)))
+        self._params = np.zeros((1 + t * (7 if has_decay else 6), align // 4), np.uint32)
+        self._rows = 0
+        self.uniforms.append(self.device.empty(self._params.nbytes, "uniform"))
         full = (b, h, l_dim, e)
         sum_params = self._uniform([b * h, l_dim, e, b * h * e])
         state = rho
@@ -177,14 +219,25 @@ class BaselinePlan:
                 self._binary("mul", summed, self.inputs[3], nxt, full, _contiguous(full), (0, 1, 0, 0))
             state = nxt
         self.final_rho = state
+        self.device.write(self.uniforms[0], self._params[: self._rows])
+        self._params = None  # the host copy (7 MB at T=4096) is not needed after the upload
 
     def run(self) -> None:
         self.device.dispatch_many(self.calls)
+        if len(self.calls) >= BIG_SUBMISSION:
+            fresh_encoders(self.device)
+
+    def passes(self) -> list:
+        """The plan's dispatches as (pipeline handle, bind group, folded grid), for an encoder
+        of the caller's own (`farm.runtime.calls.encode_passes`): stepwise consistency records
+        many steps of a T=1 plan, with copies between them, into one submission."""
+        return [(pipeline.handle, bind_group, fold_groups(groups)) for pipeline, bind_group, groups in self.calls]
 
     def load(self, query, value, rho) -> None:
-        """New inputs of the plan's own shapes into its buffers (decay stays): stepwise
-        consistency reuses one T=1 plan for every step rather than building T of them
-        (each a dozen buffers and bind groups made and freed: minutes at T=4096)."""
+        """New inputs of the plan's own shapes into its buffers (decay stays), from the host:
+        one T=1 plan serves every step rather than T plans (each a dozen buffers and bind
+        groups made and freed: minutes at T=4096). Stepwise consistency copies its steps in
+        on the device instead (farm.recurrent.stepwise)."""
         b, h, vh, t, l_dim, e = self.dims
         for buffer, array, shape in zip(
             self.inputs, (query, value, rho), ((b, h, t, l_dim), (b, vh, t, e), (b, h, l_dim, e)), strict=False
@@ -200,7 +253,10 @@ class BaselinePlan:
         return context, rho
 
     def time(self, warmup: int, reps: int) -> Timing:
-        return self.device.time_calls(self.calls, warmup, reps)
+        """`Device.time_calls` of the plan's passes, leaving fresh encoders behind it."""
+        timing = self.device.time_calls(self.calls, warmup, reps)
+        fresh_encoders(self.device)
+        return timing
 
     def release(self) -> None:
         self.device.release(*self.inputs, *self.scratch, *self.uniforms)
@@ -218,71 +274,3 @@ def baseline_recurrent(device: Device, query, value, rho=None, decay=None) -> tu
     with BaselinePlan.build(device, query, value, rho, decay) as plan:
         plan.run()
         return plan.outputs()
-
-
-# -- stepwise consistency ----------------------------------------------------------------
-@dataclass(frozen=True)
-class StepMetrics:
-    step: int
-    context: ErrorMetrics
-    rho: ErrorMetrics
-
-    def as_dict(self) -> dict:
-        out: dict = {"step": self.step}
-        for name, metrics in (("context", self.context), ("rho", self.rho)):
-            out |= {f"{name}_{k}": v for k, v in metrics.as_dict().items()}
-        return out
-
-
-STRICT_THRESHOLDS = {"context_max_abs": 1e-3, "context_rmse_max": 2e-4, "rho_max_abs": 1e-3, "rho_rmse_max": 2e-4}
-
-
-def strict_summary(steps: list[StepMetrics]) -> dict:
-    """Maxima over steps and the strict verdict (every maximum within STRICT_THRESHOLDS)."""
-    summary = {
-        "context_max_abs": max((s.context.max_abs for s in steps), default=0.0),
-        "context_rmse_max": max((s.context.rmse for s in steps), default=0.0),
-        "rho_max_abs": max((s.rho.max_abs for s in steps), default=0.0),
-        "rho_rmse_max": max((s.rho.rmse for s in steps), default=0.0),
-    }
-    summary["strict_pass"] = all(summary[k] <= limit for k, limit in STRICT_THRESHOLDS.items())
-    return summary
-
-
-def stepwise_consistency(
-    device: Device, schedule: Schedule, query, value, rho=None, decay=None, runtime=None
-) -> list[StepMetrics]:
-    """Run both paths one step at a time, each carrying its own state, and compare the
-    fused step's context and state with the baseline's at every step. With `runtime` (a
-    ForgeRuntime on `device`) the fused steps are a DeviceArray chain through it: the state
-    stays on the GPU from step to step (it is read back only to be compared)."""
-    _, h, _, t, l_dim, e = check_shapes(query, value, rho, decay)
-    start = np.zeros((query.shape[0], h, l_dim, e), np.float32) if rho is None else rho
-    base_state, fused_state, shared = start, start, {}
-    if runtime is not None:
-        fused_state = runtime.asarray(np.ascontiguousarray(start))
-        shared = {} if decay is None else {"decay": runtime.asarray(decay)}
-    steps = []
-    baseline = BaselinePlan.build(device, query[:, :, :1], value[:, :, :1], start, decay)  # one plan, every step
-    try:
-        for step in range(t):
-            q_t, v_t = query[:, :, step : step + 1], value[:, :, step : step + 1]
-            baseline.load(q_t, v_t, base_state)
-            baseline.run()
-            base_ctx, base_state = baseline.outputs()
-            ctx, state, fused_state = _fused_step(device, schedule, q_t, v_t, fused_state, decay, runtime, shared)
-            steps.append(StepMetrics(step, error_metrics(ctx, base_ctx), error_metrics(state, base_state)))
-    finally:
-        baseline.release()
-    return steps
-
-
-def _fused_step(device, schedule, q_t, v_t, fused_state, decay, runtime, shared):
-    """One fused step from `fused_state`: (its context, its state, as numpy; the state to
-    carry: numpy, or a DeviceArray through `runtime`)."""
-    if runtime is None:
-        ctx, state = fused_recurrent(device, schedule, q_t, v_t, fused_state, decay)
-        return ctx, state, state
-    inputs = {"query": np.ascontiguousarray(q_t), "value": np.ascontiguousarray(v_t), "rho": fused_state}
-    out = runtime.run("recurrent", recurrent_problem(q_t, v_t).as_dict(), inputs | shared, schedule=schedule)
-    return out["context"].numpy(), out["rho"].numpy(), out["rho"]

@@ -72,16 +72,7 @@ def format_markdown(report: dict) -> str:
         "step_ctx_max_abs | step_rho_max_abs | strict_pass | reps | gpu_util_pct | runtime_mode |",
         "| :-- | --: | --: | --: | --: | --: | --: | --: | --: | :--: | --: | --: | :-- |",
     ]
-    for c in cases:
-        util = c["sampled_gpu_utilization_pct"]
-        step = c["step_consistency"]
-        lines.append(
-            f"| {c['case']['name']} | {c['case']['embd']} | {c['baseline_ms']:.3f} | {c['fused_ms']:.3f} | "
-            f"{_fixed(c['runtime_ms'], 3) or 'n/a'} | {_fixed(c['fused_speedup_x'], 2) or 'n/a'} | "
-            f"{_fixed(c['runtime_speedup_x'], 2) or 'n/a'} | {rust_exp(step['context_max_abs'], 2)} | "
-            f"{rust_exp(step['rho_max_abs'], 2)} | {'pass' if step['strict_pass'] else 'fail'} | "
-            f"{c['repetitions']} | {'n/a' if util is None else f'{util:.1f}'} | {c['runtime_mode']} |"
-        )
+    lines += [case_row(c) for c in cases]
     before, after = report["memory_before_bytes"], report["memory_after_bytes"]
     device_ms = [f"{c['case']['name']}={_fixed(c.get('runtime_device_ms'), 3) or 'n/a'}" for c in cases]
     lines += [
@@ -91,6 +82,26 @@ def format_markdown(report: dict) -> str:
         f"memory_after_bytes: reserved={after['reserved']} in_use={after['in_use']}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def case_row(c: dict) -> str:
+    """One case's row of the Markdown table."""
+    util = c["sampled_gpu_utilization_pct"]
+    step = c["step_consistency"]
+    return (
+        f"| {c['case']['name']} | {c['case']['embd']} | {c['baseline_ms']:.3f} | {c['fused_ms']:.3f} | "
+        f"{_fixed(c['runtime_ms'], 3) or 'n/a'} | {_fixed(c['fused_speedup_x'], 2) or 'n/a'} | "
+        f"{_fixed(c['runtime_speedup_x'], 2) or 'n/a'} | {rust_exp(step['context_max_abs'], 2)} | "
+        f"{rust_exp(step['rho_max_abs'], 2)} | {'pass' if step['strict_pass'] else 'fail'} | "
+        f"{c['repetitions']} | {'n/a' if util is None else f'{util:.1f}'} | {c['runtime_mode']} |"
+    )
+
+
+def progress_line(done: int, total: int, c: dict) -> str:
+    """What the sweep prints (stderr) as each case lands: its row, then where its seconds went."""
+    phases = c.get("phase_s") or {}
+    spent = ", ".join(f"{name} {seconds:.2f}" for name, seconds in phases.items())
+    return f"[{done}/{total}] {case_row(c)} seconds: {spent}, total {sum(phases.values()):.2f}"
 
 
 def format_summary_csv(report: dict) -> str:

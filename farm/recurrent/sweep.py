@@ -9,6 +9,7 @@ unit farm.tuning.pool fans out; `run_sweep(config)` drives the whole sweep.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -16,24 +17,19 @@ import numpy as np
 from farm import catalog
 from farm.catalog.recurrent import sweep_decay
 from farm.gpu import Device, nvidia, refuse_cpu
+from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle.compare import error_metrics
 from farm.recurrent.cases import SweepCase, SweepConfig, default_cases, long_cases, merge_cases
-from farm.recurrent.paths import (
-    STRICT_THRESHOLDS,
-    BaselinePlan,
-    fused_calls,
-    prepare_fused,
-    recurrent_problem,
-    stepwise_consistency,
-    strict_summary,
-)
-from farm.recurrent.report import format_markdown, record_report, write_artifacts
+from farm.recurrent.paths import BaselinePlan, fused_calls, prepare_fused, recurrent_problem
+from farm.recurrent.report import format_markdown, progress_line, record_report, write_artifacts
+from farm.recurrent.stepwise import STRICT_THRESHOLDS, stepwise_consistency, strict_summary
 from farm.runtime.forge import ForgeRuntime
 from farm.schedule import Schedule
 
 __all__ = [
     "SweepCase",
     "SweepConfig",
+    "baseline_counts",
     "build_report",
     "default_cases",
     "merge_cases",
@@ -44,8 +40,14 @@ __all__ = [
 
 BENCHMARK = "farm recurrent scaling sweep"
 CASE_TIMEOUT_S = 600.0
-FUSED_WARM_S = 0.5  # seconds of fused dispatches before the fused path is timed
-FUSED_WARM_MAX_S = 2.0  # ... and on while the clock canary reads slow, up to this
+# Seconds of fused dispatches before the fused path is timed, and on while the clock canary
+# reads slow up to the max: the same as `farm bench`'s rows, so that the two agree
+FUSED_WARM_S, FUSED_WARM_MAX_S = REPORT_WARM_S, REPORT_WARM_MAX_S
+# The op-by-op baseline's timed dispatches, at most (while >= MIN_BASELINE_REPS reps): a rep is
+# T·8 dispatches (T=4096: 32,768, 0.35 s of H200 time), each encoded by the host (~0.1 ms each
+# on the H200: 86 of the T=4096 case's 148 s went to its 7 reps, 2 warm-ups and warm-up rounds).
+BASELINE_DISPATCHES = 1 << 16
+MIN_BASELINE_REPS = 3
 
 
 def case_inputs(case: SweepCase, seed: int) -> dict[str, np.ndarray]:
@@ -64,10 +66,28 @@ def _repetitions(case: SweepCase, config: SweepConfig, util: float | None) -> in
     return config.extra_repetitions if heavy and config.extra_repetitions > 0 else 0
 
 
-def _time_paths(device: Device, schedule: Schedule, inputs: dict, warmup: int, reps: int) -> dict:
+def baseline_counts(dispatches: int, warmup: int, reps: int) -> tuple[int, int]:
+    """(warm-up, reps) for an op-by-op baseline of `dispatches` a rep: the sweep's, unless its
+    reps would time more than BASELINE_DISPATCHES; then one warm-up submission (the time-based
+    warm-up rounds still run) and as many reps as fit, at least MIN_BASELINE_REPS. Only the
+    T=4096 case is held to it (3 reps of 32,768 dispatches, where T=1024's 7 are 57,344)."""
+    if dispatches * reps <= BASELINE_DISPATCHES:
+        return warmup, reps
+    return 1, min(reps, max(MIN_BASELINE_REPS, BASELINE_DISPATCHES // dispatches))
+
+
+def _time_paths(
+    device: Device, schedule: Schedule, inputs: dict, warmup: int, reps: int, phases: dict | None = None
+) -> dict:
+    """The baseline and the fused kernel timed and compared; `phases` gets the host seconds of each."""
+    phases = {} if phases is None else phases
+    start = time.perf_counter()
     with BaselinePlan.build(device, **inputs) as plan:
-        baseline = plan.time(warmup, reps)
+        base_warmup, base_reps = baseline_counts(len(plan.calls), warmup, reps)
+        baseline = plan.time(base_warmup, base_reps)
         base_ctx, base_rho = plan.outputs()
+    phases["baseline"] = time.perf_counter() - start
+    start = time.perf_counter()
     with prepare_fused(device, schedule, **inputs) as prepared:
         # The baseline just before is host-bound (hundreds of tiny dispatches): the GPU ran
         # at low clocks for a "long, recent" timing, so the warm-up rules skipped their
@@ -76,11 +96,15 @@ def _time_paths(device: Device, schedule: Schedule, inputs: dict, warmup: int, r
         # while the clock canary reads slow (up to FUSED_WARM_MAX_S).
         warm_s = device.warm_until_clocks(fused_calls(device, prepared), FUSED_WARM_S, FUSED_WARM_MAX_S)
         fused = device.time_calls(fused_calls(device, prepared), warmup, reps)
+        clock = device.clock_ratio()  # the canary right after, as farm bench's clock column
         out = prepared.outputs()
+    phases["fused"] = time.perf_counter() - start
     return {
         "baseline": baseline,
+        "baseline_counts": (base_warmup, base_reps),
         "fused": fused,
         "fused_warm_s": warm_s,
+        "fused_clock": clock,
         "full_context_error": error_metrics(out["context"], base_ctx),
         "final_rho_error": error_metrics(out["rho"], base_rho),
     }
@@ -118,8 +142,12 @@ def run_case(device: Device, case: SweepCase, config: SweepConfig) -> dict:
     """One sweep case on `device` (pure w.r.t. the device: everything it allocates is
     released). Returns the case's JSON record (the reference layout plus our extras)."""
     refuse_cpu(device.profile, config.allow_cpu, "run the recurrent sweep")
+    print(f"sweep: {case.name} (B{case.batch} H{case.heads} VH{case.value_heads} T{case.time} "
+          f"L{case.latent} E{case.embd}) started", file=sys.stderr, flush=True)  # fmt: skip
     memory_before = dict(device.memory())
+    start = time.perf_counter()
     inputs = case_inputs(case, config.seed)
+    phases = {"inputs": time.perf_counter() - start}
     problem = recurrent_problem(inputs["query"], inputs["value"], inputs["rho"], inputs["decay"])
     # The fused path uses the runtime's schedule (tuned winner for this topology, else the
     # nearest tuned problem, else the default), so the fused and runtime columns agree.
@@ -129,9 +157,13 @@ def run_case(device: Device, case: SweepCase, config: SweepConfig) -> dict:
     util = nvidia.gpu_utilization()
     extra = _repetitions(case, config, util)
     reps = config.repetitions + extra
-    timed = _time_paths(device, schedule, inputs, config.warmup, reps)
+    timed = _time_paths(device, schedule, inputs, config.warmup, reps, phases)
+    start = time.perf_counter()
     runtime_ms, runtime_device_ms, runtime_mode = _time_runtime(rt, inputs, config.warmup, reps)
+    phases["runtime"] = time.perf_counter() - start
+    start = time.perf_counter()
     steps = stepwise_consistency(device, schedule, **inputs, runtime=rt)
+    phases["stepwise"] = time.perf_counter() - start
     rt.close()
     baseline_ms, fused_ms = timed["baseline"].median_ns / 1e6, timed["fused"].median_ns / 1e6
     return {
@@ -139,6 +171,8 @@ def run_case(device: Device, case: SweepCase, config: SweepConfig) -> dict:
         "warmup": config.warmup,
         "repetitions": reps,
         "extra_repetitions_applied": extra,
+        "baseline_warmup": timed["baseline_counts"][0],  # the sweep's, but see baseline_counts
+        "baseline_repetitions": timed["baseline_counts"][1],
         "sampled_gpu_utilization_pct": util,
         "baseline_ms": baseline_ms,
         "fused_ms": fused_ms,
@@ -155,6 +189,8 @@ def run_case(device: Device, case: SweepCase, config: SweepConfig) -> dict:
         "schedule_source": source,
         "timing_method": timed["fused"].method,
         "fused_warm_s": timed["fused_warm_s"],  # the GPU kept busy before the fused timing
+        "fused_clock": timed["fused_clock"],  # the clock canary after it / its best (None: no canary)
+        "phase_s": phases,  # host seconds: inputs, baseline (built, timed), fused, runtime, stepwise
         "topology_hash": device.profile.topology_hash(),
         "topology_profile": device.profile.to_dict(),
         "memory_before_bytes": memory_before,
@@ -184,8 +220,8 @@ def _fan_out(config: SweepConfig) -> tuple[list[dict], str, dict, dict] | None:
     # One case in flight per worker: two cases sharing a GPU would skew each other's timings.
     with WorkerPool(allow_cpu=config.allow_cpu, trial_timeout_s=CASE_TIMEOUT_S, max_in_flight=1) as pool:
         adapter = "; ".join(sorted({p.summary for p in pool.profiles().values()}))
-        print(f"adapter: {adapter}")
-        results = list(pool.map(_run_case_item, [(case, config) for case in config.cases]))
+        print(f"adapter: {adapter}", flush=True)
+        results = _landed(pool.map(_run_case_item, [(case, config) for case in config.cases]), len(config.cases))
     order = {c.name: i for i, c in enumerate(config.cases)}
     results.sort(key=lambda r: order[r["case"]["name"]])
     before = results[0]["memory_before_bytes"] if results else {"reserved": 0, "in_use": 0}
@@ -196,10 +232,20 @@ def _fan_out(config: SweepConfig) -> tuple[list[dict], str, dict, dict] | None:
 def _run_local(config: SweepConfig) -> tuple[list[dict], str, dict, dict]:
     device = Device()
     adapter = adapter_line(device)
-    print(f"adapter: {adapter}")
+    print(f"adapter: {adapter}", flush=True)
     before = dict(device.memory())
-    results = [run_case(device, case, config) for case in config.cases]
+    results = _landed((run_case(device, case, config) for case in config.cases), len(config.cases))
     return results, adapter, before, dict(device.memory())
+
+
+def _landed(records, total: int) -> list[dict]:
+    """The records, each one's row printed (stderr) as it lands: a run cut off still shows
+    the cases that finished and where their seconds went."""
+    results = []
+    for record in records:
+        results.append(record)
+        print(progress_line(len(results), total, record), file=sys.stderr, flush=True)
+    return results
 
 
 def run_sweep(config: SweepConfig, fan_out: bool = True) -> dict:

@@ -1,0 +1,113 @@
+"""Stepwise consistency recorded a chunk of steps per submission (farm.recurrent.stepwise):
+the same numbers as stepping both paths from the host one step at a time, a read per chunk
+and side rather than per step, and the baseline plan's parameters in one uniform buffer."""
+
+import numpy as np
+import pytest
+
+from farm import ForgeRuntime, catalog
+from farm.catalog.recurrent import sweep_decay
+from farm.gpu import PendingRead
+from farm.oracle.compare import error_metrics
+from farm.recurrent.paths import BaselinePlan, fresh_encoders, fused_recurrent
+from farm.recurrent.stepwise import (
+    CHUNK_BYTES,
+    MAX_CHUNK_STEPS,
+    StepMetrics,
+    chunk_steps,
+    stepwise_consistency,
+    strict_summary,
+)
+from farm.runtime.arrays import DeviceArray
+
+SPEC = catalog.get("recurrent")
+
+
+def _inputs(b=2, h=3, vh=3, t=7, l_dim=5, e=12, seed=11):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((b, h, t, l_dim), dtype=np.float32)
+    v = rng.standard_normal((b, vh, t, e), dtype=np.float32)
+    rho = (0.1 * rng.standard_normal((b, h, l_dim, e))).astype(np.float32)
+    return q, v, rho, sweep_decay(h)
+
+
+def _host_stepped(device, q, v, rho, decay):
+    """What stepwise consistency computed before the chunks: a T=1 plan loaded from the host
+    and a fused launch per step, each path's state carried through numpy."""
+    start = np.zeros((q.shape[0], q.shape[1], q.shape[3], v.shape[3]), np.float32) if rho is None else rho
+    base_state, fused_state, steps = start, start, []
+    with BaselinePlan.build(device, q[:, :, :1], v[:, :, :1], start, decay) as plan:
+        for step in range(q.shape[2]):
+            q_t, v_t = q[:, :, step : step + 1], v[:, :, step : step + 1]
+            plan.load(q_t, v_t, base_state)
+            plan.run()
+            base_ctx, base_state = plan.outputs()
+            ctx, fused_state = fused_recurrent(device, SPEC.default, q_t, v_t, fused_state, decay)
+            steps.append(StepMetrics(step, error_metrics(ctx, base_ctx), error_metrics(fused_state, base_state)))
+    return [s.as_dict() for s in steps]
+
+
+@pytest.mark.parametrize("with_rho", [True, False])
+def test_chunked_steps_equal_the_host_stepped_ones(device, tmp_path, with_rho):
+    q, v, rho, decay = _inputs()
+    rho = rho if with_rho else None
+    want = _host_stepped(device, q, v, rho, decay)
+    in_use = device.memory()["in_use"]
+    rt = ForgeRuntime(db=f"sqlite:///{tmp_path / 'absent.db'}", device=device)
+    for chunk in (None, 1, 3, 7):  # one chunk, a step each, a partial last chunk, exactly T
+        for runtime in (None, rt):
+            got = stepwise_consistency(device, SPEC.default, q, v, rho, decay, runtime=runtime, chunk=chunk)
+            assert [s.as_dict() for s in got] == want, (chunk, runtime)
+    rt.close()
+    assert device.memory()["in_use"] == in_use
+
+
+def test_the_chain_reads_once_per_chunk_and_side_not_per_step(device, tmp_path, monkeypatch):
+    q, v, rho, decay = _inputs(1, 2, 1, 12, 8, 16)
+    rt = ForgeRuntime(db=f"sqlite:///{tmp_path / 'absent.db'}", device=device)
+    maps, numpy_reads = [], []
+    real_map = PendingRead.map
+    monkeypatch.setattr(PendingRead, "map", lambda self: (maps.append(1), real_map(self))[1])
+    monkeypatch.setattr(DeviceArray, "numpy", lambda self, out=None: numpy_reads.append(1))
+    steps = stepwise_consistency(device, SPEC.default, q, v, rho, decay, runtime=rt, chunk=4)
+    rt.close()
+    assert [s.step for s in steps] == list(range(12))
+    assert len(maps) == 2 * 3  # 3 chunks, one read each for the baseline and the fused side
+    assert numpy_reads == []  # the state never leaves the GPU between steps
+    assert strict_summary(steps)["strict_pass"] is True
+
+
+def test_chunk_steps_hold_a_bounded_number_of_states():
+    long_e768 = 4 * 1 * 8 * 64 * 768  # B1 H8 L64 E768
+    long_b8 = 4 * 8 * 8 * 64 * 256  # B8 H8 L64 E256
+    assert chunk_steps(long_e768) == CHUNK_BYTES // long_e768 == 42
+    assert chunk_steps(long_b8) == 16
+    assert chunk_steps(4 * 2 * 8 * 12) == MAX_CHUNK_STEPS
+    assert chunk_steps(CHUNK_BYTES + 4) == 1
+
+
+def test_baseline_plan_parameters_share_one_uniform_buffer(device):
+    """A buffer per op (7 a step) made wgpu-core's per-pass cost grow with T; the plan now
+    holds one, whatever T, and computes the same as the float64 reference."""
+    from farm.catalog.recurrent import reference_recurrent
+
+    for t in (1, 9):
+        q, v, rho, decay = _inputs(t=t)
+        with BaselinePlan.build(device, q, v, rho, decay) as plan:
+            assert len(plan.uniforms) == 1 and len(plan.calls) == 8 * t
+            plan.run()
+            ctx, state = plan.outputs()
+        want_ctx, want_state = reference_recurrent(q, v, rho, decay)
+        np.testing.assert_allclose(ctx, want_ctx, atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(state, want_state, atol=1e-4, rtol=1e-4)
+
+
+def test_fresh_encoders_leave_the_device_usable(device):
+    q, v, rho, decay = _inputs(t=3)
+    with BaselinePlan.build(device, q, v, rho, decay) as plan:
+        plan.run()
+        first = plan.outputs()
+        fresh_encoders(device)
+        plan.run()
+        again = plan.outputs()
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
