@@ -124,7 +124,14 @@ def _mat(v: Variant, role: str) -> str:
     return f"coop_mat16x16<{v.acc if role == 'C' else 'f16'}, {role}>"
 
 
-def _plain(v: Variant, m: int, n: int, k: int) -> str:
+def _plain(v: Variant, m: int, n: int, k: int, column_major: bool = False) -> str:
+    """One 16x16 tile a workgroup, naga's example form: row-major loads (coopLoadT) of A's and
+    B's tiles, or (`column_major`, variant plain_cm) column-major reads of the row-major
+    buffers: B's (k0.., col0..) tile read with stride N is the 16(n) x 16(k) tile of B^T (the A
+    role), A's (row0.., k0..) tile with stride K the 16(k) x 16(m) tile of A^T (the B role);
+    their product, the C^T tile, stored column-major with stride N lands row-major in C."""
+    load, store = ("coopLoad", "coopStore") if column_major else ("coopLoadT", "coopStoreT")
+    first, second = ("b[ib], sb", "a[ia], sa") if column_major else ("a[ia], sa", "b[ib], sb")
     return _head(v, m, n, k) + f"""
 @compute @workgroup_size({SG})
 fn main(@builtin(workgroup_id) wid: vec3<u32>) {{
@@ -136,40 +143,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>) {{
     for (var k0 = 0u; k0 < K; k0 += 16u) {{
         let ia = row0 * K + k0;
         let ib = k0 * N + col0;
-        let ta = coopLoadT<{_mat(v, "A")}>(&a[ia], sa);
-        let tb = coopLoadT<{_mat(v, "B")}>(&b[ib], sb);
+        let ta = {load}<{_mat(v, "A")}>(&{first});
+        let tb = {load}<{_mat(v, "B")}>(&{second});
         acc = coopMultiplyAdd(ta, tb, acc);
     }}
     let ic = row0 * N + col0;
-    coopStoreT(acc, &c[ic], sb);
+    {store}(acc, &c[ic], sb);
 }}
 """
 
 
 def _plain_cm(v: Variant, m: int, n: int, k: int) -> str:
-    # column-major reads of row-major buffers: B's (k0.., col0..) tile read with stride N is the
-    # 16(n) x 16(k) tile of B^T (the A role), A's (row0.., k0..) tile with stride K the 16(k) x
-    # 16(m) tile of A^T (the B role); their product, the C^T tile, stored column-major with
-    # stride N lands row-major in C
-    return _head(v, m, n, k) + f"""
-@compute @workgroup_size({SG})
-fn main(@builtin(workgroup_id) wid: vec3<u32>) {{
-    let row0 = wid.y * 16u;
-    let col0 = wid.x * 16u;
-    let sa = K;
-    let sb = N;
-    var acc = {_mat(v, "C")}();
-    for (var k0 = 0u; k0 < K; k0 += 16u) {{
-        let ib = k0 * N + col0;
-        let ia = row0 * K + k0;
-        let bt = coopLoad<{_mat(v, "A")}>(&b[ib], sb);
-        let at = coopLoad<{_mat(v, "B")}>(&a[ia], sa);
-        acc = coopMultiplyAdd(bt, at, acc);
-    }}
-    let ic = row0 * N + col0;
-    coopStore(acc, &c[ic], sb);
-}}
-"""
+    return _plain(v, m, n, k, column_major=True)
 
 
 def _tiles(v: Variant) -> list[tuple[int, int]]:
