@@ -191,14 +191,23 @@ def open_device(args, adapter, report: Report) -> tuple[Device | None, bool]:
             env = {**os.environ, "WGPU_LIB_PATH": path, PATCH_ENV: json.dumps(info)}
             rc = subprocess.run([sys.executable, *sys.argv], env=env).returncode
             shutil.rmtree(Path(path).parent, ignore_errors=True)
-            done = json.loads(report.path.read_text()) if report.path.exists() else {}
+            try:
+                done = json.loads(report.path.read_text()) if report.path.exists() else {}
+            except json.JSONDecodeError:  # the child died mid-write
+                done = {}
             if done.get("status") in (None, "running") or rc != 0:
                 report.save(status="crashed", reason=f"the run on the patched library ended with status {rc} "
                             f"after {len(done.get('rows', []))} rows", patched_run=done)  # fmt: skip
                 print(f"the patched run ended with status {rc}; see {report.path}", flush=True)
             sys.exit(0)
     report.save(status="device-request-failed", reason=first)
-    return (None if HardwareProfile.from_adapter(adapter).is_cpu else Device()), False  # the control and cuBLAS
+    if HardwareProfile.from_adapter(adapter).is_cpu:
+        return None, False
+    try:
+        return Device(), False  # the control and cuBLAS
+    except GpuError as exc:
+        report.save(status="device-request-failed", reason=f"{first}; without the feature: {exc}")
+        return None, False
 
 
 def run_ours(device: Device, args, coop: bool, report: Report) -> None:

@@ -111,3 +111,15 @@ def test_fresh_encoders_leave_the_device_usable(device):
         plan.run()
         again = plan.outputs()
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_a_chunk_below_one_step_is_refused_and_one_past_t_is_cut_to_t(device):
+    from farm.recurrent.stepwise import stepwise_consistency
+
+    g = np.random.default_rng(3)
+    q = g.standard_normal((1, 2, 3, 4)).astype(np.float32)
+    v = g.standard_normal((1, 1, 3, 5)).astype(np.float32)
+    schedule = catalog.get("recurrent").default
+    with pytest.raises(ValueError, match="stepwise chunk must be >= 1 steps, got 0"):
+        stepwise_consistency(device, schedule, q, v, chunk=0)
+    assert [s.step for s in stepwise_consistency(device, schedule, q, v, chunk=256)] == [0, 1, 2]

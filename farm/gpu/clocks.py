@@ -47,7 +47,7 @@ class ClockCheck:
         )
         self.best_ns = float("inf")
         self.checks = 0
-        self.last_ratio = 1.0  # the last slow() reading against the best
+        self.last_ratio: float | None = 1.0  # the last slow() reading against the best (None: unread)
 
     def read_ns(self) -> float:
         """The canary's GPU time now (one submission and a read back)."""
@@ -65,6 +65,7 @@ class ClockCheck:
         best time on this device (which this reading may lower)."""
         ns = self.read_ns()
         if ns <= 0:
+            self.last_ratio = None  # no reading: nothing to compare a re-timing with
             return False
         self.best_ns = min(self.best_ns, ns)
         self.last_ratio = ns / self.best_ns

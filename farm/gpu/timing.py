@@ -191,12 +191,14 @@ class TimedDevice:
         if clock.slow():
             return self._retime(calls, reps, schedule)
         ratio = clock.last_ratio
-        if beat_ns is None or ratio <= RECHECK_TOLERANCE or float(np.median(samples)) / ratio >= beat_ns:
+        if beat_ns is None or ratio is None or ratio <= RECHECK_TOLERANCE:
+            return samples
+        if float(np.median(samples)) / ratio >= beat_ns:  # not competitive even at full clock
             return samples
         self.clock_rechecks += 1
         again = self._retime(calls, reps, schedule)
         clock.slow()  # the re-timing's own clock
-        return again if clock.last_ratio <= ratio else samples
+        return again if clock.last_ratio is not None and clock.last_ratio <= ratio else samples
 
     def _retime(self, calls: list, reps: int, schedule: Any) -> list[float]:
         """The reps again after CLOCK_WARM_S of the same passes back to back: the clock check

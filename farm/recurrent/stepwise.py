@@ -83,7 +83,9 @@ def stepwise_consistency(
     per submission (default: `chunk_steps` of the state's bytes)."""
     b, h, _, t, l_dim, e = check_shapes(query, value, rho, decay)
     start = np.zeros((b, h, l_dim, e), np.float32) if rho is None else np.ascontiguousarray(rho, np.float32)
-    chunk = chunk or chunk_steps(start.nbytes)
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"stepwise chunk must be >= 1 steps, got {chunk}")
+    chunk = min(chunk or chunk_steps(start.nbytes), max(t, 1))  # no buffers for steps past T
     fresh_encoders(device)  # the fused warm-up's batches before: up to 4096 passes a submission
     steps: list[StepMetrics] = []
     baseline = _BaselineSteps(device, query, value, start, decay, chunk)

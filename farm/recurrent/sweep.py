@@ -69,8 +69,9 @@ def _repetitions(case: SweepCase, config: SweepConfig, util: float | None) -> in
 def baseline_counts(dispatches: int, warmup: int, reps: int) -> tuple[int, int]:
     """(warm-up, reps) for an op-by-op baseline of `dispatches` a rep: the sweep's, unless its
     reps would time more than BASELINE_DISPATCHES; then one warm-up submission (the time-based
-    warm-up rounds still run) and as many reps as fit, at least MIN_BASELINE_REPS. Only the
-    T=4096 case is held to it (3 reps of 32,768 dispatches, where T=1024's 7 are 57,344)."""
+    warm-up rounds still run) and as many reps as fit, but at least MIN_BASELINE_REPS, which
+    may go past it: T=4096 times 3 reps of 32,768 dispatches (98,304) where it had 7; T=1024's
+    7 (57,344) fit, its 10 with the sweep's extra repetitions become 8."""
     if dispatches * reps <= BASELINE_DISPATCHES:
         return warmup, reps
     return 1, min(reps, max(MIN_BASELINE_REPS, BASELINE_DISPATCHES // dispatches))

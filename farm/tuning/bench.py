@@ -93,6 +93,7 @@ class TrialBench:
         self.stages = StageTimes()
         self.inputs = InputStore(device, self._gpu, self.stages)
         self._best: dict[tuple[str, str], float] = {}  # certified median per (kernel, problem): the re-check's bar
+        self._best_lock = threading.Lock()  # two batches' checks may drain at once
 
     # -- public API ----------------------------------------------------------------
     def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
@@ -324,7 +325,8 @@ class TrialBench:
     ) -> TrialResult:
         if status is Status.OK and timing is not None:
             problem = (key.kernel, key.problem.key())
-            self._best[problem] = min(self._best.get(problem, math.inf), timing.median_ns)
+            with self._best_lock:
+                self._best[problem] = min(self._best.get(problem, math.inf), timing.median_ns)
         return TrialResult(
             key=key,
             status=status,
