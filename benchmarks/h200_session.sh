@@ -42,6 +42,8 @@
 #   part 17: (same CALLS_DB) the recurrent sweep on those winners (fused column vs part 16)
 #   part 20: (one GPU) two fresh campaigns with the competitive re-check, then the f16
 #            cooperative-matrix GEMM against cuBLAS fp16 (benchmarks/coop_gemm.py)
+#   part 21: (one GPU; CALLS_DB=<part 16's a.db>) coop_gemm, the recurrent sweep on CALLS_DB's
+#            winners (against part 16's bench), then the sweep with --long
 #   part 18: (one GPU) recurrent tuned alone on a fresh database and benched (prefetch=1 in the
 #            space), then on the same winners sweep_vs_bench.py and the recurrent sweep
 # Results land flat in $OUT (the device tool brings back at most 8 files).
@@ -100,6 +102,9 @@ calls_tuned() { step "$1" python3 benchmarks/runtime_calls.py --db "sqlite:///$P
 stability() { step "$1" python3 benchmarks/stability.py --all --out "$W/stab" --label "${LABEL:-h200-s8}" --shader-cache "${SHADER_CACHE:-shared}"
               cp "$W"/stab/*-stability.json "$OUT"/ 2>/dev/null
               cp "$W"/stab/*-stability/a.db "$W"/stab/*-stability/b.db "$OUT"/ 2>/dev/null; }
+rlong()      { step "$1" python3 -m farm sweep recurrent --long --db "sqlite:///$PWD/${CALLS_DB:-.h200/s12a.db}" --output-dir "$W/long"
+               cp "$W"/long/recurrent_scaling.md "$OUT"/recurrent_scaling_long.md 2>/dev/null
+               cp "$W"/long/recurrent_scaling.json "$OUT"/recurrent_scaling_long.json 2>/dev/null; }
 coop()       { step "$1" python3 benchmarks/coop_gemm.py --out "$W/coop"
                cp "$W"/coop/*-coop-gemm.json "$OUT"/ 2>/dev/null; }
 nvidia-smi -L | tee -a "$LOG"
@@ -122,6 +127,7 @@ case "${PART:-1}" in
   17) rsweep 200 ;;  # session 11: the sweep's fused column next to part 16's bench, same winners
   19) step 60 python3 benchmarks/sweep_vs_bench.py --db "sqlite:///$PWD/${CALLS_DB:-.h200/s11p.db}" --embd 96,192,768 --out "$W/svb"
       cp "$W"/svb/sweep-vs-bench.json "$OUT"/ 2>/dev/null ;;  # session 11: which state the sweep's slow fused column is
+  21) coop 130; rsweep 150; rlong 240 ;;  # session 12's next: the cooperative fraction, the sweep (fresh encoders) vs part 16's bench on CALLS_DB, --long
   20) LABEL=h200-s12b stability 420; coop 130 ;;  # session 12: the competitive re-check (issue 21), the f16 cooperative-matrix GEMM (issue 17)
   18) recurrent 150 200; svb 60 240 ;;  # session 11: prefetch=1 tuned and benched; sweep vs bench, same winners
   15) clock 40; overheads 60; overheads_small 30; ablate 160; recurrent 150 110 ;;  # session 10's unrolled kernels
