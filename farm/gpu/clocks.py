@@ -47,7 +47,6 @@ class ClockCheck:
         )
         self.best_ns = float("inf")
         self.checks = 0
-        self.last_ratio: float | None = 1.0  # the last slow() reading against the best (None: unread)
 
     def read_ns(self) -> float:
         """The canary's GPU time now (one submission and a read back)."""
@@ -60,16 +59,19 @@ class ClockCheck:
         self.checks += 1
         return float(max(int(stamps[1]) - int(stamps[0]), 0))
 
-    def slow(self) -> bool:
-        """Whether the GPU runs below its clocks now: the canary over CLOCK_TOLERANCE x its
-        best time on this device (which this reading may lower)."""
+    def ratio(self) -> float | None:
+        """The canary now against its best time on this device (which this reading may lower):
+        1.0 at the clocks the device has shown; None when the canary could not be read."""
         ns = self.read_ns()
         if ns <= 0:
-            self.last_ratio = None  # no reading: nothing to compare a re-timing with
-            return False
+            return None
         self.best_ns = min(self.best_ns, ns)
-        self.last_ratio = ns / self.best_ns
-        return ns > CLOCK_TOLERANCE * self.best_ns
+        return ns / self.best_ns
+
+    def slow(self) -> bool:
+        """Whether the GPU runs below its clocks now: the canary over CLOCK_TOLERANCE x its best."""
+        ratio = self.ratio()
+        return ratio is not None and ratio > CLOCK_TOLERANCE
 
     def close(self) -> None:
         self.device.release(self.out)

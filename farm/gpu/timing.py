@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from farm.gpu.adapter import GpuError
+from farm.gpu.clocks import CLOCK_TOLERANCE
 
 # GPU warm-up (Device._warm_up): idle gaps after which clocks have dropped, the agreement
 # between consecutive warm-up rounds that counts as steady, and the least round length.
@@ -175,30 +176,23 @@ class TimedDevice:
         canary (a CPU adapter, no timestamps). Reports put it next to a timing, so that two
         timings of one kernel that differ can be told apart from the clock wandering (the
         H200's SM clock went 1,545-1,980 MHz between ways of timing one winner)."""
-        if not self.check_clocks:
-            return None
-        clock = self._clock_check()
-        ns = clock.read_ns()
-        if ns <= 0:
-            return None
-        clock.best_ns = min(clock.best_ns, ns)
-        return ns / clock.best_ns
+        return self._clock_check().ratio() if self.check_clocks else None
 
     def _checked(self, calls: list, reps: int, schedule: Any, samples: list[float], beat_ns: float | None):
         """The samples of a short timing after the clock check: re-timed when it read slow,
         or when it read a little slow and the timing, scaled by the canary, would beat `beat_ns`."""
         clock = self._clock_check()
-        if clock.slow():
+        ratio = clock.ratio()
+        if ratio is not None and ratio > CLOCK_TOLERANCE:  # slow: re-timed after a warm-up
             return self._retime(calls, reps, schedule)
-        ratio = clock.last_ratio
         if beat_ns is None or ratio is None or ratio <= RECHECK_TOLERANCE:
             return samples
         if float(np.median(samples)) / ratio >= beat_ns:  # not competitive even at full clock
             return samples
         self.clock_rechecks += 1
         again = self._retime(calls, reps, schedule)
-        clock.slow()  # the re-timing's own clock
-        return again if clock.last_ratio is not None and clock.last_ratio <= ratio else samples
+        again_ratio = clock.ratio()  # the re-timing's own clock
+        return again if again_ratio is not None and again_ratio <= ratio else samples
 
     def _retime(self, calls: list, reps: int, schedule: Any) -> list[float]:
         """The reps again after CLOCK_WARM_S of the same passes back to back: the clock check
