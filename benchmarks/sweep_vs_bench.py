@@ -8,7 +8,7 @@ at a time (GPU timestamps where the adapter has them, medians; each row says whi
 - `sweep_inputs`: the sweep's inputs (`case_inputs`: rho zeros), bench's warm-up and reps;
 - `sweep_alone`: the sweep's inputs, warm-up and reps, no baseline timed before;
 - `sweep`: exactly the sweep's `_time_paths` (the op-by-op baseline timed first, then the
-  fused kernel after its FUSED_WARM_S keep-busy), and `sweep_again` the same once more;
+  fused kernel after its REPORT_WARM_S keep-busy), and `sweep_again` the same once more;
 - `forced`: the sweep's inputs after 0.5 s of the same dispatches back to back,
   whatever the warm-up rules think of the GPU's state.
 After each: the clock canary (farm.gpu.clocks, set by the SM clock alone) and nvidia-smi's

@@ -40,9 +40,6 @@ __all__ = [
 
 BENCHMARK = "farm recurrent scaling sweep"
 CASE_TIMEOUT_S = 600.0
-# Seconds of fused dispatches before the fused path is timed, and on while the clock canary
-# reads slow up to the max: the same as `farm bench`'s rows, so that the two agree
-FUSED_WARM_S, FUSED_WARM_MAX_S = REPORT_WARM_S, REPORT_WARM_MAX_S
 # The op-by-op baseline's timed dispatches, at most (while >= MIN_BASELINE_REPS reps): a rep is
 # T·8 dispatches (T=4096: 32,768, 0.35 s of H200 time), each encoded by the host (~0.1 ms each
 # on the H200: 86 of the T=4096 case's 148 s went to its 7 reps, 2 warm-ups and warm-up rounds).
@@ -94,8 +91,8 @@ def _time_paths(
         # at low clocks for a "long, recent" timing, so the warm-up rules skipped their
         # rounds and the fused kernel read 2-4x its bench time (issue 17). Keep it busy first,
         # forced: the same rules took the baseline for a hot GPU and skipped this too; and on
-        # while the clock canary reads slow (up to FUSED_WARM_MAX_S).
-        warm_s = device.warm_until_clocks(fused_calls(device, prepared), FUSED_WARM_S, FUSED_WARM_MAX_S)
+        # while the clock canary reads slow (REPORT_WARM_S, up to REPORT_WARM_MAX_S: as farm bench's rows).
+        warm_s = device.warm_until_clocks(fused_calls(device, prepared), REPORT_WARM_S, REPORT_WARM_MAX_S)
         fused = device.time_calls(fused_calls(device, prepared), warmup, reps)
         clock = device.clock_ratio()  # the canary right after, as farm bench's clock column
         out = prepared.outputs()
