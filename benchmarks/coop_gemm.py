@@ -337,6 +337,7 @@ def run_vendor(args, report: Report) -> None:
 
 def fractions(report: Report) -> None:
     vendor = {row["size"]: row["median_us"] for row in report.data["vendor"]}
+    vendor_method = {row["size"]: row["method"] for row in report.data["vendor"]}
     for size in sorted({row["size"] for row in report.data["rows"]}):
         ours = [r for r in report.data["rows"] if r["size"] == size and r.get("status") == "certified"
                 and not r["emulated"] and "median_us" in r]  # fmt: skip
@@ -345,8 +346,9 @@ def fractions(report: Report) -> None:
             r["vs_cublas"] = vendor[size] / r["median_us"] if size in vendor else None
         best = min(coop or ours, key=lambda r: r["median_us"], default=None)
         report.data["fractions"].append({"size": size, "best": best and best["variant"], "ours_us": best and
-                                         best["median_us"], "cublas_us": vendor.get(size), "fraction": best and
-                                         best.get("vs_cublas")})  # fmt: skip
+                                         best["median_us"], "ours_method": best and best["method"],
+                                         "cublas_us": vendor.get(size), "cublas_method": vendor_method.get(size),
+                                         "fraction": best and best.get("vs_cublas")})  # fmt: skip
 
 
 def table(report: Report) -> str:
@@ -354,25 +356,28 @@ def table(report: Report) -> str:
         return "-" if x is None else format(x, spec)
 
     lines = [f"{report.data['adapter']}: {report.data['status']} {report.data['reason'][:300]}",
-             "| size | variant | acc | status | median us | TFLOP/s | worst err/tol | err/sigma | cuBLAS/ours |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+             "| size | variant | acc | status | median us | method | TFLOP/s | worst err/tol | err/sigma "
+             "| cuBLAS/ours |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for r in report.data["rows"]:
         lines.append(f"| {r['size']} | {r['variant']}{' (emulated)' if r['emulated'] else ''} | {r['acc']} | "
-                     f"{r['status']} | {f(r.get('median_us'), '.1f')} | {f(r.get('tflops'), '.1f')} | "
+                     f"{r['status']} | {f(r.get('median_us'), '.1f')} | {r.get('method', '-')} | "
+                     f"{f(r.get('tflops'), '.1f')} | "
                      f"{f(r.get('worst_ratio'), '.3g')} | {f(r.get('err_sigma'), '.2f')} | "
                      f"{f(r.get('vs_cublas'), '.3f')} |")
     for r in report.data["vendor"]:
-        lines.append(f"| {r['size']} | cuBLAS ({r['method']}) | f16 out | "
+        lines.append(f"| {r['size']} | cuBLAS | f16 out | "
                      f"{'certified' if r['certified'] else 'FAIL'} | "
-                     f"{r['median_us']:.1f} | {r['tflops']:.1f} | {r['worst_ratio']:.3g} | {r['err_sigma']:.2f} | 1 |")
+                     f"{r['median_us']:.1f} | {r['method']} | {r['tflops']:.1f} | {r['worst_ratio']:.3g} | "
+                     f"{r['err_sigma']:.2f} | 1 |")
     for key in ("vendor_skipped", "vendor_errors"):
         if key in report.data:
             lines.append(f"{key}: {report.data[key]}")
-    lines += ["", "| size | best certified | ours us | cuBLAS us | fraction of cuBLAS |",
-              "| --- | --- | --- | --- | --- |"]
+    lines += ["", "| size | best certified | ours us | method | cuBLAS us | method | fraction of cuBLAS, kernel-only |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in report.data["fractions"]:
-        lines.append(f"| {r['size']} | {r['best'] or '-'} | {f(r['ours_us'], '.1f')} | {f(r['cublas_us'], '.1f')} | "
-                     f"{f(r['fraction'], '.3f')} |")
+        lines.append(f"| {r['size']} | {r['best'] or '-'} | {f(r['ours_us'], '.1f')} | {r['ours_method'] or '-'} | "
+                     f"{f(r['cublas_us'], '.1f')} | {r['cublas_method'] or '-'} | {f(r['fraction'], '.3f')} |")
     return "\n".join(lines)
 
 

@@ -138,3 +138,5 @@ def test_coop_gemm_kernels_certify_with_the_cooperative_ops_emulated(tmp_path):
     assert all(row["emulated"] == (name != "simt_f16") for name, row in rows.items())
     assert rows["plain_f16acc"]["max_err"] > rows["plain"]["max_err"]  # f16 sums round, under their own tolerance
     assert "| 128 | wg64_2x2_t2x2 (emulated) | f32 | certified |" in run.stdout
+    assert all(row["method"] in ("timestamp", "host") for row in rows.values())  # every number says how it was timed
+    assert "| method | TFLOP/s |" in run.stdout
