@@ -31,6 +31,7 @@ def _winner_stored(device, tmp_path, tuned: Schedule, **decision):
 def test_bench_rows_say_how_they_were_timed(device, tmp_path, monkeypatch):
     monkeypatch.setattr("farm.cli.bench.Device", lambda: device)
     monkeypatch.setattr("farm.cli.bench._vendor", lambda: None)  # no torch here
+    monkeypatch.setattr(device, "clock_ratio", lambda: 1.07)  # lavapipe has no canary: as a GPU's reading
     tuned = Schedule.of(workgroup_size=128, items_per_invocation=1, vector_width=1, threads_per_row=8)
     db, store = _winner_stored(device, tmp_path, tuned)
     store.engine.dispose()
@@ -44,7 +45,9 @@ def test_bench_rows_say_how_they_were_timed(device, tmp_path, monkeypatch):
     payload = json.loads((tmp_path / "out" / "bench.json").read_text())
     assert {r["method"] for r in payload["rows"]} == {"timestamp", PER_CALL}
     assert "| method | clock |" in (tmp_path / "out" / "bench.md").read_text()
-    assert all("clock" in r for r in payload["rows"])  # None here: lavapipe has no clock canary
+    clocks = {r["variant"]: r["clock"] for r in payload["rows"] if r["kernel"] == "gemv"}
+    assert clocks == {"default": 1.07, "tuned": 1.07, "tuned call": None}  # kernel-only rows carry the canary
+    assert "| timestamp | 1.07 |" in (tmp_path / "out" / "bench.md").read_text()
 
 
 def test_ratios_pair_kernel_only_with_kernel_only_and_calls_with_calls():

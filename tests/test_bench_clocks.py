@@ -1,4 +1,4 @@
-"""`farm bench`'s settle_clocks (benchmarks/ternary_probe.py calls it too): seconds of copies
+"""settle_clocks (benchmarks/ternary_probe.py and runtime_calls.py call it): seconds of copies
 before the first timing on a GPU, nothing on a CPU adapter."""
 
 from collections import deque

@@ -54,7 +54,7 @@ def bench_problems(spec_name: str, profile) -> list[Problem]:
     return spec.default_problems(profile)
 
 
-def _row(kernel, problem, variant, schedule, ns, work, certified, note="", method="timestamp") -> BenchRow:
+def _row(kernel, problem, variant, schedule, ns, work, certified, note="", method="timestamp", clock=None) -> BenchRow:
     flops, nbytes = work
     sec = ns * 1e-9
     return BenchRow(
@@ -68,6 +68,7 @@ def _row(kernel, problem, variant, schedule, ns, work, certified, note="", metho
         certified,
         note,
         method,
+        clock,
     )
 
 
@@ -99,7 +100,8 @@ def settle_clocks(device: Device, seconds: float = 2.0, nbytes: int = 1 << 28) -
     """Keep the GPU copying `nbytes` for `seconds` (`Device.keep_busy`) and return the
     seconds spent: right after a machine starts, the H200 can need longer than the
     per-timing warm-up rounds allow to reach its clocks (a probe's first shape read 3x
-    slow, two rounds agreeing at low clocks). A no-op on a CPU adapter."""
+    slow, two rounds agreeing at low clocks). A no-op on a CPU adapter. For the probes that
+    time without a warm-up of their own (`farm bench` warms each kernel itself)."""
     if device.profile.is_cpu or seconds <= 0:
         return 0.0
     n4 = nbytes // 16
@@ -133,7 +135,6 @@ def run_bench(kernels: list[str], out: Path | None, db: str | None, allow_cpu: b
     profile = device.profile
     refuse_cpu(profile, allow_cpu, "benchmark")
     print(f"adapter: {profile.summary}  topology {profile.topology_hash()[:16]}")
-    settle_clocks(device)
     tuned = tuned_schedules(db, profile.topology_hash())
     vendor = _vendor()
     rows: list[BenchRow] = []
@@ -202,8 +203,9 @@ def _bench_one(device, spec, problem, tuned, vendor, reps) -> list[BenchRow]:
                 BenchRow(spec.name, problem.key(), variant, str(schedule), math.nan, 0, 0, False, cert.message[:80])
             )
             continue
-        rows.append(_row(spec.name, problem, variant, schedule, timing.median_ns, spec.work(problem), True))
-        rows[-1].clock = device.clock_ratio()  # the canary right after: a slow row's clock, not its kernel
+        clock = device.clock_ratio()  # the canary right after: a slow row's clock, not its kernel
+        work = spec.work(problem)
+        rows.append(_row(spec.name, problem, variant, schedule, timing.median_ns, work, True, clock=clock))
     if schedule_tuned is not None:
         ns = per_call_ns(device, spec, problem, inputs, schedule_tuned)
         rows.append(_row(spec.name, problem, "tuned call", schedule_tuned, ns, spec.work(problem), True, "", PER_CALL))
