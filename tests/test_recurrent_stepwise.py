@@ -9,7 +9,7 @@ from farm import ForgeRuntime, catalog
 from farm.catalog.recurrent import sweep_decay
 from farm.gpu import PendingRead
 from farm.oracle.compare import error_metrics
-from farm.recurrent.paths import BaselinePlan, fresh_encoders, fused_recurrent
+from farm.recurrent.paths import BaselinePlan, fused_recurrent
 from farm.recurrent.stepwise import (
     CHUNK_BYTES,
     MAX_CHUNK_STEPS,
@@ -102,12 +102,12 @@ def test_baseline_plan_parameters_share_one_uniform_buffer(device):
         np.testing.assert_allclose(state, want_state, atol=1e-4, rtol=1e-4)
 
 
-def test_fresh_encoders_leave_the_device_usable(device):
+def test_retired_encoders_leave_the_device_usable(device):
     q, v, rho, decay = _inputs(t=3)
     with BaselinePlan.build(device, q, v, rho, decay) as plan:
         plan.run()
         first = plan.outputs()
-        fresh_encoders(device)
+        device.retire_encoders()
         plan.run()
         again = plan.outputs()
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))

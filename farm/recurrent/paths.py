@@ -23,7 +23,6 @@ from farm.schedule import Problem, Schedule
 __all__ = [
     "BaselinePlan",
     "baseline_recurrent",
-    "fresh_encoders",
     "fused_recurrent",
     "prepare_fused",
     "reference_recurrent",
@@ -33,7 +32,6 @@ __all__ = [
 
 OPS_FILE = "recurrent_ops.wgsl"
 OPS_WORKGROUP = 256
-FRESH_ENCODERS = 16  # encoders `fresh_encoders` takes out of wgpu's reuse pool
 BIG_SUBMISSION = 1024  # passes from which BaselinePlan.run leaves fresh encoders behind it
 
 
@@ -69,20 +67,6 @@ def fused_recurrent(
 def fused_calls(device: Device, prepared: Prepared) -> list:
     """The fused launch as a one-pass call list for `Device.time_calls`."""
     return prepared.calls()
-
-
-def fresh_encoders(device: Device, count: int = FRESH_ENCODERS) -> None:
-    """Retire the command encoders wgpu would reuse next, after a huge submission.
-
-    wgpu-core keeps the encoders of finished submissions for reuse, last in first out, and
-    one that recorded a huge command buffer stays slow to reuse: after the op-by-op
-    baseline's timing (T·8 passes a rep, every rep in one submission) each later small
-    submission paid for it, on the H200 1.3 ms against 0.3-0.4 (after 32,768 passes; more
-    after the T=4096 timing's 229,376), on lavapipe 12 against 0.6 ms. `count` encoders held
-    at once, finished and dropped unsubmitted, take the reusable ones out (16 cured both,
-    also with 50 encoders in the pool)."""
-    unsubmitted = [device.device.create_command_encoder().finish() for _ in range(count)]  # held all at once
-    del unsubmitted
 
 
 # -- baseline --------------------------------------------------------------------------
@@ -225,7 +209,7 @@ class BaselinePlan:
     def run(self) -> None:
         self.device.dispatch_many(self.calls)
         if len(self.calls) >= BIG_SUBMISSION:
-            fresh_encoders(self.device)
+            self.device.retire_encoders()
 
     def passes(self) -> list:
         """The plan's dispatches as (pipeline handle, bind group, folded grid), for an encoder
@@ -255,7 +239,7 @@ class BaselinePlan:
     def time(self, warmup: int, reps: int) -> Timing:
         """`Device.time_calls` of the plan's passes, leaving fresh encoders behind it."""
         timing = self.device.time_calls(self.calls, warmup, reps)
-        fresh_encoders(self.device)
+        self.device.retire_encoders()
         return timing
 
     def release(self) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 from farm.catalog.recurrent import check_shapes
 from farm.gpu import Device, PendingRead
 from farm.oracle.compare import error_metrics
-from farm.recurrent.paths import BaselinePlan, fresh_encoders, fused_recurrent, recurrent_problem
+from farm.recurrent.paths import BaselinePlan, fused_recurrent, recurrent_problem
 from farm.runtime.calls import encode_passes
 from farm.schedule import Schedule
 from farm.trial import ErrorMetrics
@@ -86,7 +86,7 @@ def stepwise_consistency(
     if chunk is not None and chunk < 1:
         raise ValueError(f"stepwise chunk must be >= 1 steps, got {chunk}")
     chunk = min(chunk or chunk_steps(start.nbytes), max(t, 1))  # no buffers for steps past T
-    fresh_encoders(device)  # the fused warm-up's batches before: up to 4096 passes a submission
+    device.retire_encoders()  # the fused warm-up's batches before: up to 4096 passes a submission
     steps: list[StepMetrics] = []
     baseline = _BaselineSteps(device, query, value, start, decay, chunk)
     try:
