@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from farm import catalog
 from farm.catalog import KernelSpec, Launch, check_launch
 from farm.gpu import Device, GpuError, Pipeline, Timing
+from farm.gpu.timing import WARM_ROUNDS_ENV, rounds_after_idle_only
 from farm.oracle.launch import Prepared, compile_launch
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
@@ -79,6 +80,7 @@ class TrialBench:
 
     def __init__(self, device: Device, worker_id: str = "local", compile_ahead: bool = True):
         self.device = device
+        device.rounds_after_idle_only = rounds_after_idle_only(os.environ.get(WARM_ROUNDS_ENV))
         self.worker_id = worker_id
         self.host = socket.gethostname()
         self.topology_hash = device.profile.topology_hash()
