@@ -22,7 +22,8 @@ from farm.store.models import Campaign as CampaignRow
 from farm.store.models import utcnow
 from farm.store.repo import STALE_AFTER_S, campaign_status, interrupt_stale_campaigns, live_campaigns
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
-from farm.tuning.campaign import HEARTBEAT_S, Campaign, Heartbeat
+from farm.tuning.campaign import HEARTBEAT_S, Campaign
+from farm.tuning.heartbeat import Heartbeat
 from farm.tuning.plan import TuneConfig
 
 

@@ -35,9 +35,7 @@ from __future__ import annotations
 import random
 import statistics
 import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from farm import catalog, store
@@ -49,6 +47,7 @@ from farm.store.repo import STALE_AFTER_S, interrupt_stale_campaigns
 from farm.trial import TrialResult
 from farm.tuning.device_lock import device_locks
 from farm.tuning.finalists import TunedWinner, decide
+from farm.tuning.heartbeat import Heartbeat
 from farm.tuning.job import Job
 from farm.tuning.plan import Task, TuneConfig, notice_cpu, plan
 from farm.tuning.pool import WorkerFailure, WorkerPool
@@ -57,65 +56,13 @@ from farm.tuning.report import Progress, failure_summary, format_stage_times, fo
 from farm.tuning.search import POLISH_ROUNDS, Budget, strategy
 
 SIBLING_SEEDS = 4  # this campaign's winners of a kernel's other problems tried first on the next one
+# Problems ahead whose inputs and reference the workers generate in the background. One ahead
+# left the H200 idle 5-11 s before each ternary_gemv problem (its inputs take ~6 s, the
+# problem before it 2-5 s of trials): two ahead give each generation two problems' time.
+PREFETCH_AHEAD = 2
 HEARTBEAT_S = 10.0  # the most a running campaign's row goes without a write (well under STALE_AFTER_S)
 assert HEARTBEAT_S * 3 <= STALE_AFTER_S
 SWEEP_S = STALE_AFTER_S / 2  # how often a running campaign looks for dead ones to mark interrupted
-
-
-class Heartbeat:
-    """Runs `write` (the campaign row's counters and heartbeat_at) on `beat()`, and from a daemon
-    thread whenever nothing did for `every_s`; one write at a time. The thread also runs `sweep`
-    every `sweep_s` (the campaign marks dead ones interrupted: a re-run right after a kill
-    marks the killed campaign once its heartbeat goes stale). A failure on the thread is one
-    line on stderr (the next tick retries); `beat()`'s errors are the caller's."""
-
-    def __init__(
-        self, write: Callable[[], None], every_s: float, sweep: Callable[[], None] | None = None, sweep_s: float = 0
-    ):
-        self.write, self.every_s, self.sweep, self.sweep_s = write, every_s, sweep, sweep_s
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._last = self._swept = time.monotonic()
-        self._warned = False
-        self._thread = threading.Thread(target=self._run, name="campaign-heartbeat", daemon=True)
-
-    def start(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def beat(self) -> None:
-        with self._lock:
-            self.write()
-            self._last = time.monotonic()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _next_s(self) -> float:
-        due = self._last + self.every_s
-        if self.sweep is not None:
-            due = min(due, self._swept + self.sweep_s)
-        return max(0.05, due - time.monotonic())
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._next_s()):
-            now = time.monotonic()
-            if now - self._last >= self.every_s:
-                self._safely(self.beat, "heartbeat")
-                self._last = max(self._last, now)  # a failed beat retries after every_s, not in a tight loop
-            if self.sweep is not None and now - self._swept >= self.sweep_s:
-                self._swept = now
-                self._safely(self.sweep, "check for dead campaigns")
-
-    def _safely(self, fn: Callable[[], None], what: str) -> None:
-        try:
-            fn()
-        except Exception as exc:  # noqa: BLE001 - a missed beat must not end the campaign
-            if not self._warned:
-                print(f"campaign {what} failed ({exc}); retrying every {self.every_s:.0f} s", file=sys.stderr)
-                self._warned = True
 
 
 class Campaign:
@@ -129,6 +76,7 @@ class Campaign:
         self.heartbeat: Heartbeat | None = None
         self.tasks: list[dict] = []  # per (kernel, problem): trials, caps, search and re-measurement cost
         self.siblings: dict[tuple[str, str], list[str]] = {}  # (topology, kernel): this campaign's winner keys
+        self._prefetched: set[int] = set()  # the tasks (by id) whose inputs the workers were asked for
 
     def run(self) -> list[WinnerRecord]:
         topologies = self.pool.topologies()
@@ -153,8 +101,9 @@ class Campaign:
         self.recorder = TrialRecorder(self.db, self.campaign_id, self.out, self.heartbeat.beat)
         try:
             winners = []
-            for task, after in zip(tasks, [*tasks[1:], None], strict=True):
-                if (winner := self._tune(task, profiles, after)) is not None:
+            for index, task in enumerate(tasks):
+                ahead = tasks[index + 1 : index + 1 + PREFETCH_AHEAD]
+                if (winner := self._tune(task, profiles, ahead)) is not None:
                     winners.append(winner)
         except BaseException as exc:
             self.heartbeat.stop()
@@ -180,17 +129,22 @@ class Campaign:
                   f"was last seen {seen:%Y-%m-%d %H:%M:%S} UTC: marked interrupted; its recorded trials are "
                   "resumed, not re-run", file=sys.stderr)  # fmt: skip
 
-    def _tune(self, task: Task, profiles: dict[str, HardwareProfile], after: Task | None = None) -> WinnerRecord | None:
+    def _tune(
+        self, task: Task, profiles: dict[str, HardwareProfile], ahead: list[Task] | None = None
+    ) -> WinnerRecord | None:
         """Search `task`, then decide and store its winner. Once its first trial is back
-        (its own inputs and reference exist), the workers start on `after`'s inputs and
-        reference in the background; once its winner is stored, they drop `task`'s."""
+        (its own inputs and reference exist), the workers start on the inputs and references
+        of the tasks `ahead` not asked for before, in order, in the background; once its
+        winner is stored, they drop `task`'s."""
         started = time.perf_counter()
         spec = catalog.get(task.kernel)
         recorded = store.recorded_schedules(self.db, task.topology, task.kernel, spec.source_hash(), task.problem.key())
         evaluate = self._evaluator(task, recorded)
         evaluate([spec.default])
-        if after is not None:
-            self._workers("prefetch", after)
+        for later in ahead or []:
+            if id(later) not in self._prefetched:
+                self._prefetched.add(id(later))
+                self._workers("prefetch", later)
         rng = random.Random(f"{self.config.seed}:{task.kernel}:{task.problem.key()}")
         workers = len(self.pool.topologies()[task.topology])
         budget = Budget(task.budget)

@@ -28,8 +28,9 @@ from farm import catalog, store
 from farm.schedule import Problem
 from farm.store import queue
 from farm.store.queue import ANY_TOPOLOGY, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
-from farm.tuning.campaign import Campaign, Heartbeat
+from farm.tuning.campaign import Campaign
 from farm.tuning.device_lock import device_locks
+from farm.tuning.heartbeat import Heartbeat
 from farm.tuning.plan import TuneConfig
 from farm.tuning.pool import WorkerPool
 from farm.tuning.problems import check_problem
