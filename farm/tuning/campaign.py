@@ -58,7 +58,8 @@ from farm.tuning.search import POLISH_ROUNDS, Budget, strategy
 SIBLING_SEEDS = 4  # this campaign's winners of a kernel's other problems tried first on the next one
 # Problems ahead whose inputs and reference the workers generate in the background. One ahead
 # left the H200 idle 5-11 s before each ternary_gemv problem (its inputs take ~6 s, the
-# problem before it 2-5 s of trials): two ahead give each generation two problems' time.
+# problem before it 2-5 s of trials): two ahead give each generation two problems' time,
+# asked for before the current problem's first trial (topk k=32's waited on k=8's ~2.5 s).
 PREFETCH_AHEAD = 2
 HEARTBEAT_S = 10.0  # the most a running campaign's row goes without a write (well under STALE_AFTER_S)
 assert HEARTBEAT_S * 3 <= STALE_AFTER_S
@@ -132,19 +133,19 @@ class Campaign:
     def _tune(
         self, task: Task, profiles: dict[str, HardwareProfile], ahead: list[Task] | None = None
     ) -> WinnerRecord | None:
-        """Search `task`, then decide and store its winner. Once its first trial is back
-        (its own inputs and reference exist), the workers start on the inputs and references
-        of the tasks `ahead` not asked for before, in order, in the background; once its
-        winner is stored, they drop `task`'s."""
+        """Search `task`, then decide and store its winner. First the workers are asked for
+        the inputs and references of the tasks `ahead` not asked for before, in order, in the
+        background (one prefetch thread a worker: only the first task's own inputs are made
+        alongside); once its winner is stored, they drop `task`'s."""
         started = time.perf_counter()
         spec = catalog.get(task.kernel)
         recorded = store.recorded_schedules(self.db, task.topology, task.kernel, spec.source_hash(), task.problem.key())
         evaluate = self._evaluator(task, recorded)
-        evaluate([spec.default])
         for later in ahead or []:
             if id(later) not in self._prefetched:
                 self._prefetched.add(id(later))
                 self._workers("prefetch", later)
+        evaluate([spec.default])
         rng = random.Random(f"{self.config.seed}:{task.kernel}:{task.problem.key()}")
         workers = len(self.pool.topologies()[task.topology])
         budget = Budget(task.budget)
