@@ -127,7 +127,7 @@ case "${PART:-1}" in
   17) rsweep 200 ;;  # session 11: the sweep's fused column next to part 16's bench, same winners
   19) step 60 python3 benchmarks/sweep_vs_bench.py --db "sqlite:///$PWD/${CALLS_DB:-.h200/s11p.db}" --embd 96,192,768 --out "$W/svb"
       cp "$W"/svb/sweep-vs-bench.json "$OUT"/ 2>/dev/null ;;  # session 11: which state the sweep's slow fused column is
-  22) LABEL=h200-s13w WARM_ROUNDS=after-idle stability 420 ;;  # session 13: the warm-up rounds' A/B for the campaign wall (issue 21)
+  22) rsweep 100; LABEL=h200-s13w WARM_ROUNDS=after-idle stability 450 ;;  # session 13: the heater vs part 16's bench on CALLS_DB (issue 17); the warm-up rounds' A/B and prefetch two ahead (issue 21)
   21) coop 130; rsweep 150; rlong 240 ;;  # session 12's next: the cooperative fraction, the sweep (fresh encoders) vs part 16's bench on CALLS_DB, --long
   20) LABEL=h200-s12b stability 420; coop 130 ;;  # session 12: the competitive re-check (issue 21), the f16 cooperative-matrix GEMM (issue 17)
   18) recurrent 150 200; svb 60 240 ;;  # session 11: prefetch=1 tuned and benched; sweep vs bench, same winners

@@ -280,6 +280,11 @@ def test_the_clock_check_times_its_canary_and_keeps_its_best(device):
         assert check.slow() and CLOCK_TOLERANCE > 1
         out = device.read(check.out, np.float32, 64)
         assert np.all(np.isfinite(out)) and np.all(out > 0)  # the loop ran for every thread
+        (pipeline, _, groups), = check.heater()
+        assert groups == 1 and check.heater()[0][0] is pipeline  # a CPU adapter: one workgroup, made once
+        device.dispatch_many(check.heater())
+        heated = device.read(check._heater_out, np.float32, 256)
+        assert np.all(np.isfinite(heated)) and np.all(heated > 0)
     finally:
         check.close()
 
@@ -502,18 +507,26 @@ def test_warm_until_clocks_goes_on_while_the_canary_reads_slow_up_to_its_most(de
     monkeypatch.setattr(device, "warm_s", 0.05)  # a GPU's settings, the canary read slow three times
     monkeypatch.setattr(device, "check_clocks", True)
     readings = iter([True, True, True, False])
+    heat = device.empty(4)
+    heater = device.pipeline(COUNTER, label="heater")
 
     class Canary:
         def slow(self):
             return next(readings)
 
+        def heater(self):  # the heater's own passes, counted apart from the kernel's
+            return [(heater, device.bind(heater, [heat]), 1)]
+
     monkeypatch.setattr(device, "_clock_check", lambda: Canary())
     monkeypatch.setattr("farm.gpu.timing.CLOCK_WARM_S", 0.01)
+    kernel_before = device.read(buf, np.float32, 1)[0]
     spent = device.warm_until_clocks(calls, 0.02, 0.5)  # forced although the GPU just ran (clocks "up")
     assert 0.05 <= spent < 0.5 and next(readings, None) is None  # on until the canary read fast
+    assert device.read(buf, np.float32, 1)[0] > kernel_before  # least_s on the kernel itself
+    assert device.read(heat, np.float32, 1)[0] > 3  # then the heater, three times CLOCK_WARM_S
     readings = iter([True] * 1000)
     assert 0.1 <= device.warm_until_clocks(calls, 0.02, 0.1) < 0.5  # never reads fast: stops at most_s
-    device.release(buf)
+    device.release(buf, heat)
 
 
 def test_recent_timings_are_kept_for_the_window_only_also_without_warm_up(device, monkeypatch):

@@ -30,6 +30,24 @@ fn main(@builtin(local_invocation_index) lid: u32) {{
     out[lid] = a;
 }}
 """
+# The heater (ClockCheck.heater): the same kind of loop in HEATER_GROUPS workgroups of 256,
+# enough to fill every SM of an H200 (132 SMs x 8), ~0.1 ms a dispatch there. Run while the
+# canary reads slow before a report's timing: in the recurrent sweep 2.2 s of a 15-25 us
+# kernel's own dispatches (8-96 workgroups) left the canary 1.4-2.1x slow, where the long
+# cases' 200-770 us kernels brought it to 1.0 in 0.5 s (NOTES, session 13).
+HEATER_STEPS = 4096
+HEATER_GROUPS = 1056
+HEATER_WGSL = f"""
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32) {{
+    var a = f32(lid) / 256.0;
+    for (var i = 0u; i < {HEATER_STEPS}u; i++) {{
+        a = a * (a * 0.499) + 0.25;
+    }}
+    out[lid] = a;
+}}
+"""
 
 
 class ClockCheck:
@@ -47,6 +65,18 @@ class ClockCheck:
         )
         self.best_ns = float("inf")
         self.checks = 0
+        self._heater: list | None = None
+        self._heater_out = None
+
+    def heater(self) -> list:
+        """(pipeline, bind_group, groups) passes that keep every SM busy (HEATER_WGSL; one
+        workgroup on a CPU adapter, where there are no clocks to raise)."""
+        if self._heater is None:
+            pipeline = self.device.pipeline(HEATER_WGSL, label="clock-heater")
+            self._heater_out = self.device.empty(4 * 256)
+            groups = 1 if self.device.profile.is_cpu else HEATER_GROUPS
+            self._heater = [(pipeline, self.device.bind(pipeline, [self._heater_out]), groups)]
+        return self._heater
 
     def read_ns(self) -> float:
         """The canary's GPU time now (one submission and a read back)."""
@@ -74,6 +104,8 @@ class ClockCheck:
         return ratio is not None and ratio > CLOCK_TOLERANCE
 
     def close(self) -> None:
+        if self._heater_out is not None:
+            self.device.release(self._heater_out)
         self.device.release(self.out)
         self.resolve.destroy()
         self.query_set.destroy()

@@ -237,14 +237,16 @@ class TimedDevice:
         return self._busy_for(calls, seconds, schedule)
 
     def warm_until_clocks(self, calls: list, least_s: float, most_s: float, schedule: Any = None) -> float:
-        """The passes back to back for `least_s` whatever the warm-up rules say, then on in
-        steps of CLOCK_WARM_S while the clock canary still reads slow, up to `most_s` in
-        all; returns the seconds spent (0 on a CPU adapter). For a timing right after
-        host-bound work: on one H200 the retime's 0.2 s did not bring short kernels back to
-        their speed after the recurrent sweep's baselines (NOTES, session 11)."""
+        """The passes back to back for `least_s` whatever the warm-up rules say, then, while
+        the clock canary still reads slow, the canary's heater (every SM busy) in steps of
+        CLOCK_WARM_S, up to `most_s` in all; returns the seconds spent (0 on a CPU adapter).
+        For a timing right after host-bound work: on one H200 the retime's 0.2 s did not
+        bring short kernels back to their speed after the recurrent sweep's baselines (NOTES,
+        session 11), nor did 2.2 s of their own few-workgroup dispatches (session 13)."""
         spent = self.keep_busy(calls, least_s, schedule, force=True)
-        while spent and spent < most_s and self.check_clocks and self._clock_check().slow():
-            spent += self._busy_for(calls, CLOCK_WARM_S, schedule)
+        clock = self._clock_check() if self.check_clocks else None
+        while spent and spent < most_s and clock is not None and clock.slow():
+            spent += self._busy_for(clock.heater(), CLOCK_WARM_S, None)
         return spent
 
     def _busy_for(self, calls: list, seconds: float, schedule: Any) -> float:
