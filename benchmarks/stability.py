@@ -105,15 +105,17 @@ def worker_stages(text: str) -> dict[str, float]:
     at low clocks); stage ms, ..." line (compile_wait: the trial thread waiting for its
     pipeline; a campaign whose trials wait on compiles leaves the GPU idle, and an idle GPU
     drops its clocks), `clock_retimes`: how many timings the clock check re-timed, and
-    `clock_rechecks`: how many of them as competitive at a slightly low clock."""
-    retimed = r"(?: \((\d+) re-timed at low clocks(?:, (\d+) of them competitive)?\))?"
+    `clock_rechecks`: how many of them as competitive at a slightly low clock, and
+    `clock_retimes_slow`: how many slow ones the canary still read slow after their re-timing."""
+    retimed = r"(?: \((\d+) re-timed at low clocks(?:, (\d+) of them competitive)?(?:, (\d+) still slow after)?\))?"
     pattern = r"^  worker [^:]+: \d+ trials" + retimed + r"; (.*)$"
     line = re.search(pattern, text, re.MULTILINE)
     if line is None:
         return {}
-    pairs = (item.rsplit(" ", 1) for item in line.group(3).split(", ") if " " in item)
+    pairs = (item.rsplit(" ", 1) for item in line.group(4).split(", ") if " " in item)
     stages = {stage: float(ms) for stage, ms in pairs}
-    return stages | {"clock_retimes": float(line.group(1) or 0), "clock_rechecks": float(line.group(2) or 0)}
+    counts = {"clock_retimes": line.group(1), "clock_rechecks": line.group(2), "clock_retimes_slow": line.group(3)}
+    return stages | {name: float(count or 0) for name, count in counts.items()}
 
 
 def timeline(db) -> dict:

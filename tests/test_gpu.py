@@ -173,7 +173,7 @@ def test_rising_samples_are_the_ones_whose_first_third_is_slower_than_the_last()
     assert not _rising([300.0, 100])  # too few to tell
 
 
-def test_a_timing_the_clock_check_reads_slow_is_re_timed_after_the_passes_back_to_back(device, monkeypatch):
+def test_a_timing_the_clock_check_reads_slow_is_re_timed_after_the_heater(device, monkeypatch):
     # on the H200 whole runs of trials read 1.2-2.4x slow at low clocks, where two warm-up
     # rounds agree; a canary timed after the timing sees it (farm.gpu.clocks)
     from farm.gpu import clocks
@@ -188,21 +188,24 @@ def test_a_timing_the_clock_check_reads_slow_is_re_timed_after_the_passes_back_t
     monkeypatch.setattr(timing_module.TimedDevice, "_timestamp_samples",
                         lambda self, *a: submissions.append(1) or real_samples(self, *a))  # fmt: skip
     monkeypatch.setattr(timing_module.TimedDevice, "_busy_for",
-                        lambda self, c, seconds, s: busy.append(seconds) or real_busy(self, c, seconds, s))  # fmt: skip
+                        lambda self, c, sec, s: busy.append((c, sec)) or real_busy(self, c, sec, s))  # fmt: skip
     monkeypatch.setattr(timing_module, "CLOCK_WARM_S", 0.01)
     monkeypatch.setattr(device, "check_clocks", True)
     monkeypatch.setattr(device, "_clock", None)  # this test's own check (closed below)
-    before = device.clock_retimes
-    readings = iter([1000.0, 5000.0])  # the first sets the best; the second reads 5x over it
+    before, slow_before = device.clock_retimes, device.clock_retimes_slow
+    # the first sets the best; the second reads 5x over it; after the re-timing: fast, then slow
+    readings = iter([1000.0, 5000.0, 1000.0, 5000.0, 5000.0])
     monkeypatch.setattr(clocks.ClockCheck, "read_ns", lambda self: next(readings))
     device.time_calls(calls, warmup=0, reps=3)  # first check: its own best, not slow
     assert (len(submissions), busy, device.clock_retimes) == (1, [], before)
-    timing = device.time_calls(calls, warmup=0, reps=3)  # slow: warmed, then timed again
-    assert len(submissions) == 3 and busy == [0.01] and device.clock_retimes == before + 1
-    assert timing.reps == 3 and device.clock_retime_s > 0
+    timing = device.time_calls(calls, warmup=0, reps=3)  # slow: the heater, then timed again
+    assert len(submissions) == 3 and busy == [(device._clock.heater(), 0.01)] and device.clock_retimes == before + 1
+    assert timing.reps == 3 and device.clock_retime_s > 0 and device.clock_retimes_slow == slow_before
+    device.time_calls(calls, warmup=0, reps=3)  # slow, and still slow after its re-timing: counted
+    assert device.clock_retimes == before + 2 and device.clock_retimes_slow == slow_before + 1
     monkeypatch.setattr(timing_module, "CLOCK_CHECK_MAX_S", 0.0)  # reps this long are not checked
     device.time_calls(calls, warmup=0, reps=3)
-    assert len(submissions) == 4 and device.clock_retimes == before + 1
+    assert len(submissions) == 6 and device.clock_retimes == before + 2
     device._clock.close()
     device.release(buf)
 

@@ -38,7 +38,7 @@ MAX_LEAD_PASSES = 1024
 # however short; the lead-in and the clock check (with its re-timing) are the guard then.
 WARM_ROUNDS_ENV = "FARM_WARM_ROUNDS"
 WARM_ROUNDS = ("always", "after-idle")
-CLOCK_WARM_S = 0.2  # the same passes back to back before a timing the clock check read slow is re-timed
+CLOCK_WARM_S = 0.2  # the heater's passes back to back before a timing the clock check read slow is re-timed
 # A report's timing (farm bench's rows, the recurrent sweep's fused column): the kernel back
 # to back for REPORT_WARM_S, then on while the clock canary reads slow, up to REPORT_WARM_MAX_S
 # (Device.warm_until_clocks). The same for both, so that they agree: on the H200 the bench's
@@ -118,6 +118,7 @@ class TimedDevice:
         self.clock_retimes = 0  # timings re-timed because the check read low clocks
         self.clock_retime_s = 0.0  # seconds those re-timings spent (warm-up and reps)
         self.clock_rechecks = 0  # of them, timings re-timed as competitive at slightly low clocks
+        self.clock_retimes_slow = 0  # slow timings whose re-timing the canary still read slow
 
     def time_calls(
         self, calls: list, warmup: int = 2, reps: int = 10, schedule: Any = None, beat_ns: float | None = None
@@ -200,7 +201,9 @@ class TimedDevice:
         clock = self._clock_check()
         ratio = clock.ratio()
         if ratio is not None and ratio > CLOCK_TOLERANCE:  # slow: re-timed after a warm-up
-            return self._retime(calls, reps, schedule)
+            again = self._retime(calls, reps, schedule)
+            self.clock_retimes_slow += clock.slow()  # the warm-up did not bring the clocks back
+            return again
         if beat_ns is None or ratio is None or ratio <= RECHECK_TOLERANCE:
             return samples
         if float(np.median(samples)) / ratio >= beat_ns:  # not competitive even at full clock
@@ -211,11 +214,13 @@ class TimedDevice:
         return again if again_ratio is not None and again_ratio <= ratio else samples
 
     def _retime(self, calls: list, reps: int, schedule: Any) -> list[float]:
-        """The reps again after CLOCK_WARM_S of the same passes back to back: the clock check
-        read the first ones at low clocks, where warm-up rounds agree (farm.gpu.clocks)."""
+        """The reps again after CLOCK_WARM_S of the canary's heater (every SM busy): the clock
+        check read the first ones at low clocks, where warm-up rounds agree (farm.gpu.clocks),
+        and a few-workgroup kernel's own passes back to back may not lift them (the recurrent
+        sweep's T=64 kernels: 2.2 s of them left the canary 1.4-2.1x slow; NOTES, session 13)."""
         start = time.perf_counter()
         self.clock_retimes += 1
-        self._busy_for(calls, CLOCK_WARM_S, schedule)
+        self._busy_for(self._clock_check().heater(), CLOCK_WARM_S, None)
         samples = self._timestamp_samples(calls, reps, schedule)
         self.clock_retime_s += time.perf_counter() - start
         return samples

@@ -256,6 +256,7 @@ class TrialBench:
         report["seconds"]["clock_retime"] = self.device.clock_retime_s
         report["clock_retimes"] = self.device.clock_retimes
         report["clock_rechecks"] = self.device.clock_rechecks
+        report["clock_retimes_slow"] = self.device.clock_retimes_slow
         return report
 
     def close(self) -> None:

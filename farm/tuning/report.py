@@ -139,8 +139,9 @@ def format_stage_times(pool: WorkerPool, wall_s: float) -> str:
     lines = [f"campaign wall time {wall_s:.1f} s; worker ms per trial by stage:"]
     for slot, report in sorted(stages.items()):
         competitive = f", {report['clock_rechecks']} of them competitive" if report.get("clock_rechecks") else ""
+        still = f", {report['clock_retimes_slow']} still slow after" if report.get("clock_retimes_slow") else ""
         retimes = report.get("clock_retimes")
-        retimed = f" ({retimes} re-timed at low clocks{competitive})" if retimes else ""
+        retimed = f" ({retimes} re-timed at low clocks{competitive}{still})" if retimes else ""
         lines.append(f"  worker {slot}: {report.get('trials', 0)} trials{retimed}; {format_stage_report(report)}")
     return "\n".join(lines)
 
