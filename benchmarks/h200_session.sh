@@ -99,7 +99,7 @@ interference() { step "$1" python3 benchmarks/trial_interference.py --out "$W/ti
                  cp "$W"/ti/trial-interference.json "$OUT"/ 2>/dev/null; }
 calls_tuned() { step "$1" python3 benchmarks/runtime_calls.py --db "sqlite:///$PWD/${CALLS_DB:-.h200/s9a.db}" --skip-costs --settle-s 4 --out "$W/rc"
                 cp "$W"/rc/runtime-calls.md "$W"/rc/runtime-calls.json "$OUT"/ 2>/dev/null; }
-stability() { step "$1" python3 benchmarks/stability.py --all --out "$W/stab" --label "${LABEL:-h200-s8}" --shader-cache "${SHADER_CACHE:-shared}" --warm-rounds "${WARM_ROUNDS:-always}"
+stability() { step "$1" python3 benchmarks/stability.py --all --out "$W/stab" --label "${LABEL:-h200-s8}" --shader-cache "${SHADER_CACHE:-shared}"
               cp "$W"/stab/*-stability.json "$OUT"/ 2>/dev/null
               cp "$W"/stab/*-stability/a.db "$W"/stab/*-stability/b.db "$OUT"/ 2>/dev/null; }
 rlong()      { step "$1" python3 -m farm sweep recurrent --long --db "sqlite:///$PWD/${CALLS_DB:-.h200/s12a.db}" --output-dir "$W/long"
@@ -127,7 +127,8 @@ case "${PART:-1}" in
   17) rsweep 200 ;;  # session 11: the sweep's fused column next to part 16's bench, same winners
   19) step 60 python3 benchmarks/sweep_vs_bench.py --db "sqlite:///$PWD/${CALLS_DB:-.h200/s11p.db}" --embd 96,192,768 --out "$W/svb"
       cp "$W"/svb/sweep-vs-bench.json "$OUT"/ 2>/dev/null ;;  # session 11: which state the sweep's slow fused column is
-  22) rsweep 100; LABEL=h200-s13w WARM_ROUNDS=after-idle stability 450 ;;  # session 13: the heater vs part 16's bench on CALLS_DB (issue 17); the warm-up rounds' A/B and prefetch two ahead (issue 21)
+  22) rsweep 100; LABEL=h200-s13w stability 450 ;;  # session 13: the heater vs part 16's bench on CALLS_DB (issue 17); prefetch two ahead (issue 21; ran with FARM_WARM_ROUNDS=after-idle, an A/B since removed: NOTES)
+  23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
   21) coop 130; rsweep 150; rlong 240 ;;  # session 12's next: the cooperative fraction, the sweep (fresh encoders) vs part 16's bench on CALLS_DB, --long
   20) LABEL=h200-s12b stability 420; coop 130 ;;  # session 12: the competitive re-check (issue 21), the f16 cooperative-matrix GEMM (issue 17)
   18) recurrent 150 200; svb 60 240 ;;  # session 11: prefetch=1 tuned and benched; sweep vs bench, same winners

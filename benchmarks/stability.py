@@ -37,7 +37,6 @@ from pathlib import Path
 
 from farm import catalog, store
 from farm.gpu import benchmark_device
-from farm.gpu.timing import WARM_ROUNDS, WARM_ROUNDS_ENV
 from farm.schedule import Problem, Schedule
 from farm.tuning.bench import TrialBench
 
@@ -49,7 +48,7 @@ def run_campaign(name: str, args: argparse.Namespace, work: Path, seed: int) -> 
     command += ["--budget", args.budget] if args.budget else []
     command += ["--sizes", args.sizes] if args.sizes else []
     command += ["--allow-cpu"] if args.allow_cpu else []
-    env = campaign_env(name, args.shader_cache, work) | {WARM_ROUNDS_ENV: args.warm_rounds}
+    env = campaign_env(name, args.shader_cache, work)
     print(f"campaign {name}: {' '.join(command)}", file=sys.stderr)
     started = time.perf_counter()
     with open(work / f"{name}.log", "w") as log:
@@ -222,11 +221,6 @@ def main(argv: list[str] | None = None) -> int:
         help="fresh: each campaign compiles against an empty NVIDIA shader disk cache of its own "
         "(__GL_SHADER_DISK_CACHE_PATH), so the first campaign is no colder than the second",
     )  # fmt: skip
-    parser.add_argument(
-        "--warm-rounds", choices=WARM_ROUNDS, default="always",
-        help=f"both campaigns' {WARM_ROUNDS_ENV}: after-idle skips the warm-up rounds after any timing that "
-        "ended a moment ago, leaving the lead-in and the clock check as the guard (the campaign wall's A/B)",
-    )  # fmt: skip
     args = parser.parse_args(argv)
     if not args.all and not args.kernels:
         parser.error("name --kernels or --all")
@@ -268,7 +262,6 @@ def main(argv: list[str] | None = None) -> int:
         "wall_target_met": all(c["wall_s"] <= args.wall_target for c in campaigns),
         "seeds": seeds,
         "shader_cache": args.shader_cache,
-        "warm_rounds": args.warm_rounds,
         "retime": {"reps": args.reps, "rounds": args.rounds, "method": "interleaved, median over rounds"},
         "summary": summarize(rows),
         "rows": rows,

@@ -274,19 +274,3 @@ def test_a_farm_adapter_naming_no_adapter_is_one_line_not_a_dead_actor(tmp_path)
                          text=True, timeout=300)  # fmt: skip
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     assert run.stderr.splitlines()[-1].startswith("farm: error: no adapter matches FARM_ADAPTER='no-such-gpu'; have: ")
-
-
-def test_a_bad_farm_warm_rounds_is_one_line_before_ray_starts(tmp_path):
-    """FARM_WARM_ROUNDS travels to the workers (FORWARDED_ENV); a value no worker could use
-    is the user's error, said by the driver before any Ray or worker starts."""
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FARM_", "RAY_"))}
-    env |= {"FARM_WARM_ROUNDS": "sometimes", "FARM_HOME": str(tmp_path), "XDG_RUNTIME_DIR": "/tmp"}
-    run = subprocess.run([sys.executable, "-m", "farm", "tune", "--sizes", "gemv:m=32,n=32", "--allow-cpu",
-                          "--budget", "2", "--db", f"sqlite:///{tmp_path}/t.db"], env=env, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
-    assert run.returncode != 0 and "Traceback" not in run.stderr, run.stderr
-    assert run.stderr.splitlines()[-1] == "farm: error: FARM_WARM_ROUNDS='sometimes' is not one of always, after-idle"

@@ -411,50 +411,6 @@ def test_gpu_warm_up_rounds_are_skipped_only_after_long_recent_work_and_capped(d
     assert capped >= 0.6
 
 
-def test_rounds_after_idle_only_skips_the_rounds_after_any_recent_timing_but_only_with_its_guards(device, monkeypatch):
-    """FARM_WARM_ROUNDS=after-idle (the warm-up A/B): a timing right after a short one runs
-    no rounds when the clock check guards it; without the check, or after an idle gap, the
-    rounds run as before."""
-    import time
-
-    from farm.gpu import HOT_GAP_S
-
-    pipeline = device.pipeline(COUNTER, label="counter")
-    buf = device.upload(np.zeros(1, np.float32), "storage")
-    _warm_settings(device, monkeypatch, 0.01, 0.01, 0.6)
-    monkeypatch.setattr("farm.gpu.timing.WARM_STEADY", float("inf"))  # any two rounds agree
-    monkeypatch.setattr("farm.gpu.timing.HOT_SPAN_S", 10.0)  # every timing counts as short
-    monkeypatch.setattr("farm.gpu.timing.HOT_BUSY", 2.0)  # and the GPU never as busy enough
-    monkeypatch.setattr(device, "_checked", lambda calls, reps, schedule, samples, beat_ns: samples)
-    monkeypatch.setattr(device, "rounds_after_idle_only", True)
-
-    def dispatches(check_clocks: bool, idle_s: float = 0.0) -> float:
-        monkeypatch.setattr(device, "check_clocks", check_clocks)
-        device.time(pipeline, [buf], 1, warmup=0, reps=1)  # a short timing that just ended
-        if idle_s:
-            monkeypatch.setattr(device, "_busy_until", time.perf_counter() - idle_s)
-        before = device.read(buf, np.float32, 1)[0]
-        device.time(pipeline, [buf], 1, warmup=1, reps=2)
-        return device.read(buf, np.float32, 1)[0] - before
-
-    assert device.timestamps  # lavapipe has timestamp queries: the lead-in's and the check's ground
-    assert dispatches(check_clocks=True) == 1 + 2  # guarded: no rounds
-    assert dispatches(check_clocks=False) > 1 + 2  # unguarded: rounds
-    assert dispatches(check_clocks=True, idle_s=2 * HOT_GAP_S) > 1 + 2  # after an idle gap: rounds
-    monkeypatch.setattr(device, "rounds_after_idle_only", False)
-    assert dispatches(check_clocks=True) > 1 + 2  # the default: rounds after a short timing
-    device.release(buf)
-
-
-def test_rounds_after_idle_only_reads_farm_warm_rounds_and_names_a_bad_value():
-    from farm.gpu.timing import rounds_after_idle_only
-
-    assert rounds_after_idle_only(None) is False and rounds_after_idle_only("always") is False
-    assert rounds_after_idle_only("after-idle") is True
-    with pytest.raises(ValueError, match=r"FARM_WARM_ROUNDS='sometimes' is not one of always, after-idle"):
-        rounds_after_idle_only("sometimes")
-
-
 def test_gpu_warm_up_rounds_are_skipped_while_recent_timings_kept_the_gpu_busy(device, monkeypatch):
     """Back-to-back short timings (a worker's trials) that kept the GPU busy for HOT_BUSY of
     the last HOT_WINDOW_S skip the rounds; timings that left it mostly idle keep them."""
@@ -529,6 +485,7 @@ def test_warm_until_clocks_goes_on_while_the_canary_reads_slow_up_to_its_most(de
     assert device.read(heat, np.float32, 1)[0] > 3  # then the heater, three times CLOCK_WARM_S
     readings = iter([True] * 1000)
     assert 0.1 <= device.warm_until_clocks(calls, 0.02, 0.1) < 0.5  # never reads fast: stops at most_s
+    assert device.warm_until_clocks(calls, 0.02, 0.1, unless_hot=True) == 0.0  # right after: hot, nothing runs
     device.release(buf, heat)
 
 

@@ -70,24 +70,3 @@ def test_a_fresh_shader_cache_gives_each_campaign_an_empty_cache_of_its_own(tmp_
     assert a["__GL_SHADER_DISK_CACHE_PATH"] != b["__GL_SHADER_DISK_CACHE_PATH"]
     assert (tmp_path / "a-shader-cache").is_dir() and not any((tmp_path / "a-shader-cache").iterdir())
     assert a["__GL_SHADER_DISK_CACHE"] == "1"
-
-
-def test_warm_rounds_reaches_both_campaigns_environment(tmp_path, monkeypatch):
-    """--warm-rounds is the campaign wall's A/B: each `farm tune` process gets it as FARM_WARM_ROUNDS."""
-    import subprocess
-
-    import pytest
-
-    stability = _stability()
-    seen = []
-
-    def fake_run(command, env, **kwargs):
-        seen.append(env)
-        return subprocess.CompletedProcess(command, 1)
-
-    monkeypatch.setattr(stability.subprocess, "run", fake_run)
-    args = stability.argparse.Namespace(all=False, kernels=["gemv"], seed=0, gpus=1, budget=None, sizes=None,
-                                        allow_cpu=True, shader_cache="shared", warm_rounds="after-idle")  # fmt: skip
-    with pytest.raises(SystemExit, match="campaign a failed"):
-        stability.run_campaign("a", args, tmp_path, 0)
-    assert seen[0]["FARM_WARM_ROUNDS"] == "after-idle" and seen[0]["FARM_HOME"] == str(tmp_path / "a-home")

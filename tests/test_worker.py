@@ -222,6 +222,21 @@ def test_remeasure_rounds_returns_paired_rounds_and_adds_them_only_for_close_fin
     assert 2 <= len(capped[schedules[0].key()]) <= 3 and all(v > 0 for v in capped[schedules[0].key()])
 
 
+def test_the_re_measurement_warms_the_first_finalist_then_the_heater_unless_the_gpu_is_hot(bench, monkeypatch):
+    """Its rounds decide between close finalists, so they run at the clocks: REMEASURE_LEAST_S
+    of the first finalist, then the canary's heater while it reads slow (session 13: a
+    few-workgroup kernel's own dispatches left the H200's clocks low)."""
+    from farm.oracle.launch import Prepared
+    from farm.tuning import bench as bench_module
+
+    warms = []
+    monkeypatch.setattr(Prepared, "warm_until_clocks", lambda self, *a, **kw: warms.append((a, kw)) or 0.0)
+    jobs = _gemv_jobs("gemv", 2)
+    bench.remeasure_rounds("gemv", jobs[0].problem, [j.schedule for j in jobs], reps=2, rounds=1)
+    least, most = bench_module.REMEASURE_LEAST_S, bench_module.REMEASURE_WARM_S
+    assert warms == [((least, most), {"unless_hot": True})] and 0 < least <= most
+
+
 def _settled(bench: TrialBench) -> None:
     bench.inputs.settled()  # prefetch and forget return at once
 

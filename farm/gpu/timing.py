@@ -33,11 +33,6 @@ WARM_ROUND_S = 0.01
 # the reps' own submission when the reps alone are shorter, and the most passes it may take.
 LEAD_IN_S = 0.002
 MAX_LEAD_PASSES = 1024
-# Where FARM_WARM_ROUNDS=after-idle (TimedDevice.rounds_after_idle_only: a tuning worker's
-# A/B, NOTES session 13): no warm-up rounds after any timing that ended under HOT_GAP_S ago,
-# however short; the lead-in and the clock check (with its re-timing) are the guard then.
-WARM_ROUNDS_ENV = "FARM_WARM_ROUNDS"
-WARM_ROUNDS = ("always", "after-idle")
 CLOCK_WARM_S = 0.2  # the heater's passes back to back before a timing the clock check read slow is re-timed
 # A report's timing (farm bench's rows, the recurrent sweep's fused column): the kernel back
 # to back for REPORT_WARM_S, then on while the clock canary reads slow, up to REPORT_WARM_MAX_S
@@ -56,15 +51,6 @@ CLOCK_CHECK_MAX_S = 0.02
 # went into different basins of recurrent's flat top on 15 us kernels while the SM clock
 # wandered ~20% by itself (NOTES, session 12). The re-timing is kept when its canary reads faster.
 RECHECK_TOLERANCE = 1.05
-
-
-def rounds_after_idle_only(value: str | None) -> bool:
-    """FARM_WARM_ROUNDS's value as TimedDevice.rounds_after_idle_only (unset: "always", False)."""
-    if value is None or value == "always":
-        return False
-    if value == "after-idle":
-        return True
-    raise ValueError(f"{WARM_ROUNDS_ENV}={value!r} is not one of {', '.join(WARM_ROUNDS)}")
 
 
 @dataclass(frozen=True)
@@ -111,7 +97,7 @@ class TimedDevice:
         self._busy_span = 0.0  # seconds that the last timed work (warm-up and reps) lasted
         self._recent: deque[tuple[float, float]] = deque()  # (start, end) of recent timings
         self.warm_spent_s = 0.0  # seconds spent warming up, all timings together
-        self.rounds_after_idle_only = False  # see WARM_ROUNDS_ENV
+        self.rounds_spent_s = 0.0  # of them, in warm-up rounds (the rest: keep_busy, re-timings' heater)
         # The clock check after each GPU-timestamp timing (farm.gpu.clocks): on GPUs only
         self.check_clocks = gpu
         self._clock = None
@@ -168,8 +154,7 @@ class TimedDevice:
             self.dispatch_many(calls, schedule, wait=False)  # the queue runs them before the timed reps
         if self.warm_s <= 0:
             return
-        now = time.perf_counter()
-        if self._clocks_up(now) or self._guarded_recent(now):
+        if self._clocks_up(time.perf_counter()):
             return
         # Rounds compare per-call times: the queue (a certification run, the counted warm-up)
         # must be empty first, or the first round reads slow and one more round is spent.
@@ -179,6 +164,7 @@ class TimedDevice:
             self._warm_rounds(calls, schedule, start)
         finally:
             self.warm_spent_s += time.perf_counter() - start
+            self.rounds_spent_s += time.perf_counter() - start
 
     def _clock_check(self):
         if self._clock is None:
@@ -241,14 +227,17 @@ class TimedDevice:
             return 0.0
         return self._busy_for(calls, seconds, schedule)
 
-    def warm_until_clocks(self, calls: list, least_s: float, most_s: float, schedule: Any = None) -> float:
-        """The passes back to back for `least_s` whatever the warm-up rules say, then, while
-        the clock canary still reads slow, the canary's heater (every SM busy) in steps of
-        CLOCK_WARM_S, up to `most_s` in all; returns the seconds spent (0 on a CPU adapter).
-        For a timing right after host-bound work: on one H200 the retime's 0.2 s did not
-        bring short kernels back to their speed after the recurrent sweep's baselines (NOTES,
-        session 11), nor did 2.2 s of their own few-workgroup dispatches (session 13)."""
-        spent = self.keep_busy(calls, least_s, schedule, force=True)
+    def warm_until_clocks(
+        self, calls: list, least_s: float, most_s: float, schedule: Any = None, unless_hot: bool = False
+    ) -> float:
+        """The passes back to back for `least_s` whatever the warm-up rules say (with
+        `unless_hot`: nothing when they say the clocks are up), then, while the clock canary
+        still reads slow, the canary's heater (every SM busy) in steps of CLOCK_WARM_S, up to
+        `most_s` in all; returns the seconds spent (0 on a CPU adapter). For a timing right
+        after host-bound work: on one H200 the retime's 0.2 s did not bring short kernels
+        back to their speed after the recurrent sweep's baselines (NOTES, session 11), nor
+        did 2.2 s of their own few-workgroup dispatches (session 13)."""
+        spent = self.keep_busy(calls, least_s, schedule, force=not unless_hot)
         clock = self._clock_check() if self.check_clocks else None
         while spent and spent < most_s and clock is not None and clock.slow():
             spent += self._busy_for(clock.heater(), CLOCK_WARM_S, None)
@@ -275,12 +264,6 @@ class TimedDevice:
         if now - self._busy_until < HOT_GAP_S and self._busy_span >= HOT_SPAN_S:
             return True
         return self._recent_busy(now) >= HOT_BUSY * HOT_WINDOW_S
-
-    def _guarded_recent(self, now: float) -> bool:
-        """With `rounds_after_idle_only`: the last timing ended under HOT_GAP_S ago and this
-        timing has the lead-in and the clock check to guard it (GPU timestamps, a canary)."""
-        recent = now - self._busy_until < HOT_GAP_S
-        return self.rounds_after_idle_only and recent and self.timestamps and self.check_clocks
 
     def _mark_busy(self, start: float, end: float) -> None:
         """Record timed work from `start` to `end` (what the warm-up rules look back on)."""

@@ -45,7 +45,6 @@ from contextlib import contextmanager
 from farm import catalog
 from farm.catalog import KernelSpec, Launch, check_launch
 from farm.gpu import Device, GpuError, Pipeline, Timing
-from farm.gpu.timing import WARM_ROUNDS_ENV, rounds_after_idle_only
 from farm.oracle.launch import Prepared, compile_launch
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
@@ -67,7 +66,11 @@ PENDING_BYTES = 2 << 30
 # A trial the clock check read slightly slow is timed again when, scaled by the canary, it
 # comes within this factor of the problem's best certified median (farm.gpu.timing.RECHECK_TOLERANCE)
 RECHECK_BAR = 1.03
-REMEASURE_WARM_S = 1.0  # seconds of a finalist's dispatches before the interleaved re-measurement
+# Before the interleaved re-measurement, unless the GPU is hot: REMEASURE_LEAST_S of the first
+# finalist's dispatches, then the clock canary's heater while it reads slow, REMEASURE_WARM_S
+# in all (a few-workgroup kernel's own dispatches may not lift the clocks: NOTES, session 13).
+REMEASURE_LEAST_S = 0.3
+REMEASURE_WARM_S = 1.0
 CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per worker
 # Hinted compiles (TrialBench.precompile: the search's likely next picks) run on threads of
 # their own, never ahead of a batch's compile-ahead; at most HINTED_MAX outstanding.
@@ -80,7 +83,6 @@ class TrialBench:
 
     def __init__(self, device: Device, worker_id: str = "local", compile_ahead: bool = True):
         self.device = device
-        device.rounds_after_idle_only = rounds_after_idle_only(os.environ.get(WARM_ROUNDS_ENV))
         self.worker_id = worker_id
         self.host = socket.gethostname()
         self.topology_hash = device.profile.topology_hash()
@@ -226,7 +228,7 @@ class TrialBench:
         order = list(prepared)
         if order:  # clocks up before the first round (see Device.keep_busy)
             try:
-                prepared[order[0]].keep_busy(REMEASURE_WARM_S)
+                prepared[order[0]].warm_until_clocks(REMEASURE_LEAST_S, REMEASURE_WARM_S, unless_hot=True)
             except GpuError:
                 pass  # that finalist's own timing reports it
 
@@ -253,6 +255,7 @@ class TrialBench:
         warm-up counted in "warm_up" too)."""
         report = self.stages.as_dict()
         report["seconds"]["warm_up"] = self.device.warm_spent_s
+        report["seconds"]["warm_rounds"] = self.device.rounds_spent_s
         report["seconds"]["clock_retime"] = self.device.clock_retime_s
         report["clock_retimes"] = self.device.clock_retimes
         report["clock_rechecks"] = self.device.clock_rechecks

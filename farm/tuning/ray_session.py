@@ -14,7 +14,7 @@ retries an unreachable GCS for 20 x ~36 s); otherwise, or when Ray then fails to
 line naming the address and the fix.
 
 FORWARDED_ENV are the variables the workers need from the driver's environment (an extra
-kernel module, the adapter choice, the warm-up rounds' A/B switch), except those an enclosing `ray job submit` already
+kernel module, the adapter choice), except those an enclosing `ray job submit` already
 sets (`job_env_keys`). User kernel files (`--kernels-file`, $FARM_KERNELS_FILES) travel by
 value: their texts and WGSL in $FARM_KERNELS_BUNDLE (farm.catalog.files.bundle), so no
 node needs them at a path.
@@ -29,9 +29,8 @@ import time
 
 from farm import catalog
 from farm.catalog import files as kernel_files
-from farm.gpu.timing import WARM_ROUNDS_ENV, rounds_after_idle_only
 
-FORWARDED_ENV = ("FARM_EXTRA_KERNELS", "FARM_ADAPTER", WARM_ROUNDS_ENV)
+FORWARDED_ENV = ("FARM_EXTRA_KERNELS", "FARM_ADAPTER")
 CONNECT_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_ENV = "FARM_RAY_CONNECT_TIMEOUT_S"
 _RETRY_S = 0.5  # between connection attempts to an address that refused
@@ -48,7 +47,6 @@ def init_ray(address: str | None, num_cpus: int | None, connect_timeout_s: float
 
     if ray.is_initialized():
         return False
-    rounds_after_idle_only(os.environ.get(WARM_ROUNDS_ENV))  # a bad value is the user's error, here, not a dead worker
     job_keys = job_env_keys()
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ and k not in job_keys}
     catalog.names()  # loads $FARM_KERNELS_FILES too, so the bundle holds them
