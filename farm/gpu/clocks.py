@@ -19,35 +19,34 @@ import numpy as np
 
 CLOCK_TOLERANCE = 1.2  # a check this much over its best on the device reads as low clocks
 CANARY_STEPS = 2048  # the loop's dependent steps: a few microseconds at the H200's clocks
-CANARY_WGSL = f"""
+
+
+def _dependent_loop(threads: int, steps: int) -> str:
+    """WGSL of `threads`-wide workgroups, each thread `steps` dependent multiply-adds, its
+    result stored (so nothing is optimized away): a time set by the SM clock alone."""
+    return f"""
 @group(0) @binding(0) var<storage, read_write> out: array<f32>;
-@compute @workgroup_size(64)
+@compute @workgroup_size({threads})
 fn main(@builtin(local_invocation_index) lid: u32) {{
-    var a = f32(lid) / 64.0;
-    for (var i = 0u; i < {CANARY_STEPS}u; i++) {{
+    var a = f32(lid) / {threads}.0;
+    for (var i = 0u; i < {steps}u; i++) {{
         a = a * (a * 0.499) + 0.25;
     }}
     out[lid] = a;
 }}
 """
+
+
+CANARY_WGSL = _dependent_loop(64, CANARY_STEPS)
 # The heater (ClockCheck.heater): the same kind of loop in HEATER_GROUPS workgroups of 256,
-# enough to fill every SM of an H200 (132 SMs x 8), ~0.1 ms a dispatch there. Run while the
-# canary reads slow before a report's timing: in the recurrent sweep 2.2 s of a 15-25 us
+# enough to fill every SM of an H200 (132 SMs x 8), ~0.1 ms a dispatch there. Run before a
+# re-timing, and while the canary reads slow before a report's timing or a re-measurement
+# (farm.gpu.timing, farm.tuning.bench): in the recurrent sweep 2.2 s of a 15-25 us
 # kernel's own dispatches (8-96 workgroups) left the canary 1.4-2.1x slow, where the long
 # cases' 200-770 us kernels brought it to 1.0 in 0.5 s (NOTES, session 13).
 HEATER_STEPS = 4096
 HEATER_GROUPS = 1056
-HEATER_WGSL = f"""
-@group(0) @binding(0) var<storage, read_write> out: array<f32>;
-@compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) lid: u32) {{
-    var a = f32(lid) / 256.0;
-    for (var i = 0u; i < {HEATER_STEPS}u; i++) {{
-        a = a * (a * 0.499) + 0.25;
-    }}
-    out[lid] = a;
-}}
-"""
+HEATER_WGSL = _dependent_loop(256, HEATER_STEPS)
 
 
 class ClockCheck:
