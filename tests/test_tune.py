@@ -361,8 +361,9 @@ def test_a_problem_first_tries_this_campaigns_winners_of_the_kernels_other_probl
 def test_a_campaign_prefetches_the_next_problems_inputs_and_forgets_each_finished_one(device: Device, tmp_path):
     """Issue 21 (wall time): on the H200 the GPU waited 1-13 s between problems (59 s of a
     201 s campaign) for the next problem's inputs and reference. The campaign now asks its
-    workers for the next PREFETCH_AHEAD problems' before the current problem's first trial
-    (each problem once: ternary_gemv's ~6 s of inputs outlasted one short problem), and
+    workers for the next PREFETCH_AHEAD problems' (each problem once: ternary_gemv's ~6 s of
+    inputs outlasted one short problem), after the first problem's first trial, before the
+    later ones' (their own were asked for earlier), and
     drops each problem's inputs once its winner is stored."""
     import threading
 
@@ -386,12 +387,13 @@ def test_a_campaign_prefetches_the_next_problems_inputs_and_forgets_each_finishe
             self.events.append(("forget", problem.key()))
             self.bench.forget(kernel, problem, seed)
 
-    first, second, third = Problem.of(m=40, n=24), Problem.of(m=24, n=40), Problem.of(m=32, n=32)
+    first, second, third, fourth = (Problem.of(m=40, n=24), Problem.of(m=24, n=40), Problem.of(m=32, n=32),
+                                    Problem.of(m=16, n=48))  # fmt: skip
     spec = catalog.get("gemv")
     threads = []
     real = type(spec).generate
     pool = BenchPool(device)
-    config = TuneConfig(kernels=("gemv",), sizes={"gemv": [first, second, third]}, budget=3, reps=2, rounds=1)
+    config = TuneConfig(kernels=("gemv",), sizes={"gemv": [first, second, third, fourth]}, budget=3, reps=2, rounds=1)
     db = store.open_store(f"sqlite:///{tmp_path}/farm.db")
     def generate(self, *args):
         threads.append(threading.current_thread().name)
@@ -400,13 +402,14 @@ def test_a_campaign_prefetches_the_next_problems_inputs_and_forgets_each_finishe
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(type(spec), "generate", generate)
         winners = Campaign(config, pool, db, tmp_path / "artifacts", "farm tune gemv").run()
-    assert len(winners) == 3
-    a, b, c = first.key(), second.key(), third.key()
+    assert len(winners) == 4
+    a, b, c, d = first.key(), second.key(), third.key(), fourth.key()
     events = [e for i, e in enumerate(pool.events) if e[0] != "stream" or pool.events[i - 1] != e]
-    assert events[:3] == [("prefetch", b), ("prefetch", c), ("stream", a)]
-    assert [e for e in events if e[0] == "prefetch"] == [("prefetch", b), ("prefetch", c)]  # each once
-    assert events.index(("forget", a)) < events.index(("stream", b)) and events[-1] == ("forget", c)
-    assert len(threads) == 3 and sum(t.startswith("farm-prefetch") for t in threads) == 2  # the later two, ahead
+    assert events[:3] == [("stream", a), ("prefetch", b), ("prefetch", c)]  # the first: after its first trial
+    assert [e for e in events if e[0] == "prefetch"] == [("prefetch", b), ("prefetch", c), ("prefetch", d)]  # once
+    assert events.index(("prefetch", d)) < events.index(("stream", b))  # b's own were asked for: before its trials
+    assert events.index(("forget", a)) < events.index(("stream", b)) and events[-1] == ("forget", d)
+    assert len(threads) == 4 and sum(t.startswith("farm-prefetch") for t in threads) == 3  # the later three, ahead
     pool.bench.inputs.settled()
     assert pool.bench.inputs_held() == []
     pool.bench.close()

@@ -59,7 +59,8 @@ SIBLING_SEEDS = 4  # this campaign's winners of a kernel's other problems tried 
 # Problems ahead whose inputs and reference the workers generate in the background. One ahead
 # left the H200 idle 5-11 s before each ternary_gemv problem (its inputs take ~6 s, the
 # problem before it 2-5 s of trials): two ahead give each generation two problems' time,
-# asked for before the current problem's first trial (topk k=32's waited on k=8's ~2.5 s).
+# asked for before the current problem's first trial where its own were asked for earlier
+# (topk k=32's waited on k=8's ~2.5 s first trial), else after it (Campaign._tune).
 PREFETCH_AHEAD = 2
 HEARTBEAT_S = 10.0  # the most a running campaign's row goes without a write (well under STALE_AFTER_S)
 assert HEARTBEAT_S * 3 <= STALE_AFTER_S
@@ -133,19 +134,22 @@ class Campaign:
     def _tune(
         self, task: Task, profiles: dict[str, HardwareProfile], ahead: list[Task] | None = None
     ) -> WinnerRecord | None:
-        """Search `task`, then decide and store its winner. First the workers are asked for
-        the inputs and references of the tasks `ahead` not asked for before, in order, in the
-        background (one prefetch thread a worker: only the first task's own inputs are made
-        alongside); once its winner is stored, they drop `task`'s."""
+        """Search `task`, then decide and store its winner. The workers are asked for the
+        inputs and references of the tasks `ahead` not asked for before, in order, in the
+        background: before `task`'s first trial when its own were asked for earlier (they
+        are queued first), else once its first trial is back (the first task: on the H200
+        its reference queued behind the next problem's, and its first trial took 8.9 s
+        instead of 4.6); once its winner is stored, they drop `task`'s."""
         started = time.perf_counter()
         spec = catalog.get(task.kernel)
         recorded = store.recorded_schedules(self.db, task.topology, task.kernel, spec.source_hash(), task.problem.key())
         evaluate = self._evaluator(task, recorded)
-        for later in ahead or []:
-            if id(later) not in self._prefetched:
-                self._prefetched.add(id(later))
-                self._workers("prefetch", later)
+        early = id(task) in self._prefetched  # its own inputs and reference are queued ahead of `ahead`'s
+        if early:
+            self._prefetch(ahead)
         evaluate([spec.default])
+        if not early:
+            self._prefetch(ahead)
         rng = random.Random(f"{self.config.seed}:{task.kernel}:{task.problem.key()}")
         workers = len(self.pool.topologies()[task.topology])
         budget = Budget(task.budget)
@@ -166,6 +170,12 @@ class Campaign:
         if winner is not None:
             self.siblings.setdefault((task.topology, task.kernel), []).append(winner.schedule_key)
         return winner
+
+    def _prefetch(self, tasks: list[Task] | None) -> None:
+        for later in tasks or []:
+            if id(later) not in self._prefetched:
+                self._prefetched.add(id(later))
+                self._workers("prefetch", later)
 
     def _workers(self, what: str, task: Task) -> None:
         """Ask `task`'s workers to `prefetch` or `forget` its inputs (WorkerPool's; a pool
