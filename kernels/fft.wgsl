@@ -88,11 +88,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 // radix-R DFT in registers and writes its outputs at (j/NS)·NS·R + j mod NS + q·NS, which
 // leaves the spectrum in natural order. The first stage reads global memory, the last
 // writes it, and the stages between exchange through two workgroup buffers in turn (one
-// barrier each): log4 N - 1 exchanges for radix 4. `slot` places point i of transform tr
+// barrier each): log4 N - 1 exchanges for radix 4; with `single_buffer` through one buffer,
+// every thread's points read into registers, a barrier, then written back (two barriers an
+// exchange, half the workgroup memory). `slot` places point i of transform tr
 // in a buffer; with `swizzle` it XORs i's low 4 bits with a function of its high bits so
-// strided stores spread over the 32 banks. The host unrolls the stages into STAGES.
-var<workgroup> s0: array<vec2<f32>, T * N>;
-var<workgroup> s1: array<vec2<f32>, T * N>;
+// strided stores spread over the 32 banks. The host unrolls the stages into STAGES and
+// declares the buffers in BUFFERS.
+{{BUFFERS}}
 
 fn slot(tr: u32, i: u32) -> u32 {
     return tr * N + ({{SWIZZLE}});

@@ -202,7 +202,7 @@ def test_fft_rejects_bad_speed_knobs_naming_the_knob(device, knobs, reason):
     ],
 )
 def test_fft_stockham_stages_and_barriers(n, radix, stages):
-    from farm.catalog.fft import stage_radices
+    from farm.catalog.fft_stockham import stage_radices
 
     assert stage_radices(n, radix) == stages
     problem = SPEC.problem(n=n, batch=1)
@@ -227,7 +227,7 @@ def test_fft_stockham_workgroup_storage_is_two_buffers(device):
 
 @pytest.mark.parametrize("swizzle", [0, 1, 2])
 def test_fft_swizzle_permutes_the_points_of_a_transform(swizzle):
-    from farm.catalog.fft import swizzle_expr
+    from farm.catalog.fft_stockham import swizzle_expr
 
     # The emitted WGSL expression read as Python (u32 literals and countOneBits mapped over).
     expr = re.sub(r"(\d+)u\b", r"\1", swizzle_expr(swizzle)).replace("countOneBits", "popcount")
@@ -239,15 +239,25 @@ def test_fft_swizzle_permutes_the_points_of_a_transform(swizzle):
 
 def test_fft_space_keeps_the_original_schedules_and_adds_stockham(device):
     schedules = SPEC.schedules()
-    assert len(schedules) == 336 == len(set(schedules))
+    assert len(schedules) == 432 == len(set(schedules))
     assert SPEC.default in schedules
     original = [s for s in schedules if s.knobs == ()]
     assert len(original) == 48
     problem = SPEC.problem(n=256, batch=2)
+    from farm.catalog.fft_stockham import single_buffer_problem
+
     for schedule in schedules:
+        single = schedule.get("single_buffer", 0)
+        radix, items, threads = schedule.get("stockham", 0), schedule.items_per_invocation, schedule.workgroup_size
+        if single and single_buffer_problem(256, radix, items, threads):
+            with pytest.raises(InvalidSchedule, match="single_buffer needs workgroup_size >= "):
+                SPEC.check_knobs(schedule, problem, device.profile)
+            continue
         SPEC.check_knobs(schedule, problem, device.profile)
-    knobs = {(s.get("stockham", 0), s.get("swizzle", 0)) for s in schedules}
-    assert knobs == {(0, 0), (4, 0), (4, 2), (8, 0), (8, 2), (16, 0), (16, 1)}
+    knobs = {(s.get("stockham", 0), s.get("swizzle", 0), s.get("single_buffer", 0)) for s in schedules}
+    assert knobs == {(0, 0, 0), (4, 0, 0), (4, 2, 0), (8, 0, 0), (8, 2, 0), (16, 0, 0), (16, 1, 0),
+                     (8, 0, 1), (8, 2, 1), (16, 0, 1), (16, 1, 1)}  # fmt: skip
+    assert all(s.vector_width == 2 for s in schedules if s.get("single_buffer", 0))
 
 
 def test_fft_speed_knobs_at_zero_emit_the_original_kernel():
@@ -311,3 +321,45 @@ def test_fft_nonfinite_elsewhere_keeps_numpy_nonfinite_points_and_infs(device, s
     assert np.all((out[infs] == want[infs]) | np.isnan(out[infs]))
     finite = np.isfinite(want).all(-1)
     np.testing.assert_allclose(out[finite], want[finite], atol=1e-4, rtol=1e-4)
+
+
+# -- single_buffer: the exchanges through one workgroup buffer ------------------------
+
+SINGLE_SCHEDULES = [
+    Schedule.of(workgroup_size=256, items_per_invocation=4, vector_width=2, stockham=16, swizzle=1, single_buffer=1),
+    Schedule.of(workgroup_size=512, items_per_invocation=2, vector_width=2, stockham=8, swizzle=2, single_buffer=1),
+    Schedule.of(workgroup_size=1024, items_per_invocation=3, vector_width=1, stockham=4, swizzle=0, single_buffer=1),
+]
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("schedule", SINGLE_SCHEDULES, ids=str)
+def test_fft_single_buffer_certifies_for_every_power_of_two_length(device, schedule, n):
+    # batch 5 leaves the last workgroup partial; radix 4 at items 3 runs three stages between
+    problem = SPEC.problem(n=n, batch=5)
+    result = oracle.certify(SPEC, schedule, problem, device)
+    assert result.status is Status.OK, result.message
+
+
+def test_fft_single_buffer_takes_one_buffer_and_two_barriers_an_exchange():
+    from farm.catalog.fft_stockham import stage_radices
+
+    problem = SPEC.problem(n=1024, batch=8)
+    single, double = SINGLE_SCHEDULES[0], Schedule.of(**(SINGLE_SCHEDULES[0].as_dict() | {"single_buffer": 0}))
+    inputs = SPEC.generate(problem, 0)
+    body = SPEC.launch(single, problem, inputs).source.split("fn main_stockham")[1]
+    middles = len(stage_radices(1024, 16)) - 2  # (16, 16, 4): one stage both reads and writes
+    assert body.count("workgroupBarrier()") == 1 + 2 * middles  # the first stage's, then two a middle one
+    source = SPEC.launch(single, problem, inputs).source
+    assert "var<workgroup> s0" in source and "var<workgroup> s1" not in source
+    assert SPEC.workgroup_bytes(single, problem) == 8 * 1024 * 4 == SPEC.workgroup_bytes(double, problem) // 2
+
+
+def test_fft_single_buffer_rejects_a_workgroup_too_small_for_its_units_naming_them(device):
+    schedule = Schedule.of(workgroup_size=128, items_per_invocation=4, vector_width=2, stockham=16, single_buffer=1)
+    with pytest.raises(InvalidSchedule, match=r"single_buffer needs workgroup_size >= items_per_invocation \* n / "
+                       r"radix = 256 \(items_per_invocation 4, n=1024, radix 16\); got 128"):  # fmt: skip
+        SPEC.check(schedule, SPEC.problem(n=1024, batch=8), device.profile)
+    SPEC.check(schedule, SPEC.problem(n=256, batch=8), device.profile)  # (16, 16): no stage between
+    with pytest.raises(InvalidSchedule, match=r"single_buffer 1 needs stockham > 0"):
+        SPEC.check(Schedule.of(workgroup_size=64, single_buffer=1), SPEC.problem(n=64, batch=2), device.profile)

@@ -22,6 +22,13 @@ Speed knobs, 0 by default (a schedule that leaves them out runs the original ker
   At n = 1024: radix 4 has 4 exchanges, radix 16 (16, 16, 4) 2, against 11 barriers and
   ~20 workgroup accesses per point for `stockham` 0. Workgroup memory is 16·n·items bytes
   (0 when one stage is the whole transform);
+- `single_buffer` (needs `stockham`): 1 exchanges through one workgroup buffer instead of
+  two: a stage between the first and the last reads its points into registers, waits at a
+  barrier, then writes (two barriers an exchange instead of one), in half the workgroup
+  memory, so twice the transforms fit a workgroup or an SM (the H200 winner, radix 16 in
+  256 threads, held one transform: 64 threads busy, 8 transforms an SM). Each thread holds
+  one unit of such a stage, so workgroup_size must be >= items_per_invocation · n / radix
+  for them (rejected otherwise, naming both);
 - `swizzle` (needs `stockham`): 0 stores point i at i; 1 XORs i's low 4 bits with bits
   4..7; 2 XORs them with a linear map of bits 4..9 (SWIZZLE_MAP). In a model of the NVIDIA
   shared memory (32 banks, 8-byte accesses served 16 lanes at a time) swizzle 2 makes
@@ -49,21 +56,27 @@ is the table's only entry with a zero part. So, for every schedule, against nump
 
 from __future__ import annotations
 
-import inspect
 import itertools
 
 import numpy as np
 
 from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for
+from farm.catalog.fft_stockham import (
+    emitter_source,
+    single_buffer_problem,
+    stockham_buffers,
+    stockham_stages,
+    stockham_workgroup_bytes,
+    swizzle_expr,
+    workgroup_bytes,
+)
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
 MAX_N = 1024
 STOCKHAM_MARK = "// ==== stockham ===="
-# swizzle 2: bit b of (i >> 4) flips these bits of i's low 4 (a GF(2)-linear map searched
-# offline against a 32-bank, 16-lanes-per-8-byte-wavefront model of the NVIDIA shared memory).
-SWIZZLE_MAP = (15, 10, 12, 9, 6, 12)
 STOCKHAM_RADICES = (0, 2, 4, 8, 16)
+SINGLE_BUFFER_RADICES = (8, 16)  # single_buffer=1's schedules in `schedules()` (vector_width 2 only)
 # The swizzle each radix gets in `schedules()`: the one the bank model finds conflict-free
 # for it at n = 256..1024 (2 for radix 4 and 8, 1 for radix 16), and none.
 SPACE_SWIZZLES = {4: (0, 2), 8: (0, 2), 16: (0, 1)}
@@ -94,13 +107,12 @@ class Fft(KernelSpec):
     name = "fft"
     source_file = "fft.wgsl"
     dims = ("n", "batch")
-    space = BASE_SPACE | {"stockham": STOCKHAM_RADICES, "swizzle": (0, 1, 2)}
+    space = BASE_SPACE | {"stockham": STOCKHAM_RADICES, "swizzle": (0, 1, 2), "single_buffer": (0, 1)}
     default = Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=1)
 
     def host_source(self) -> str:
         """The host code that emits the Stockham stages: it shapes the schedules' WGSL."""
-        host = [stockham_stages, _stage, _dft, _rotate, stage_radices, swizzle_expr]
-        return "".join(inspect.getsource(f) for f in host) + repr(SWIZZLE_MAP)
+        return emitter_source()
 
     def knob(self, schedule: Schedule, name: str) -> int:
         """A speed knob's value; 0 when the schedule leaves it out."""
@@ -131,9 +143,10 @@ class Fft(KernelSpec):
 
     # -- schedules -----------------------------------------------------------------
     def schedules(self) -> list[Schedule]:
-        """The original 48 (speed knobs left out, so keys and winners carry over) and each
-        of them as Stockham radix 4, 8 and 16 with the swizzles of SPACE_SWIZZLES: 336 in
-        all (radix 2 and the other swizzles are accepted, but not searched)."""
+        """The original 48 (speed knobs left out, so keys and winners carry over), each of
+        them as Stockham radix 4, 8 and 16 with the swizzles of SPACE_SWIZZLES, and the 24
+        with vector_width 2 as radix 8 and 16 with single_buffer=1: 432 in all (radix 2 and
+        the other swizzles are accepted, but not searched)."""
         base = [Schedule.of(**dict(zip(BASE_SPACE, v, strict=True))) for v in itertools.product(*BASE_SPACE.values())]
         speed = [
             Schedule.of(**s.as_dict(), stockham=radix, swizzle=swz)
@@ -141,7 +154,14 @@ class Fft(KernelSpec):
             for radix, swizzles in SPACE_SWIZZLES.items()
             for swz in swizzles
         ]
-        return base + speed
+        single = [
+            Schedule.of(**s.as_dict(), stockham=radix, swizzle=swz, single_buffer=1)
+            for s in base
+            if s.vector_width == 2
+            for radix in SINGLE_BUFFER_RADICES
+            for swz in SPACE_SWIZZLES[radix]
+        ]
+        return base + speed + single
 
     def check_knobs(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
         n = problem["n"]
@@ -155,14 +175,18 @@ class Fft(KernelSpec):
             raise InvalidSchedule(self.name, schedule, f"vector_width {schedule.vector_width} not in (1, 2)")
         if schedule.items_per_invocation < 1:
             raise InvalidSchedule(self.name, schedule, f"items_per_invocation {schedule.items_per_invocation} < 1")
-        reason = speed_knob_problem(self.knob(schedule, "stockham"), self.knob(schedule, "swizzle"))
+        radix, single = self.knob(schedule, "stockham"), self.knob(schedule, "single_buffer")
+        reason = speed_knob_problem(radix, self.knob(schedule, "swizzle"), single)
+        if not reason and single:
+            reason = single_buffer_problem(n, radix, schedule.items_per_invocation, schedule.workgroup_size)
         if reason:
             raise InvalidSchedule(self.name, schedule, reason)
 
     def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
         radix = self.knob(schedule, "stockham")
         if radix:
-            return stockham_workgroup_bytes(problem["n"], schedule.items_per_invocation, radix)
+            single = bool(self.knob(schedule, "single_buffer"))
+            return stockham_workgroup_bytes(problem["n"], schedule.items_per_invocation, radix, single)
         return workgroup_bytes(problem["n"], schedule.items_per_invocation)
 
     # -- data ----------------------------------------------------------------------
@@ -195,7 +219,9 @@ class Fft(KernelSpec):
         radix2_source, stockham_source = self.template().split(STOCKHAM_MARK)
         if radix:
             template, entry = radix2_source + STOCKHAM_MARK + stockham_source, "main_stockham"
-            values |= {"STAGES": stockham_stages(n, radix), "SWIZZLE": swizzle_expr(self.knob(schedule, "swizzle"))}
+            single = bool(self.knob(schedule, "single_buffer"))
+            values |= {"STAGES": stockham_stages(n, radix, single), "BUFFERS": stockham_buffers(single)}
+            values |= {"SWIZZLE": swizzle_expr(self.knob(schedule, "swizzle"))}
         source = render(template if radix else radix2_source, values)
         return Launch(
             entry_point=entry,
@@ -218,17 +244,7 @@ class Fft(KernelSpec):
         return {"x": signals, "y": signals}
 
 
-def workgroup_bytes(n: int, transforms: int) -> int:
-    """Workgroup memory: every point of the workgroup's transforms as vec2<f32>."""
-    return 8 * n * transforms
-
-
-def stockham_workgroup_bytes(n: int, transforms: int, radix: int) -> int:
-    """Two buffers of every point, or none when one stage does the whole transform."""
-    return 0 if len(stage_radices(n, radix)) == 1 else 2 * workgroup_bytes(n, transforms)
-
-
-def speed_knob_problem(stockham: int, swizzle: int) -> str:
+def speed_knob_problem(stockham: int, swizzle: int, single_buffer: int = 0) -> str:
     """Why the speed knob values can't form a kernel, or ''."""
     if stockham not in STOCKHAM_RADICES:
         return f"stockham {stockham} not in {STOCKHAM_RADICES}"
@@ -236,103 +252,11 @@ def speed_knob_problem(stockham: int, swizzle: int) -> str:
         return f"swizzle {swizzle} not in (0, 1, 2)"
     if swizzle and not stockham:
         return f"swizzle {swizzle} needs stockham > 0 (the radix-2 kernel has no swizzled layout)"
+    if single_buffer not in (0, 1):
+        return f"single_buffer {single_buffer} not in (0, 1)"
+    if single_buffer and not stockham:
+        return f"single_buffer {single_buffer} needs stockham > 0 (the radix-2 kernel works in place)"
     return ""
-
-
-def stage_radices(n: int, radix: int) -> list[int]:
-    """The Stockham stages' radices: as many `radix` stages as fit, then one smaller
-    power-of-two stage for the rest (radix 4 at n = 512: 4, 4, 4, 4, 2)."""
-    log, step = n.bit_length() - 1, radix.bit_length() - 1
-    return [radix] * (log // step) + ([2 ** (log % step)] if log % step else [])
-
-
-def swizzle_expr(swizzle: int) -> str:
-    """WGSL for point i's position within its transform's slots (a permutation of 0..n-1:
-    only the low 4 bits change, and only for n >= 16)."""
-    if swizzle == 0:
-        return "i"
-    if swizzle == 1:
-        return "i ^ ((i >> 4u) & 15u)"
-    masks = [sum(((row >> bit) & 1) << b for b, row in enumerate(SWIZZLE_MAP)) for bit in range(4)]
-    flips = [f"((countOneBits((i >> 4u) & {mask}u) & 1u) << {bit}u)" for bit, mask in enumerate(masks)]
-    return "i ^ " + " ^ ".join(flips)
-
-
-def stockham_stages(n: int, radix: int) -> str:
-    """The unrolled stages of `main_stockham` (see kernels/fft.wgsl)."""
-    radices = stage_radices(n, radix)
-    lines, ns = [], 1
-    for s, r in enumerate(radices):
-        lines += _stage(n, r, ns, first=s == 0, last=s == len(radices) - 1, src=f"s{(s + 1) % 2}", dst=f"s{s % 2}")
-        ns *= r
-    return "\n    ".join(lines)
-
-
-def _stage(n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str) -> list[str]:
-    """One Stockham stage over the workgroup's T·n/r units, then a barrier unless last."""
-    units, stride = n // r, n // r
-    body = [f"let tr = u / {units}u;", f"let j = u % {units}u;", "let g = min(first + tr, p.batch - 1u);"]
-    for q in range(r):
-        point = f"j + {q * stride}u"
-        body.append(f"var v{q} = load(g * N + {point});" if first else f"var v{q} = {src}[slot(tr, {point})];")
-    if ns > 1:
-        body.append(f"let k = j % {ns}u;")
-        body += [f"v{q} = tw_mul(v{q}, k * {q * n // (r * ns)}u);" for q in range(1, r)]
-    body += _dft([f"v{q}" for q in range(r)], "y")
-    if last:
-        body.append("if (first + tr < p.batch) {")
-        body += [f"    store((first + tr) * N + j + {q * ns}u, y{q});" for q in range(r)]
-        body.append("}")
-    else:
-        body.append(f"let o = (j / {ns}u) * {ns * r}u + j % {ns}u;")
-        body += [f"{dst}[slot(tr, o + {q * ns}u)] = y{q};" for q in range(r)]
-    out = [f"for (var u = lid; u < T * {units}u; u += WG) {{", *("    " + line for line in body), "}"]
-    return out + ([] if last else ["workgroupBarrier();"])
-
-
-def _dft(ins: list[str], out: str) -> list[str]:
-    """WGSL lines computing the forward DFT of the vec2 values named `ins` (a power of two
-    up to 16 of them) into `let {out}0..`, natural order. Radix 2 and 4 directly; 8 and 16
-    as 4 × (len/4) Cooley-Tukey: input n = R2·n1 + n2 and output k = k1 + 4·k2 give
-    X[k] = DFT_R2 over n2 of W_R^(n2·k1) · DFT_4 over n1 of x[R2·n1 + n2]."""
-    r = len(ins)
-    if r == 2:
-        return [f"let {out}0 = {ins[0]} + {ins[1]};", f"let {out}1 = {ins[0]} - {ins[1]};"]
-    if r == 4:
-        a, b, c, d = ins
-        return [
-            f"let {out}s0 = {a} + {c};",
-            f"let {out}s1 = {a} - {c};",
-            f"let {out}s2 = {b} + {d};",
-            f"let {out}s3 = {b} - {d};",
-            f"let {out}0 = {out}s0 + {out}s2;",
-            f"let {out}1 = {out}s1 + vec2<f32>({out}s3.y, -{out}s3.x);",
-            f"let {out}2 = {out}s0 - {out}s2;",
-            f"let {out}3 = {out}s1 - vec2<f32>({out}s3.y, -{out}s3.x);",
-        ]
-    r2 = r // 4
-    lines = []
-    for n2 in range(r2):
-        lines += _dft([ins[r2 * n1 + n2] for n1 in range(4)], f"{out}a{n2}_")
-    for n2 in range(r2):
-        lines += [f"let {out}b{n2}_{k1} = {_rotate(f'{out}a{n2}_{k1}', n2 * k1, r)};" for k1 in range(4)]
-    for k1 in range(4):
-        lines += _dft([f"{out}b{n2}_{k1}" for n2 in range(r2)], f"{out}c{k1}_")
-        lines += [f"let {out}{k1 + 4 * k2} = {out}c{k1}_{k2};" for k2 in range(r2)]
-    return lines
-
-
-def _rotate(value: str, m: int, r: int) -> str:
-    """`value` · exp(-2πi·m/r) as a WGSL expression; quarter turns without a multiply."""
-    m %= r
-    if m == 0:
-        return value
-    if 4 * m % r == 0:
-        return {1: f"vec2<f32>({value}.y, -{value}.x)", 2: f"-{value}", 3: f"vec2<f32>(-{value}.y, {value}.x)"}[
-            4 * m // r
-        ]
-    angle = -2.0 * np.pi * m / r
-    return f"cmul({value}, vec2<f32>({np.cos(angle):.9f}, {np.sin(angle):.9f}))"
 
 
 def twiddles(n: int) -> np.ndarray:

@@ -1,0 +1,171 @@
+"""fft's Stockham kernels, as the host emits them: the stages' radices, the unrolled
+stages (two workgroup buffers in turn, or one with `single_buffer`), the radix-R DFTs in
+registers, the swizzled slots, and the workgroup memory they take. farm.catalog.fft is the
+spec; kernels/fft.wgsl holds the templates these fill."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+
+import numpy as np
+
+# swizzle 2: bit b of (i >> 4) flips these bits of i's low 4 (a GF(2)-linear map searched
+# offline against a 32-bank, 16-lanes-per-8-byte-wavefront model of the NVIDIA shared memory).
+SWIZZLE_MAP = (15, 10, 12, 9, 6, 12)
+
+
+def workgroup_bytes(n: int, transforms: int) -> int:
+    """Workgroup memory: every point of the workgroup's transforms as vec2<f32>."""
+    return 8 * n * transforms
+
+
+def stockham_workgroup_bytes(n: int, transforms: int, radix: int, single: bool = False) -> int:
+    """Two buffers of every point (one with `single`), or none when one stage does the whole transform."""
+    if len(stage_radices(n, radix)) == 1:
+        return 0
+    return (1 if single else 2) * workgroup_bytes(n, transforms)
+
+
+def single_buffer_problem(n: int, radix: int, transforms: int, threads: int) -> str:
+    """Why single_buffer can't run at length n, or '': each thread holds one unit of every
+    stage that both reads and writes the buffer (all but the first and the last)."""
+    radices = stage_radices(n, radix)
+    units = max((transforms * n // r for r in radices[1:-1]), default=0)
+    if units > threads:
+        return (f"single_buffer needs workgroup_size >= items_per_invocation * n / radix = {units} "
+                f"(items_per_invocation {transforms}, n={n}, radix {radix}); got {threads}")  # fmt: skip
+    return ""
+
+
+def stockham_buffers(single: bool) -> str:
+    """The Stockham kernels' workgroup buffers: s0 and s1, or s0 alone."""
+    lines = ["var<workgroup> s0: array<vec2<f32>, T * N>;"]
+    return "\n".join(lines if single else [*lines, "var<workgroup> s1: array<vec2<f32>, T * N>;"])
+
+
+def stage_radices(n: int, radix: int) -> list[int]:
+    """The Stockham stages' radices: as many `radix` stages as fit, then one smaller
+    power-of-two stage for the rest (radix 4 at n = 512: 4, 4, 4, 4, 2)."""
+    log, step = n.bit_length() - 1, radix.bit_length() - 1
+    return [radix] * (log // step) + ([2 ** (log % step)] if log % step else [])
+
+
+def swizzle_expr(swizzle: int) -> str:
+    """WGSL for point i's position within its transform's slots (a permutation of 0..n-1:
+    only the low 4 bits change, and only for n >= 16)."""
+    if swizzle == 0:
+        return "i"
+    if swizzle == 1:
+        return "i ^ ((i >> 4u) & 15u)"
+    masks = [sum(((row >> bit) & 1) << b for b, row in enumerate(SWIZZLE_MAP)) for bit in range(4)]
+    flips = [f"((countOneBits((i >> 4u) & {mask}u) & 1u) << {bit}u)" for bit, mask in enumerate(masks)]
+    return "i ^ " + " ^ ".join(flips)
+
+
+def stockham_stages(n: int, radix: int, single: bool = False) -> str:
+    """The unrolled stages of `main_stockham` (see kernels/fft.wgsl); with `single`, the
+    stages between the first and the last through one buffer (`_exchange`)."""
+    radices = stage_radices(n, radix)
+    lines, ns = [], 1
+    for s, r in enumerate(radices):
+        first, last = s == 0, s == len(radices) - 1
+        if single and not first and not last:
+            lines += _exchange(n, r, ns)
+        else:
+            src, dst = ("s0", "s0") if single else (f"s{(s + 1) % 2}", f"s{s % 2}")
+            lines += _stage(n, r, ns, first=first, last=last, src=src, dst=dst)
+        ns *= r
+    return "\n    ".join(lines)
+
+
+def _exchange(n: int, r: int, ns: int) -> list[str]:
+    """A middle Stockham stage through the one buffer s0: each thread (lid < T·n/r: one unit)
+    reads its r points, all wait at a barrier, then each writes its r outputs; a barrier after."""
+    units, stride = n // r, n // r
+    read = [f"v{q} = s0[slot(tr, j + {q * stride}u)];" for q in range(r)]
+    body = []
+    if ns > 1:
+        body.append(f"let k = j % {ns}u;")
+        body += [f"v{q} = tw_mul(v{q}, k * {q * n // (r * ns)}u);" for q in range(1, r)]
+    body += _dft([f"v{q}" for q in range(r)], "y")
+    body.append(f"let o = (j / {ns}u) * {ns * r}u + j % {ns}u;")
+    body += [f"s0[slot(tr, o + {q * ns}u)] = y{q};" for q in range(r)]
+    out = ["{", f"    let live = lid < T * {units}u;", f"    let tr = lid / {units}u;", f"    let j = lid % {units}u;"]
+    out += [f"    var v{q} = vec2<f32>();" for q in range(r)]
+    out += ["    if (live) {", *("        " + line for line in read), "    }", "    workgroupBarrier();"]
+    out += ["    if (live) {", *("        " + line for line in body), "    }", "}", "workgroupBarrier();"]
+    return out
+
+
+def _stage(n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str) -> list[str]:
+    """One Stockham stage over the workgroup's T·n/r units, then a barrier unless last."""
+    units, stride = n // r, n // r
+    body = [f"let tr = u / {units}u;", f"let j = u % {units}u;", "let g = min(first + tr, p.batch - 1u);"]
+    for q in range(r):
+        point = f"j + {q * stride}u"
+        body.append(f"var v{q} = load(g * N + {point});" if first else f"var v{q} = {src}[slot(tr, {point})];")
+    if ns > 1:
+        body.append(f"let k = j % {ns}u;")
+        body += [f"v{q} = tw_mul(v{q}, k * {q * n // (r * ns)}u);" for q in range(1, r)]
+    body += _dft([f"v{q}" for q in range(r)], "y")
+    if last:
+        body.append("if (first + tr < p.batch) {")
+        body += [f"    store((first + tr) * N + j + {q * ns}u, y{q});" for q in range(r)]
+        body.append("}")
+    else:
+        body.append(f"let o = (j / {ns}u) * {ns * r}u + j % {ns}u;")
+        body += [f"{dst}[slot(tr, o + {q * ns}u)] = y{q};" for q in range(r)]
+    out = [f"for (var u = lid; u < T * {units}u; u += WG) {{", *("    " + line for line in body), "}"]
+    return out + ([] if last else ["workgroupBarrier();"])
+
+
+def _dft(ins: list[str], out: str) -> list[str]:
+    """WGSL lines computing the forward DFT of the vec2 values named `ins` (a power of two
+    up to 16 of them) into `let {out}0..`, natural order. Radix 2 and 4 directly; 8 and 16
+    as 4 × (len/4) Cooley-Tukey: input n = R2·n1 + n2 and output k = k1 + 4·k2 give
+    X[k] = DFT_R2 over n2 of W_R^(n2·k1) · DFT_4 over n1 of x[R2·n1 + n2]."""
+    r = len(ins)
+    if r == 2:
+        return [f"let {out}0 = {ins[0]} + {ins[1]};", f"let {out}1 = {ins[0]} - {ins[1]};"]
+    if r == 4:
+        a, b, c, d = ins
+        return [
+            f"let {out}s0 = {a} + {c};",
+            f"let {out}s1 = {a} - {c};",
+            f"let {out}s2 = {b} + {d};",
+            f"let {out}s3 = {b} - {d};",
+            f"let {out}0 = {out}s0 + {out}s2;",
+            f"let {out}1 = {out}s1 + vec2<f32>({out}s3.y, -{out}s3.x);",
+            f"let {out}2 = {out}s0 - {out}s2;",
+            f"let {out}3 = {out}s1 - vec2<f32>({out}s3.y, -{out}s3.x);",
+        ]
+    r2 = r // 4
+    lines = []
+    for n2 in range(r2):
+        lines += _dft([ins[r2 * n1 + n2] for n1 in range(4)], f"{out}a{n2}_")
+    for n2 in range(r2):
+        lines += [f"let {out}b{n2}_{k1} = {_rotate(f'{out}a{n2}_{k1}', n2 * k1, r)};" for k1 in range(4)]
+    for k1 in range(4):
+        lines += _dft([f"{out}b{n2}_{k1}" for n2 in range(r2)], f"{out}c{k1}_")
+        lines += [f"let {out}{k1 + 4 * k2} = {out}c{k1}_{k2};" for k2 in range(r2)]
+    return lines
+
+
+def _rotate(value: str, m: int, r: int) -> str:
+    """`value` · exp(-2πi·m/r) as a WGSL expression; quarter turns without a multiply."""
+    m %= r
+    if m == 0:
+        return value
+    if 4 * m % r == 0:
+        return {1: f"vec2<f32>({value}.y, -{value}.x)", 2: f"-{value}", 3: f"vec2<f32>(-{value}.y, {value}.x)"}[
+            4 * m // r
+        ]
+    angle = -2.0 * np.pi * m / r
+    return f"cmul({value}, vec2<f32>({np.cos(angle):.9f}, {np.sin(angle):.9f}))"
+
+
+def emitter_source() -> str:
+    """This module's source (the functions and SWIZZLE_MAP that shape the Stockham WGSL),
+    for the fft spec's source hash."""
+    return inspect.getsource(sys.modules[__name__])
