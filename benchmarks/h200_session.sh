@@ -128,6 +128,9 @@ case "${PART:-1}" in
   19) step 60 python3 benchmarks/sweep_vs_bench.py --db "sqlite:///$PWD/${CALLS_DB:-.h200/s11p.db}" --embd 96,192,768 --out "$W/svb"
       cp "$W"/svb/sweep-vs-bench.json "$OUT"/ 2>/dev/null ;;  # session 11: which state the sweep's slow fused column is
   22) rsweep 100; LABEL=h200-s13w stability 450 ;;  # session 13: the heater vs part 16's bench on CALLS_DB (issue 17); prefetch two ahead (issue 21; ran with FARM_WARM_ROUNDS=after-idle, an A/B since removed: NOTES)
+  26) step 150 python3 -m farm tune fft --gpus 1 --db "sqlite:///$W/fft.db" --out "$W/artifacts"
+      step 120 python3 -m farm bench --kernels fft --db "sqlite:///$W/fft.db" --out "$W/fbench"
+      cp "$W"/fbench/bench.md "$OUT"/fft-bench.md; cp "$W"/fbench/bench.json "$OUT"/fft-bench.json ;;  # session 13: fft single_buffer against cuFFT (issue 17)
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=h200-s13i stability 340 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
