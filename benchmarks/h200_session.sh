@@ -101,7 +101,8 @@ calls_tuned() { step "$1" python3 benchmarks/runtime_calls.py --db "sqlite:///$P
                 cp "$W"/rc/runtime-calls.md "$W"/rc/runtime-calls.json "$OUT"/ 2>/dev/null; }
 stability() { step "$1" python3 benchmarks/stability.py --all --out "$W/stab" --label "${LABEL:-h200-s8}" --shader-cache "${SHADER_CACHE:-shared}"
               cp "$W"/stab/*-stability.json "$OUT"/ 2>/dev/null
-              cp "$W"/stab/*-stability/a.db "$W"/stab/*-stability/b.db "$OUT"/ 2>/dev/null; }
+              cp "$W"/stab/*-stability/a.db "$W"/stab/*-stability/b.db "$OUT"/ 2>/dev/null
+              cp "$W"/stab/*-stability/a.log "$W"/stab/*-stability/b.log "$OUT"/ 2>/dev/null; }
 rlong()      { step "$1" python3 -m farm sweep recurrent --long --db "sqlite:///$PWD/${CALLS_DB:-.h200/s12a.db}" --output-dir "$W/long"
                cp "$W"/long/recurrent_scaling.md "$OUT"/recurrent_scaling_long.md 2>/dev/null
                cp "$W"/long/recurrent_scaling.json "$OUT"/recurrent_scaling_long.json 2>/dev/null; }

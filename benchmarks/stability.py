@@ -80,16 +80,19 @@ def campaign_env(name: str, shader_cache: str, work: Path) -> dict[str, str]:
 
 def campaign_cost(log: Path, artifacts: Path, winners: list) -> dict:
     """Where a campaign's time went: its own wall time (the log's "campaign wall time" line),
+    its start-up (the "startup: ... up in S s" line: database, Ray and workers),
     the totals of its summary.json (trials, search and re-measurement seconds, rounds,
     finalist-rounds timed), the problems that went past their planned trials, and the
     rounds its winners record in SQL."""
     text = log.read_text()
     found = re.findall(r"campaign wall time ([0-9.]+) s", text)
+    startup = re.findall(r"^startup: .* up in ([0-9.]+) s$", text, re.MULTILINE)
     summaries = sorted((artifacts / "campaigns").glob("*/summary.json"))
     summary = json.loads(summaries[-1].read_text()) if summaries else {}
     tasks = summary.get("tasks", [])
     return {
         "campaign_s": float(found[-1]) if found else None,
+        "startup_s": float(startup[-1]) if startup else None,  # database, Ray and the workers up
         **{k: summary.get("totals", {}).get(k) for k in ("trials", "search_s", "remeasure_s", "rounds", "timings")},
         "extended_problems": sum(t.get("trials", 0) > t.get("planned", 0) for t in tasks),
         "winner_rounds": sum(w.rounds or 0 for w in winners),

@@ -345,11 +345,14 @@ def tune(
 ) -> list[WinnerRecord]:
     """Run one campaign end to end (pool up, each local GPU's lock taken, tune, winners
     stored, pool down); `gpus` caps the workers at that many of the cluster's GPUs (default: all)."""
+    begun = time.perf_counter()
     db = store.open_store(db_url)
     out = config.out or store.farm_home() / "artifacts"
     with WorkerPool(ray_address, allow_cpu=allow_cpu, trial_timeout_s=trial_timeout_s, gpus=gpus) as pool:
         reports = pool.reports()
         print(format_workers(reports), file=sys.stderr)
+        up_s = time.perf_counter() - begun  # on the H200 ~15 s of a campaign's process wall sat outside it
+        print(f"startup: database, Ray and {len(reports)} worker(s) up in {up_s:.1f} s", file=sys.stderr)
         with device_locks(reports, command):  # waits while another local campaign times on these GPUs
             started = time.perf_counter()
             try:
