@@ -194,3 +194,15 @@ def test_the_vendor_note_leaves_out_a_zero_tolerance_and_says_exact():
         False,
         "indices max_abs 1e+00 > 0 (exact)",
     )
+
+
+def test_bench_sizes_benches_the_named_problems_instead_of_the_realistic_ones(tmp_path, capsys):
+    """farm tune --sizes tunes a user's own problems; farm bench --sizes benches those same ones."""
+    import json
+
+    assert main(["bench", "--sizes", "gemv:m=48,n=40;gemv:m=24,n=72", "--allow-cpu", "--reps", "2",
+                 "--db", f"sqlite:///{tmp_path}/f.db", "--out", str(tmp_path / "out")]) == 0  # fmt: skip
+    rows = json.loads((tmp_path / "out" / "bench.json").read_text())["rows"]
+    problems = {r["problem"] for r in rows if r["kernel"] == "gemv"}
+    assert problems == {"m=48,n=40", "m=24,n=72"}
+    assert {r["variant"] for r in rows if r["problem"] == "m=48,n=40"} >= {"default"}

@@ -130,7 +130,11 @@ def tuned_schedules(db: str | None, topology: str) -> dict[tuple[str, str], Sche
     return {(w.kernel, w.problem_key): Schedule.from_key(w.schedule_key) for w in records}
 
 
-def run_bench(kernels: list[str], out: Path | None, db: str | None, allow_cpu: bool, reps: int) -> list[BenchRow]:
+def run_bench(
+    kernels: list[str], out: Path | None, db: str | None, allow_cpu: bool, reps: int, sizes: dict | None = None
+) -> list[BenchRow]:
+    """Bench `kernels` at `sizes`' problems where it names the kernel (farm tune --sizes'
+    {kernel: [Problem]}), else at its realistic sizes; see the module docstring."""
     device = Device()
     profile = device.profile
     refuse_cpu(profile, allow_cpu, "benchmark")
@@ -141,7 +145,7 @@ def run_bench(kernels: list[str], out: Path | None, db: str | None, allow_cpu: b
     stored = 0
     for name in kernels:
         spec = catalog.get(name)
-        for problem in bench_problems(name, profile):
+        for problem in (sizes or {}).get(name) or bench_problems(name, profile):
             new = _bench_one(device, spec, problem, tuned, vendor, reps)
             print_rows(new)
             rows.extend(new)

@@ -225,3 +225,16 @@ def file_in_the_way(path: Path) -> Path | None:
     can't be made): what a one-line NotADirectoryError should name."""
     parent = next((parent for parent in path.parents if parent.exists()), None)
     return parent if parent is not None and not parent.is_dir() else None
+
+
+def writable_dir(path: Path, what: str) -> Path:
+    """`path`, created if missing; PermissionError/FileExistsError/NotADirectoryError naming it
+    (or the file that stands where one of its directories belongs) when it can't hold `what`."""
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"{what}: {path} is a file, not a directory")
+    if (blocking := file_in_the_way(path)) is not None:
+        raise NotADirectoryError(f"{what}: {path}: {blocking} is a file, not a directory")
+    path.mkdir(parents=True, exist_ok=True)
+    if not os.access(path, os.W_OK):
+        raise PermissionError(f"{what}: {path} is not writable")
+    return path

@@ -17,7 +17,6 @@ from farm.cli.errors import (
     budget,
     count,
     database_bugs,
-    file_in_the_way,
     finite_float,
     is_path_error,
     nonnegative_int,
@@ -27,6 +26,7 @@ from farm.cli.errors import (
     seconds,
     small_nonnegative_int,
     user_errors,
+    writable_dir,
 )
 from farm.tuning.plan import DEFAULT_BUDGET, SPACE_SHARE
 
@@ -66,12 +66,16 @@ def cmd_certify(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from farm.cli.bench import run_bench
     from farm.cli.bench_report import bench_passed
+    from farm.tuning.plan import parse_sizes
 
-    kernels = args.kernels or catalog.names()
+    sizes = parse_sizes(args.sizes) if args.sizes is not None else {}
+    kernels = args.kernels or list(sizes) or catalog.names()
     for name in kernels:
         catalog.get(name)  # an unknown kernel fails before the adapter is opened
+    if outside := [name for name in sizes if name not in kernels]:
+        raise ValueError(f"--sizes names {', '.join(outside)}, not among --kernels {' '.join(kernels)}")
     out = writable_dir(Path(args.out), "bench results") if args.out else None
-    rows = run_bench(kernels, out, args.db, args.allow_cpu, args.reps)
+    rows = run_bench(kernels, out, args.db, args.allow_cpu, args.reps, sizes)
     return 0 if bench_passed(rows) else 1
 
 
@@ -86,19 +90,6 @@ def cmd_sweep_recurrent(args: argparse.Namespace) -> int:
     open_store(args.db).engine.dispose()  # an unreachable or unusable database fails now, not after the sweep
     report = run_sweep(config)
     return 0 if all(c["step_consistency"]["strict_pass"] for c in report["cases"]) else 1
-
-
-def writable_dir(path: Path, what: str) -> Path:
-    """`path`, created if missing; PermissionError/FileExistsError/NotADirectoryError naming it
-    (or the file that stands where one of its directories belongs) when it can't hold `what`."""
-    if path.exists() and not path.is_dir():
-        raise FileExistsError(f"{what}: {path} is a file, not a directory")
-    if (blocking := file_in_the_way(path)) is not None:
-        raise NotADirectoryError(f"{what}: {path}: {blocking} is a file, not a directory")
-    path.mkdir(parents=True, exist_ok=True)
-    if not os.access(path, os.W_OK):
-        raise PermissionError(f"{what}: {path} is not writable")
-    return path
 
 
 def _sweep_case(text: str):
@@ -352,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernels", nargs="*", default=None, help="kernel names (default: all)")
     p.add_argument("--out", default=None, help="directory for bench.md and bench.json")
     p.add_argument("--db", default=None, help="SQLAlchemy URL holding the tuned winners")
+    p.add_argument("--sizes", default=None, help="problems as in farm tune --sizes (default: realistic sizes)")
     p.add_argument("--reps", type=count, default=20)
     p.add_argument("--allow-cpu", action="store_true", help="allow a CPU adapter (numbers mean little)")
     p.set_defaults(func=cmd_bench)
