@@ -365,3 +365,10 @@ def test_dashboard_says_one_sentence_for_a_database_it_cannot_read(which, tmp_pa
     sentence = at.error[0].value
     assert sentence.startswith("Can't read ") and sentence.endswith(".") and "\n" not in sentence
     assert PASSWORD not in sentence and ".venv" not in sentence and "Traceback" not in sentence
+
+
+def test_bench_sizes_too_big_for_the_adapter_is_one_line_before_any_row(farm_home, capsys, tmp_path):
+    """parse_sizes checks against what any adapter allows; this adapter may allow less."""
+    argv = ["bench", "--kernels", "gemv", "--sizes", "gemv:m=6000,n=6000", "--allow-cpu", "--out", str(tmp_path)]
+    line = assert_user_error(*run(argv, capsys), "6000")
+    assert "max-storage-buffer-binding-size" in line and not (tmp_path / "bench.json").exists()

@@ -485,8 +485,41 @@ def test_warm_until_clocks_goes_on_while_the_canary_reads_slow_up_to_its_most(de
     assert device.read(heat, np.float32, 1)[0] > 3  # then the heater, three times CLOCK_WARM_S
     readings = iter([True] * 1000)
     assert 0.1 <= device.warm_until_clocks(calls, 0.02, 0.1) < 0.5  # never reads fast: stops at most_s
-    assert device.warm_until_clocks(calls, 0.02, 0.1, unless_hot=True) == 0.0  # right after: hot, nothing runs
+    # right after: hot, so none of the kernel's passes, but the canary (still slow) is read and heated for
+    before = device.read(buf, np.float32, 1)[0]
+    assert 0.1 <= device.warm_until_clocks(calls, 0.02, 0.1, unless_hot=True) < 0.5
+    assert device.read(buf, np.float32, 1)[0] == before
+    readings = iter([False])
+    assert device.warm_until_clocks(calls, 0.02, 0.1, unless_hot=True) == 0.0  # hot and at its clocks: nothing
     device.release(buf, heat)
+
+
+def test_a_fresh_canary_on_a_gpu_is_primed_so_its_first_check_can_read_slow(device, monkeypatch):
+    """Its first reading would be its own best: the bench's first row could never be heated."""
+    from farm.gpu import clocks
+
+    class AsGpu:  # the real device, reporting itself as a GPU
+        def __init__(self, inner):
+            self._inner = inner
+            self.profile = type("P", (), {"is_cpu": False})()
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+    monkeypatch.setattr(clocks, "HEATER_GROUPS", 1)  # lavapipe: one workgroup is plenty
+    monkeypatch.setattr(clocks, "PRIME_S", 0.01)
+    readings = iter([5000.0, 1000.0, 1000.0])  # the timing's reading, then the primed one, then later
+    monkeypatch.setattr(clocks.ClockCheck, "read_ns", lambda self: next(readings))
+    check = clocks.ClockCheck(AsGpu(device))
+    try:
+        assert check.slow() and check.best_ns == 1000.0  # 5x its primed best: slow on the first check
+        assert not check.slow()
+        cpu = clocks.ClockCheck(device)  # a CPU adapter is not primed: its first reading is its best
+        readings = iter([5000.0])
+        assert not cpu.slow() and cpu.best_ns == 5000.0
+        cpu.close()
+    finally:
+        check.close()
 
 
 def test_recent_timings_are_kept_for_the_window_only_also_without_warm_up(device, monkeypatch):

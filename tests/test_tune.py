@@ -415,6 +415,43 @@ def test_a_campaign_prefetches_the_next_problems_inputs_and_forgets_each_finishe
     pool.bench.close()
 
 
+def test_a_failed_campaign_has_its_workers_drop_the_current_and_prefetched_inputs(device: Device, tmp_path):
+    """`farm serve`'s workers outlive a campaign: one that fails mid-way must not leave them
+    holding the problem it was on and the ones asked for ahead."""
+    from farm import store
+    from farm.tuning.campaign import Campaign
+
+    class FailingPool(OneWorkerBenchPool):
+        def __init__(self, device):
+            super().__init__(device)
+            self.events = []
+
+        def stream(self, jobs, topology=None, batch_size=None):
+            if jobs[0].problem.key() == "m=24,n=40":
+                raise RuntimeError("worker lost")
+            yield from super().stream(jobs, topology, batch_size)
+
+        def prefetch(self, kernel, problem, seed=0, topology=None):
+            self.events.append(("prefetch", problem.key()))
+            self.bench.prefetch(kernel, problem, seed)
+
+        def forget(self, kernel, problem, seed=0, topology=None):
+            self.events.append(("forget", problem.key()))
+            self.bench.forget(kernel, problem, seed)
+
+    problems = [Problem.of(m=40, n=24), Problem.of(m=24, n=40), Problem.of(m=32, n=32), Problem.of(m=16, n=48)]
+    pool = FailingPool(device)
+    config = TuneConfig(kernels=("gemv",), sizes={"gemv": problems}, budget=2, reps=2, rounds=1)
+    db = store.open_store(f"sqlite:///{tmp_path}/farm.db")
+    with pytest.raises(RuntimeError, match="worker lost"):
+        Campaign(config, pool, db, tmp_path / "artifacts", "farm tune gemv").run()
+    forgotten = [key for what, key in pool.events if what == "forget"]
+    assert sorted(forgotten) == sorted(["m=40,n=24", "m=24,n=40", "m=32,n=32", "m=16,n=48"])  # each once
+    pool.bench.inputs.settled()
+    assert pool.bench.inputs_held() == []
+    pool.bench.close()
+
+
 def test_precompile_compiles_hinted_pipelines_ahead_so_their_trials_find_them_cached(device: Device):
     import time
 

@@ -5,7 +5,8 @@ the database for this topology; run `farm tune` first, in the same session), and
 vendor library through torch on the same inputs (cuBLAS with TF32 off, cuFFT,
 torch.topk, torch expressions for ternary/p64; flash-linear-attention for recurrent),
 plus a vec4 WGSL copy kernel for the bandwidth ceiling. Every output is checked against the
-reference, and the GPU warmed to its clocks on the kernel, before timing. Writes Markdown +
+reference, and the GPU warmed to its clocks (the kernel, then the clock canary's heater
+while the canary reads slow) before timing. Writes Markdown +
 JSON, and stores each winner's vendor time / tuned time (kernel-only) on its row in the
 database (`farm winners`, the dashboard). Refuses a CPU adapter unless --allow-cpu.
 
@@ -34,6 +35,7 @@ from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
 from farm.schedule import Problem, Schedule
+from farm.tuning.problems import check_problem
 
 COPY_WGSL = """
 @group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
@@ -73,7 +75,8 @@ def _row(kernel, problem, variant, schedule, ns, work, certified, note="", metho
 
 
 def time_schedule(device: Device, spec, schedule: Schedule, problem: Problem, inputs, expected, reps: int):
-    """Certify once, warm to the clocks on this kernel (as the sweep), time: (Timing | None, cert)."""
+    """Certify once, warm on this kernel, then on the heater while the canary reads slow (as
+    the sweep), time: (Timing | None, cert)."""
     with prepare(device, spec, schedule, problem, inputs) as prepared:
         cert = oracle.certify_prepared(prepared, expected)
         if not cert.ok:
@@ -138,6 +141,9 @@ def run_bench(
     device = Device()
     profile = device.profile
     refuse_cpu(profile, allow_cpu, "benchmark")
+    for name, problems in (sizes or {}).items():  # every --sizes problem fits this adapter, before any row
+        for problem in problems:
+            check_problem(catalog.get(name), problem, profile)
     print(f"adapter: {profile.summary}  topology {profile.topology_hash()[:16]}")
     tuned = tuned_schedules(db, profile.topology_hash())
     vendor = _vendor()

@@ -35,8 +35,8 @@ LEAD_IN_S = 0.002
 MAX_LEAD_PASSES = 1024
 CLOCK_WARM_S = 0.2  # the heater's passes back to back before a timing the clock check read slow is re-timed
 # A report's timing (farm bench's rows, the recurrent sweep's fused column): the kernel back
-# to back for REPORT_WARM_S, then on while the clock canary reads slow, up to REPORT_WARM_MAX_S
-# (Device.warm_until_clocks). The same for both, so that they agree: on the H200 the bench's
+# to back for REPORT_WARM_S, then the canary's heater while the canary reads slow, up to about
+# REPORT_WARM_MAX_S (Device.warm_until_clocks). The same for both, so that they agree: on the H200 the bench's
 # first rows read 2.6-3x slow after the vendor import left the GPU idle, and the SM clock
 # wandered 1,545-1,980 MHz between ways of timing one winner (NOTES, session 12).
 REPORT_WARM_S = 0.5
@@ -163,8 +163,9 @@ class TimedDevice:
         try:
             self._warm_rounds(calls, schedule, start)
         finally:
-            self.warm_spent_s += time.perf_counter() - start
-            self.rounds_spent_s += time.perf_counter() - start
+            spent = time.perf_counter() - start
+            self.warm_spent_s += spent
+            self.rounds_spent_s += spent
 
     def _clock_check(self):
         if self._clock is None:
@@ -231,15 +232,19 @@ class TimedDevice:
         self, calls: list, least_s: float, most_s: float, schedule: Any = None, unless_hot: bool = False
     ) -> float:
         """The passes back to back for `least_s` whatever the warm-up rules say (with
-        `unless_hot`: nothing when they say the clocks are up), then, while the clock canary
-        still reads slow, the canary's heater (every SM busy) in steps of CLOCK_WARM_S, up to
-        `most_s` in all; returns the seconds spent (0 on a CPU adapter). For a timing right
+        `unless_hot`: not when they say the clocks are up), then, while the clock canary
+        still reads slow, the canary's heater (every SM busy) in steps of CLOCK_WARM_S until
+        `most_s` in all is reached (the last step may pass it by up to CLOCK_WARM_S); returns
+        the seconds spent (0 on a CPU adapter). The canary is read either way: few-workgroup
+        kernels back to back satisfy the warm-up rules at low clocks. For a timing right
         after host-bound work: on one H200 the retime's 0.2 s did not bring short kernels
         back to their speed after the recurrent sweep's baselines (NOTES, session 11), nor
         did 2.2 s of their own few-workgroup dispatches (session 13)."""
+        if self.warm_s <= 0:  # a CPU adapter: no clocks to raise
+            return 0.0
         spent = self.keep_busy(calls, least_s, schedule, force=not unless_hot)
         clock = self._clock_check() if self.check_clocks else None
-        while spent and spent < most_s and clock is not None and clock.slow():
+        while clock is not None and spent < most_s and clock.slow():
             spent += self._busy_for(clock.heater(), CLOCK_WARM_S, None)
         return spent
 

@@ -62,8 +62,9 @@ class Prepared:
         return self.device.keep_busy(self.calls(), seconds, self.schedule)
 
     def warm_until_clocks(self, least_s: float, most_s: float, unless_hot: bool = False) -> float:
-        """This launch back to back for `least_s`, then the heater while the clock canary reads
-        slow, up to `most_s` (Device.warm_until_clocks); the seconds spent, 0 on a CPU adapter."""
+        """This launch back to back for `least_s` (with `unless_hot`: not when the GPU is hot),
+        then the heater while the clock canary reads slow, until `most_s` (Device.warm_until_clocks);
+        the seconds spent, 0 on a CPU adapter."""
         return self.device.warm_until_clocks(self.calls(), least_s, most_s, self.schedule, unless_hot)
 
     def release(self) -> None:

@@ -226,7 +226,7 @@ class TrialBench:
             except (InvalidSchedule, GpuError):
                 continue
         order = list(prepared)
-        if order:  # clocks up before the first round (see Device.keep_busy)
+        if order:  # clocks up before the first round (see Device.warm_until_clocks)
             try:
                 prepared[order[0]].warm_until_clocks(REMEASURE_LEAST_S, REMEASURE_WARM_S, unless_hot=True)
             except GpuError:
@@ -250,9 +250,12 @@ class TrialBench:
 
     def stage_times(self) -> dict:
         """{"trials": n, "seconds": {stage: seconds over the batches' threads}} (see
-        StageTimes); "time" includes the GPU warm-up, also reported alone as "warm_up", and
-        the timings the clock check re-timed (farm.gpu.clocks), as "clock_retime" (their
-        warm-up counted in "warm_up" too)."""
+        StageTimes); "time" includes the GPU warm-up, also reported alone as "warm_up" (of
+        it, "warm_rounds": the warm-up rounds; the rest keeping the GPU busy and the
+        re-timings' heater), and the timings the clock check re-timed (farm.gpu.clocks), as
+        "clock_retime" (their heater counted in "warm_up" too). Beside the seconds:
+        "clock_retimes", "clock_rechecks" (of them, competitive at a slightly low clock) and
+        "clock_retimes_slow" (of the slow ones, those the canary still read slow after)."""
         report = self.stages.as_dict()
         report["seconds"]["warm_up"] = self.device.warm_spent_s
         report["seconds"]["warm_rounds"] = self.device.rounds_spent_s

@@ -78,7 +78,8 @@ class Campaign:
         self.heartbeat: Heartbeat | None = None
         self.tasks: list[dict] = []  # per (kernel, problem): trials, caps, search and re-measurement cost
         self.siblings: dict[tuple[str, str], list[str]] = {}  # (topology, kernel): this campaign's winner keys
-        self._prefetched: set[int] = set()  # the tasks (by id) whose inputs the workers were asked for
+        # the tasks whose inputs the workers were asked for and have not dropped yet, by _task_key
+        self._prefetched: dict[tuple[str, str, str], Task] = {}
 
     def run(self) -> list[WinnerRecord]:
         topologies = self.pool.topologies()
@@ -102,12 +103,13 @@ class Campaign:
         self.heartbeat = Heartbeat(self._update_campaign, HEARTBEAT_S, self._interrupt_stale, SWEEP_S).start()
         self.recorder = TrialRecorder(self.db, self.campaign_id, self.out, self.heartbeat.beat)
         try:
-            winners = []
+            winners, task = [], None
             for index, task in enumerate(tasks):
                 ahead = tasks[index + 1 : index + 1 + PREFETCH_AHEAD]
                 if (winner := self._tune(task, profiles, ahead)) is not None:
                     winners.append(winner)
         except BaseException as exc:
+            self._drop_held(task)
             self.heartbeat.stop()
             self.recorder.close()
             self._update_campaign()
@@ -144,7 +146,7 @@ class Campaign:
         spec = catalog.get(task.kernel)
         recorded = store.recorded_schedules(self.db, task.topology, task.kernel, spec.source_hash(), task.problem.key())
         evaluate = self._evaluator(task, recorded)
-        early = id(task) in self._prefetched  # its own inputs and reference are queued ahead of `ahead`'s
+        early = _task_key(task) in self._prefetched  # its own inputs and reference are queued ahead of `ahead`'s
         if early:
             self._prefetch(ahead)
         evaluate([spec.default])
@@ -167,14 +169,29 @@ class Campaign:
         self.tasks.append(stats)
         winner = self._winner(task, profiles, stats)
         self._workers("forget", task)
+        self._prefetched.pop(_task_key(task), None)
         if winner is not None:
             self.siblings.setdefault((task.topology, task.kernel), []).append(winner.schedule_key)
         return winner
 
+    def _drop_held(self, current: Task | None) -> None:
+        """After a failure: the workers drop the current task's inputs and the prefetched ones'
+        (long-lived workers, as `farm serve`'s, would hold them otherwise). Best effort: the
+        failure itself is what the caller reports."""
+        held = {**self._prefetched, **({_task_key(current): current} if current is not None else {})}
+        for task in held.values():
+            try:
+                self._workers("forget", task)
+            except Exception:  # noqa: BLE001 - a dead pool must not hide the campaign's own error
+                pass
+
     def _prefetch(self, tasks: list[Task] | None) -> None:
+        """Ask for the inputs of `tasks` not asked for before. The workers are threaded actors,
+        so two requests sent together (the first task's two) may start in either order: both
+        are made long before they are needed; later tasks send one new request each."""
         for later in tasks or []:
-            if id(later) not in self._prefetched:
-                self._prefetched.add(id(later))
+            if _task_key(later) not in self._prefetched:
+                self._prefetched[_task_key(later)] = later
                 self._workers("prefetch", later)
 
     def _workers(self, what: str, task: Task) -> None:
@@ -328,6 +345,10 @@ class Campaign:
         row = store.campaign(self.db, self.campaign_id)
         counts = store.trial_status_counts(self.db, campaign=self.campaign_id)
         artifacts.write_campaign_summary(self.out, row, winners, counts, self.tasks)
+
+
+def _task_key(task: Task) -> tuple[str, str, str]:
+    return (task.topology, task.kernel, task.problem.key())
 
 
 def _median(row: dict) -> float:

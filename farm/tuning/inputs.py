@@ -147,8 +147,11 @@ class InputStore:
         thread of its own once no trial holds the GPU, and return at once: a campaign is done
         with a problem once its winner is stored, and a worker that kept every problem's
         buffers would hold the whole catalog's inputs on its GPU. Needing them again
-        generates them again."""
-        self._forgetter.submit(self._forget, (kernel, problem.key(), seed))
+        generates them again. The request goes through the prefetch thread's queue first, so
+        a forget never overtakes a prefetch of the same inputs still waiting there (a campaign
+        that fails drops the problems it asked for ahead), then waits for the GPU lock on a
+        thread of its own."""
+        self._prefetcher.submit(self._forgetter.submit, self._forget, (kernel, problem.key(), seed))
 
     def _forget(self, key: Key) -> None:
         with self._gpu:
