@@ -54,3 +54,20 @@ def farm_home(tmp_path, monkeypatch):
     monkeypatch.setenv("FARM_HOME", str(home))
     monkeypatch.delenv("FARM_DATABASE_URL", raising=False)
     return home
+
+
+class _AsGpu:
+    """A device that reports itself as a GPU (profile.is_cpu False), everything else the real one's."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.profile = type("P", (), {"is_cpu": False})()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+@pytest.fixture
+def as_gpu():
+    """Wrap a device so that code taking the GPU-only paths runs on it (lavapipe)."""
+    return _AsGpu

@@ -6,19 +6,11 @@ from collections import deque
 from farm.cli.bench import settle_clocks
 
 
-def test_settle_clocks_keeps_a_gpu_busy_and_skips_a_cpu_adapter(device, monkeypatch):
-    class AsGpu:  # the real device, reporting itself as a GPU
-        def __init__(self, inner):
-            self._inner = inner
-            self.profile = type("P", (), {"is_cpu": False})()
-
-        def __getattr__(self, name):
-            return getattr(self._inner, name)
-
+def test_settle_clocks_keeps_a_gpu_busy_and_skips_a_cpu_adapter(device, monkeypatch, as_gpu):
     monkeypatch.setattr(device, "warm_s", 0.05)  # a GPU's setting: keep_busy runs
     monkeypatch.setattr(device, "_recent", deque())
     monkeypatch.setattr(device, "_busy_until", 0.0)  # idle: keep_busy skips a GPU still at its clocks
-    assert settle_clocks(AsGpu(device), seconds=0.05, nbytes=1 << 16) >= 0.05
+    assert settle_clocks(as_gpu(device), seconds=0.05, nbytes=1 << 16) >= 0.05
     assert len(device._recent) == 1 and device._recent[0][1] - device._recent[0][0] >= 0.05
     if device.profile.is_cpu:
         assert settle_clocks(device, seconds=5.0) == 0.0

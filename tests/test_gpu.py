@@ -494,23 +494,15 @@ def test_warm_until_clocks_goes_on_while_the_canary_reads_slow_up_to_its_most(de
     device.release(buf, heat)
 
 
-def test_a_fresh_canary_on_a_gpu_is_primed_so_its_first_check_can_read_slow(device, monkeypatch):
+def test_a_fresh_canary_on_a_gpu_is_primed_so_its_first_check_can_read_slow(device, monkeypatch, as_gpu):
     """Its first reading would be its own best: the bench's first row could never be heated."""
     from farm.gpu import clocks
-
-    class AsGpu:  # the real device, reporting itself as a GPU
-        def __init__(self, inner):
-            self._inner = inner
-            self.profile = type("P", (), {"is_cpu": False})()
-
-        def __getattr__(self, name):
-            return getattr(self._inner, name)
 
     monkeypatch.setattr(clocks, "HEATER_GROUPS", 1)  # lavapipe: one workgroup is plenty
     monkeypatch.setattr(clocks, "PRIME_S", 0.01)
     readings = iter([5000.0, 1000.0, 1000.0])  # the timing's reading, then the primed one, then later
     monkeypatch.setattr(clocks.ClockCheck, "read_ns", lambda self: next(readings))
-    check = clocks.ClockCheck(AsGpu(device))
+    check = clocks.ClockCheck(as_gpu(device))
     try:
         assert check.slow() and check.best_ns == 1000.0  # 5x its primed best: slow on the first check
         assert not check.slow()

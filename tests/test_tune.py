@@ -183,6 +183,26 @@ class OneWorkerBenchPool(TwoTopologyPool):
         self.bench = TrialBench(device)
         self._profiles = {"w0": device.profile}
 
+class RecordingPool(OneWorkerBenchPool):
+    """Records each problem's first batch streamed, and what the workers were asked to prefetch and forget."""
+
+    def __init__(self, device):
+        super().__init__(device)
+        self.events = []
+
+    def stream(self, jobs, topology=None, batch_size=None):
+        self.events.append(("stream", jobs[0].problem.key()))
+        yield from super().stream(jobs, topology, batch_size)
+
+    def prefetch(self, kernel, problem, seed=0, topology=None):
+        self.events.append(("prefetch", problem.key()))
+        self.bench.prefetch(kernel, problem, seed)
+
+    def forget(self, kernel, problem, seed=0, topology=None):
+        self.events.append(("forget", problem.key()))
+        self.bench.forget(kernel, problem, seed)
+
+
 def test_a_campaign_tunes_each_topology_separately_and_stores_winners_per_topology(device: Device, tmp_path):
     from farm import store
     from farm.tuning.campaign import Campaign
@@ -370,29 +390,12 @@ def test_a_campaign_prefetches_the_next_problems_inputs_and_forgets_each_finishe
     from farm import store
     from farm.tuning.campaign import Campaign
 
-    class BenchPool(OneWorkerBenchPool):
-        def __init__(self, device):
-            super().__init__(device)
-            self.events = []
-
-        def stream(self, jobs, topology=None, batch_size=None):
-            self.events.append(("stream", jobs[0].problem.key()))
-            yield from super().stream(jobs, topology, batch_size)
-
-        def prefetch(self, kernel, problem, seed=0, topology=None):
-            self.events.append(("prefetch", problem.key()))
-            self.bench.prefetch(kernel, problem, seed)
-
-        def forget(self, kernel, problem, seed=0, topology=None):
-            self.events.append(("forget", problem.key()))
-            self.bench.forget(kernel, problem, seed)
-
     first, second, third, fourth = (Problem.of(m=40, n=24), Problem.of(m=24, n=40), Problem.of(m=32, n=32),
                                     Problem.of(m=16, n=48))  # fmt: skip
     spec = catalog.get("gemv")
     threads = []
     real = type(spec).generate
-    pool = BenchPool(device)
+    pool = RecordingPool(device)
     config = TuneConfig(kernels=("gemv",), sizes={"gemv": [first, second, third, fourth]}, budget=3, reps=2, rounds=1)
     db = store.open_store(f"sqlite:///{tmp_path}/farm.db")
     def generate(self, *args):
@@ -421,23 +424,11 @@ def test_a_failed_campaign_has_its_workers_drop_the_current_and_prefetched_input
     from farm import store
     from farm.tuning.campaign import Campaign
 
-    class FailingPool(OneWorkerBenchPool):
-        def __init__(self, device):
-            super().__init__(device)
-            self.events = []
-
+    class FailingPool(RecordingPool):
         def stream(self, jobs, topology=None, batch_size=None):
             if jobs[0].problem.key() == "m=24,n=40":
                 raise RuntimeError("worker lost")
             yield from super().stream(jobs, topology, batch_size)
-
-        def prefetch(self, kernel, problem, seed=0, topology=None):
-            self.events.append(("prefetch", problem.key()))
-            self.bench.prefetch(kernel, problem, seed)
-
-        def forget(self, kernel, problem, seed=0, topology=None):
-            self.events.append(("forget", problem.key()))
-            self.bench.forget(kernel, problem, seed)
 
     problems = [Problem.of(m=40, n=24), Problem.of(m=24, n=40), Problem.of(m=32, n=32), Problem.of(m=16, n=48)]
     pool = FailingPool(device)
