@@ -135,6 +135,12 @@ case "${PART:-1}" in
   27) step 300 python3 -m farm bench --kernels recurrent --db "sqlite:///$PWD/${CALLS_DB:-.h200/s12a.db}" --out "$W/rlong" \
         --sizes "recurrent:B=1,H=8,VH=8,T=1024,L=64,E=768;recurrent:B=8,H=8,VH=8,T=1024,L=64,E=256;recurrent:B=1,H=8,VH=8,T=4096,L=64,E=768"
       cp "$W"/rlong/bench.md "$OUT"/recurrent-long-bench.md; cp "$W"/rlong/bench.json "$OUT"/recurrent-long-bench.json ;;  # session 13: the long cases alone against FLA
+  28) step 120 python3 -m farm tune fft --gpus 1 --db "sqlite:///$W/fft.db" --out "$W/artifacts"
+      step 100 python3 -m farm bench --kernels fft --db "sqlite:///$W/fft.db" --out "$W/fbench"
+      cp "$W"/fbench/bench.md "$OUT"/fft-bench.md; cp "$W"/fbench/bench.json "$OUT"/fft-bench.json
+      step 300 python3 -m farm bench --kernels recurrent --db "sqlite:///$PWD/${CALLS_DB:-.h200/s12a.db}" --out "$W/rlong" \
+        --sizes "recurrent:B=1,H=8,VH=8,T=1024,L=64,E=768;recurrent:B=8,H=8,VH=8,T=1024,L=64,E=256;recurrent:B=1,H=8,VH=8,T=4096,L=64,E=768"
+      cp "$W"/rlong/bench.md "$OUT"/recurrent-long-bench.md; cp "$W"/rlong/bench.json "$OUT"/recurrent-long-bench.json ;;  # session 13: parts 26 and 27 in one call (a cold start costs ~100-130 s of device time)
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=h200-s13i stability 340 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
