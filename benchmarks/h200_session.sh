@@ -106,6 +106,9 @@ stability() { step "$1" python3 benchmarks/stability.py --all --out "$W/stab" --
 rlong()      { step "$1" python3 -m farm sweep recurrent --long --db "sqlite:///$PWD/${CALLS_DB:-.h200/s12a.db}" --output-dir "$W/long"
                cp "$W"/long/recurrent_scaling.md "$OUT"/recurrent_scaling_long.md 2>/dev/null
                cp "$W"/long/recurrent_scaling.json "$OUT"/recurrent_scaling_long.json 2>/dev/null; }
+trusted()    { local adb; adb=$(ls "$W"/stab/*-stability/a.db 2>/dev/null | head -1)
+               step "$1" python3 benchmarks/trusted_modules.py ${adb:+--db "sqlite:///$adb"} --out "$W/tm"
+               cp "$W"/tm/trusted-modules.json "$OUT"/ 2>/dev/null; }
 coop()       { step "$1" python3 benchmarks/coop_gemm.py --out "$W/coop"
                cp "$W"/coop/*-coop-gemm.json "$OUT"/ 2>/dev/null; }
 nvidia-smi -L | tee -a "$LOG"
@@ -142,7 +145,7 @@ case "${PART:-1}" in
         --sizes "recurrent:B=1,H=8,VH=8,T=1024,L=64,E=768;recurrent:B=8,H=8,VH=8,T=1024,L=64,E=256;recurrent:B=1,H=8,VH=8,T=4096,L=64,E=768"
       cp "$W"/rlong/bench.md "$OUT"/recurrent-long-bench.md; cp "$W"/rlong/bench.json "$OUT"/recurrent-long-bench.json ;;  # session 13: parts 26 and 27 in one call (a cold start costs ~100-130 s of device time)
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
-  24) LABEL=h200-s13i stability 340 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
+  24) LABEL=h200-s13i stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
   21) coop 130; rsweep 150; rlong 240 ;;  # session 12's next: the cooperative fraction, the sweep (fresh encoders) vs part 16's bench on CALLS_DB, --long
   20) LABEL=h200-s12b stability 420; coop 130 ;;  # session 12: the competitive re-check (issue 21), the f16 cooperative-matrix GEMM (issue 17)

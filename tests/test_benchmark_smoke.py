@@ -1,7 +1,8 @@
 """Smoke runs on the CPU adapter of benchmarks/trial_interference.py, of
 benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains), of
 benchmarks/wgsl_overheads.py, of benchmarks/recurrent_chunked.py --ablate, of
-benchmarks/clock_probe.py, of benchmarks/sweep_vs_bench.py and of benchmarks/coop_gemm.py: each
+benchmarks/clock_probe.py, of benchmarks/sweep_vs_bench.py, of benchmarks/coop_gemm.py and of
+benchmarks/trusted_modules.py: each
 runs, writes its JSON and reports every row it measured (the numbers mean something on GPUs only)."""
 
 import json
@@ -140,3 +141,16 @@ def test_coop_gemm_kernels_certify_with_the_cooperative_ops_emulated(tmp_path):
     assert "| 128 | wg64_2x2_t2x2 (emulated) | f32 | certified |" in run.stdout
     assert all(row["method"] in ("timestamp", "host") for row in rows.values())  # every number says how it was timed
     assert "| method | TFLOP/s |" in run.stdout
+
+
+def test_trusted_modules_times_each_kernel_checked_and_trusted(tmp_path):
+    sizes = "gemv:m=64,n=64;fft:n=64,batch=4"
+    run = _run("trusted_modules.py", "--allow-cpu", "--sizes", sizes, "--kernels", "gemv", "fft", "--reps", "2",
+               "--rounds", "2", "--out", str(tmp_path))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    rows = json.loads((tmp_path / "trusted-modules.json").read_text())["rows"]
+    assert [(r["kernel"], r["problem"]) for r in rows] == [("gemv", "m=64,n=64"), ("fft", "n=64,batch=4")]
+    for row in rows:
+        assert row["checked_certified"] and row["trusted_certified"] and not row["tuned"]
+        assert len(row["checked_rounds_us"]) == len(row["trusted_rounds_us"]) == 2
+        assert row["trusted_over_checked"] == row["trusted_us"] / row["checked_us"] > 0

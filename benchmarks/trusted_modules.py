@@ -1,0 +1,140 @@
+"""What naga's runtime checks cost the catalog's kernels: each kernel's schedule timed with its
+shader module made the checked way (wgpu-py's `create_shader_module`: index clamps on every
+dynamically indexed array, loop bounding) and the trusted way (wgpu-native 29's
+`wgpuDeviceCreateShaderModuleTrusted` with runtime checks 0: neither).
+
+Per kernel: its realistic problem (or `--sizes`), the schedule stored for this topology in
+`--db` (else the kernel's default), both modules certified against the reference, then timed
+interleaved (`--rounds` rounds, the order rotated each round, `--reps` dispatches a timing,
+GPU timestamps, each timing after the clock warm-up `farm bench` uses); the row gives the
+median over rounds of each and trusted / checked. A trusted module that fails certification is
+reported as such: an access the clamps hid would be undefined without them. Two Devices on the
+one adapter, one making its modules trusted; the farm's own code always makes them checked.
+
+    python3 benchmarks/trusted_modules.py --db sqlite:///farm.db --out DIR [--kernels gemm fft] [--allow-cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from farm import catalog
+from farm.cli.bench import bench_problems, tuned_schedules
+from farm.gpu import Device, refuse_cpu
+from farm.gpu.adapter import CpuAdapterRefused
+from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
+from farm.oracle import compare as oracle
+from farm.oracle.launch import prepare
+from farm.tuning.plan import parse_sizes
+
+RUNTIME_CHECKS_NONE = 0  # WGPUShaderRuntimeChecks_None: no bounds checks, no loop bounding
+
+
+def trusted(device: Device) -> Device:
+    """`device`, its shader modules made by wgpuDeviceCreateShaderModuleTrusted (WGSL only)."""
+    from wgpu.backends.wgpu_native import _api
+
+    gpu = device.device
+
+    def create_shader_module(*, label: str = "", code: str, compilation_hints=()):
+        source = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(code))
+        source[0].chain.next = _api.ffi.NULL
+        source[0].chain.sType = _api.lib.WGPUSType_ShaderSourceWGSL
+        chained = _api.ffi.cast("WGPUChainedStruct *", source)
+        descriptor = _api.new_struct_p(
+            "WGPUShaderModuleDescriptor *", nextInChain=chained, label=_api.to_c_string_view(label)
+        )
+        handle = _api.libf.wgpuDeviceCreateShaderModuleTrusted(gpu._internal, descriptor, RUNTIME_CHECKS_NONE)
+        if handle == _api.ffi.NULL:
+            raise RuntimeError("trusted shader module creation failed")
+        return _api.GPUShaderModule(label, handle, gpu)
+
+    gpu.create_shader_module = create_shader_module
+    return device
+
+
+def measure(devices: dict[str, Device], spec, schedule, problem, reps: int, rounds: int) -> dict:
+    inputs = spec.generate(problem, 0)
+    expected = spec.reference(problem, schedule, inputs)
+    row = {"kernel": spec.name, "problem": problem.key(), "schedule": schedule.key(), "method": "timestamp"}
+    opened, prepared = [], {}
+    try:
+        for name, device in devices.items():
+            context = prepare(device, spec, schedule, problem, inputs)
+            prepared[name] = context.__enter__()
+            opened.append(context)
+            cert = oracle.certify_prepared(prepared[name], expected)
+            row[f"{name}_certified"] = cert.ok
+            if not cert.ok:
+                row[f"{name}_failure"] = cert.message
+        if not all(row[f"{name}_certified"] for name in devices):
+            return row
+        medians: dict[str, list[float]] = {name: [] for name in devices}
+        order = list(devices)
+        for r in range(rounds):
+            for name in order[r % 2 :] + order[: r % 2]:
+                prepared[name].warm_until_clocks(REPORT_WARM_S / 5, REPORT_WARM_MAX_S / 4)
+                medians[name].append(prepared[name].time(warmup=3, reps=reps).median_ns / 1e3)
+        for name in devices:
+            row[f"{name}_us"] = statistics.median(medians[name])
+            row[f"{name}_rounds_us"] = medians[name]
+        row["trusted_over_checked"] = row["trusted_us"] / row["checked_us"]
+        return row
+    finally:
+        for context in reversed(opened):
+            context.__exit__(None, None, None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernels", nargs="*", default=None, help="kernel names (default: every built-in)")
+    parser.add_argument("--sizes", default=None, help="problems as in farm tune --sizes (default: realistic sizes)")
+    parser.add_argument("--db", default=None, help="the tuned winners to time (default: each kernel's default)")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--allow-cpu", action="store_true")
+    args = parser.parse_args(argv)
+    sizes = parse_sizes(args.sizes) if args.sizes else {}
+    checked = Device()
+    try:
+        refuse_cpu(checked.profile, args.allow_cpu, "benchmark")
+    except CpuAdapterRefused as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    devices = {"checked": checked, "trusted": trusted(Device())}
+    topology = checked.profile.topology_hash()
+    winners = tuned_schedules(args.db, topology) if args.db else {}
+    rows = []
+    for name in args.kernels or catalog.names():
+        spec = catalog.get(name)
+        for problem in sizes.get(name) or bench_problems(name, checked.profile):
+            schedule = winners.get((name, problem.key()), spec.default)
+            row = measure(devices, spec, schedule, problem, args.reps, args.rounds)
+            row["tuned"] = (name, problem.key()) in winners
+            rows.append(row)
+            ratio = row.get("trusted_over_checked")
+            shown = f"{row['checked_us']:10.1f} {row['trusted_us']:10.1f} {ratio:6.3f}" if ratio else "not certified"
+            print(f"{name:<14} {problem.key():<34} {shown}", flush=True)
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {"date": date, "device": checked.profile.summary, "reps": args.reps, "rounds": args.rounds, "rows": rows}
+    (args.out / "trusted-modules.json").write_text(json.dumps(result, indent=2) + "\n")
+    print("| kernel | problem | checked us | trusted us | trusted / checked | method |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        if "trusted_over_checked" in r:
+            print(f"| {r['kernel']} | {r['problem']} | {r['checked_us']:.1f} | {r['trusted_us']:.1f} "
+                  f"| {r['trusted_over_checked']:.3f} | GPU timestamps, interleaved |")  # fmt: skip
+        else:
+            print(f"| {r['kernel']} | {r['problem']} | not certified: {r.get('trusted_failure', '')[:80]} | | | |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
