@@ -87,12 +87,15 @@ def campaign_cost(log: Path, artifacts: Path, winners: list) -> dict:
     text = log.read_text()
     found = re.findall(r"campaign wall time ([0-9.]+) s", text)
     startup = re.findall(r"^startup: .* up in ([0-9.]+) s$", text, re.MULTILINE)
+    steps = re.search(r"^worker .*; up in (.*) s$", text, re.MULTILINE)  # the first worker's start-up steps
+    worker_up = {k: float(v) for k, v in (item.rsplit(" ", 1) for item in steps.group(1).split(", "))} if steps else {}
     summaries = sorted((artifacts / "campaigns").glob("*/summary.json"))
     summary = json.loads(summaries[-1].read_text()) if summaries else {}
     tasks = summary.get("tasks", [])
     return {
         "campaign_s": float(found[-1]) if found else None,
         "startup_s": float(startup[-1]) if startup else None,  # database, Ray and the workers up
+        "worker_startup_s": worker_up,  # of it, the first worker's steps (adapter, device, placement)
         **{k: summary.get("totals", {}).get(k) for k in ("trials", "search_s", "remeasure_s", "rounds", "timings")},
         "extended_problems": sum(t.get("trials", 0) > t.get("planned", 0) for t in tasks),
         "winner_rounds": sum(w.rounds or 0 for w in winners),

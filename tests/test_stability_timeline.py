@@ -75,9 +75,11 @@ def test_a_fresh_shader_cache_gives_each_campaign_an_empty_cache_of_its_own(tmp_
 def test_campaign_cost_reads_the_start_up_and_the_campaign_wall_from_the_log(tmp_path):
     stability = _stability()
     log = tmp_path / "a.log"
-    log.write_text("worker w0 on h: gpu\nstartup: database, Ray and 1 worker(s) up in 14.2 s\n"
+    log.write_text("worker w0 on h: gpu; topology ab; up in adapter 1.5, device 2.25, placement 0.5 s\n"
+                   "startup: database, Ray and 1 worker(s) up in 14.2 s\n"
                    "campaign wall time 137.9 s; worker ms per trial by stage:\n")  # fmt: skip
     cost = stability.campaign_cost(log, tmp_path / "artifacts", [])
     assert cost["startup_s"] == 14.2 and cost["campaign_s"] == 137.9
+    assert cost["worker_startup_s"] == {"adapter": 1.5, "device": 2.25, "placement": 0.5}
     log.write_text("campaign wall time 1.0 s\n")  # a log from before the line existed
     assert stability.campaign_cost(log, tmp_path / "artifacts", [])["startup_s"] is None

@@ -238,6 +238,7 @@ def test_format_workers_names_each_workers_gpu_and_placement():
                 "adapter_index": 1,
                 "nvidia_smi": {"uuid": "GPU-2"},
                 "placement_ok": True,
+                "startup_s": {"adapter": 1.234, "device": 2.0, "placement": 0.51},
             },
         },
         "cpu0": {
@@ -251,7 +252,7 @@ def test_format_workers_names_each_workers_gpu_and_placement():
     assert lines[0] == "worker cpu0 on h pid 10: llvmpipe; no Ray GPU; placement unchecked; topology aaaaaaaaaaaaaaaa"
     assert lines[1] == (
         "worker gpu1 on h pid 11: NVIDIA H200 (DiscreteGPU) via Vulkan; ray GPU 1 -> adapter 1 GPU-2;"
-        " placement ok; topology bbbbbbbbbbbbbbbb"
+        " placement ok; topology bbbbbbbbbbbbbbbb; up in adapter 1.2, device 2.0, placement 0.5 s"
     )
 
 

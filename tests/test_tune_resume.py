@@ -85,6 +85,7 @@ def test_killed_campaign_resumes_without_duplicates_and_matches_an_uninterrupted
     clean = run_to_end(tune_command(clean_db, tmp_path / "out2"), env)
     # where the process wall outside the campaign went (stability.py reads it as startup_s)
     assert re.search(r"^startup: database, Ray and 1 worker\(s\) up in [0-9.]+ s$", clean.stderr, re.MULTILINE)
+    assert re.search(r"; up in adapter [0-9.]+, device [0-9.]+, placement [0-9.]+ s$", clean.stderr, re.MULTILINE)
 
     # the default + 6 sampled schedules, each stored once; the first campaign's rows kept
     assert len(after) == 7 and len({row[0] for row in after}) == 7

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -104,13 +105,22 @@ class GpuWorker:
         # a crash. report(), the driver's first call, raises it, and the pool passes it on
         # as itself (an actor that raised in __init__ only dies, with its error as text).
         self.startup_error: Exception | None = None
+        # Seconds of each start-up step (the worker line prints them): on the H200 ~15 s of a
+        # campaign's process wall went to starting the database, Ray and the workers.
+        marks = [time.perf_counter()]
         try:
             adapter, mapping = pick_adapter(gpu_ids, allow_cpu)
         except (NoAdapterError, CpuAdapterRefused) as exc:
             self.startup_error = exc
             return
+        marks.append(time.perf_counter())
         self.bench = TrialBench(Device(adapter), worker_id, compile_ahead)
-        self.mapping = mapping | {"adapter": adapter.summary} | _placement(mapping)
+        marks.append(time.perf_counter())
+        placement = _placement(mapping)
+        marks.append(time.perf_counter())
+        names = ("adapter", "device", "placement")
+        steps = {name: marks[i + 1] - marks[i] for i, name in enumerate(names)}
+        self.mapping = mapping | {"adapter": adapter.summary} | placement | {"startup_s": steps}
 
     def report(self) -> dict:
         if self.startup_error is not None:

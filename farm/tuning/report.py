@@ -148,7 +148,9 @@ def format_stage_times(pool: WorkerPool, wall_s: float) -> str:
 
 def format_workers(reports: dict[str, dict]) -> str:
     """One line per worker: where it runs and which GPU it holds (Ray GPU id -> wgpu
-    adapter index, nvidia-smi's UUID for it, and whether the process really sits there)."""
+    adapter index, nvidia-smi's UUID for it, and whether the process really sits there), and
+    the seconds of its start-up steps (choosing the adapter with nvidia-smi's cross-check,
+    making the device and bench, nvidia-smi's placement check)."""
     lines = []
     for slot, report in sorted(reports.items()):
         mapping = report.get("mapping", {})
@@ -162,9 +164,11 @@ def format_workers(reports: dict[str, dict]) -> str:
             mapping.get("placement_ok")
         ]
         uuid = f" {smi['uuid']}" if smi.get("uuid") else ""
+        steps = mapping.get("startup_s") or {}
+        up = f"; up in {', '.join(f'{k} {v:.1f}' for k, v in steps.items())} s" if steps else ""
         lines.append(
             f"worker {slot} on {report.get('host', '?')} pid {report.get('pid', '?')}: {mapping.get('adapter', '?')};"
-            f" {gpu}{uuid}; {placed}; topology {report['topology_hash'][:16]}"
+            f" {gpu}{uuid}; {placed}; topology {report['topology_hash'][:16]}{up}"
         )
     return "\n".join(lines)
 
