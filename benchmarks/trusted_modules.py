@@ -6,7 +6,8 @@ dynamically indexed array, loop bounding) and the trusted way (wgpu-native 29's
 Per kernel: its realistic problem (or `--sizes`), the schedule stored for this topology in
 `--db` (else the kernel's default), both modules certified against the reference, then timed
 interleaved (`--rounds` rounds, the order rotated each round, `--reps` dispatches a timing,
-GPU timestamps, each timing after the clock warm-up `farm bench` uses); the row gives the
+GPU timestamps, each timing after a fifth of `farm bench`'s clock warm-up, then the heater
+while the canary reads slow); the row gives the
 median over rounds of each and trusted / checked. A trusted module that fails certification is
 reported as such: an access the clamps hid would be undefined without them. Two Devices on the
 one adapter, one making its modules trusted; the farm's own code always makes them checked.
@@ -21,6 +22,7 @@ import datetime
 import json
 import statistics
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from farm import catalog
@@ -62,12 +64,9 @@ def measure(devices: dict[str, Device], spec, schedule, problem, reps: int, roun
     inputs = spec.generate(problem, 0)
     expected = spec.reference(problem, schedule, inputs)
     row = {"kernel": spec.name, "problem": problem.key(), "schedule": schedule.key(), "method": "timestamp"}
-    opened, prepared = [], {}
-    try:
-        for name, device in devices.items():
-            context = prepare(device, spec, schedule, problem, inputs)
-            prepared[name] = context.__enter__()
-            opened.append(context)
+    with ExitStack() as stack:
+        prepared = {n: stack.enter_context(prepare(d, spec, schedule, problem, inputs)) for n, d in devices.items()}
+        for name in devices:
             cert = oracle.certify_prepared(prepared[name], expected)
             row[f"{name}_certified"] = cert.ok
             if not cert.ok:
@@ -85,14 +84,11 @@ def measure(devices: dict[str, Device], spec, schedule, problem, reps: int, roun
             row[f"{name}_rounds_us"] = medians[name]
         row["trusted_over_checked"] = row["trusted_us"] / row["checked_us"]
         return row
-    finally:
-        for context in reversed(opened):
-            context.__exit__(None, None, None)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kernels", nargs="*", default=None, help="kernel names (default: every built-in)")
+    parser.add_argument("--kernels", nargs="*", default=None, help="kernel names (default: the catalog's)")
     parser.add_argument("--sizes", default=None, help="problems as in farm tune --sizes (default: realistic sizes)")
     parser.add_argument("--db", default=None, help="the tuned winners to time (default: each kernel's default)")
     parser.add_argument("--reps", type=int, default=20)

@@ -105,7 +105,7 @@ BAD_FLAGS = [
     (["bench", "--kernels", "nosuch"], "unknown kernel 'nosuch'"),
     (["bench", "--sizes", "gemv:m=0,n=8"], "gemv m=0,n=8: every dimension must be >= 1, got m=0"),
     (["bench", "--sizes", "gemv"], "--sizes entry 'gemv' is not KERNEL:dim=value,..."),
-    (["bench", "--kernels", "fft", "--sizes", "gemv:m=8,n=8"], "--sizes names gemv, not among --kernels fft"),
+    (["bench", "--kernels", "fft", "--sizes", "gemv:m=8,n=8"], "--sizes names gemv, not among --kernels (fft)"),
     (["cluster", "start", "--port", "-1"], "expected a port in 1..65535, got '-1'"),
     (["cluster", "start", "--dashboard-port", "70000"], "expected a port in 1..65535"),
     (["cluster", "start", "--num-cpus", "-2"], "expected an integer >= 0"),

@@ -66,14 +66,13 @@ def cmd_certify(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from farm.cli.bench import run_bench
     from farm.cli.bench_report import bench_passed
-    from farm.tuning.plan import parse_sizes
+    from farm.tuning.plan import parse_sizes, sizes_among
 
     sizes = parse_sizes(args.sizes) if args.sizes is not None else {}
     kernels = args.kernels or list(sizes) or catalog.names()
     for name in kernels:
         catalog.get(name)  # an unknown kernel fails before the adapter is opened
-    if outside := [name for name in sizes if name not in kernels]:
-        raise ValueError(f"--sizes names {', '.join(outside)}, not among --kernels {' '.join(kernels)}")
+    sizes_among(sizes, kernels, "--kernels")
     out = writable_dir(Path(args.out), "bench results") if args.out else None
     rows = run_bench(kernels, out, args.db, args.allow_cpu, args.reps, sizes)
     return 0 if bench_passed(rows) else 1
@@ -217,11 +216,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def _check_sizes(sizes: dict, kernels: list[str], args: argparse.Namespace) -> None:
     """Before Ray starts: every --sizes kernel is one being tuned, and every problem fits the
     adapter a local cluster's workers will use (parse_sizes already refused what fits none)."""
+    from farm.tuning.plan import sizes_among
     from farm.tuning.problems import check_problem
 
-    ignored = sorted(set(sizes) - set(kernels))
-    if ignored:
-        raise ValueError(f"--sizes names {', '.join(ignored)}, not among the kernels to tune ({', '.join(kernels)})")
+    sizes_among(sizes, kernels, "the kernels to tune")
     profile = _local_profile(args) if sizes else None
     for name, problems in sizes.items():
         for problem in problems:

@@ -62,7 +62,7 @@ def add_parsers(sub) -> None:
 def cmd_request(args: argparse.Namespace) -> int:
     from farm.store import open_existing, open_store
     from farm.store import queue as q
-    from farm.tuning.plan import parse_sizes
+    from farm.tuning.plan import parse_sizes, sizes_among
 
     if args.list:
         if args.kernels or args.sizes is not None:
@@ -76,9 +76,8 @@ def cmd_request(args: argparse.Namespace) -> int:
     sizes = parse_sizes(args.sizes)
     for name in args.kernels:
         catalog.get(name)  # an unknown kernel: ValueError naming the known ones
-    named = set(sizes) - set(args.kernels) if args.kernels else set()
-    if named:
-        raise ValueError(f"--sizes names {', '.join(sorted(named))}, not among the kernels ({', '.join(args.kernels)})")
+    if args.kernels:
+        sizes_among(sizes, args.kernels, "the kernels")
     unsized = [k for k in args.kernels if catalog.get(k).name not in sizes]
     if unsized:
         raise ValueError(f"no problem in --sizes for {', '.join(unsized)}")

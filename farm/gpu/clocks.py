@@ -104,8 +104,8 @@ class ClockCheck:
             self._primed = True
             if not self.device.profile.is_cpu:
                 self.device._busy_for(self.heater(), PRIME_S, None)
-                primed = self.read_ns()
-                self.best_ns = min(self.best_ns, primed) if primed > 0 else self.best_ns
+                if (primed := self.read_ns()) > 0:
+                    self.best_ns = min(self.best_ns, primed)
         self.best_ns = min(self.best_ns, ns)
         return ns / self.best_ns
 

@@ -58,9 +58,6 @@ class Prepared:
     def time(self, warmup: int = 2, reps: int = 10, beat_ns: float | None = None) -> Timing:
         return self.device.time_calls(self.calls(), warmup, reps, self.schedule, beat_ns)
 
-    def keep_busy(self, seconds: float) -> float:
-        return self.device.keep_busy(self.calls(), seconds, self.schedule)
-
     def warm_until_clocks(self, least_s: float, most_s: float, unless_hot: bool = False) -> float:
         """This launch back to back for `least_s` (with `unless_hot`: not when the GPU is hot),
         then the heater while the clock canary reads slow, until `most_s` (Device.warm_until_clocks);

@@ -109,6 +109,12 @@ def parse_sizes(text: str) -> dict[str, list[Problem]]:
     return sizes
 
 
+def sizes_among(sizes: dict[str, list[Problem]], kernels: list[str], what: str) -> None:
+    """ValueError naming the --sizes kernels not among `kernels` (`what`: which kernels those are)."""
+    if outside := sorted(set(sizes) - set(kernels)):
+        raise ValueError(f"--sizes names {', '.join(outside)}, not among {what} ({', '.join(kernels)})")
+
+
 def parse_dims(text: str) -> dict[str, int]:
     """`m=64,n=32` -> {"m": 64, "n": 32}; ValueError naming the pair that is not name=integer,
     or the dimension given twice (`m=64,m=32` would otherwise silently be m=32)."""
