@@ -48,6 +48,12 @@ def test_bench_rows_say_how_they_were_timed(device, tmp_path, monkeypatch):
     clocks = {r["variant"]: r["clock"] for r in payload["rows"] if r["kernel"] == "gemv"}
     assert clocks == {"default": 1.07, "tuned": 1.07, "tuned call": None}  # kernel-only rows carry the canary
     assert "| timestamp | 1.07 |" in (tmp_path / "out" / "bench.md").read_text()
+    # an adapter without timestamp queries: the kernel-only rows and the copy row say "host", not "timestamp"
+    monkeypatch.setattr(device, "timestamps", False)
+    rows = run_bench(["gemv"], None, db, allow_cpu=True, reps=3)
+    methods = {(r.kernel, r.variant): r.method for r in rows}
+    assert methods == {("gemv", "default"): "host", ("gemv", "tuned"): "host", ("gemv", "tuned call"): PER_CALL,
+                       ("copy", "copy"): "host"}  # fmt: skip
 
 
 def test_ratios_pair_kernel_only_with_kernel_only_and_calls_with_calls():
@@ -65,6 +71,17 @@ def test_ratios_pair_kernel_only_with_kernel_only_and_calls_with_calls():
     assert summary["tuned_vs_vendor_speed"] == 0.5
     assert summary["tuned_vs_vendor_per_call"] == pytest.approx(0.8)
     assert summary["tuned_vs_default_speedup"] == 4.0
+    assert summary["tuned_vs_vendor_speed_method"] == "timestamp vs cuda-graph replay"
+    assert summary["tuned_vs_vendor_per_call_method"] == f"{PER_CALL} vs {PER_CALL}"
+    assert summary["tuned_vs_default_method"] == "timestamp vs timestamp"
+    rows[0] = row("tuned", 2.0, "host")  # ours by host wall (no timestamps): not kernel-only, no speed against it
+    (summary,) = ratios(rows, ceiling=1.0)
+    assert summary["tuned_vs_vendor_speed"] is None
+    assert summary["tuned_vs_vendor_speed_method"] == "host vs cuda-graph replay"
+    from farm.cli.bench import store_vendor_ratios
+
+    tuned = {("gemm", "m=1"): Schedule.of(workgroup_size=64)}
+    assert store_vendor_ratios("sqlite:///nowhere/never.db", "t", rows, tuned) == 0  # nothing stored, no DB opened
 
 
 def test_bench_stores_the_speed_against_the_vendor_on_the_winner_it_benchmarked(device, tmp_path, monkeypatch):

@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from farm import catalog
-from farm.cli.bench_report import BenchRow, print_rows, write_results
+from farm.cli.bench_report import BenchRow, by_problem, print_rows, vendor_speed, write_results
 from farm.cli.vendor import median_call_ns, vendor_fn, vendor_kernel_ns
-from farm.gpu import Device, refuse_cpu
+from farm.gpu import Device, Timing, refuse_cpu
 from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
@@ -56,7 +56,7 @@ def bench_problems(spec_name: str, profile) -> list[Problem]:
     return spec.default_problems(profile)
 
 
-def _row(kernel, problem, variant, schedule, ns, work, certified, note="", method="timestamp", clock=None) -> BenchRow:
+def _row(kernel, problem, variant, schedule, ns, work, certified, note, method, clock=None) -> BenchRow:
     flops, nbytes = work
     sec = ns * 1e-9
     return BenchRow(
@@ -85,18 +85,25 @@ def time_schedule(device: Device, spec, schedule: Schedule, problem: Problem, in
         return prepared.time(warmup=3, reps=reps), cert
 
 
-def copy_bandwidth(device: Device, nbytes: int, reps: int) -> float:
-    """GB/s (read + write) of a vec4 WGSL copy of `nbytes`."""
+def copy_timing(device: Device, nbytes: int, reps: int) -> tuple[float, Timing]:
+    """(GB/s read + write, its Timing) of a vec4 WGSL copy of `nbytes`, warmed to the clocks
+    as every bench row is."""
     n4 = nbytes // 16
     src = device.upload(np.ones(n4 * 4, np.float32))
     dst = device.empty(n4 * 16)
     try:
         pipeline = device.pipeline(COPY_WGSL, "main", label="copy")
-        groups = -(-n4 // 256)
-        timing = device.time(pipeline, [src, dst], groups, warmup=3, reps=reps)
+        calls = [(pipeline, device.bind(pipeline, [src, dst]), -(-n4 // 256))]
+        device.warm_until_clocks(calls, REPORT_WARM_S, REPORT_WARM_MAX_S)
+        timing = device.time_calls(calls, warmup=3, reps=reps)
     finally:
         device.release(src, dst)
-    return 2 * n4 * 16 / timing.median_ns
+    return 2 * n4 * 16 / timing.median_ns, timing
+
+
+def copy_bandwidth(device: Device, nbytes: int, reps: int) -> float:
+    """GB/s (read + write) of a vec4 WGSL copy of `nbytes` (copy_timing)."""
+    return copy_timing(device, nbytes, reps)[0]
 
 
 def settle_clocks(device: Device, seconds: float = 2.0, nbytes: int = 1 << 28) -> float:
@@ -158,8 +165,8 @@ def run_bench(
             if tuned:  # as each problem is done: an interrupted bench keeps what it measured
                 stored += store_vendor_ratios(db, profile.topology_hash(), new, tuned)
     copy_bytes = min(256 << 20, profile.limit("max-storage-buffer-binding-size"))
-    ceiling = copy_bandwidth(device, copy_bytes, reps)
-    rows.append(BenchRow("copy", f"bytes={copy_bytes}", "copy", "vec4 wg256", 0.0, 0.0, ceiling, True, "", "timestamp"))
+    ceiling, copy = copy_timing(device, copy_bytes, reps)
+    rows.append(BenchRow("copy", f"bytes={copy_bytes}", "copy", "vec4 wg256", 0.0, 0.0, ceiling, True, "", copy.method))
     print(f"copy kernel bandwidth: {ceiling:.0f} GB/s")
     if out is not None:
         write_results(rows, out, profile.summary, ceiling)
@@ -175,17 +182,11 @@ def store_vendor_ratios(db: str | None, topology: str, rows: list[BenchRow], tun
     replaced it meanwhile). Returns how many winner rows were updated."""
     from farm import store
 
-    keyed: dict[tuple[str, str], dict[str, BenchRow]] = {}
-    for r in rows:
-        keyed.setdefault((r.kernel, r.problem), {})[r.variant] = r
     measured = []
-    for key, variants in keyed.items():
-        mine, vendor = variants.get("tuned"), variants.get("vendor")
-        if key not in tuned or not (mine and vendor and mine.certified and vendor.certified and mine.median_ms > 0):
-            continue
-        ratio = vendor.median_ms / mine.median_ms
-        if math.isfinite(ratio) and ratio > 0:
-            measured.append((key, tuned[key].key(), ratio, vendor.method))
+    for key, variants in by_problem(rows).items():
+        ratio = vendor_speed(variants.get("tuned"), variants.get("vendor"))
+        if key in tuned and ratio is not None and math.isfinite(ratio) and ratio > 0:
+            measured.append((key, tuned[key].key(), ratio, variants["vendor"].method))
     if not measured:
         return 0
     st = store.open_store(db)
@@ -215,7 +216,7 @@ def _bench_one(device, spec, problem, tuned, vendor, reps) -> list[BenchRow]:
             continue
         clock = device.clock_ratio()  # the canary right after: a slow row's clock, not its kernel
         work = spec.work(problem)
-        rows.append(_row(spec.name, problem, variant, schedule, timing.median_ns, work, True, clock=clock))
+        rows.append(_row(spec.name, problem, variant, schedule, timing.median_ns, work, True, "", timing.method, clock))
     if schedule_tuned is not None:
         ns = per_call_ns(device, spec, problem, inputs, schedule_tuned)
         rows.append(_row(spec.name, problem, "tuned call", schedule_tuned, ns, spec.work(problem), True, "", PER_CALL))

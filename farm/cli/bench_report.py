@@ -39,30 +39,50 @@ def print_rows(rows: list[BenchRow]) -> None:
         )
 
 
-def ratios(rows: list[BenchRow], ceiling: float) -> list[dict]:
-    """Per (kernel, problem): tuned/vendor, tuned/default and tuned bandwidth / copy ceiling."""
-    out = []
+def by_problem(rows: list[BenchRow]) -> dict[tuple[str, str], dict[str, BenchRow]]:
+    """{(kernel, problem): {variant: row}}."""
     keyed: dict[tuple[str, str], dict[str, BenchRow]] = {}
     for r in rows:
         keyed.setdefault((r.kernel, r.problem), {})[r.variant] = r
-    for (kernel, problem), v in keyed.items():
+    return keyed
+
+
+def speed(a: BenchRow | None, b: BenchRow | None) -> float | None:
+    """b's time over a's (how much faster a is), None unless both ran certified."""
+    if a is None or b is None or not a.certified or not b.certified or not a.median_ms > 0:
+        return None
+    return b.median_ms / a.median_ms
+
+
+def vendor_speed(tuned: BenchRow | None, vendor: BenchRow | None) -> float | None:
+    """The kernel-only speed against the vendor: None when ours was timed by host wall (an
+    adapter without timestamps), which holds the submission and is not kernel-only."""
+    return None if tuned is None or tuned.method == "host" else speed(tuned, vendor)
+
+
+def ratios(rows: list[BenchRow], ceiling: float) -> list[dict]:
+    """Per (kernel, problem): tuned/vendor (kernel-only; per call), tuned/default and tuned
+    bandwidth / copy ceiling, each with the methods of the two rows it compares."""
+    out = []
+    for (kernel, problem), v in by_problem(rows).items():
         if kernel == "copy":
             continue
         tuned, default, vendor = v.get("tuned"), v.get("default"), v.get("vendor")
         tuned_call, vendor_call = v.get("tuned call"), v.get("vendor call")
 
-        def ratio(a, b):
-            if a is None or b is None or not a.certified or not b.certified:
-                return None
-            return b.median_ms / a.median_ms
+        def methods(a, b):
+            return f"{a.method} vs {b.method}" if a is not None and b is not None else None
 
         out.append(
             {
                 "kernel": kernel,
                 "problem": problem,
-                "tuned_vs_vendor_speed": ratio(tuned, vendor),  # kernel-only: timestamps vs graph replay
-                "tuned_vs_vendor_per_call": ratio(tuned_call, vendor_call),  # host wall, sync each call
-                "tuned_vs_default_speedup": ratio(tuned, default),
+                "tuned_vs_vendor_speed": vendor_speed(tuned, vendor),  # kernel-only: timestamps vs graph replay
+                "tuned_vs_vendor_speed_method": methods(tuned, vendor),
+                "tuned_vs_vendor_per_call": speed(tuned_call, vendor_call),  # host wall, sync each call
+                "tuned_vs_vendor_per_call_method": methods(tuned_call, vendor_call),
+                "tuned_vs_default_speedup": speed(tuned, default),
+                "tuned_vs_default_method": methods(tuned, default),
                 "tuned_fraction_of_copy_bw": (tuned.gbps / ceiling) if tuned and tuned.certified else None,
             }
         )
