@@ -3,7 +3,8 @@ the same winner (E >= 192; H200, session 11: 0.034 vs 0.0154 ms at E=192)?
 
 For each case, the same tuned schedule timed seven ways on one device, one factor changed
 at a time (GPU timestamps where the adapter has them, medians; each row says which):
-- `bench`: the catalog's certify inputs (`spec.generate`), warm-up 3, 20 reps (farm bench);
+- `bench`: the catalog's certify inputs (`spec.generate`), warm-up 3, 20 reps (farm bench's
+  counts, without its REPORT_WARM_S warm-up: what the warm-up rules alone give);
 - `bench_4reps`: the same inputs, the sweep's warm-up 2 and 4 reps;
 - `sweep_inputs`: the sweep's inputs (`case_inputs`: rho zeros), bench's warm-up and reps;
 - `sweep_alone`: the sweep's inputs, warm-up and reps, no baseline timed before;

@@ -35,7 +35,7 @@ from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
 from farm.schedule import Problem, Schedule
-from farm.tuning.problems import check_problem
+from farm.tuning.problems import check_sizes
 
 COPY_WGSL = """
 @group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
@@ -148,9 +148,7 @@ def run_bench(
     device = Device()
     profile = device.profile
     refuse_cpu(profile, allow_cpu, "benchmark")
-    for name, problems in (sizes or {}).items():  # every --sizes problem fits this adapter, before any row
-        for problem in problems:
-            check_problem(catalog.get(name), problem, profile)
+    check_sizes(sizes or {}, profile)  # every --sizes problem fits this adapter, before any row
     print(f"adapter: {profile.summary}  topology {profile.topology_hash()[:16]}")
     tuned = tuned_schedules(db, profile.topology_hash())
     vendor = _vendor()

@@ -217,13 +217,10 @@ def _check_sizes(sizes: dict, kernels: list[str], args: argparse.Namespace) -> N
     """Before Ray starts: every --sizes kernel is one being tuned, and every problem fits the
     adapter a local cluster's workers will use (parse_sizes already refused what fits none)."""
     from farm.tuning.plan import sizes_among
-    from farm.tuning.problems import check_problem
+    from farm.tuning.problems import check_sizes
 
     sizes_among(sizes, kernels, "the kernels to tune")
-    profile = _local_profile(args) if sizes else None
-    for name, problems in sizes.items():
-        for problem in problems:
-            check_problem(catalog.get(name), problem, profile)
+    check_sizes(sizes, _local_profile(args) if sizes else None)
 
 
 def _check_sweep_cases(cases, allow_cpu: bool) -> None:

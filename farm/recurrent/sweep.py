@@ -90,8 +90,8 @@ def _time_paths(
         # The baseline just before is host-bound (hundreds of tiny dispatches): the GPU ran
         # at low clocks for a "long, recent" timing, so the warm-up rules skipped their
         # rounds and the fused kernel read 2-4x its bench time (issue 17). Keep it busy first,
-        # forced: the same rules took the baseline for a hot GPU and skipped this too; and on
-        # while the clock canary reads slow (REPORT_WARM_S, up to REPORT_WARM_MAX_S: as farm bench's rows).
+        # forced: the same rules took the baseline for a hot GPU and skipped this too; then the
+        # heater while the clock canary reads slow (REPORT_WARM_S, REPORT_WARM_MAX_S: as farm bench's rows).
         warm_s = device.warm_until_clocks(fused_calls(device, prepared), REPORT_WARM_S, REPORT_WARM_MAX_S)
         fused = device.time_calls(fused_calls(device, prepared), warmup, reps)
         clock = device.clock_ratio()  # the canary right after, as farm bench's clock column
@@ -99,7 +99,7 @@ def _time_paths(
     phases["fused"] = time.perf_counter() - start
     return {
         "baseline": baseline,
-        "baseline_counts": (base_warmup, base_reps),
+        "baseline_warmup": base_warmup,
         "fused": fused,
         "fused_warm_s": warm_s,
         "fused_clock": clock,
@@ -169,8 +169,8 @@ def run_case(device: Device, case: SweepCase, config: SweepConfig) -> dict:
         "warmup": config.warmup,
         "repetitions": reps,
         "extra_repetitions_applied": extra,
-        "baseline_warmup": timed["baseline_counts"][0],  # the sweep's, but see baseline_counts
-        "baseline_repetitions": timed["baseline_counts"][1],
+        "baseline_warmup": timed["baseline_warmup"],  # the sweep's, but see baseline_counts
+        "baseline_repetitions": timed["baseline"].reps,  # what the baseline's timing took
         "sampled_gpu_utilization_pct": util,
         "baseline_ms": baseline_ms,
         "fused_ms": fused_ms,

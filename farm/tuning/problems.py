@@ -13,6 +13,7 @@ there (the campaign's plan filters schedules per adapter later).
 
 from __future__ import annotations
 
+from farm import catalog
 from farm.catalog import KernelSpec
 from farm.gpu import HardwareProfile
 from farm.gpu.adapter import TOPOLOGY_FEATURES, TOPOLOGY_LIMITS
@@ -90,3 +91,10 @@ def _size(nbytes: float) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.2f} {unit}"
     return f"{nbytes:.0f} B"
+
+
+def check_sizes(sizes: dict[str, list[Problem]], profile: HardwareProfile | None = None) -> None:
+    """`check_problem` for every problem of a --sizes {kernel: [Problem]} on `profile`."""
+    for name, problems in sizes.items():
+        for problem in problems:
+            check_problem(catalog.get(name), problem, profile)
