@@ -8,7 +8,7 @@ import pytest
 
 from farm import catalog
 from farm.cli.main import build_parser, main
-from farm.recurrent.report import STEPS_HEADER, SUMMARY_HEADER, rust_exp
+from farm.recurrent.report import STEPS_HEADER, SUMMARY_HEADER, case_row, rust_exp
 from farm.recurrent.sweep import (
     SweepCase,
     SweepConfig,
@@ -218,6 +218,8 @@ def test_a_case_times_the_runtime_both_ways_and_steps_it_on_the_device(device, f
     assert record["step_consistency"]["strict_pass"]
     assert len(record["step_metrics"]) == SMALL[1].time
     assert (record["baseline_warmup"], record["baseline_repetitions"]) == (1, 2)  # under the budget: the sweep's
+    assert f"| {record['repetitions']} | " in case_row(record)  # the same reps: one number
+    assert f"| {record['repetitions']} (baseline 1) | " in case_row(record | {"baseline_repetitions": 1})
     assert record["memory_after_bytes"]["in_use"] == record["memory_before_bytes"]["in_use"]  # rt closed
 
 

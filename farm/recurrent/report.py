@@ -85,15 +85,18 @@ def format_markdown(report: dict) -> str:
 
 
 def case_row(c: dict) -> str:
-    """One case's row of the Markdown table."""
+    """One case's row of the Markdown table; `reps` adds the op-by-op baseline's where it
+    took fewer (baseline_counts holds a long case's baseline to ~64Ki dispatches)."""
     util = c["sampled_gpu_utilization_pct"]
+    reps, base = c["repetitions"], c.get("baseline_repetitions")
+    reps_cell = f"{reps}" if base in (None, reps) else f"{reps} (baseline {base})"
     step = c["step_consistency"]
     return (
         f"| {c['case']['name']} | {c['case']['embd']} | {c['baseline_ms']:.3f} | {c['fused_ms']:.3f} | "
         f"{_fixed(c['runtime_ms'], 3) or 'n/a'} | {_fixed(c['fused_speedup_x'], 2) or 'n/a'} | "
         f"{_fixed(c['runtime_speedup_x'], 2) or 'n/a'} | {rust_exp(step['context_max_abs'], 2)} | "
         f"{rust_exp(step['rho_max_abs'], 2)} | {'pass' if step['strict_pass'] else 'fail'} | "
-        f"{c['repetitions']} | {'n/a' if util is None else f'{util:.1f}'} | {c['runtime_mode']} |"
+        f"{reps_cell} | {'n/a' if util is None else f'{util:.1f}'} | {c['runtime_mode']} |"
     )
 
 
