@@ -44,6 +44,9 @@
 #            cooperative-matrix GEMM against cuBLAS fp16 (benchmarks/coop_gemm.py)
 #   part 21: (one GPU; CALLS_DB=<part 16's a.db>) coop_gemm, the recurrent sweep on CALLS_DB's
 #            winners (against part 16's bench), then the sweep with --long
+#   part 29: (one GPU) the three long recurrent problems tuned alone (fresh database) and benched
+#            against FLA multiplying fp32 in fp32 (bench's default --vendor-fp32 ieee), then fft
+#            tuned and benched alone (single_buffer)
 #   part 18: (one GPU) recurrent tuned alone on a fresh database and benched (prefetch=1 in the
 #            space), then on the same winners sweep_vs_bench.py and the recurrent sweep
 # Results land flat in $OUT (the device tool brings back at most 8 files).
@@ -144,6 +147,13 @@ case "${PART:-1}" in
       step 300 python3 -m farm bench --kernels recurrent --db "sqlite:///$PWD/${CALLS_DB:-.h200/s12a.db}" --out "$W/rlong" \
         --sizes "recurrent:B=1,H=8,VH=8,T=1024,L=64,E=768;recurrent:B=8,H=8,VH=8,T=1024,L=64,E=256;recurrent:B=1,H=8,VH=8,T=4096,L=64,E=768"
       cp "$W"/rlong/bench.md "$OUT"/recurrent-long-bench.md; cp "$W"/rlong/bench.json "$OUT"/recurrent-long-bench.json ;;  # session 13: parts 26 and 27 in one call (a cold start costs ~100-130 s of device time)
+  29) LONG="recurrent:B=1,H=8,VH=8,T=1024,L=64,E=768;recurrent:B=8,H=8,VH=8,T=1024,L=64,E=256;recurrent:B=1,H=8,VH=8,T=4096,L=64,E=768"
+      step 150 python3 -m farm tune recurrent --sizes "$LONG" --gpus 1 --db "sqlite:///$W/long.db" --out "$W/artifacts"
+      step 260 python3 -m farm bench --kernels recurrent --sizes "$LONG" --db "sqlite:///$W/long.db" --out "$W/rlong"
+      cp "$W"/rlong/bench.md "$OUT"/recurrent-long-bench.md; cp "$W"/rlong/bench.json "$OUT"/recurrent-long-bench.json
+      step 100 python3 -m farm tune fft --gpus 1 --db "sqlite:///$W/fft.db" --out "$W/artifacts"
+      step 70 python3 -m farm bench --kernels fft --db "sqlite:///$W/fft.db" --out "$W/fbench"
+      cp "$W"/fbench/bench.md "$OUT"/fft-bench.md; cp "$W"/fbench/bench.json "$OUT"/fft-bench.json ;;  # session 14: the long cases tuned alone and benched against FLA in fp32 (TRITON_F32_DEFAULT=ieee), then fft single_buffer (parts 26/27 without s12a.db, lost with its checkout)
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=h200-s13i stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)

@@ -3,6 +3,7 @@ how it was timed; the ratios compare kernel-only with kernel-only and per call w
 Only the farm's own rows decide the exit status; a failing vendor row says why it failed."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ def _winner_stored(device, tmp_path, tuned: Schedule, **decision):
 
 def test_bench_rows_say_how_they_were_timed(device, tmp_path, monkeypatch):
     monkeypatch.setattr("farm.cli.bench.Device", lambda: device)
-    monkeypatch.setattr("farm.cli.bench._vendor", lambda: None)  # no torch here
+    monkeypatch.setattr("farm.cli.bench._vendor", lambda fp32="ieee": None)  # no torch here
     monkeypatch.setattr(device, "clock_ratio", lambda: 1.07)  # lavapipe has no canary: as a GPU's reading
     tuned = Schedule.of(workgroup_size=128, items_per_invocation=1, vector_width=1, threads_per_row=8)
     db, store = _winner_stored(device, tmp_path, tuned)
@@ -91,7 +92,7 @@ def test_bench_stores_the_speed_against_the_vendor_on_the_winner_it_benchmarked(
         return [BenchRow(spec.name, problem.key(), "vendor", "torch", 2.0, 0, 0, True, "", "cuda-graph replay")]
 
     monkeypatch.setattr("farm.cli.bench.Device", lambda: device)
-    monkeypatch.setattr("farm.cli.bench._vendor", lambda: fake_vendor)
+    monkeypatch.setattr("farm.cli.bench._vendor", lambda fp32="ieee": fake_vendor)
     tuned = Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=1, threads_per_row=4)
     db, store = _winner_stored(device, tmp_path, tuned, rounds=5)
     rows = run_bench(["gemv"], None, db, allow_cpu=True, reps=3)
@@ -223,3 +224,50 @@ def test_bench_sizes_benches_the_named_problems_instead_of_the_realistic_ones(tm
     problems = {r["problem"] for r in rows if r["kernel"] == "gemv"}
     assert problems == {"m=48,n=40", "m=24,n=72"}
     assert {r["variant"] for r in rows if r["problem"] == "m=48,n=40"} >= {"default"}
+
+
+class _Backends:
+    class cuda:
+        class matmul:
+            allow_tf32 = True
+
+    class cudnn:
+        allow_tf32 = True
+
+
+def test_the_vendor_multiplies_fp32_like_ours_unless_told_tf32(monkeypatch, tmp_path):
+    """ieee: TF32 off in cuBLAS and in Triton's dots (read when Triton compiles), whose binaries
+    get a cache of their own; tf32: the libraries as they ship. Each vendor row names it."""
+    from farm.cli.vendor import set_vendor_fp32
+
+    torch = type("torch", (), {"backends": _Backends})
+    monkeypatch.delenv("TRITON_F32_DEFAULT", raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    assert set_vendor_fp32(torch, "ieee") == "ieee"
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    assert os.environ["TRITON_F32_DEFAULT"] == "ieee"
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton") + "-fp32-ieee"
+    set_vendor_fp32(torch, "ieee")  # twice: one suffix
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton") + "-fp32-ieee"
+
+    monkeypatch.delenv("TRITON_F32_DEFAULT")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    assert set_vendor_fp32(torch, "tf32") == "tf32"
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert "TRITON_F32_DEFAULT" not in os.environ  # Triton's own default: TF32 where a dot allows it
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
+    with pytest.raises(ValueError, match="'fp16' is not one of ieee, tf32"):
+        set_vendor_fp32(torch, "fp16")
+
+    spec = catalog.get("recurrent")
+    problem = spec.problem(B=1, H=2, VH=1, T=8, L=16, E=32)
+    inputs = spec.generate(problem, 0)
+    rows = _vendor_rows(monkeypatch, spec, problem, inputs, spec.reference(problem, spec.default, inputs))
+    assert {r.schedule for r in rows} == {"fla fp32 ieee"}
+
+
+def test_farm_bench_refuses_an_unknown_vendor_precision(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--kernels", "gemv", "--vendor-fp32", "fp16"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'fp16'" in capsys.readouterr().err

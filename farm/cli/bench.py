@@ -2,8 +2,9 @@
 
 For each kernel at realistic sizes: the default schedule, the tuned winner (read from
 the database for this topology; run `farm tune` first, in the same session), and the
-vendor library through torch on the same inputs (cuBLAS with TF32 off, cuFFT,
-torch.topk, torch expressions for ternary/p64; flash-linear-attention for recurrent),
+vendor library through torch on the same inputs (cuBLAS, cuFFT, torch.topk, torch
+expressions for ternary/p64; flash-linear-attention for recurrent), multiplying fp32 inputs
+in fp32 FMAs like ours: TF32 off in cuBLAS and in Triton's dots (`--vendor-fp32 tf32` allows it),
 plus a vec4 WGSL copy kernel for the bandwidth ceiling. Every output is checked against the
 reference, and the GPU warmed to its clocks (the kernel, then the clock canary's heater
 while the canary reads slow) before timing. Writes Markdown +
@@ -29,7 +30,7 @@ import numpy as np
 
 from farm import catalog
 from farm.cli.bench_report import BenchRow, by_problem, print_rows, vendor_speed, write_results
-from farm.cli.vendor import median_call_ns, vendor_fn, vendor_kernel_ns
+from farm.cli.vendor import median_call_ns, set_vendor_fp32, vendor_fn, vendor_kernel_ns
 from farm.gpu import Device, Timing, refuse_cpu
 from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
@@ -141,17 +142,24 @@ def tuned_schedules(db: str | None, topology: str) -> dict[tuple[str, str], Sche
 
 
 def run_bench(
-    kernels: list[str], out: Path | None, db: str | None, allow_cpu: bool, reps: int, sizes: dict | None = None
+    kernels: list[str],
+    out: Path | None,
+    db: str | None,
+    allow_cpu: bool,
+    reps: int,
+    sizes: dict | None = None,
+    vendor_fp32: str = "ieee",
 ) -> list[BenchRow]:
     """Bench `kernels` at `sizes`' problems where it names the kernel (farm tune --sizes'
-    {kernel: [Problem]}), else at its realistic sizes; see the module docstring."""
+    {kernel: [Problem]}), else at its realistic sizes, the vendor multiplying fp32 inputs in
+    `vendor_fp32` ("ieee" like ours, or "tf32"); see the module docstring."""
     device = Device()
     profile = device.profile
     refuse_cpu(profile, allow_cpu, "benchmark")
     check_sizes(sizes or {}, profile)  # every --sizes problem fits this adapter, before any row
     print(f"adapter: {profile.summary}  topology {profile.topology_hash()[:16]}")
     tuned = tuned_schedules(db, profile.topology_hash())
-    vendor = _vendor()
+    vendor = _vendor(vendor_fp32)
     rows: list[BenchRow] = []
     stored = 0
     for name in kernels:
@@ -244,23 +252,24 @@ def per_call_ns(device: Device, spec, problem: Problem, inputs: dict, schedule: 
     return ns
 
 
-def _vendor():
-    """A torch-on-CUDA vendor runner, or None when torch/CUDA is unavailable."""
+def _vendor(fp32: str = "ieee"):
+    """A torch-on-CUDA vendor runner multiplying fp32 in `fp32` (vendor.set_vendor_fp32), or
+    None when torch/CUDA is unavailable."""
     try:
         import torch
     except ImportError:
         return None
     if not torch.cuda.is_available():
         return None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    return lambda spec, problem, inputs, schedule, reps: _vendor_run(torch, spec, problem, inputs, schedule, reps)
+    set_vendor_fp32(torch, fp32)
+    return lambda spec, problem, inputs, schedule, reps: _vendor_run(torch, spec, problem, inputs, schedule, reps, fp32)
 
 
-def _vendor_run(torch, spec, problem, inputs, schedule, reps) -> list[BenchRow]:
+def _vendor_run(torch, spec, problem, inputs, schedule, reps, fp32: str = "ieee") -> list[BenchRow]:
     dev = torch.device("cuda")
     t = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dev) for k, v in inputs.items()}
     fn, checks, label = vendor_fn(torch, spec.name, problem, t, schedule)
+    label = f"{label} fp32 {fp32}" if fn is not None else label
     if fn is None:
         return [BenchRow(spec.name, problem.key(), "vendor", "-", math.nan, 0, 0, False, label)]
     got = fn()

@@ -74,7 +74,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         catalog.get(name)  # an unknown kernel fails before the adapter is opened
     sizes_among(sizes, kernels, "--kernels")
     out = writable_dir(Path(args.out), "bench results") if args.out else None
-    rows = run_bench(kernels, out, args.db, args.allow_cpu, args.reps, sizes)
+    rows = run_bench(kernels, out, args.db, args.allow_cpu, args.reps, sizes, args.vendor_fp32)
     return 0 if bench_passed(rows) else 1
 
 
@@ -340,6 +340,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", default=None, help="SQLAlchemy URL holding the tuned winners")
     p.add_argument("--sizes", default=None, help="problems as in farm tune --sizes (default: realistic sizes)")
     p.add_argument("--reps", type=count, default=20)
+    p.add_argument(
+        "--vendor-fp32",
+        choices=("ieee", "tf32"),
+        default="ieee",
+        help="how the vendor multiplies fp32 inputs: ieee (fp32 FMAs, like ours; default) or tf32 "
+        "(cuBLAS and Triton's tensor cores, as they ship; such rows usually fail our tolerances)",
+    )
     p.add_argument("--allow-cpu", action="store_true", help="allow a CPU adapter (numbers mean little)")
     p.set_defaults(func=cmd_bench)
 

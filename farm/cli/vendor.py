@@ -6,9 +6,33 @@ a sync each call (`median_call_ns`)."""
 
 from __future__ import annotations
 
+import os
 import statistics
+from pathlib import Path
 
 import numpy as np
+
+VENDOR_FP32 = ("ieee", "tf32")  # how the vendor multiplies fp32 inputs; ours is always ieee
+
+
+def set_vendor_fp32(torch, precision: str) -> str:
+    """Make the vendor multiply fp32 inputs in `precision` and return the label its rows carry.
+    "ieee" (the default, like ours): cuBLAS with TF32 off, and Triton's dots (flash-linear-
+    attention's chunk kernels) in fp32 FMAs through TRITON_F32_DEFAULT, read when Triton
+    compiles, with a cache directory of their own so that no binary compiled for TF32 is
+    reused. "tf32": both as the libraries ship (TF32 tensor cores; such rows fail fp32
+    tolerances, e.g. FLA chunk_rwkv6's context at T=1024 by 80x, NOTES session 11)."""
+    if precision not in VENDOR_FP32:
+        raise ValueError(f"vendor fp32 precision {precision!r} is not one of {', '.join(VENDOR_FP32)}")
+    tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    if not tf32:
+        os.environ["TRITON_F32_DEFAULT"] = "ieee"
+        base = os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton" / "cache")
+        if not base.endswith("-fp32-ieee"):
+            os.environ["TRITON_CACHE_DIR"] = base + "-fp32-ieee"
+    return precision
 
 
 def median_call_ns(fn, seconds: float = 0.3, least: int = 10) -> float:
