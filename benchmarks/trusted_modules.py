@@ -1,7 +1,9 @@
 """What naga's runtime checks cost the catalog's kernels: each kernel's schedule timed with its
 shader module made the checked way (wgpu-py's `create_shader_module`: index clamps on every
 dynamically indexed array, loop bounding) and the trusted way (wgpu-native 29's
-`wgpuDeviceCreateShaderModuleTrusted` with runtime checks 0: neither).
+`wgpuDeviceCreateShaderModuleTrusted` with runtime checks 0: neither; farm.gpu.modules). Since
+session 14 the farm makes the built-in kernels' modules trusted itself (`KernelSpec.runtime_checks`);
+this script forces each way on its own Device.
 
 Per kernel: its realistic problem (or `--sizes`), the schedule stored for this topology in
 `--db` (else the kernel's default), both modules certified against the reference, then timed
@@ -10,7 +12,7 @@ GPU timestamps, each timing after a fifth of `farm bench`'s clock warm-up, then 
 while the canary reads slow); the row gives the
 median over rounds of each and trusted / checked. A trusted module that fails certification is
 reported as such: an access the clamps hid would be undefined without them. Two Devices on the
-one adapter, one making its modules trusted; the farm's own code always makes them checked.
+one adapter, one making every module checked, the other trusted.
 
     python3 benchmarks/trusted_modules.py --db sqlite:///farm.db --out DIR [--kernels gemm fft] [--allow-cpu]
 """
@@ -34,29 +36,16 @@ from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
 from farm.tuning.plan import parse_sizes
 
-RUNTIME_CHECKS_NONE = 0  # WGPUShaderRuntimeChecks_None: no bounds checks, no loop bounding
 
+def modules(device: Device, checked: bool) -> Device:
+    """`device`, every pipeline it compiles made with (`checked`) or without naga's runtime
+    checks (farm.gpu.modules), whatever the kernel's `runtime_checks` asks for."""
+    pipeline = device.pipeline
 
-def trusted(device: Device) -> Device:
-    """`device`, its shader modules made by wgpuDeviceCreateShaderModuleTrusted (WGSL only)."""
-    from wgpu.backends.wgpu_native import _api
+    def forced(source, entry_point="main", constants=None, label="", schedule=None, checked_=None):
+        return pipeline(source, entry_point, constants, label, schedule, checked)
 
-    gpu = device.device
-
-    def create_shader_module(*, label: str = "", code: str, compilation_hints=()):
-        source = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(code))
-        source[0].chain.next = _api.ffi.NULL
-        source[0].chain.sType = _api.lib.WGPUSType_ShaderSourceWGSL
-        chained = _api.ffi.cast("WGPUChainedStruct *", source)
-        descriptor = _api.new_struct_p(
-            "WGPUShaderModuleDescriptor *", nextInChain=chained, label=_api.to_c_string_view(label)
-        )
-        handle = _api.libf.wgpuDeviceCreateShaderModuleTrusted(gpu._internal, descriptor, RUNTIME_CHECKS_NONE)
-        if handle == _api.ffi.NULL:
-            raise RuntimeError("trusted shader module creation failed")
-        return _api.GPUShaderModule(label, handle, gpu)
-
-    gpu.create_shader_module = create_shader_module
+    device.pipeline = forced
     return device
 
 
@@ -103,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     except CpuAdapterRefused as exc:
         print(exc, file=sys.stderr)
         return 2
-    devices = {"checked": checked, "trusted": trusted(Device())}
+    devices = {"checked": modules(checked, True), "trusted": modules(Device(), False)}
     topology = checked.profile.topology_hash()
     winners = tuned_schedules(args.db, topology) if args.db else {}
     rows = []

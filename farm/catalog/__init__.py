@@ -135,6 +135,10 @@ class KernelSpec(ABC):
     space: dict[str, tuple[int, ...]] = {}
     default: Schedule = DEFAULT_SCHEDULE
     exact: bool = False
+    # False: the WGSL checks every access itself (the built-in kernels), so its modules are
+    # made without naga's runtime checks (farm.gpu.modules: 0.73-0.99x the checked time on
+    # the H200); a user's kernel keeps them (farm.catalog.user.Kernel).
+    runtime_checks: bool = False
     # True when reference() depends on the schedule (topk: block = workgroup_size), so
     # workers must not reuse one reference across schedules of a problem.
     schedule_dependent_reference: bool = False
@@ -146,13 +150,15 @@ class KernelSpec(ABC):
         return read_source(self.source_file)
 
     def source_hash(self) -> str:
-        """Hash of everything that shapes the work: the template, `host_source()` and
-        `code_source()` (the Python of launch, checks, schedules, data and reference); a
+        """Hash of everything that shapes the work: the template, `host_source()`,
+        `code_source()` (the Python of launch, checks, schedules, data and reference) and
+        whether its modules keep naga's runtime checks (they change its times); a
         changed kernel makes old winners stale. Computed once per spec: workers stamp it on
         every trial (gemm's took 12 ms a call, reading its host code with inspect)."""
         cached = self.__dict__.get("_source_hash")
         if cached is None:
             text = self.template() + self.host_source() + self.code_source()
+            text += "" if self.runtime_checks else "\nmodules without runtime checks"  # timed so
             cached = self.__dict__["_source_hash"] = hashlib.sha256(text.encode()).hexdigest()[:16]
         return cached
 

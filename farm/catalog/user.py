@@ -59,7 +59,11 @@ _OVERRIDE = re.compile(r"^\s*override\s+(\w+)", re.MULTILINE)
 
 
 class Kernel(KernelSpec):
-    """A user kernel; see the module docstring. Registered in the catalog when defined."""
+    """A user kernel; see the module docstring. Registered in the catalog when defined.
+    Its modules keep naga's runtime checks (index clamps, loop bounds): the farm can't know
+    that the WGSL checks every access itself, as the built-in kernels do."""
+
+    runtime_checks = True
 
     def __init__(
         self,

@@ -25,6 +25,7 @@ from farm.gpu.adapter import (
     choose_adapter,
     refuse_cpu,
 )
+from farm.gpu.modules import create_module
 from farm.gpu.timing import TimedDevice, Timing
 from farm.gpu.waits import SpinWait
 
@@ -165,17 +166,19 @@ class Device(TimedDevice):
         constants: dict[str, float] | None = None,
         label: str = "",
         schedule: Any = None,
+        checked: bool = True,
     ) -> Pipeline:
-        """Compile (or fetch from cache) a compute pipeline for `source` + `constants`."""
+        """Compile (or fetch from cache) a compute pipeline for `source` + `constants`, its
+        module with naga's runtime checks unless `checked` is False (farm.gpu.modules)."""
         constants = dict(constants or {})
         key = hashlib.sha256(
-            (label + source + entry_point + json.dumps(constants, sort_keys=True)).encode()
+            (label + source + entry_point + json.dumps(constants, sort_keys=True) + "!" * (not checked)).encode()
         ).hexdigest()
         cached = self._pipelines.get(key)
         if cached is not None:
             return cached
         try:
-            module = self.device.create_shader_module(code=source, label=label)
+            module = create_module(self.device, source, label, checked)
         except Exception as exc:  # noqa: BLE001
             raise GpuError("compile", str(exc), label, schedule) from exc
         stage = {"module": module, "entry_point": entry_point}

@@ -85,7 +85,8 @@ def compile_launch(device: Device, spec: KernelSpec, schedule: Schedule, launch:
     for i, step in enumerate(launch.passes()):
         main = i == len(launch.prologue)
         label = f"{spec.name}[{schedule}]" if main else f"{spec.name} pass {i}"
-        out.append(device.pipeline(step.source, step.entry_point, step.constants, label, schedule))
+        checked = spec.runtime_checks
+        out.append(device.pipeline(step.source, step.entry_point, step.constants, label, schedule, checked))
     return out
 
 
