@@ -155,7 +155,7 @@ case "${PART:-1}" in
       step 70 python3 -m farm bench --kernels fft --db "sqlite:///$W/fft.db" --out "$W/fbench"
       cp "$W"/fbench/bench.md "$OUT"/fft-bench.md; cp "$W"/fbench/bench.json "$OUT"/fft-bench.json ;;  # session 14: the long cases tuned alone and benched against FLA in fp32 (TRITON_F32_DEFAULT=ieee), then fft single_buffer (parts 26/27 without s12a.db, lost with its checkout)
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
-  24) LABEL=h200-s13i stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
+  24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
   21) coop 130; rsweep 150; rlong 240 ;;  # session 12's next: the cooperative fraction, the sweep (fresh encoders) vs part 16's bench on CALLS_DB, --long
   20) LABEL=h200-s12b stability 420; coop 130 ;;  # session 12: the competitive re-check (issue 21), the f16 cooperative-matrix GEMM (issue 17)
