@@ -47,6 +47,8 @@
 #   part 29: (one GPU) the three long recurrent problems tuned alone (fresh database) and benched
 #            against FLA multiplying fp32 in fp32 (bench's default --vendor-fp32 ieee), then fft
 #            tuned and benched alone (single_buffer)
+#   part 30: (one GPU) T1024 E768 tuned alone, then benched against FLA chunk_rwkv6 in fp32
+#            (ieee) and in TF32, Triton's autotuning printed
 #   part 18: (one GPU) recurrent tuned alone on a fresh database and benched (prefetch=1 in the
 #            space), then on the same winners sweep_vs_bench.py and the recurrent sweep
 # Results land flat in $OUT (the device tool brings back at most 8 files).
@@ -154,6 +156,13 @@ case "${PART:-1}" in
       step 100 python3 -m farm tune fft --gpus 1 --db "sqlite:///$W/fft.db" --out "$W/artifacts"
       step 70 python3 -m farm bench --kernels fft --db "sqlite:///$W/fft.db" --out "$W/fbench"
       cp "$W"/fbench/bench.md "$OUT"/fft-bench.md; cp "$W"/fbench/bench.json "$OUT"/fft-bench.json ;;  # session 14: the long cases tuned alone and benched against FLA in fp32 (TRITON_F32_DEFAULT=ieee), then fft single_buffer (parts 26/27 without s12a.db, lost with its checkout)
+  30) ONE="recurrent:B=1,H=8,VH=8,T=1024,L=64,E=768"; export TRITON_PRINT_AUTOTUNING=1
+      step 60 python3 -m farm tune recurrent --sizes "$ONE" --gpus 1 --db "sqlite:///$W/long.db" --out "$W/artifacts"
+      cp "$W"/long.db "$OUT"/ 2>/dev/null
+      step 250 python3 -m farm bench --kernels recurrent --sizes "$ONE" --db "sqlite:///$W/long.db" --out "$W/ieee"
+      cp "$W"/ieee/bench.md "$OUT"/recurrent-t1024-ieee-bench.md; cp "$W"/ieee/bench.json "$OUT"/recurrent-t1024-ieee-bench.json
+      step 150 python3 -m farm bench --kernels recurrent --sizes "$ONE" --vendor-fp32 tf32 --db "sqlite:///$W/long.db" --out "$W/tf32"
+      cp "$W"/tf32/bench.md "$OUT"/recurrent-t1024-tf32-bench.md; cp "$W"/tf32/bench.json "$OUT"/recurrent-t1024-tf32-bench.json ;;  # session 14: part 29's bench ran out in FLA's cold autotune (ieee, its own cache): one long case, ieee then tf32, autotuning printed
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
