@@ -24,6 +24,7 @@ Like with like, and every row says how it was timed (`method`):
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -272,6 +273,8 @@ def _vendor_run(torch, spec, problem, inputs, schedule, reps, fp32: str = "ieee"
     label = f"{label} fp32 {fp32}" if fn is not None else label
     if fn is None:
         return [BenchRow(spec.name, problem.key(), "vendor", "-", math.nan, 0, 0, False, label)]
+    if label.startswith("fla"):  # minutes of silence otherwise (27 configurations a kernel, H200 part 29)
+        print(f"{spec.name} {problem.key()}: {label} autotunes its Triton kernels on first use", file=sys.stderr)
     got = fn()
     got = got if isinstance(got, dict) else {checks[0]: got}
     expected = spec.reference(problem, schedule, inputs)
