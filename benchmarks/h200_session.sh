@@ -163,6 +163,9 @@ case "${PART:-1}" in
       cp "$W"/ieee/bench.md "$OUT"/recurrent-t1024-ieee-bench.md; cp "$W"/ieee/bench.json "$OUT"/recurrent-t1024-ieee-bench.json
       step 150 python3 -m farm bench --kernels recurrent --sizes "$ONE" --vendor-fp32 tf32 --db "sqlite:///$W/long.db" --out "$W/tf32"
       cp "$W"/tf32/bench.md "$OUT"/recurrent-t1024-tf32-bench.md; cp "$W"/tf32/bench.json "$OUT"/recurrent-t1024-tf32-bench.json ;;  # session 14: part 29's bench ran out in FLA's cold autotune (ieee, its own cache): one long case, ieee then tf32, autotuning printed
+  31) step 200 python3 benchmarks/fla_pinned.py --kernels recurrent --sizes "recurrent:B=1,H=8,VH=8,T=1024,L=64,E=768" \
+        --db "sqlite:///$PWD/${CALLS_DB:-.h200/long30.db}" --out "$W/ieee"
+      cp "$W"/ieee/bench.md "$OUT"/recurrent-t1024-ieee-bench.md; cp "$W"/ieee/bench.json "$OUT"/recurrent-t1024-ieee-bench.json ;;  # session 14: part 30's winner against FLA chunk in fp32, its autotune pinned to part 30's picks
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
