@@ -37,13 +37,15 @@ CASES = [(1, 8, 8, 1024, 64, 768), (8, 8, 8, 1024, 64, 256), (1, 8, 8, 4096, 64,
 
 
 def fla_times(problem, inputs) -> dict[str, float]:
-    """FLA's two kernels on our recurrence, kernel-only by CUDA-graph replay (µs)."""
+    """FLA's two kernels on our recurrence, kernel-only by CUDA-graph replay (µs), fp32 in fp32
+    (before session 14 its chunk kernel's dots ran in TF32)."""
     try:
         import torch
 
         from farm.cli import vendor
     except ImportError as exc:
         return {"error": str(exc)}
+    vendor.set_vendor_fp32(torch, "ieee")  # as farm bench: FLA's chunk dots in fp32, not TF32
     t = {k: torch.from_numpy(v).cuda() for k, v in inputs.items()}
     out = {}
     for label, chunked in (("fla_fused_us", False), ("fla_chunk_us", True)):

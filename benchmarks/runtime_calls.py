@@ -373,7 +373,9 @@ def main() -> int:
     try:
         import torch
 
-        torch.backends.cuda.matmul.allow_tf32 = False
+        from farm.cli.vendor import set_vendor_fp32
+
+        set_vendor_fp32(torch, "ieee")  # fp32 multiplied in fp32, as farm bench's vendor (cuBLAS and Triton)
         torch = torch if torch.cuda.is_available() else None
     except ImportError:
         torch = None
