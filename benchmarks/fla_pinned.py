@@ -40,6 +40,8 @@ def pin() -> list[str]:
     for (module, name), configs in PINNED.items():
         fn = getattr(importlib.import_module(module), name)
         while not isinstance(fn, Autotuner):  # under @triton.heuristics
+            if not hasattr(fn, "fn"):
+                raise SystemExit(f"fla_pinned: {module}.{name} is not autotuned in this FLA; update PINNED")
             fn = fn.fn
         fn.configs = [triton.Config(meta, num_warps=w, num_stages=s) for meta, w, s in configs]
         done.append(f"{name}: {len(configs)}")

@@ -42,8 +42,8 @@ def modules(device: Device, checked: bool) -> Device:
     checks (farm.gpu.modules), whatever the kernel's `runtime_checks` asks for."""
     pipeline = device.pipeline
 
-    def forced(source, entry_point="main", constants=None, label="", schedule=None, checked_=None):
-        return pipeline(source, entry_point, constants, label, schedule, checked)
+    def forced(source, entry_point="main", constants=None, label="", schedule=None, *_, **__):
+        return pipeline(source, entry_point, constants, label, schedule, checked=checked)
 
     device.pipeline = forced
     return device

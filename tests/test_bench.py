@@ -151,13 +151,13 @@ class _Torch:
         synchronize = staticmethod(lambda: None)
 
 
-def _vendor_rows(monkeypatch, spec, problem, inputs, outputs):
+def _vendor_rows(monkeypatch, spec, problem, inputs, outputs, fp32="ieee"):
     """`_vendor_run`'s rows for a vendor whose call returns `outputs` (no torch, no timing)."""
     fn = lambda: {name: _Tensor(value) for name, value in outputs.items()}  # noqa: E731
     monkeypatch.setattr(bench, "vendor_fn", lambda torch, name, problem, t, schedule: (fn, list(outputs), "fla"))
     monkeypatch.setattr(bench, "vendor_kernel_ns", lambda torch, fn, reps: (1000.0, "cuda-graph replay"))
     monkeypatch.setattr(bench, "median_call_ns", lambda call: (call(), 2000.0)[1])
-    return bench._vendor_run(_Torch, spec, problem, inputs, spec.default, reps=3)
+    return bench._vendor_run(_Torch, spec, problem, inputs, spec.default, reps=3, fp32=fp32)
 
 
 def test_a_failing_vendor_comparison_says_which_output_failed_and_by_how_much(monkeypatch):
@@ -237,33 +237,38 @@ class _Backends:
 
 def test_the_vendor_multiplies_fp32_like_ours_unless_told_tf32(monkeypatch, tmp_path):
     """ieee: TF32 off in cuBLAS and in Triton's dots (read when Triton compiles), whose binaries
-    get a cache of their own; tf32: the libraries as they ship. Each vendor row names it."""
-    from farm.cli.vendor import set_vendor_fp32
+    get a cache of their own; tf32: TF32 allowed and Triton's environment as the caller had it,
+    also after an ieee call in the same process. Each vendor row of a matmul names it."""
+    from farm.cli import vendor
 
     torch = type("torch", (), {"backends": _Backends})
+    monkeypatch.setattr(vendor, "_ORIGINAL_ENV", {})
     monkeypatch.delenv("TRITON_F32_DEFAULT", raising=False)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    assert set_vendor_fp32(torch, "ieee") == "ieee"
+    assert vendor.set_vendor_fp32(torch, "ieee") == "ieee"
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     assert os.environ["TRITON_F32_DEFAULT"] == "ieee"
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton") + "-fp32-ieee"
-    set_vendor_fp32(torch, "ieee")  # twice: one suffix
+    vendor.set_vendor_fp32(torch, "ieee")  # twice: one suffix
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton") + "-fp32-ieee"
 
-    monkeypatch.delenv("TRITON_F32_DEFAULT")
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    assert set_vendor_fp32(torch, "tf32") == "tf32"
+    assert vendor.set_vendor_fp32(torch, "tf32") == "tf32"  # after ieee: the caller's environment again
     assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     assert "TRITON_F32_DEFAULT" not in os.environ  # Triton's own default: TF32 where a dot allows it
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
     with pytest.raises(ValueError, match="'fp16' is not one of ieee, tf32"):
-        set_vendor_fp32(torch, "fp16")
+        vendor.set_vendor_fp32(torch, "fp16")
 
     spec = catalog.get("recurrent")
     problem = spec.problem(B=1, H=2, VH=1, T=8, L=16, E=32)
     inputs = spec.generate(problem, 0)
-    rows = _vendor_rows(monkeypatch, spec, problem, inputs, spec.reference(problem, spec.default, inputs))
+    expected = spec.reference(problem, spec.default, inputs)
+    rows = _vendor_rows(monkeypatch, spec, problem, inputs, expected)
     assert {r.schedule for r in rows} == {"fla fp32 ieee"}
+    assert rows[0].method == "cuda-graph replay"
+    rows = _vendor_rows(monkeypatch, spec, problem, inputs, expected, fp32="tf32")
+    assert {r.schedule for r in rows} == {"fla fp32 tf32"}
+    assert rows[0].method == "cuda-graph replay, TF32 allowed"  # stored with the ratio on the winner
 
 
 def test_farm_bench_refuses_an_unknown_vendor_precision(capsys):

@@ -100,3 +100,11 @@ def test_the_modules_mode_is_part_of_the_source_hash(monkeypatch):
     monkeypatch.delitem(gemv.__dict__, "_source_hash")
     assert gemv.source_hash() != trusted_hash  # winners timed one way are stale the other
     monkeypatch.delitem(gemv.__dict__, "_source_hash")
+
+
+def test_a_kernelspec_subclass_from_outside_the_catalog_keeps_the_checks():
+    gemv = type(catalog.get("gemv"))
+    outside = type("MyGemv", (gemv,), {"__module__": "my_kernels"})
+    vouched = type("MyTrustedGemv", (gemv,), {"__module__": "my_kernels", "runtime_checks": False})
+    inside = type("CatalogGemv", (gemv,), {"__module__": "farm.catalog.gemv"})
+    assert (outside.runtime_checks, vouched.runtime_checks, inside.runtime_checks) == (True, False, False)

@@ -126,8 +126,7 @@ def render(template: str, values: dict[str, object]) -> str:
 
 
 class KernelSpec(ABC):
-    """Base class; each kernel module subclasses it (implementing the abstract methods) and
-    registers an instance."""
+    """Base class; each kernel module subclasses it (the abstract methods), registers one."""
 
     name: str = ""
     source_file: str = ""
@@ -135,9 +134,8 @@ class KernelSpec(ABC):
     space: dict[str, tuple[int, ...]] = {}
     default: Schedule = DEFAULT_SCHEDULE
     exact: bool = False
-    # False: the WGSL checks every access itself (the built-in kernels), so its modules are
-    # made without naga's runtime checks (farm.gpu.modules: 0.73-0.99x the checked time on
-    # the H200); a user's kernel keeps them (farm.catalog.user.Kernel).
+    # False: the WGSL checks every access itself, so its modules skip naga's (farm.gpu.modules);
+    # True for farm.Kernel and any subclass defined outside farm.catalog: we vouch for ours only.
     runtime_checks: bool = False
     # True when reference() depends on the schedule (topk: block = workgroup_size), so
     # workers must not reuse one reference across schedules of a problem.
@@ -145,16 +143,19 @@ class KernelSpec(ABC):
     atol: float = 1e-4
     rtol: float = 1e-4
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "runtime_checks" not in cls.__dict__ and not cls.__module__.startswith("farm.catalog."):
+            cls.runtime_checks = True
+
     # -- source ----------------------------------------------------------------
     def template(self) -> str:
         return read_source(self.source_file)
 
     def source_hash(self) -> str:
-        """Hash of everything that shapes the work: the template, `host_source()`,
-        `code_source()` (the Python of launch, checks, schedules, data and reference) and
-        whether its modules keep naga's runtime checks (they change its times); a
-        changed kernel makes old winners stale. Computed once per spec: workers stamp it on
-        every trial (gemm's took 12 ms a call, reading its host code with inspect)."""
+        """Hash of what shapes the work: template, `host_source()`, `code_source()` (launch,
+        checks, schedules, data, reference) and `runtime_checks`; a change makes old winners
+        stale. Cached: workers stamp it on every trial (gemm's took 12 ms, via inspect)."""
         cached = self.__dict__.get("_source_hash")
         if cached is None:
             text = self.template() + self.host_source() + self.code_source()
@@ -280,11 +281,10 @@ class KernelSpec(ABC):
         return (0.0, 0.0)
 
     def buffer_bytes(self, problem: Problem) -> dict[str, int]:
-        """{binding name: bytes} of the buffers every schedule binds for `problem` (its inputs
-        and outputs, at their least over schedules; a schedule's own scratch left out), known
-        without generating anything: a problem one of whose buffers exceeds the adapter's
-        binding limit is refused before any worker starts (farm.tuning.problems). {}: the
-        spec doesn't say (then only its `work` bytes are checked)."""
+        """{binding name: bytes} of the buffers every schedule binds for `problem` (inputs and
+        outputs, at their least over schedules; no scratch), known without generating: a problem
+        with a buffer over the adapter's binding limit is refused before any worker starts
+        (farm.tuning.problems). {}: the spec doesn't say (only its `work` bytes are checked)."""
         return {}
 
 

@@ -28,6 +28,7 @@ from farm.cli.errors import (
     user_errors,
     writable_dir,
 )
+from farm.cli.vendor import VENDOR_FP32
 from farm.tuning.plan import DEFAULT_BUDGET, SPACE_SHARE
 
 # `farm tune` without --budget (a sentinel: --budget all is None): the budget scales with the space.
@@ -342,10 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=count, default=20)
     p.add_argument(
         "--vendor-fp32",
-        choices=("ieee", "tf32"),
+        choices=VENDOR_FP32,
         default="ieee",
         help="how the vendor multiplies fp32 inputs: ieee (fp32 FMAs, like ours; default) or tf32 "
-        "(cuBLAS and Triton's tensor cores, as they ship; such rows usually fail our tolerances)",
+        "(TF32 tensor cores allowed in cuBLAS and FLA's Triton dots; such rows usually fail our tolerances)",
     )
     p.add_argument("--allow-cpu", action="store_true", help="allow a CPU adapter (numbers mean little)")
     p.set_defaults(func=cmd_bench)

@@ -1,5 +1,5 @@
 """The vendor side of `farm bench` and the per-call timer both sides share: torch
-expressions (cuBLAS with TF32 off, cuFFT, torch.topk, ternary/p64 in torch ops) and
+expressions (cuBLAS, TF32 off unless asked: `set_vendor_fp32`; cuFFT, torch.topk, ternary/p64 in torch ops) and
 flash-linear-attention for the recurrence (`vendor_fn`), timed kernel-only by CUDA-graph
 replay or the profiler's kernel time (`vendor_kernel_ns`), and per call by host wall with
 a sync each call (`median_call_ns`)."""
@@ -13,25 +13,37 @@ from pathlib import Path
 import numpy as np
 
 VENDOR_FP32 = ("ieee", "tf32")  # how the vendor multiplies fp32 inputs; ours is always ieee
+FP32_MATMUL = {"gemm", "gemv", "ternary_gemv", "p64_project", "recurrent"}  # vendors the choice reaches
+_TRITON_ENV = ("TRITON_F32_DEFAULT", "TRITON_CACHE_DIR")
+_ORIGINAL_ENV: dict[str, str | None] = {}  # before the first set_vendor_fp32: what "tf32" restores
 
 
 def set_vendor_fp32(torch, precision: str) -> str:
-    """Make the vendor multiply fp32 inputs in `precision` and return the label its rows carry.
+    """Make the vendor multiply fp32 inputs in `precision` and return it.
     "ieee" (the default, like ours): cuBLAS with TF32 off, and Triton's dots (flash-linear-
     attention's chunk kernels) in fp32 FMAs through TRITON_F32_DEFAULT, read when Triton
     compiles, with a cache directory of their own so that no binary compiled for TF32 is
-    reused. "tf32": both as the libraries ship (TF32 tensor cores; such rows fail fp32
-    tolerances, e.g. FLA chunk_rwkv6's context at T=1024 by 80x, NOTES session 11)."""
+    reused. "tf32": TF32 allowed in cuBLAS, and Triton's environment as it was (its dots in TF32
+    where a kernel allows it); such rows fail fp32 tolerances, e.g. FLA chunk_rwkv6's context
+    at T=1024 by 80x (NOTES session 11). Triton keeps compiled kernels in memory whatever the
+    environment says: one precision per process."""
     if precision not in VENDOR_FP32:
         raise ValueError(f"vendor fp32 precision {precision!r} is not one of {', '.join(VENDOR_FP32)}")
+    for name in _TRITON_ENV:
+        _ORIGINAL_ENV.setdefault(name, os.environ.get(name))
     tf32 = precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
+    for name, value in _ORIGINAL_ENV.items():  # back to the caller's environment first
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     if not tf32:
         os.environ["TRITON_F32_DEFAULT"] = "ieee"
-        base = os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton" / "cache")
-        if not base.endswith("-fp32-ieee"):
-            os.environ["TRITON_CACHE_DIR"] = base + "-fp32-ieee"
+        home = os.environ.get("TRITON_HOME") or str(Path.home())
+        base = os.environ.get("TRITON_CACHE_DIR") or str(Path(home) / ".triton" / "cache")
+        os.environ["TRITON_CACHE_DIR"] = base + "-fp32-ieee"
     return precision
 
 

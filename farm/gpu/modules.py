@@ -7,8 +7,8 @@ indexed array access into range and bounds every loop. wgpu-native 29 also expor
 trusted (recurrent 0.73-0.86x, gemm 0.89-0.95x, ternary_gemv 0.91x; every one certified;
 benchmarks/trusted_modules.py, NOTES session 14). A trusted module's out-of-range access is
 undefined instead of clamped, so only kernels whose WGSL checks every access itself (the
-built-in catalog's: `KernelSpec.runtime_checks` False) are made trusted; a user's WGSL stays
-checked.
+built-in catalog's: `KernelSpec.runtime_checks` False) are made trusted; a user's WGSL, and a
+KernelSpec subclass defined outside farm.catalog, stays checked.
 """
 
 from __future__ import annotations
@@ -29,9 +29,12 @@ def trusted_modules_available() -> bool:
 def create_module(gpu, code: str, label: str = "", checked: bool = True):
     """A WGSL shader module on wgpu device `gpu`: wgpu-py's checked one, or, with `checked`
     False and the entry point available, one made without runtime checks. Validation errors
-    raise as wgpu-py's do (the same error-checking call wrapper)."""
-    if checked or not trusted_modules_available():
+    raise as wgpu-py's do (the same error-checking call wrapper). Without the entry point an
+    unchecked module is an error, not a checked one: its source hash says unchecked."""
+    if checked:
         return gpu.create_shader_module(code=code, label=label)
+    if not trusted_modules_available():
+        raise RuntimeError("this wgpu build has no wgpuDeviceCreateShaderModuleTrusted (wgpu-native 29 has it)")
     from wgpu.backends.wgpu_native import _api
 
     source = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(code))
