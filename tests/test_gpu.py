@@ -98,6 +98,38 @@ def test_bind_error_names_the_step(device):
     assert err.value.step == "bind" and "one-binding" in str(err.value)
 
 
+
+def test_bind_takes_a_buffer_range_at_an_offset(device):
+    """A (Buffer, offset, size) entry binds `size` bytes from byte `offset` (the kernel's
+    arrayLength sees the range), mixed with whole Buffers and under `bindings`; a range
+    wgpu refuses (misaligned, past the buffer's end) is a GpuError at step "bind"."""
+    source = """
+    @group(0) @binding(0) var<storage, read> src: array<u32>;
+    @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+    @compute @workgroup_size(1) fn main() {
+        for (var i = 0u; i < arrayLength(&src); i++) { dst[i] = src[i] + 100000u * arrayLength(&dst); }
+    }
+    """
+    pipeline = device.pipeline(source, label="copy-range")
+    align = int(device.device.limits["min-storage-buffer-offset-alignment"])
+    words = align // 4
+    data = np.arange(3 * words, dtype=np.uint32)
+    src, dst, unused = device.upload(data), device.empty(2 * align), device.empty(4)
+    try:
+        device.dispatch(pipeline, [(src, align, align), (dst, align, align)], 1)
+        got = device.read(dst, np.uint32)
+        np.testing.assert_array_equal(got[:words], 0)  # the range's bytes only
+        np.testing.assert_array_equal(got[words:], data[words : 2 * words] + 100000 * words)
+        group = device.bind(pipeline, [(src, 2 * align, align), dst, unused], bindings=(0, 1))
+        device.dispatch_many([(pipeline, group, 1)])
+        np.testing.assert_array_equal(device.read(dst, np.uint32, words), data[2 * words :] + 100000 * 2 * words)
+        for bad in ((src, 4, align), (src, 2 * align, 2 * align)):
+            with pytest.raises(GpuError) as err:
+                device.bind(pipeline, [bad, dst])
+            assert err.value.step == "bind" and "copy-range" in str(err.value)
+    finally:
+        device.release(src, dst, unused)
+
 def test_timing_reports_ordered_quantiles_over_reps(device):
     source = """
     @group(0) @binding(0) var<storage, read_write> out: array<f32>;
