@@ -91,10 +91,12 @@ def test_baseline_plan_parameters_share_one_uniform_buffer(device):
     holds one, whatever T, and computes the same as the float64 reference."""
     from farm.catalog.recurrent import reference_recurrent
 
+    align = max(64, int(device.device.limits.get("min-uniform-buffer-offset-alignment", 256)))
     for t in (1, 9):
         q, v, rho, decay = _inputs(t=t)
         with BaselinePlan.build(device, q, v, rho, decay) as plan:
             assert len(plan.uniforms) == 1 and len(plan.calls) == 8 * t
+            assert plan.uniforms[0].nbytes == (1 + 7 * t) * align  # a row per op, but the sums share one
             plan.run()
             ctx, state = plan.outputs()
         want_ctx, want_state = reference_recurrent(q, v, rho, decay)
