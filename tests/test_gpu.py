@@ -1,6 +1,8 @@
 """The executor: adapter choice, topology hash, folding, timing and step-named errors."""
 
 import dataclasses
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -580,12 +582,39 @@ def test_refuse_cpu_names_the_work_and_the_adapter(device):
 def test_subgroup_size_is_known_but_not_part_of_the_topology_hash(device):
     profile = device.profile
     assert profile.subgroup_lanes() >= 4 if profile.has("subgroup") else profile.subgroup_lanes() == 0
-    other = dataclasses.replace(profile, subgroup_min_size=profile.subgroup_min_size + 32)
-    assert other.topology_hash() == profile.topology_hash()
-    assert HardwareProfile.from_dict(other.to_dict()) == other
+    if profile.has("subgroup"):
+        assert 0 < profile.subgroup_min_size <= profile.subgroup_max_size  # wgpu-py 0.32's "stackgroup_*" read
+    for name in ("subgroup_min_size", "subgroup_max_size"):
+        other = dataclasses.replace(profile, **{name: getattr(profile, name) + 32})
+        assert other.topology_hash() == profile.topology_hash()
+        assert HardwareProfile.from_dict(other.to_dict()) == other
     legacy = profile.to_dict()
-    del legacy["subgroup_min_size"]  # a profile stored before the field existed
-    assert HardwareProfile.from_dict(legacy).subgroup_min_size == 0
+    del legacy["subgroup_min_size"], legacy["subgroup_max_size"]  # a profile stored before the fields existed
+    old = HardwareProfile.from_dict(legacy)
+    assert (old.subgroup_min_size, old.subgroup_max_size) == (0, 0)
+
+
+def test_topology_hashes_stored_before_subgroup_max_size_still_match(device):
+    """The H200's hash as the sweep stored it on 2026-12-01 (benchmarks/results/
+    2026-12-01-h200-s11-sweep.json), before profiles carried subgroup_max_size; and this
+    adapter's, computed as topology_hash did then: the identity fields without subgroup_min_size."""
+    h200 = {
+        "backend": "Vulkan", "adapter_type": "DiscreteGPU", "vendor_id": 4318, "device_id": 9013,
+        "device_name": "NVIDIA H200", "driver_description": "580.159.04",
+        "limits": {"max-compute-workgroup-size-x": 1024, "max-compute-workgroup-size-y": 1024,
+                   "max-compute-invocations-per-workgroup": 1024, "max-compute-workgroup-storage-size": 49152,
+                   "max-compute-workgroups-per-dimension": 65535, "max-storage-buffer-binding-size": 2147483644,
+                   "max-buffer-size": 4292870144, "max-storage-buffers-per-shader-stage": 524288},
+        "features": ["shader-f16", "shader-f64", "subgroup", "timestamp-query"], "subgroup_min_size": 4,
+    }  # fmt: skip
+    stored = "5a4957c95ba886b588168912666f11953b6880b0f72d2540b9251689cf20b647"
+    assert HardwareProfile.from_dict(h200).topology_hash() == stored
+    assert HardwareProfile.from_dict(h200 | {"subgroup_max_size": 128}).topology_hash() == stored
+    before = {k: v for k, v in device.profile.to_dict().items() if not k.startswith("subgroup_")}
+    assert set(before) == {"backend", "adapter_type", "vendor_id", "device_id", "device_name",
+                           "driver_description", "limits", "features"}  # fmt: skip
+    payload = json.dumps(before, sort_keys=True, separators=(",", ":"))
+    assert device.profile.topology_hash() == hashlib.sha256(payload.encode()).hexdigest()
 
 
 def test_reads_reuse_staging_buffers_and_return_writable_copies(device):
