@@ -256,9 +256,7 @@ def subgroup_lanes(device: Device) -> tuple[int, int]:
             device.release(out)
         return int(seen.min()), int(seen.max())
     except Exception:  # noqa: BLE001 - no subgroup builtin here: fall back on what the adapter says
-        info = device.adapter.info
-        most = info.get("subgroup_max_size", info.get("stackgroup_max_size", 0))
-        return device.profile.subgroup_min_size, int(most or 0)
+        return device.profile.subgroup_min_size, device.profile.subgroup_max_size
 
 
 def _one(device: Device, v, size: int, a, b, data, lanes, args, report: Report) -> dict:

@@ -1,6 +1,8 @@
 """The executor: adapter choice, topology hash, folding, timing and step-named errors."""
 
 import dataclasses
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -97,6 +99,38 @@ def test_bind_error_names_the_step(device):
     device.release(*extra)
     assert err.value.step == "bind" and "one-binding" in str(err.value)
 
+
+
+def test_bind_takes_a_buffer_range_at_an_offset(device):
+    """A (Buffer, offset, size) entry binds `size` bytes from byte `offset` (the kernel's
+    arrayLength sees the range), mixed with whole Buffers and under `bindings`; a range
+    wgpu refuses (misaligned, past the buffer's end) is a GpuError at step "bind"."""
+    source = """
+    @group(0) @binding(0) var<storage, read> src: array<u32>;
+    @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+    @compute @workgroup_size(1) fn main() {
+        for (var i = 0u; i < arrayLength(&src); i++) { dst[i] = src[i] + 100000u * arrayLength(&dst); }
+    }
+    """
+    pipeline = device.pipeline(source, label="copy-range")
+    align = int(device.device.limits["min-storage-buffer-offset-alignment"])
+    words = align // 4
+    data = np.arange(3 * words, dtype=np.uint32)
+    src, dst, unused = device.upload(data), device.empty(2 * align), device.empty(4)
+    try:
+        device.dispatch(pipeline, [(src, align, align), (dst, align, align)], 1)
+        got = device.read(dst, np.uint32)
+        np.testing.assert_array_equal(got[:words], 0)  # the range's bytes only
+        np.testing.assert_array_equal(got[words:], data[words : 2 * words] + 100000 * words)
+        group = device.bind(pipeline, [(src, 2 * align, align), dst, unused], bindings=(0, 1))
+        device.dispatch_many([(pipeline, group, 1)])
+        np.testing.assert_array_equal(device.read(dst, np.uint32, words), data[2 * words :] + 100000 * 2 * words)
+        for bad in ((src, 4, align), (src, 2 * align, 2 * align)):
+            with pytest.raises(GpuError) as err:
+                device.bind(pipeline, [bad, dst])
+            assert err.value.step == "bind" and "copy-range" in str(err.value)
+    finally:
+        device.release(src, dst, unused)
 
 def test_timing_reports_ordered_quantiles_over_reps(device):
     source = """
@@ -548,12 +582,39 @@ def test_refuse_cpu_names_the_work_and_the_adapter(device):
 def test_subgroup_size_is_known_but_not_part_of_the_topology_hash(device):
     profile = device.profile
     assert profile.subgroup_lanes() >= 4 if profile.has("subgroup") else profile.subgroup_lanes() == 0
-    other = dataclasses.replace(profile, subgroup_min_size=profile.subgroup_min_size + 32)
-    assert other.topology_hash() == profile.topology_hash()
-    assert HardwareProfile.from_dict(other.to_dict()) == other
+    if profile.has("subgroup"):
+        assert 0 < profile.subgroup_min_size <= profile.subgroup_max_size  # wgpu-py 0.32's "stackgroup_*" read
+    for name in ("subgroup_min_size", "subgroup_max_size"):
+        other = dataclasses.replace(profile, **{name: getattr(profile, name) + 32})
+        assert other.topology_hash() == profile.topology_hash()
+        assert HardwareProfile.from_dict(other.to_dict()) == other
     legacy = profile.to_dict()
-    del legacy["subgroup_min_size"]  # a profile stored before the field existed
-    assert HardwareProfile.from_dict(legacy).subgroup_min_size == 0
+    del legacy["subgroup_min_size"], legacy["subgroup_max_size"]  # a profile stored before the fields existed
+    old = HardwareProfile.from_dict(legacy)
+    assert (old.subgroup_min_size, old.subgroup_max_size) == (0, 0)
+
+
+def test_topology_hashes_stored_before_subgroup_max_size_still_match(device):
+    """The H200's hash as the sweep stored it on 2026-12-01 (benchmarks/results/
+    2026-12-01-h200-s11-sweep.json), before profiles carried subgroup_max_size; and this
+    adapter's, computed as topology_hash did then: the identity fields without subgroup_min_size."""
+    h200 = {
+        "backend": "Vulkan", "adapter_type": "DiscreteGPU", "vendor_id": 4318, "device_id": 9013,
+        "device_name": "NVIDIA H200", "driver_description": "580.159.04",
+        "limits": {"max-compute-workgroup-size-x": 1024, "max-compute-workgroup-size-y": 1024,
+                   "max-compute-invocations-per-workgroup": 1024, "max-compute-workgroup-storage-size": 49152,
+                   "max-compute-workgroups-per-dimension": 65535, "max-storage-buffer-binding-size": 2147483644,
+                   "max-buffer-size": 4292870144, "max-storage-buffers-per-shader-stage": 524288},
+        "features": ["shader-f16", "shader-f64", "subgroup", "timestamp-query"], "subgroup_min_size": 4,
+    }  # fmt: skip
+    stored = "5a4957c95ba886b588168912666f11953b6880b0f72d2540b9251689cf20b647"
+    assert HardwareProfile.from_dict(h200).topology_hash() == stored
+    assert HardwareProfile.from_dict(h200 | {"subgroup_max_size": 128}).topology_hash() == stored
+    before = {k: v for k, v in device.profile.to_dict().items() if not k.startswith("subgroup_")}
+    assert set(before) == {"backend", "adapter_type", "vendor_id", "device_id", "device_name",
+                           "driver_description", "limits", "features"}  # fmt: skip
+    payload = json.dumps(before, sort_keys=True, separators=(",", ":"))
+    assert device.profile.topology_hash() == hashlib.sha256(payload.encode()).hexdigest()
 
 
 def test_reads_reuse_staging_buffers_and_return_writable_copies(device):

@@ -1,19 +1,19 @@
 """Stepwise consistency recorded a chunk of steps per submission (farm.recurrent.stepwise):
-the same numbers as stepping both paths from the host one step at a time, a read per chunk
-and side rather than per step, and the baseline plan's parameters in one uniform buffer."""
+the same numbers as stepping both paths from the host one step at a time, through the
+caller's runtime or one of its own, a read per chunk and side rather than per step, and the
+baseline plan's parameters in one uniform buffer."""
 
 import numpy as np
 import pytest
+from recurrent_cases import host_stepped
 
 from farm import ForgeRuntime, catalog
 from farm.catalog.recurrent import sweep_decay
 from farm.gpu import PendingRead
-from farm.oracle.compare import error_metrics
-from farm.recurrent.paths import BaselinePlan, fused_recurrent
+from farm.recurrent.paths import BaselinePlan
 from farm.recurrent.stepwise import (
     CHUNK_BYTES,
     MAX_CHUNK_STEPS,
-    StepMetrics,
     chunk_steps,
     stepwise_consistency,
     strict_summary,
@@ -31,31 +31,15 @@ def _inputs(b=2, h=3, vh=3, t=7, l_dim=5, e=12, seed=11):
     return q, v, rho, sweep_decay(h)
 
 
-def _host_stepped(device, q, v, rho, decay):
-    """What stepwise consistency computed before the chunks: a T=1 plan loaded from the host
-    and a fused launch per step, each path's state carried through numpy."""
-    start = np.zeros((q.shape[0], q.shape[1], q.shape[3], v.shape[3]), np.float32) if rho is None else rho
-    base_state, fused_state, steps = start, start, []
-    with BaselinePlan.build(device, q[:, :, :1], v[:, :, :1], start, decay) as plan:
-        for step in range(q.shape[2]):
-            q_t, v_t = q[:, :, step : step + 1], v[:, :, step : step + 1]
-            plan.load(q_t, v_t, base_state)
-            plan.run()
-            base_ctx, base_state = plan.outputs()
-            ctx, fused_state = fused_recurrent(device, SPEC.default, q_t, v_t, fused_state, decay)
-            steps.append(StepMetrics(step, error_metrics(ctx, base_ctx), error_metrics(fused_state, base_state)))
-    return [s.as_dict() for s in steps]
-
-
 @pytest.mark.parametrize("with_rho", [True, False])
 def test_chunked_steps_equal_the_host_stepped_ones(device, tmp_path, with_rho):
     q, v, rho, decay = _inputs()
     rho = rho if with_rho else None
-    want = _host_stepped(device, q, v, rho, decay)
+    want = host_stepped(device, SPEC.default, q, v, rho, decay)
     in_use = device.memory()["in_use"]
     rt = ForgeRuntime(db=f"sqlite:///{tmp_path / 'absent.db'}", device=device)
     for chunk in (None, 1, 3, 7):  # one chunk, a step each, a partial last chunk, exactly T
-        for runtime in (None, rt):
+        for runtime in (None, rt):  # None: stepwise_consistency opens (and closes) a runtime itself
             got = stepwise_consistency(device, SPEC.default, q, v, rho, decay, runtime=runtime, chunk=chunk)
             assert [s.as_dict() for s in got] == want, (chunk, runtime)
     rt.close()
@@ -91,10 +75,12 @@ def test_baseline_plan_parameters_share_one_uniform_buffer(device):
     holds one, whatever T, and computes the same as the float64 reference."""
     from farm.catalog.recurrent import reference_recurrent
 
+    align = max(64, int(device.device.limits.get("min-uniform-buffer-offset-alignment", 256)))
     for t in (1, 9):
         q, v, rho, decay = _inputs(t=t)
         with BaselinePlan.build(device, q, v, rho, decay) as plan:
             assert len(plan.uniforms) == 1 and len(plan.calls) == 8 * t
+            assert plan.uniforms[0].nbytes == (1 + 7 * t) * align  # a row per op, but the sums share one
             plan.run()
             ctx, state = plan.outputs()
         want_ctx, want_state = reference_recurrent(q, v, rho, decay)

@@ -27,6 +27,9 @@ TOPOLOGY_LIMITS = (
 # Features that change which kernels can be emitted.
 TOPOLOGY_FEATURES = ("timestamp-query", "subgroup", "shader-f16", "shader-f64")
 
+# HardwareProfile fields left out of its topology hash (see the fields).
+SUBGROUP_SIZES = ("subgroup_min_size", "subgroup_max_size")
+
 _instance_configured = False
 
 
@@ -118,10 +121,11 @@ class HardwareProfile:
     driver_description: str
     limits: tuple[tuple[str, int], ...]
     features: tuple[str, ...]
-    # The smallest subgroup the adapter may run (0: unknown). Not part of the topology
-    # hash: the device and driver above determine it, and hashes stored before it existed
-    # must keep matching.
+    # The smallest and largest subgroup the adapter may run (0: unknown). Not part of the
+    # topology hash (SUBGROUP_SIZES): the device and driver above determine them, and hashes
+    # stored before they existed must keep matching.
     subgroup_min_size: int = 0
+    subgroup_max_size: int = 0
 
     @classmethod
     def from_adapter(cls, adapter) -> HardwareProfile:
@@ -136,13 +140,14 @@ class HardwareProfile:
             driver_description=str(info.get("description", "")),
             limits=tuple((k, int(limits[k])) for k in TOPOLOGY_LIMITS if k in limits),
             features=tuple(sorted(f for f in adapter.features if f in TOPOLOGY_FEATURES)),
-            # wgpu-py 0.32 spells the key "stackgroup_min_size"; later versions fix it.
-            subgroup_min_size=int(info.get("subgroup_min_size", info.get("stackgroup_min_size", 0)) or 0),
+            subgroup_min_size=_subgroup_size(info, "min"),
+            subgroup_max_size=_subgroup_size(info, "max"),
         )
 
     def topology_hash(self) -> str:
         identity = self.to_dict()
-        identity.pop("subgroup_min_size")
+        for name in SUBGROUP_SIZES:
+            identity.pop(name)
         payload = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()
 
@@ -175,6 +180,7 @@ class HardwareProfile:
             limits=tuple(sorted(data["limits"].items(), key=lambda kv: TOPOLOGY_LIMITS.index(kv[0]))),
             features=tuple(sorted(data["features"])),
             subgroup_min_size=int(data.get("subgroup_min_size", 0)),
+            subgroup_max_size=int(data.get("subgroup_max_size", 0)),
         )
 
     def subgroup_lanes(self) -> int:
@@ -183,6 +189,12 @@ class HardwareProfile:
         if not self.has("subgroup"):
             return 0
         return max(4, self.subgroup_min_size)
+
+
+def _subgroup_size(info, bound: str) -> int:
+    """The adapter info's subgroup_{min,max}_size (0 when absent); wgpu-py 0.32 spells the
+    keys "stackgroup_min_size" and "stackgroup_max_size", later versions fix them."""
+    return int(info.get(f"subgroup_{bound}_size", info.get(f"stackgroup_{bound}_size", 0)) or 0)
 
 
 def adapters_report() -> list[dict]:

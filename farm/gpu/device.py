@@ -306,16 +306,18 @@ class Device(TimedDevice):
         self.device.queue.write_buffer(buffer.handle, 0, raw)
 
     # -- dispatch ----------------------------------------------------------------
-    def bind(
-        self, pipeline: Pipeline, buffers: list[Buffer], schedule: Any = None, bindings: tuple[int, ...] | None = None
-    ):
+    def bind(self, pipeline: Pipeline, buffers: list, schedule: Any = None, bindings: tuple[int, ...] | None = None):
         """A bind group of `buffers` at bindings 0, 1, ... or, with `bindings`, of
-        buffers[i] at binding i for each i in it (a pass that uses some of a launch's args)."""
+        buffers[i] at binding i for each i in it (a pass that uses some of a launch's args).
+        An entry is a Buffer, bound whole, or a (Buffer, offset, size) range: `size` bytes from
+        byte `offset`, a multiple of the min-uniform-buffer-offset-alignment limit (storage:
+        min-storage-...), e.g. one row of a uniform buffer holding many passes' parameters
+        (farm.recurrent.paths.BaselinePlan). A range wgpu refuses is a GpuError at "bind"."""
         numbers = range(len(buffers)) if bindings is None else bindings
-        entries = [
-            {"binding": i, "resource": {"buffer": buffers[i].handle, "offset": 0, "size": buffers[i].nbytes}}
-            for i in numbers
-        ]
+        entries = []
+        for i in numbers:
+            buffer, offset, size = buffers[i] if isinstance(buffers[i], tuple) else (buffers[i], 0, buffers[i].nbytes)
+            entries.append({"binding": i, "resource": {"buffer": buffer.handle, "offset": offset, "size": size}})
         try:
             layout = pipeline.handle.get_bind_group_layout(0)
             return self.device.create_bind_group(layout=layout, entries=entries)
@@ -323,14 +325,10 @@ class Device(TimedDevice):
             raise GpuError("bind", str(exc), pipeline.label, schedule) from exc
 
     def dispatch(
-        self,
-        pipeline: Pipeline,
-        buffers: list[Buffer],
-        groups: int | tuple[int, int, int],
-        schedule: Any = None,
+        self, pipeline: Pipeline, buffers: list, groups: int | tuple[int, int, int], schedule: Any = None,
         wait: bool = True,
     ) -> None:
-        """Run one dispatch (linear group counts are folded into 2-D)."""
+        """Run one dispatch of `buffers` (entries as in `bind`; linear group counts folded into 2-D)."""
         self.dispatch_many([(pipeline, self.bind(pipeline, buffers, schedule), groups)], schedule, wait)
 
     def retire_encoders(self, count: int = 16) -> None:

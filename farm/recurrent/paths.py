@@ -16,7 +16,7 @@ import numpy as np
 
 from farm import catalog
 from farm.catalog.recurrent import check_shapes, reference_recurrent, sections, sweep_decay
-from farm.gpu import Buffer, Device, GpuError, Pipeline, Timing, fold_groups
+from farm.gpu import Buffer, Device, Pipeline, Timing, fold_groups
 from farm.oracle.launch import Prepared, prepare
 from farm.schedule import Problem, Schedule
 
@@ -89,10 +89,9 @@ def _groups(count: int) -> int:
 
 @dataclass(frozen=True)
 class _Params:
-    """One op's parameters: `size` bytes at `offset` in the plan's uniform buffer."""
+    """One op's parameters: row `row` of the plan's uniform buffer, `size` bytes of it bound."""
 
-    buffer: Buffer
-    offset: int
+    row: int
     size: int
 
 
@@ -133,25 +132,33 @@ class BaselinePlan:
         return buf
 
     def _uniform(self, words: list[int]) -> _Params:
-        row = self._rows
-        self._params[row, : len(words)] = words
-        self._rows += 1
-        return _Params(self.uniforms[0], row * 4 * self._params.shape[1], max(16, 4 * len(words)))
+        """A new row of the uniform buffer holding `words` (at least 16 bytes of it bound)."""
+        self._rows.append(words)
+        return _Params(len(self._rows) - 1, max(16, 4 * len(words)))
 
     def _call(self, op: str, buffers: list, count: int) -> None:
-        pipeline = _ops_pipeline(self.device, op)
-        entries = [
-            {"binding": i, "resource": {"buffer": buf.buffer.handle, "offset": buf.offset, "size": buf.size}}
-            if isinstance(buf, _Params)
-            else {"binding": i, "resource": {"buffer": buf.handle, "offset": 0, "size": buf.nbytes}}
-            for i, buf in enumerate(buffers)
-        ]
-        try:
-            layout = pipeline.handle.get_bind_group_layout(0)
-            bind_group = self.device.device.create_bind_group(layout=layout, entries=entries)
-        except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step, as Device.bind does
-            raise GpuError("bind", str(exc), pipeline.label) from exc
-        self.calls.append((pipeline, bind_group, _groups(count)))
+        """One dispatch of `op`; bound in `_bind`, once every uniform row is known."""
+        self._pending.append((_ops_pipeline(self.device, op), buffers, _groups(count)))
+
+    def _bind(self) -> None:
+        """The uniform buffer, as many aligned rows as `_uniform` made (counted, so nothing
+        to keep in step with the ops), uploaded; then each pending dispatch's bind group,
+        a _Params as its row's (Buffer, offset, size) range."""
+        # Every op's parameters in one uniform buffer, each at its own aligned offset. With a
+        # buffer per op (28k at T=4096) wgpu-core's finish() cost grew with T, per pass (lavapipe:
+        # 6-7 us at T=256, 11 at 1024, 44-57 at 4096; one buffer: 4-5 at 4096): a timing encodes
+        # T·8 passes per rep. The dispatches, and the bytes they read, are the same.
+        align = max(64, int(self.device.device.limits.get("min-uniform-buffer-offset-alignment", 256)))
+        params = np.zeros((len(self._rows), align // 4), np.uint32)
+        for row, words in enumerate(self._rows):
+            params[row, : len(words)] = words
+        uniform = self.device.empty(params.nbytes, "uniform")
+        self.uniforms.append(uniform)
+        self.device.write(uniform, params)
+        for pipeline, buffers, groups in self._pending:
+            ranges = [(uniform, b.row * align, b.size) if isinstance(b, _Params) else b for b in buffers]
+            self.calls.append((pipeline, self.device.bind(pipeline, ranges), groups))
+        self._rows, self._pending = [], []  # the host rows are not needed after the upload
 
     def _copy(self, src: Buffer, dst: Buffer, shape, a_strides, a_off: int, out_strides, out_off: int) -> None:
         count = int(np.prod(shape))
@@ -170,14 +177,8 @@ class BaselinePlan:
         prod, outer, summed = (self._buffer(b * h * l_dim * e) for _ in range(3))
         states = [self._buffer(b * h * l_dim * e) for _ in range(2)]
         self.context = self._buffer(b * h * t * e)
-        # Every op's parameters in one uniform buffer, each at its own aligned offset. With a
-        # buffer per op (28k at T=4096) wgpu-core's finish() cost grew with T, per pass (lavapipe:
-        # 6-7 us at T=256, 11 at 1024, 44-57 at 4096; one buffer: 4-5 at 4096): a timing encodes
-        # T·8 passes per rep. The dispatches, and the bytes they read, are the same.
-        align = max(64, int(self.device.device.limits.get("min-uniform-buffer-offset-alignment", 256)))
-        self._params = np.zeros((1 + t * (7 if has_decay else 6), align // 4), np.uint32)
-        self._rows = 0
-        self.uniforms.append(self.device.empty(self._params.nbytes, "uniform"))
+        self._rows: list[list[int]] = []
+        self._pending: list = []
         full = (b, h, l_dim, e)
         sum_params = self._uniform([b * h, l_dim, e, b * h * e])
         state = rho
@@ -203,8 +204,7 @@ class BaselinePlan:
                 self._binary("mul", summed, self.inputs[3], nxt, full, _contiguous(full), (0, 1, 0, 0))
             state = nxt
         self.final_rho = state
-        self.device.write(self.uniforms[0], self._params[: self._rows])
-        self._params = None  # the host copy (7 MB at T=4096) is not needed after the upload
+        self._bind()
 
     def run(self) -> None:
         self.device.dispatch_many(self.calls)

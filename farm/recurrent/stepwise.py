@@ -7,9 +7,10 @@ are recorded CHUNK_BYTES of states at a time into one submission: per step, that
 query and value rows copied into the plan's inputs on the device (the inputs are uploaded
 once, time-major), the plan's dispatches, then its context and state copied into the
 chunk's output buffers and the state into the plan's rho for the next step. The fused side
-through a ForgeRuntime is a DeviceArray chain: each step's rho output is the next step's
-rho input and stays on the GPU; its outputs are kept until the chunk's end, then copied
-into one buffer each and read back in one submission. So a chunk costs three waits (the
+through a ForgeRuntime (the caller's, else one of its own on the same device) is a
+DeviceArray chain: each step's rho output is the next step's rho input and stays on the
+GPU; its outputs are kept until the chunk's end, then copied into one buffer each and read
+back in one submission. So a chunk costs three waits (the
 runtime's synchronize, a read per side), where a step used to cost five (the op-by-op
 step's submission, a read per output of each side), and the comparisons (numpy, each
 step's as before) run on threads while the next chunk runs. On the H200 the old loop took
@@ -29,8 +30,9 @@ import numpy as np
 from farm.catalog.recurrent import check_shapes
 from farm.gpu import Device, PendingRead
 from farm.oracle.compare import error_metrics
-from farm.recurrent.paths import BaselinePlan, fused_recurrent, recurrent_problem
+from farm.recurrent.paths import BaselinePlan, recurrent_problem
 from farm.runtime.calls import encode_passes
+from farm.runtime.forge import ForgeRuntime
 from farm.schedule import Schedule
 from farm.trial import ErrorMetrics
 
@@ -76,24 +78,24 @@ def stepwise_consistency(
     device: Device, schedule: Schedule, query, value, rho=None, decay=None, runtime=None, chunk: int | None = None
 ) -> list[StepMetrics]:
     """Run both paths one step at a time, each carrying its own state, and compare the
-    fused step's context and state with the baseline's at every step. With `runtime` (a
-    ForgeRuntime on `device`) the fused steps are a DeviceArray chain through it: the state
-    stays on the GPU from step to step (read back only to be compared, a chunk at a time);
-    without it each fused step is a launch of its own from the host's state. `chunk`: steps
-    per submission (default: `chunk_steps` of the state's bytes)."""
+    fused step's context and state with the baseline's at every step. The fused steps are a
+    DeviceArray chain through `runtime` (a ForgeRuntime on `device`; None: one of its own,
+    opened on `device` and closed here, reading no store since `schedule` is given): the
+    state stays on the GPU from step to step (read back only to be compared, a chunk at a
+    time). `chunk`: steps per submission (default: `chunk_steps` of the state's bytes)."""
     b, h, _, t, l_dim, e = check_shapes(query, value, rho, decay)
     start = np.zeros((b, h, l_dim, e), np.float32) if rho is None else np.ascontiguousarray(rho, np.float32)
     if chunk is not None and chunk < 1:
         raise ValueError(f"stepwise chunk must be >= 1 steps, got {chunk}")
     chunk = min(chunk or chunk_steps(start.nbytes), max(t, 1))  # no buffers for steps past T
+    if runtime is None:
+        with ForgeRuntime(db="sqlite://", device=device, request_tuning=False) as own:
+            return stepwise_consistency(device, schedule, query, value, start, decay, own, chunk)
     device.retire_encoders()  # the fused warm-up's batches before: up to 4096 passes a submission
     steps: list[StepMetrics] = []
     baseline = _BaselineSteps(device, query, value, start, decay, chunk)
     try:
-        if runtime is not None:
-            fused = _ChainSteps(runtime, schedule, query, value, start, decay, chunk)
-        else:
-            fused = _DirectSteps(device, schedule, query, value, start, decay)
+        fused = _ChainSteps(runtime, schedule, query, value, start, decay, chunk)
     except Exception:
         baseline.release()
         raise
@@ -225,27 +227,3 @@ class _ChainSteps:
         self.device.release(*self.buffers)
         self.buffers = []
 
-
-class _DirectSteps:
-    """The fused side without a runtime: each step a launch of its own, the state on the host."""
-
-    def __init__(self, device: Device, schedule: Schedule, query, value, start: np.ndarray, decay):
-        self.device, self.schedule, self.query, self.value, self.decay = device, schedule, query, value, decay
-        self.state = start
-        self.contexts: list[np.ndarray] = []
-        self.states: list[np.ndarray] = []
-
-    def record(self, first: int, last: int) -> None:
-        for step in range(first, last):
-            q_t, v_t = self.query[:, :, step : step + 1], self.value[:, :, step : step + 1]
-            ctx, self.state = fused_recurrent(self.device, self.schedule, q_t, v_t, self.state, self.decay)
-            self.contexts.append(ctx[:, :, 0])
-            self.states.append(self.state)
-
-    def collect(self) -> tuple[np.ndarray, np.ndarray]:
-        contexts, states = np.stack(self.contexts), np.stack(self.states)
-        self.contexts, self.states = [], []
-        return contexts, states
-
-    def release(self) -> None:
-        self.contexts, self.states = [], []
