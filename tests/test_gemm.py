@@ -254,7 +254,7 @@ def test_gemm_pad_shared_widens_each_a_row_in_workgroup_memory(speed, pad):
 def test_gemm_speed_space_uses_each_knob_and_only_valid_layouts(device):
     speed = SPEC.speed_schedules()
     assert 150 <= len(speed) <= 300
-    original = SPEC.schedules()[: -(len(speed) + len(SPEC.split_schedules()))]
+    original = SPEC.schedules()[: -(len(speed) + len(SPEC.split_schedules()) + len(SPEC.big_schedules()))]
     assert not set(speed) & set(original)
     combos = {(s.get("shared_vec4", 0), s.get("pad_shared", 0), s.get("warp_cols", 0)) for s in speed}
     assert combos == {(1, 0, 0), (1, 1, 0), (0, 1, 0), (1, 1, 8)}
@@ -337,3 +337,13 @@ def test_a_split_k_winner_runs_through_the_runtime(device, tmp_path):
     out = rt.run("gemm", {"m": 40, "k": 72, "n": 24}, {"a": a, "b": b}, schedule=schedule)
     np.testing.assert_allclose(out["c"], a.astype(np.float64) @ b, atol=1e-4, rtol=1e-4)
     rt.close()
+
+
+@pytest.mark.parametrize("m,k,n", [(300, 70, 270), (37, 129, 65)])
+@pytest.mark.parametrize("schedule", SPEC.big_schedules(), ids=str)
+def test_gemm_big_tiles_certify_over_several_workgroups_and_a_partial_one(device, schedule, m, k, n):
+    # 128x256 / 256x128 tiles, 8x16 / 16x8 a thread: 300x270 is 2-3 tiles each way, the
+    # last partial, and k=70 leaves a partial slice; 37x65 is inside one tile.
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k, n=n), device)
+    assert result.status is Status.OK, result.message
+    assert schedule in SPEC.schedules() and schedule["items_per_invocation"] == 128

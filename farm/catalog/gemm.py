@@ -32,6 +32,11 @@ SPLIT_SUM_WG = 256  # threads per workgroup of split_k's summing pass
 # split_k's schedules: the tilings that won 1024^3-4096^3 on the H200 and their neighbours
 # (bm, bn, tm, tn), where the tiles alone fill the GPU least.
 SPLIT_TILINGS = ((32, 64, 4, 4), (64, 64, 4, 4), (64, 64, 8, 8), (64, 128, 8, 8), (128, 128, 8, 8))
+# Past the 128x128 tile of 8x8 that won 2048^3 and 4096^3 on the H200 (0.72-0.75 of cuBLAS with
+# trusted modules): 128x256 / 256x128 tiles of 8x16 / 16x8 a thread in 256 threads. 24 operand
+# loads for 128 FMAs (8x8: 16 for 64) and a third more FMAs per loaded slice; the risk is the
+# 128 accumulators spilling, which the tuner measures. Not in the original space's loops.
+BIG_TILINGS = ((128, 256, 8, 16), (256, 128, 16, 8))
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -44,12 +49,12 @@ class Gemm(KernelSpec):
     dims = ("m", "k", "n")
     space = {
         "workgroup_size": THREADS,
-        "items_per_invocation": (1, 2, 4, 8, 16, 32, 64),
+        "items_per_invocation": (1, 2, 4, 8, 16, 32, 64, 128),
         "vector_width": (1, 4),
-        "tile_m": TILES,
-        "tile_n": TILES,
-        "reg_m": REG_TILES,
-        "reg_n": REG_TILES,
+        "tile_m": TILES + (256,),
+        "tile_n": TILES + (256,),
+        "reg_m": REG_TILES + (16,),
+        "reg_n": REG_TILES + (16,),
         "tile_k": (8, 16, 32),
         "double_buffer": (0, 1),
         "shared_vec4": (0, 1),
@@ -94,7 +99,7 @@ class Gemm(KernelSpec):
     # -- schedules -----------------------------------------------------------------
     def schedules(self) -> list[Schedule]:
         """The original space (~550, speed knobs left out, so keys and winners carry over)
-        plus `speed_schedules()`."""
+        plus `speed_schedules()`, `split_schedules()` and `big_schedules()`."""
         out = []
         for bm, bn, tm, tn, bk, db, vw in itertools.product(
             TILES, TILES, REG_TILES, REG_TILES, self.space["tile_k"], (0, 1), (1, 4)
@@ -107,7 +112,7 @@ class Gemm(KernelSpec):
             if threads not in THREADS or workgroup_bytes(bm, bn, bk, db) > MAX_SPACE_WORKGROUP_BYTES:
                 continue
             out.append(_schedule(Tiling(threads, bm, bn, bk, tm, tn, vw, db)))
-        return out + self.speed_schedules() + self.split_schedules()
+        return out + self.speed_schedules() + self.split_schedules() + self.big_schedules()
 
     def speed_schedules(self) -> list[Schedule]:
         """The speed variants worth timing (~210): vec4 global loads, register tiles of 4 or
@@ -137,6 +142,16 @@ class Gemm(KernelSpec):
         for (bm, bn, tm, tn), bk, split in itertools.product(SPLIT_TILINGS, (8, 16), SPLIT_K[1:]):
             threads = (bm // tm) * (bn // tn)
             tiling = Tiling(threads, bm, bn, bk, tm, tn, 4, 0, 1, 1, 0, split)
+            if _wgmem(tiling) <= MAX_SPACE_WORKGROUP_BYTES and not first_problem(tiling):
+                out.append(_schedule(tiling))
+        return out
+
+    def big_schedules(self) -> list[Schedule]:
+        """BIG_TILINGS with vec4 loads and tiles, padded A, tile_k 8 and 16, single- and
+        double-buffered: 6 (tile_k 16 double-buffered is over 48 KiB)."""
+        out = []
+        for (bm, bn, tm, tn), bk, db in itertools.product(BIG_TILINGS, (8, 16), (0, 1)):
+            tiling = Tiling((bm // tm) * (bn // tn), bm, bn, bk, tm, tn, 4, db, 1, 1, 0)
             if _wgmem(tiling) <= MAX_SPACE_WORKGROUP_BYTES and not first_problem(tiling):
                 out.append(_schedule(tiling))
         return out
