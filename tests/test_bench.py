@@ -245,14 +245,14 @@ def test_the_vendor_multiplies_fp32_like_ours_unless_told_tf32(monkeypatch, tmp_
     monkeypatch.setattr(vendor, "_ORIGINAL_ENV", {})
     monkeypatch.delenv("TRITON_F32_DEFAULT", raising=False)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    assert vendor.set_vendor_fp32(torch, "ieee") == "ieee"
+    vendor.set_vendor_fp32(torch, "ieee")
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     assert os.environ["TRITON_F32_DEFAULT"] == "ieee"
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton") + "-fp32-ieee"
     vendor.set_vendor_fp32(torch, "ieee")  # twice: one suffix
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton") + "-fp32-ieee"
 
-    assert vendor.set_vendor_fp32(torch, "tf32") == "tf32"  # after ieee: the caller's environment again
+    vendor.set_vendor_fp32(torch, "tf32")  # after ieee: the caller's environment again
     assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     assert "TRITON_F32_DEFAULT" not in os.environ  # Triton's own default: TF32 where a dot allows it
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton")

@@ -39,6 +39,11 @@ SPLIT_TILINGS = ((32, 64, 4, 4), (64, 64, 4, 4), (64, 64, 8, 8), (64, 128, 8, 8)
 BIG_TILINGS = ((128, 256, 8, 16), (256, 128, 16, 8))
 
 
+def _fitting(tilings) -> list[Schedule]:
+    """The schedules of `tilings` that form a kernel within MAX_SPACE_WORKGROUP_BYTES."""
+    return [_schedule(t) for t in tilings if _wgmem(t) <= MAX_SPACE_WORKGROUP_BYTES and not first_problem(t)]
+
+
 def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
@@ -138,23 +143,18 @@ class Gemm(KernelSpec):
     def split_schedules(self) -> list[Schedule]:
         """split_k 2, 4, 8 on SPLIT_TILINGS (vec4 loads and tiles, padded A, tile_k 8 and 16,
         single-buffered as the winners were): 30 schedules."""
-        out = []
-        for (bm, bn, tm, tn), bk, split in itertools.product(SPLIT_TILINGS, (8, 16), SPLIT_K[1:]):
-            threads = (bm // tm) * (bn // tn)
-            tiling = Tiling(threads, bm, bn, bk, tm, tn, 4, 0, 1, 1, 0, split)
-            if _wgmem(tiling) <= MAX_SPACE_WORKGROUP_BYTES and not first_problem(tiling):
-                out.append(_schedule(tiling))
-        return out
+        return _fitting(
+            Tiling((bm // tm) * (bn // tn), bm, bn, bk, tm, tn, 4, 0, 1, 1, 0, split)
+            for (bm, bn, tm, tn), bk, split in itertools.product(SPLIT_TILINGS, (8, 16), SPLIT_K[1:])
+        )
 
     def big_schedules(self) -> list[Schedule]:
         """BIG_TILINGS with vec4 loads and tiles, padded A, tile_k 8 and 16, single- and
         double-buffered: 6 (tile_k 16 double-buffered is over 48 KiB)."""
-        out = []
-        for (bm, bn, tm, tn), bk, db in itertools.product(BIG_TILINGS, (8, 16), (0, 1)):
-            tiling = Tiling((bm // tm) * (bn // tn), bm, bn, bk, tm, tn, 4, db, 1, 1, 0)
-            if _wgmem(tiling) <= MAX_SPACE_WORKGROUP_BYTES and not first_problem(tiling):
-                out.append(_schedule(tiling))
-        return out
+        return _fitting(
+            Tiling((bm // tm) * (bn // tn), bm, bn, bk, tm, tn, 4, db, 1, 1, 0)
+            for (bm, bn, tm, tn), bk, db in itertools.product(BIG_TILINGS, (8, 16), (0, 1))
+        )
 
     def knobs(self, schedule: Schedule) -> dict[str, int]:
         """Every kernel knob, taking the default's value (0 for the speed knobs) for any

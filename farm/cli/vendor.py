@@ -18,8 +18,8 @@ _TRITON_ENV = ("TRITON_F32_DEFAULT", "TRITON_CACHE_DIR")
 _ORIGINAL_ENV: dict[str, str | None] = {}  # before the first set_vendor_fp32: what "tf32" restores
 
 
-def set_vendor_fp32(torch, precision: str) -> str:
-    """Make the vendor multiply fp32 inputs in `precision` and return it.
+def set_vendor_fp32(torch, precision: str) -> None:
+    """Make the vendor multiply fp32 inputs in `precision`.
     "ieee" (the default, like ours): cuBLAS with TF32 off, and Triton's dots (flash-linear-
     attention's chunk kernels) in fp32 FMAs through TRITON_F32_DEFAULT, read when Triton
     compiles, with a cache directory of their own so that no binary compiled for TF32 is
@@ -44,7 +44,6 @@ def set_vendor_fp32(torch, precision: str) -> str:
         home = os.environ.get("TRITON_HOME") or str(Path.home())
         base = os.environ.get("TRITON_CACHE_DIR") or str(Path(home) / ".triton" / "cache")
         os.environ["TRITON_CACHE_DIR"] = base + "-fp32-ieee"
-    return precision
 
 
 def median_call_ns(fn, seconds: float = 0.3, least: int = 10) -> float:

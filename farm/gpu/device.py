@@ -172,7 +172,7 @@ class Device(TimedDevice):
         module with naga's runtime checks unless `checked` is False (farm.gpu.modules)."""
         constants = dict(constants or {})
         key = hashlib.sha256(
-            (label + source + entry_point + json.dumps(constants, sort_keys=True) + "!" * (not checked)).encode()
+            (label + source + entry_point + json.dumps(constants, sort_keys=True) + f"checked={checked}").encode()
         ).hexdigest()
         cached = self._pipelines.get(key)
         if cached is not None:

@@ -13,11 +13,14 @@ KernelSpec subclass defined outside farm.catalog, stays checked.
 
 from __future__ import annotations
 
+from functools import cache
+
 RUNTIME_CHECKS_NONE = 0  # WGPUShaderRuntimeChecks_None: no index clamps, no loop bounding
 
 
+@cache
 def trusted_modules_available() -> bool:
-    """Whether this wgpu build exports the trusted module entry point."""
+    """Whether this wgpu build exports the trusted module entry point (asked once)."""
     try:
         from wgpu.backends.wgpu_native import _api
 

@@ -81,11 +81,10 @@ def compile_launch(device: Device, spec: KernelSpec, schedule: Schedule, launch:
     and epilogue passes are labelled without the schedule: the device caches by label and
     source, and such passes are often the same for many schedules (ternary_gemv stage_x=4's
     planes pass for all 68), so they compile once."""
-    out = []
+    out, checked = [], spec.runtime_checks
     for i, step in enumerate(launch.passes()):
         main = i == len(launch.prologue)
         label = f"{spec.name}[{schedule}]" if main else f"{spec.name} pass {i}"
-        checked = spec.runtime_checks
         out.append(device.pipeline(step.source, step.entry_point, step.constants, label, schedule, checked))
     return out
 
