@@ -49,6 +49,9 @@
 #            tuned and benched alone (single_buffer)
 #   part 30: (one GPU) T1024 E768 tuned alone, then benched against FLA chunk_rwkv6 in fp32
 #            (ieee) and in TF32, Triton's autotuning printed
+#   part 32: (one GPU) gemm's big tiles and fft's radix 32 against session 14's winners
+#            (variants.py), farm tune --all, then farm bench of every kernel through fla_pinned.py
+#            (FLA in fp32, its autotune pinned): all of issue 17's vendor ratios in one run
 #   part 18: (one GPU) recurrent tuned alone on a fresh database and benched (prefetch=1 in the
 #            space), then on the same winners sweep_vs_bench.py and the recurrent sweep
 # Results land flat in $OUT (the device tool brings back at most 8 files).
@@ -166,6 +169,10 @@ case "${PART:-1}" in
   31) step 200 python3 benchmarks/fla_pinned.py --kernels recurrent --sizes "recurrent:B=1,H=8,VH=8,T=1024,L=64,E=768" \
         --db "sqlite:///$PWD/${CALLS_DB:-.h200/long30.db}" --out "$W/ieee"
       cp "$W"/ieee/bench.md "$OUT"/recurrent-t1024-ieee-bench.md; cp "$W"/ieee/bench.json "$OUT"/recurrent-t1024-ieee-bench.json ;;  # session 14: part 30's winner against FLA chunk in fp32, its autotune pinned to part 30's picks
+  32) step 50 python3 benchmarks/variants.py --kernels gemm,fft --out "$W/variants"; cp "$W"/variants/variants.json "$OUT"/ 2>/dev/null
+      tune 190; cp .h200/farm.db "$OUT"/farm.db 2>/dev/null
+      step 320 python3 benchmarks/fla_pinned.py --db "$DB" --out "$W/bench"
+      cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 15: tune --all on trusted modules, then every kernel benched in one run, FLA's fp32 autotune pinned (every issue-17 ratio)
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)

@@ -41,6 +41,24 @@ GEMM_WINNER = dict(
     tile_n=64,
 )
 
+# The H200 winners of 2026-12-02 (session 14, checked modules): gemm 4096^3 and fft.
+GEMM_S14 = dict(
+    workgroup_size=256, items_per_invocation=64, vector_width=4, double_buffer=0, pad_shared=1, reg_m=8,
+    reg_n=8, shared_vec4=1, tile_k=16, tile_m=128, tile_n=128,
+)  # fmt: skip
+FFT_S14 = dict(workgroup_size=256, items_per_invocation=2, vector_width=2, single_buffer=1, stockham=16, swizzle=1)
+
+
+def big_gemm() -> list[tuple[str, Schedule]]:
+    """gemm's 128x256 / 256x128 schedules (session 14), labelled by tile and tile_k."""
+    out = []
+    for schedule in catalog.get("gemm").big_schedules():
+        k = schedule.as_dict()
+        label = f"{k['tile_m']}x{k['tile_n']} k{k['tile_k']}{' db' if k.get('double_buffer') else ''}"
+        out.append((label, schedule))
+    return out
+
+
 STAGED_TPR32 = s(workgroup_size=256, items_per_invocation=4, vector_width=4, threads_per_row=32, stage_x=1)
 # ternary_gemv's pair-lookup-table kernel (stage_x=2): the layouts predicted fastest.
 LUT_CANDIDATES = [
@@ -102,6 +120,34 @@ CASES = [
         ],
     ),
     (
+        "gemm",
+        Problem.of(m=4096, k=4096, n=4096),
+        Problem.of(m=64, k=64, n=64),
+        [
+            ("winner 12-02", s(**GEMM_S14)),
+            *((f"big {label}", schedule) for label, schedule in big_gemm()),
+        ],
+    ),
+    (
+        "fft",
+        Problem.of(n=1024, batch=16384),
+        Problem.of(n=256, batch=16),
+        [
+            ("winner 12-02", s(**FFT_S14)),
+            *(
+                (
+                    f"r32 sw3 wg{wg} T{t}",
+                    s(**FFT_S14 | dict(workgroup_size=wg, items_per_invocation=t, stockham=32, swizzle=3)),
+                )
+                for wg, t in ((32, 1), (64, 2), (128, 2), (128, 4), (256, 4), (256, 8))
+            ),
+            (
+                "r32 sw0 wg128 T4",
+                s(**FFT_S14 | dict(workgroup_size=128, items_per_invocation=4, stockham=32, swizzle=0)),
+            ),
+        ],
+    ),
+    (
         "fft",
         Problem.of(n=1024, batch=16384),
         Problem.of(n=256, batch=16),
@@ -149,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--allow-cpu", action="store_true")
+    parser.add_argument("--kernels", default="", help="comma-separated: only these kernels' cases")
     args = parser.parse_args(argv)
+    only = {k for k in args.kernels.split(",") if k}
     device = benchmark_device(args.allow_cpu)
     if device is None:
         return 2
@@ -157,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(f"{'kernel':<13} {'variant':<18} {'status':<16} {'median_us':>10} {'vs winner':>9}")
     for kernel, gpu_problem, cpu_problem, variants in CASES:
+        if only and kernel not in only:
+            continue
         problem = cpu_problem if device.profile.is_cpu else gpu_problem
         catalog.get(kernel)  # fail early on an unknown kernel
         results = bench.evaluate([Job(kernel, problem, schedule, 0, 2, args.reps) for _, schedule in variants])

@@ -81,7 +81,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 // ==== stockham ====
-// Stockham autosort variant (schedule knob `stockham` = 2 or 4, entry point main_stockham):
+// Stockham autosort variant (schedule knob `stockham` = 2, 4, 8, 16 or 32, entry point main_stockham):
 // no bit reversal. Stage s has radix R (4, and a last radix-2 stage when log2 N is odd,
 // or all 2) and stride NS (the product of the earlier radices); each unit j < N/R reads
 // its R points at j + q·N/R, twiddles them by exp(-2πi·(j mod NS)·q/(NS·R)), does a
@@ -101,11 +101,11 @@ fn slot(tr: u32, i: u32) -> u32 {
 }
 
 // exp(-2πi·t/N) for t < N from the half-period table: the second half is the first negated.
+// Branch-free: the lanes of a stage's twiddle loads straddle N/2 (t = j·q), and a branch there
+// diverges.
 fn tw(t: u32) -> vec2<f32> {
-    if (t < HALF) {
-        return twiddle[t];
-    }
-    return -twiddle[t - HALF];
+    let w = twiddle[t & (HALF - 1u)];
+    return select(w, -w, t >= HALF);
 }
 
 // v · tw(t), with the twiddles ±1 (t = 0, N/2) applied exactly, as in `twiddled`.

@@ -14,14 +14,15 @@ Schedule knobs (see kernels/fft.wgsl):
 - `vector_width`: 1 (two f32 loads per point) or 2 (one vec2<f32> load); others rejected.
 Speed knobs, 0 by default (a schedule that leaves them out runs the original kernel):
 - `stockham`: 0 is the radix-2 decimation-in-time kernel (bit-reversed load, log2 n
-  in-place stages, a barrier after each); R = 2, 4, 8 or 16 is the Stockham autosort
+  in-place stages, a barrier after each); R = 2, 4, 8, 16 or 32 is the Stockham autosort
   kernel (`main_stockham`) with radix-R stages and one smaller last stage for the rest of
   log2 n: the first stage reads global memory, the last writes it, each thread keeps its R
-  points in registers through a stage's twiddles and radix-R DFT (R = 8, 16 as 4 × R/4
-  in registers), and the stages exchange through two workgroup buffers, one barrier each.
-  At n = 1024: radix 4 has 4 exchanges, radix 16 (16, 16, 4) 2, against 11 barriers and
-  ~20 workgroup accesses per point for `stockham` 0. Workgroup memory is 16·n·items bytes
-  (0 when one stage is the whole transform);
+  points in registers through a stage's twiddles and radix-R DFT (R = 8, 16, 32 as
+  4 × R/4 in registers), and the stages exchange through two workgroup buffers, one
+  barrier each. At n = 1024: radix 4 has 4 exchanges, radix 16 (16, 16, 4) 2, radix 32
+  (32, 32) 1, against 11 barriers and ~20 workgroup accesses per point for `stockham` 0.
+  Workgroup memory is 16·n·items bytes (8·n·items when two stages are the whole
+  transform, 0 when one is);
 - `single_buffer` (needs `stockham`): 1 exchanges through one workgroup buffer instead of
   two: a stage between the first and the last reads its points into registers, waits at a
   barrier, then writes (two barriers an exchange instead of one), in half the workgroup
@@ -30,10 +31,11 @@ Speed knobs, 0 by default (a schedule that leaves them out runs the original ker
   one unit of such a stage, so workgroup_size must be >= items_per_invocation · n / radix
   for them (rejected otherwise, naming both);
 - `swizzle` (needs `stockham`): 0 stores point i at i; 1 XORs i's low 4 bits with bits
-  4..7; 2 XORs them with a linear map of bits 4..9 (SWIZZLE_MAP). In a model of the NVIDIA
-  shared memory (32 banks, 8-byte accesses served 16 lanes at a time) swizzle 2 makes
-  every stage's loads and stores conflict-free for radix 4 and 8 at n = 64..1024, and
-  swizzle 1 does for radix 16; unswizzled radix 4 needs 1.75x the wavefronts, radix 16 ~5x.
+  4..7; 2 XORs them with a linear map of bits 4..9 (SWIZZLE_MAP); 3 with bits 5..8. In a
+  model of the NVIDIA shared memory (32 banks, 8-byte accesses served 16 lanes at a time)
+  swizzle 2 makes every stage's loads and stores conflict-free for radix 4 and 8 at
+  n = 64..1024, swizzle 1 does for radix 16 and swizzle 3 for radix 32 (n = 256..1024);
+  unswizzled radix 4 needs 1.75x the wavefronts, radix 16 ~5x, radix 32 ~8x.
 Twiddles are a host table exp(-2πi·t/n), t < n/2, computed in float64 and rounded to f32.
 
 NaN and Inf. The twiddle 1 (entry 0; and -1, entry n/2 of the Stockham kernels' `tw`) is
@@ -62,6 +64,7 @@ import numpy as np
 
 from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for
 from farm.catalog.fft_stockham import (
+    buffer_count,
     emitter_source,
     single_buffer_problem,
     stockham_buffers,
@@ -75,11 +78,14 @@ from farm.schedule import InvalidSchedule, Problem, Schedule
 
 MAX_N = 1024
 STOCKHAM_MARK = "// ==== stockham ===="
-STOCKHAM_RADICES = (0, 2, 4, 8, 16)
-SINGLE_BUFFER_RADICES = (8, 16)  # single_buffer=1's schedules in `schedules()` (vector_width 2 only)
+STOCKHAM_RADICES = (0, 2, 4, 8, 16, 32)
+SWIZZLES = (0, 1, 2, 3)
+SINGLE_BUFFER_RADICES = (8, 16, 32)  # single_buffer=1's schedules in `schedules()` (vector_width 2 only)
 # The swizzle each radix gets in `schedules()`: the one the bank model finds conflict-free
-# for it at n = 256..1024 (2 for radix 4 and 8, 1 for radix 16), and none.
-SPACE_SWIZZLES = {4: (0, 2), 8: (0, 2), 16: (0, 1)}
+# for it at n = 256..1024 (2 for radix 4 and 8, 1 for radix 16, 3 for radix 32), and none.
+SPACE_SWIZZLES = {4: (0, 2), 8: (0, 2), 16: (0, 1), 32: (0, 3)}
+DOUBLE_BUFFER_RADICES = (4, 8, 16)  # radix 32 is searched with single_buffer only: at n = 1024 it is
+# (32, 32), one exchange, so the knob changes nothing but the declared buffer
 BASE_SPACE = {
     "workgroup_size": (32, 64, 128, 256, 512, 1024),
     "items_per_invocation": (1, 2, 4, 8),
@@ -107,7 +113,7 @@ class Fft(KernelSpec):
     name = "fft"
     source_file = "fft.wgsl"
     dims = ("n", "batch")
-    space = BASE_SPACE | {"stockham": STOCKHAM_RADICES, "swizzle": (0, 1, 2), "single_buffer": (0, 1)}
+    space = BASE_SPACE | {"stockham": STOCKHAM_RADICES, "swizzle": SWIZZLES, "single_buffer": (0, 1)}
     default = Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=1)
 
     def host_source(self) -> str:
@@ -145,14 +151,14 @@ class Fft(KernelSpec):
     def schedules(self) -> list[Schedule]:
         """The original 48 (speed knobs left out, so keys and winners carry over), each of
         them as Stockham radix 4, 8 and 16 with the swizzles of SPACE_SWIZZLES, and the 24
-        with vector_width 2 as radix 8 and 16 with single_buffer=1: 432 in all (radix 2 and
-        the other swizzles are accepted, but not searched)."""
+        with vector_width 2 as radix 8, 16 and 32 with single_buffer=1: 480 in all (radix 2
+        and the other swizzles are accepted, but not searched)."""
         base = [Schedule.of(**dict(zip(BASE_SPACE, v, strict=True))) for v in itertools.product(*BASE_SPACE.values())]
         speed = [
             Schedule.of(**s.as_dict(), stockham=radix, swizzle=swz)
             for s in base
-            for radix, swizzles in SPACE_SWIZZLES.items()
-            for swz in swizzles
+            for radix in DOUBLE_BUFFER_RADICES
+            for swz in SPACE_SWIZZLES[radix]
         ]
         single = [
             Schedule.of(**s.as_dict(), stockham=radix, swizzle=swz, single_buffer=1)
@@ -220,7 +226,10 @@ class Fft(KernelSpec):
         if radix:
             template, entry = radix2_source + STOCKHAM_MARK + stockham_source, "main_stockham"
             single = bool(self.knob(schedule, "single_buffer"))
-            values |= {"STAGES": stockham_stages(n, radix, single), "BUFFERS": stockham_buffers(single)}
+            values |= {
+                "STAGES": stockham_stages(n, radix, single),
+                "BUFFERS": stockham_buffers(buffer_count(n, radix, single)),
+            }
             values |= {"SWIZZLE": swizzle_expr(self.knob(schedule, "swizzle"))}
         source = render(template if radix else radix2_source, values)
         return Launch(
@@ -248,8 +257,8 @@ def speed_knob_problem(stockham: int, swizzle: int, single_buffer: int = 0) -> s
     """Why the speed knob values can't form a kernel, or ''."""
     if stockham not in STOCKHAM_RADICES:
         return f"stockham {stockham} not in {STOCKHAM_RADICES}"
-    if swizzle not in (0, 1, 2):
-        return f"swizzle {swizzle} not in (0, 1, 2)"
+    if swizzle not in SWIZZLES:
+        return f"swizzle {swizzle} not in {SWIZZLES}"
     if swizzle and not stockham:
         return f"swizzle {swizzle} needs stockham > 0 (the radix-2 kernel has no swizzled layout)"
     if single_buffer not in (0, 1):

@@ -9,6 +9,8 @@ import inspect
 
 import numpy as np
 
+# swizzle 1 and 3 XOR i's low 4 bits with bits 4..7 and 5..8 (conflict-free in the bank model
+# for radix 16 and radix 32: a unit's r consecutive output slots, r apart across lanes).
 # swizzle 2: bit b of (i >> 4) flips these bits of i's low 4 (a GF(2)-linear map searched
 # offline against a 32-bank, 16-lanes-per-8-byte-wavefront model of the NVIDIA shared memory).
 SWIZZLE_MAP = (15, 10, 12, 9, 6, 12)
@@ -20,10 +22,15 @@ def workgroup_bytes(n: int, transforms: int) -> int:
 
 
 def stockham_workgroup_bytes(n: int, transforms: int, radix: int, single: bool = False) -> int:
-    """Two buffers of every point (one with `single`), or none when one stage does the whole transform."""
-    if len(stage_radices(n, radix)) == 1:
-        return 0
-    return (1 if single else 2) * workgroup_bytes(n, transforms)
+    """The buffers `buffer_count` declares, each holding every point of the workgroup's transforms."""
+    return buffer_count(n, radix, single) * workgroup_bytes(n, transforms)
+
+
+def buffer_count(n: int, radix: int, single: bool = False) -> int:
+    """Workgroup buffers the stages use: none when one stage is the whole transform, one
+    with `single` or when two stages are (the first writes s0, the last reads it), else two."""
+    stages = len(stage_radices(n, radix))
+    return 0 if stages == 1 else 1 if single or stages == 2 else 2
 
 
 def single_buffer_problem(n: int, radix: int, transforms: int, threads: int) -> str:
@@ -37,10 +44,9 @@ def single_buffer_problem(n: int, radix: int, transforms: int, threads: int) -> 
     return ""
 
 
-def stockham_buffers(single: bool) -> str:
-    """The Stockham kernels' workgroup buffers: s0 and s1, or s0 alone."""
-    lines = ["var<workgroup> s0: array<vec2<f32>, T * N>;"]
-    return "\n".join(lines if single else [*lines, "var<workgroup> s1: array<vec2<f32>, T * N>;"])
+def stockham_buffers(count: int) -> str:
+    """The Stockham kernels' workgroup buffers: s0 and s1, s0 alone, or none."""
+    return "\n".join(f"var<workgroup> s{b}: array<vec2<f32>, T * N>;" for b in range(count))
 
 
 def stage_radices(n: int, radix: int) -> list[int]:
@@ -57,6 +63,8 @@ def swizzle_expr(swizzle: int) -> str:
         return "i"
     if swizzle == 1:
         return "i ^ ((i >> 4u) & 15u)"
+    if swizzle == 3:
+        return "i ^ ((i >> 5u) & 15u)"
     masks = [sum(((row >> bit) & 1) << b for b, row in enumerate(SWIZZLE_MAP)) for bit in range(4)]
     flips = [f"((countOneBits((i >> 4u) & {mask}u) & 1u) << {bit}u)" for bit, mask in enumerate(masks)]
     return "i ^ " + " ^ ".join(flips)
@@ -121,8 +129,8 @@ def _stage(n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str)
 
 def _dft(ins: list[str], out: str) -> list[str]:
     """WGSL lines computing the forward DFT of the vec2 values named `ins` (a power of two
-    up to 16 of them) into `let {out}0..`, natural order. Radix 2 and 4 directly; 8 and 16
-    as 4 × (len/4) Cooley-Tukey: input n = R2·n1 + n2 and output k = k1 + 4·k2 give
+    up to 32 of them) into `let {out}0..`, natural order. Radix 2 and 4 directly; 8 and 16
+    (and 32) as 4 × (len/4) Cooley-Tukey: input n = R2·n1 + n2 and output k = k1 + 4·k2 give
     X[k] = DFT_R2 over n2 of W_R^(n2·k1) · DFT_4 over n1 of x[R2·n1 + n2]."""
     r = len(ins)
     if r == 2:
@@ -167,5 +175,15 @@ def _rotate(value: str, m: int, r: int) -> str:
 def emitter_source() -> str:
     """The functions and SWIZZLE_MAP that shape the Stockham WGSL, for the fft spec's source
     hash (not the checks or the memory sums: editing those keeps stored trials)."""
-    shaping = [stage_radices, swizzle_expr, stockham_stages, _exchange, _stage, _dft, _rotate, stockham_buffers]
+    shaping = [
+        stage_radices,
+        swizzle_expr,
+        stockham_stages,
+        _exchange,
+        _stage,
+        _dft,
+        _rotate,
+        stockham_buffers,
+        buffer_count,
+    ]
     return "".join(inspect.getsource(f) for f in shaping) + repr(SWIZZLE_MAP)
