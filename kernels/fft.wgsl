@@ -108,11 +108,6 @@ fn tw(t: u32) -> vec2<f32> {
     return select(w, -w, t >= HALF);
 }
 
-// v · tw(t), with the twiddles ±1 (t = 0, N/2) applied exactly, as in `twiddled`.
-fn tw_mul(v: vec2<f32>, t: u32) -> vec2<f32> {
-    return select(select(cmul(v, tw(t)), -v, t == HALF), v, t == 0u);
-}
-
 @compute @workgroup_size(WG)
 fn main_stockham(@builtin(workgroup_id) wid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>,

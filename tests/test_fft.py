@@ -391,3 +391,60 @@ def test_fft_swizzle_3_makes_radix_32_conflict_free_in_the_bank_model(swizzle, w
     writes = [[32 * j + q for j in range(32)] for q in range(32)]
     reads = [[j + 32 * q for j in range(32)] for q in range(32)]
     assert _wavefronts(swizzle_expr(swizzle), writes + reads) == want
+
+
+TW_MUL = """
+fn tw_mul(v: vec2<f32>, t: u32) -> vec2<f32> {
+    return select(select(cmul(v, tw(t)), -v, t == HALF), v, t == 0u);
+}
+"""
+
+
+def _generic_twiddles(n, r, ns):
+    """The twiddle lines before the host specialized them (session 14's kernel): every point
+    through tw_mul, which selects the exact 1 and -1 and the half table's sign at run time."""
+    if ns == 1:
+        return []
+    return [f"let k = j % {ns}u;", *(f"v{q} = tw_mul(v{q}, k * {q * n // (r * ns)}u);" for q in range(1, r))]
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [SINGLE_SCHEDULES[3], STOCKHAM_SCHEDULES[0], STOCKHAM_SCHEDULES[1], SINGLE_SCHEDULES[0]],
+    ids=str,
+)
+def test_fft_specialized_twiddles_give_tw_mul_bit_for_bit(device, schedule, monkeypatch):
+    # Inputs with Inf at a few points go through the t = 0 and the sign-selected twiddles.
+    from farm.catalog import fft_stockham
+
+    problem = SPEC.problem(n=1024, batch=3)
+    x = SPEC.generate(problem, 7)["x"]
+    x[1, 5, 0], x[2, 700, 1] = np.inf, -np.inf
+    got = run(device, SPEC, schedule, problem, {"x": x})["y"]
+    monkeypatch.setattr(fft_stockham, "_twiddles", _generic_twiddles)
+    template = SPEC.template()
+    entry = "@compute @workgroup_size(WG)\nfn main_stockham"
+    monkeypatch.setattr(type(SPEC), "template", lambda self: template.replace(entry, TW_MUL + entry))
+    want = run(device, SPEC, schedule, problem, {"x": x})["y"]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_fft_radix_32_twiddles_skip_the_sign_select_below_half():
+    from farm.catalog.fft_stockham import _twiddles
+
+    lines = "".join(_twiddles(1024, 32, 32))  # t = k·q, k < 32: under 512 for q <= 16
+    assert [q for q in range(1, 32) if f"tw(k * {q}u)" in lines] == list(range(17, 32))
+    assert _twiddles(1024, 4, 256)[4] == "v3 = select(cmul(v3, tw(k * 3u)), v3, k0);"
+
+
+def test_fft_stockham_twiddles_never_reach_half_the_period():
+    # Why the specialized twiddles need no exact -1: no stage of any length and radix has t = n/2.
+    from farm.catalog.fft_stockham import stage_radices
+
+    for n in LENGTHS:
+        for radix in (2, 4, 8, 16, 32):
+            ns = 1
+            for r in stage_radices(n, radix):
+                m = [q * n // (r * ns) for q in range(1, r)]
+                assert all(k * mq != n // 2 for k in range(ns) for mq in m), (n, radix, r, ns)
+                ns *= r

@@ -38,9 +38,9 @@ Speed knobs, 0 by default (a schedule that leaves them out runs the original ker
   unswizzled radix 4 needs 1.75x the wavefronts, radix 16 ~5x, radix 32 ~8x.
 Twiddles are a host table exp(-2πi·t/n), t < n/2, computed in float64 and rounded to f32.
 
-NaN and Inf. The twiddle 1 (entry 0; and -1, entry n/2 of the Stockham kernels' `tw`) is
-applied exactly, not multiplied: its zero imaginary part would make Inf · 0 = NaN, and it
-is the table's only entry with a zero part. So, for every schedule, against numpy.fft.fft
+NaN and Inf. The twiddle 1 (entry 0) is applied exactly, not multiplied: its zero
+imaginary part would make Inf · 0 = NaN, and it is the table's only entry with a zero part
+(the Stockham stages never need the twiddle -1: farm.catalog.fft_stockham._twiddles). So, for every schedule, against numpy.fft.fft
 (pocketfft):
 - a transform whose non-finite inputs (±Inf or NaN, in either part, any number of them)
   sit at points 0 and n/2 gives NaN and ±Inf in exactly numpy's places: both algorithms

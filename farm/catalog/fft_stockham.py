@@ -92,9 +92,7 @@ def _exchange(n: int, r: int, ns: int) -> list[str]:
     units, stride = n // r, n // r
     read = [f"v{q} = s0[slot(tr, j + {q * stride}u)];" for q in range(r)]
     body = []
-    if ns > 1:
-        body.append(f"let k = j % {ns}u;")
-        body += [f"v{q} = tw_mul(v{q}, k * {q * n // (r * ns)}u);" for q in range(1, r)]
+    body += _twiddles(n, r, ns)
     body += _dft([f"v{q}" for q in range(r)], "y")
     body.append(f"let o = (j / {ns}u) * {ns * r}u + j % {ns}u;")
     body += [f"s0[slot(tr, o + {q * ns}u)] = y{q};" for q in range(r)]
@@ -112,9 +110,7 @@ def _stage(n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str)
     for q in range(r):
         point = f"j + {q * stride}u"
         body.append(f"var v{q} = load(g * N + {point});" if first else f"var v{q} = {src}[slot(tr, {point})];")
-    if ns > 1:
-        body.append(f"let k = j % {ns}u;")
-        body += [f"v{q} = tw_mul(v{q}, k * {q * n // (r * ns)}u);" for q in range(1, r)]
+    body += _twiddles(n, r, ns)
     body += _dft([f"v{q}" for q in range(r)], "y")
     if last:
         body.append("if (first + tr < p.batch) {")
@@ -125,6 +121,23 @@ def _stage(n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str)
         body += [f"{dst}[slot(tr, o + {q * ns}u)] = y{q};" for q in range(r)]
     out = [f"for (var u = lid; u < T * {units}u; u += WG) {{", *("    " + line for line in body), "}"]
     return out + ([] if last else ["workgroupBarrier();"])
+
+
+def _twiddles(n: int, r: int, ns: int) -> list[str]:
+    """WGSL lines multiplying v1..v(r-1) of unit j by their twiddles exp(-2πi·t/n),
+    t = k·m with k = j mod ns and m = q·n/(r·ns). The twiddle 1 (t = 0, exactly where k = 0:
+    one compare for all q) is applied exactly, as in `twiddled`; t = n/2 never occurs (k·q =
+    r·ns/2, a power of two, would need k = 2^b < ns and q = 2^c < r with b + c = log2(r·ns) - 1,
+    over their most, log2(r·ns) - 2), so -1 needs no case of its own; and the half-period
+    table is read directly, with no sign select, for a point q whose every t is under n/2."""
+    if ns == 1:
+        return []
+    lines = [f"let k = j % {ns}u;", "let k0 = k == 0u;"]
+    for q in range(1, r):
+        m = q * n // (r * ns)
+        w = f"twiddle[k * {m}u]" if (ns - 1) * m < n // 2 else f"tw(k * {m}u)"
+        lines.append(f"v{q} = select(cmul(v{q}, {w}), v{q}, k0);")
+    return lines
 
 
 def _dft(ins: list[str], out: str) -> list[str]:
@@ -185,5 +198,6 @@ def emitter_source() -> str:
         _rotate,
         stockham_buffers,
         buffer_count,
+        _twiddles,
     ]
     return "".join(inspect.getsource(f) for f in shaping) + repr(SWIZZLE_MAP)

@@ -226,4 +226,3 @@ class _ChainSteps:
         self.outputs = []
         self.device.release(*self.buffers)
         self.buffers = []
-
