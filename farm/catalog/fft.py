@@ -40,8 +40,8 @@ Twiddles are a host table exp(-2πi·t/n), t < n/2, computed in float64 and roun
 
 NaN and Inf. The twiddle 1 (entry 0) is applied exactly, not multiplied: its zero
 imaginary part would make Inf · 0 = NaN, and it is the table's only entry with a zero part
-(the Stockham stages never need the twiddle -1: farm.catalog.fft_stockham._twiddles). So, for every schedule, against numpy.fft.fft
-(pocketfft):
+(the Stockham stages never need the twiddle -1: farm.catalog.fft_stockham._twiddles).
+So, for every schedule, against numpy.fft.fft (pocketfft):
 - a transform whose non-finite inputs (±Inf or NaN, in either part, any number of them)
   sit at points 0 and n/2 gives NaN and ±Inf in exactly numpy's places: both algorithms
   carry those two points to every output by additions and subtractions only (n = 2:
