@@ -52,6 +52,8 @@
 #   part 32: (one GPU) gemm's big tiles and fft's radix 32 against session 14's winners
 #            (variants.py), farm tune --all, then farm bench of every kernel through fla_pinned.py
 #            (FLA in fp32, its autotune pinned): all of issue 17's vendor ratios in one run
+#   part 33: (one GPU) fft_twiddles.py (the specialized twiddles A/B), fft tuned and benched
+#            alone, then stability.py's two campaigns
 #   part 18: (one GPU) recurrent tuned alone on a fresh database and benched (prefetch=1 in the
 #            space), then on the same winners sweep_vs_bench.py and the recurrent sweep
 # Results land flat in $OUT (the device tool brings back at most 8 files).
@@ -173,6 +175,11 @@ case "${PART:-1}" in
       tune 190; cp .h200/farm.db "$OUT"/farm.db 2>/dev/null
       step 320 python3 benchmarks/fla_pinned.py --db "$DB" --out "$W/bench"
       cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 15: tune --all on trusted modules, then every kernel benched in one run, FLA's fp32 autotune pinned (every issue-17 ratio)
+  33) step 60 python3 benchmarks/fft_twiddles.py --out "$W/ftw"; cp "$W"/ftw/fft-twiddles.json "$OUT"/ 2>/dev/null
+      step 90 python3 -m farm tune fft --gpus 1 --db "sqlite:///$W/fft.db" --out "$W/artifacts"
+      step 60 python3 -m farm bench --kernels fft --db "sqlite:///$W/fft.db" --out "$W/fbench"
+      cp "$W"/fbench/bench.md "$OUT"/fft-bench.md; cp "$W"/fbench/bench.json "$OUT"/fft-bench.json
+      LABEL=${LABEL:-h200-s15} stability 330 ;;  # session 15: fft's specialized twiddles A/B, fft tuned and benched alone, then issue 21's stability on the trusted kernels
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)

@@ -2,7 +2,7 @@
 benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains), of
 benchmarks/wgsl_overheads.py, of benchmarks/recurrent_chunked.py --ablate, of
 benchmarks/clock_probe.py, of benchmarks/sweep_vs_bench.py, of benchmarks/coop_gemm.py and of
-benchmarks/trusted_modules.py: each
+benchmarks/trusted_modules.py and of benchmarks/fft_twiddles.py: each
 runs, writes its JSON and reports every row it measured (the numbers mean something on GPUs only)."""
 
 import json
@@ -156,3 +156,14 @@ def test_trusted_modules_times_each_kernel_checked_and_trusted(tmp_path):
         assert row["checked_certified"] and row["trusted_certified"] and not row["tuned"]
         assert len(row["checked_rounds_us"]) == len(row["trusted_rounds_us"]) == 2
         assert row["trusted_over_checked"] == row["trusted_us"] / row["checked_us"] > 0
+
+
+def test_fft_twiddles_times_each_schedule_both_ways_and_checks_them_equal(tmp_path):
+    run = _run("fft_twiddles.py", "--allow-cpu", "--reps", "2", "--rounds", "2", "--out", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    result = json.loads((tmp_path / "fft-twiddles.json").read_text())
+    assert result["problem"] == "n=256,batch=64" and len(result["rows"]) == 3
+    for row in result["rows"]:
+        assert row["generic_certified"] and row["specialized_certified"] and row["bit_for_bit"]
+        assert len(row["generic_rounds_us"]) == len(row["specialized_rounds_us"]) == 2
+        assert row["specialized_over_generic"] == row["specialized_us"] / row["generic_us"] > 0
