@@ -6,7 +6,8 @@
 // coalesced C writes and conflict-free workgroup reads). BK-deep slices of A (stored
 // transposed) and B are staged in workgroup memory in NBUF buffers: with NBUF = 2 the
 // next slice is fetched into registers while the current one is multiplied, with one
-// barrier per slice. VW = 1 or 4: A and B are bound as arrays of VEC (f32 or vec4<f32>);
+// barrier per slice; STEP = 2 (double_buffer 2) unrolls that loop by two slices, so each
+// half reads and writes a buffer known when the kernel is compiled. VW = 1 or 4: A and B are bound as arrays of VEC (f32 or vec4<f32>);
 // the host pads k and n to multiples of VW (zeros) so vec4 rows stay aligned. Every
 // load and store is bounds-checked. Workgroups beyond `groups` (a folded 2-D grid) exit.
 // With split_k (RANGE, C_BINDING, C_BASE) a workgroup computes its tile over one range
@@ -27,6 +28,7 @@ const TM: u32 = {{TM}}u;
 const TN: u32 = {{TN}}u;
 const VW: u32 = {{VW}}u;
 const NBUF: u32 = {{NBUF}}u;
+const STEP: u32 = {{STEP}}u;
 const PAD: u32 = {{PAD}}u;
 const AS: u32 = BM + PAD;
 const THM: u32 = BM / TM;
@@ -112,10 +114,40 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         {{STASH}}
     }
     workgroupBarrier();
-    for (var t = s0; t < s1; t++) {
+    for (var t = s0; t < s1; t += STEP) {
         let more = t + 1u < s1;
         let slice = t + 1u;
-        if (NBUF == 2u) {
+        if (STEP == 2u) {
+            // slice t is in buffer 0 (t - s0 is even), slice t + 1 goes to buffer 1
+            if (more) {
+                {{FETCH}}
+            }
+            {
+                let buf = 0u;
+                {{MULTIPLY}}
+            }
+            if (more) {
+                let buf = 1u;
+                {{STASH}}
+            }
+            workgroupBarrier();
+            if (more) {
+                let more = t + 2u < s1;
+                let slice = t + 2u;
+                if (more) {
+                    {{FETCH}}
+                }
+                {
+                    let buf = 1u;
+                    {{MULTIPLY}}
+                }
+                if (more) {
+                    let buf = 0u;
+                    {{STASH}}
+                }
+                workgroupBarrier();
+            }
+        } else if (NBUF == 2u) {
             if (more) {
                 {{FETCH}}
             }

@@ -234,8 +234,9 @@ def test_gemm_shared_vec4_reads_vec4s_from_workgroup_memory():
     scalar = SPEC.launch(gemm_schedule(64, 64, 8, 8, vw=4), problem, inputs).source
     vec4 = SPEC.launch(gemm_schedule(64, 64, 8, 8, vw=4, shared_vec4=1), problem, inputs).source
     # Per k step: TM + TN = 16 scalar reads, against TM/4 + TN/4 = 4 vec4 reads.
-    assert scalar.count("= a_tile[a_base") + scalar.count("= b_tile[b_base") == 16 * 2  # both buffer paths
-    assert vec4.count("= a_tile[a_base") + vec4.count("= b_tile[b_base") == 4 * 2
+    # four loop bodies: single-buffered, double-buffered, and the two halves of double_buffer 2
+    assert scalar.count("= a_tile[a_base") + scalar.count("= b_tile[b_base") == 16 * 4
+    assert vec4.count("= a_tile[a_base") + vec4.count("= b_tile[b_base") == 4 * 4
     assert "var<workgroup> a_tile: array<vec4<f32>, NBUF * BK * AS / 4u>;" in vec4
     assert "b_tile[at / 4u] = v;" in vec4  # vec4 global loads land with one vec4 store
 
@@ -253,7 +254,7 @@ def test_gemm_pad_shared_widens_each_a_row_in_workgroup_memory(speed, pad):
 
 def test_gemm_speed_space_uses_each_knob_and_only_valid_layouts(device):
     speed = SPEC.speed_schedules()
-    assert 150 <= len(speed) <= 300
+    assert 300 <= len(speed) <= 400
     original = SPEC.schedules()[: -(len(speed) + len(SPEC.split_schedules()) + len(SPEC.big_schedules()))]
     assert not set(speed) & set(original)
     combos = {(s.get("shared_vec4", 0), s.get("pad_shared", 0), s.get("warp_cols", 0)) for s in speed}
@@ -347,3 +348,37 @@ def test_gemm_big_tiles_certify_over_several_workgroups_and_a_partial_one(device
     result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k, n=n), device)
     assert result.status is Status.OK, result.message
     assert schedule in SPEC.schedules() and schedule["items_per_invocation"] == 128
+
+
+UNROLLED = [
+    gemm_schedule(64, 64, 4, 4, bk=16, db=2, vw=4),
+    gemm_schedule(32, 64, 2, 4, bk=8, db=2, vw=1),
+    gemm_schedule(64, 128, 8, 4, bk=16, db=2, vw=4, shared_vec4=1, pad_shared=1, warp_cols=8),
+]
+
+
+@pytest.mark.parametrize("k", [1, 8, 16, 24, 129])  # one slice, an even and an odd count of them
+@pytest.mark.parametrize("schedule", UNROLLED, ids=str)
+def test_gemm_double_buffer_2_certifies_for_odd_and_even_slice_counts(device, schedule, k):
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=70, k=k, n=130), device)
+    assert result.status is Status.OK, result.message
+
+
+def test_gemm_double_buffer_2_with_split_k_sums_every_range(device):
+    schedule = Schedule.of(**UNROLLED[2].as_dict(), split_k=4)  # ranges of 3 and 2 slices at k=80
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=64, k=80, n=128), device)
+    assert result.status is Status.OK, result.message
+
+
+def test_gemm_double_buffer_2_unrolls_the_slice_loop_by_two():
+    problem = SPEC.problem(m=64, k=64, n=64)
+    inputs = SPEC.generate(problem, 0)
+    source = SPEC.launch(UNROLLED[0], problem, inputs).source
+    assert "const STEP: u32 = 2u;" in source and "const NBUF: u32 = 2u;" in source
+    assert (
+        "const STEP: u32 = 1u;" in SPEC.launch(gemm_schedule(64, 64, 4, 4, bk=16, db=1, vw=4), problem, inputs).source
+    )
+    assert SPEC.workgroup_bytes(UNROLLED[0], problem) == SPEC.workgroup_bytes(
+        gemm_schedule(64, 64, 4, 4, bk=16, db=1, vw=4), problem
+    )
+    assert sum(s.get("double_buffer", 0) == 2 for s in SPEC.schedules()) > 100

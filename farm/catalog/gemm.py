@@ -61,7 +61,7 @@ class Gemm(KernelSpec):
         "reg_m": REG_TILES + (16,),
         "reg_n": REG_TILES + (16,),
         "tile_k": (8, 16, 32),
-        "double_buffer": (0, 1),
+        "double_buffer": (0, 1, 2),
         "shared_vec4": (0, 1),
         "pad_shared": (0, 1),
         "warp_cols": WARP_COLS,
@@ -120,7 +120,7 @@ class Gemm(KernelSpec):
         return out + self.speed_schedules() + self.split_schedules() + self.big_schedules()
 
     def speed_schedules(self) -> list[Schedule]:
-        """The speed variants worth timing (~210): vec4 global loads, register tiles of 4 or
+        """The speed variants worth timing (354): double_buffer 0, 1 and 2, vec4 global loads, register tiles of 4 or
         8 (4×4, 4×8, 8×4, 8×8), tiles of 32..128 within 2:1, tile_k 8 or 16; shared_vec4
         with and without pad_shared, pad_shared alone for 8-wide register tiles (the
         scalar-read layout that won before), warp_cols 8 with both only where the row-major
@@ -128,7 +128,7 @@ class Gemm(KernelSpec):
         out = []
         tiles = (32, 64, 128)
         variants = ((1, 0, 0), (1, 1, 0), (0, 1, 0), (1, 1, 8))
-        for bm, bn, tm, tn, bk, db in itertools.product(tiles, tiles, (4, 8), (4, 8), (8, 16), (0, 1)):
+        for bm, bn, tm, tn, bk, db in itertools.product(tiles, tiles, (4, 8), (4, 8), (8, 16), (0, 1, 2)):
             if max(bm, bn) > 2 * min(bm, bn) or bm // tm < 4 or bn // tn < 4:
                 continue
             threads = (bm // tm) * (bn // tn)
@@ -222,6 +222,7 @@ class Gemm(KernelSpec):
             "TN": t.tn,
             "VW": t.vw,
             "NBUF": t.nbuf,
+            "STEP": 2 if t.double_buffer == 2 else 1,
             "PAD": t.pad,
             "VEC": "f32" if t.vw == 1 else "vec4<f32>",
         }

@@ -12,7 +12,9 @@ Schedule knobs (see kernels/gemm.wgsl):
   (it is derived, kept so schedules stay comparable across kernels);
 - `tile_k` (BK): the depth of the A and B slices staged in workgroup memory;
 - `double_buffer`: 1 keeps two slices in workgroup memory and fetches the next one into
-  registers while multiplying the current one (one barrier per slice), 0 keeps one;
+  registers while multiplying the current one (one barrier per slice), 0 keeps one; 2 is
+  1 with the slice loop unrolled by two, so every workgroup-memory index of a half is a
+  compile-time offset (with 1 the buffer, (t - s0) % 2, is computed at run time);
 - `vector_width`: 1 or 4; with 4, A and B are read as vec4<f32> (the spec's `launch` pads
   them with zeros when k or n is not a multiple of 4).
 Knobs added for speed; each is 0 by default (a schedule that leaves one out gets 0, which
@@ -216,8 +218,8 @@ def first_problem(t: Tiling, items: int | None = None) -> str:
         return f"vector_width {vw} does not divide tile_k {bk}"
     if bn % vw:
         return f"vector_width {vw} does not divide tile_n {bn}"
-    if t.double_buffer not in (0, 1):
-        return f"double_buffer {t.double_buffer} not in (0, 1)"
+    if t.double_buffer not in (0, 1, 2):
+        return f"double_buffer {t.double_buffer} not in (0, 1, 2)"
     return _speed_problem(t)
 
 

@@ -43,7 +43,6 @@ def benchmark_device(allow_cpu: bool) -> Device | None:
         return None
     return device
 
-
 def fold_groups(count: int, max_per_dim: int = MAX_GROUPS_PER_DIM) -> tuple[int, int, int]:
     """Fold a linear workgroup count into a 2-D grid that respects the per-dimension cap.
 
@@ -128,7 +127,6 @@ class Pipeline:
     handle: Any
     label: str
     layout_kinds: tuple[str, ...] = field(default=())
-
 
 class Device(TimedDevice):
     """One wgpu device + queue with a pipeline cache and buffer byte accounting."""
@@ -327,11 +325,7 @@ class Device(TimedDevice):
             raise GpuError("bind", str(exc), pipeline.label, schedule) from exc
 
     def dispatch(
-        self,
-        pipeline: Pipeline,
-        buffers: list,
-        groups: int | tuple[int, int, int],
-        schedule: Any = None,
+        self, pipeline: Pipeline, buffers: list, groups: int | tuple[int, int, int], schedule: Any = None,
         wait: bool = True,
     ) -> None:
         """Run one dispatch of `buffers` (entries as in `bind`; linear group counts folded into 2-D)."""
@@ -383,7 +377,6 @@ class Device(TimedDevice):
         compute_pass.set_bind_group(0, bind_group)
         compute_pass.dispatch_workgroups(*grid)
         compute_pass.end()
-
     def time(
         self,
         pipeline: Pipeline,

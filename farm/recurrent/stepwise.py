@@ -226,3 +226,4 @@ class _ChainSteps:
         self.outputs = []
         self.device.release(*self.buffers)
         self.buffers = []
+

@@ -120,7 +120,8 @@ class DeviceArray:
         last = self.shape[-1] if self.shape else 1
         if (last * self.dtype.itemsize) % dtype.itemsize:
             raise ValueError(
-                f"view: a last axis of {last} {self.dtype} is not a whole number of {dtype} (shape {self.shape})"
+                f"view: a last axis of {last} {self.dtype} is not a whole number of {dtype} "
+                f"(shape {self.shape})"
             )
         return DeviceArray(self._storage, (*self.shape[:-1], last * self.dtype.itemsize // dtype.itemsize), dtype)
 

@@ -381,3 +381,4 @@ class TrialBench:
 
     def _release_transient(self, prepared: Prepared) -> None:
         self.device.release(*(b for b in prepared.buffers if isinstance(b, Transient)))
+

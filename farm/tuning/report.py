@@ -174,7 +174,7 @@ def format_workers(reports: dict[str, dict]) -> str:
 
 
 def failure_summary(rows: dict[str, dict]) -> str:
-    """ "; N of M trials <status>: <first line>" for a problem without a certified trial: its
+    """"; N of M trials <status>: <first line>" for a problem without a certified trial: its
     commonest failure and that failure's first message line (a WGSL error's compiler line)."""
     failed = [r for r in rows.values() if r["status"] != "ok"]
     if not failed:
