@@ -46,6 +46,20 @@ GEMM_S14 = dict(
     workgroup_size=256, items_per_invocation=64, vector_width=4, double_buffer=0, pad_shared=1, reg_m=8,
     reg_n=8, shared_vec4=1, tile_k=16, tile_m=128, tile_n=128,
 )  # fmt: skip
+_S15_8X4 = dict(
+    workgroup_size=256, items_per_invocation=32, vector_width=4, pad_shared=1, reg_m=8, reg_n=4, shared_vec4=1,
+    tile_k=16, tile_m=64, tile_n=128,
+)  # fmt: skip
+_S15_8X8 = GEMM_S14 | dict(warp_cols=8)
+_S15_SMALL = dict(
+    workgroup_size=64, items_per_invocation=32, vector_width=4, pad_shared=1, reg_m=8, reg_n=4, shared_vec4=1,
+    tile_k=16, tile_m=32, tile_n=64,
+)  # fmt: skip
+GEMM_S15 = {  # size -> (label, knobs): part 32's winner first, then a runner-up shape
+    1024: [("64x128 8x4 wc8", _S15_8X4 | dict(warp_cols=8)), ("32x64 8x4", _S15_SMALL)],
+    2048: [("128x128 8x8 wc8", _S15_8X8), ("64x128 8x4", _S15_8X4 | dict(tile_k=8))],
+    4096: [("64x128 8x4 wc8", _S15_8X4 | dict(warp_cols=8)), ("128x128 8x8", GEMM_S14)],
+}
 FFT_S14 = dict(workgroup_size=256, items_per_invocation=2, vector_width=2, single_buffer=1, stockham=16, swizzle=1)
 
 
@@ -127,6 +141,20 @@ CASES = [
             ("winner 12-02", s(**GEMM_S14)),
             *((f"big {label}", schedule) for label, schedule in big_gemm()),
         ],
+    ),
+    # session 15's part-32 winners (trusted modules) with double_buffer 0, 1 and 2 (the unrolled loop)
+    *(
+        (
+            "gemm",
+            Problem.of(m=size, k=size, n=size),
+            Problem.of(m=64, k=64, n=64),
+            [
+                (f"{label} db{db}", s(**knobs | dict(double_buffer=db)))
+                for label, knobs in GEMM_S15[size]
+                for db in (0, 1, 2)
+            ],
+        )
+        for size in (1024, 2048, 4096)
     ),
     (
         "fft",
