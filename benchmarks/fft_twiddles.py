@@ -21,12 +21,12 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
+from trusted_modules import interleaved_medians  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
 from farm.catalog import fft_stockham
 from farm.gpu import Device, refuse_cpu
 from farm.gpu.adapter import CpuAdapterRefused
-from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
 from farm.schedule import Schedule
@@ -82,12 +82,7 @@ def measure(device: Device, schedule: Schedule, problem, reps: int, rounds: int)
         row["bit_for_bit"] = bool(np.array_equal(outputs["generic"], outputs["specialized"]))
         if not (row["generic_certified"] and row["specialized_certified"]):
             return row
-        medians: dict[str, list[float]] = {name: [] for name in prepared}
-        order = list(prepared)
-        for r in range(rounds):
-            for name in order[r % 2 :] + order[: r % 2]:
-                prepared[name].warm_until_clocks(REPORT_WARM_S / 5, REPORT_WARM_MAX_S / 4)
-                medians[name].append(prepared[name].time(warmup=3, reps=reps).median_ns / 1e3)
+        medians = interleaved_medians(prepared, reps, rounds)
         for name in prepared:
             row[f"{name}_us"] = statistics.median(medians[name])
             row[f"{name}_rounds_us"] = medians[name]

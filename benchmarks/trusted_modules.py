@@ -49,6 +49,18 @@ def modules(device: Device, checked: bool) -> Device:
     return device
 
 
+def interleaved_medians(prepared: dict, reps: int, rounds: int) -> dict[str, list[float]]:
+    """Each Prepared's median in us, `rounds` times, interleaved (the order rotated each round),
+    each timing `reps` dispatches after a fifth of `farm bench`'s clock warm-up."""
+    medians: dict[str, list[float]] = {name: [] for name in prepared}
+    order = list(prepared)
+    for r in range(rounds):
+        for name in order[r % 2 :] + order[: r % 2]:
+            prepared[name].warm_until_clocks(REPORT_WARM_S / 5, REPORT_WARM_MAX_S / 4)
+            medians[name].append(prepared[name].time(warmup=3, reps=reps).median_ns / 1e3)
+    return medians
+
+
 def measure(devices: dict[str, Device], spec, schedule, problem, reps: int, rounds: int) -> dict:
     inputs = spec.generate(problem, 0)
     expected = spec.reference(problem, schedule, inputs)
@@ -62,12 +74,7 @@ def measure(devices: dict[str, Device], spec, schedule, problem, reps: int, roun
                 row[f"{name}_failure"] = cert.message
         if not all(row[f"{name}_certified"] for name in devices):
             return row
-        medians: dict[str, list[float]] = {name: [] for name in devices}
-        order = list(devices)
-        for r in range(rounds):
-            for name in order[r % 2 :] + order[: r % 2]:
-                prepared[name].warm_until_clocks(REPORT_WARM_S / 5, REPORT_WARM_MAX_S / 4)
-                medians[name].append(prepared[name].time(warmup=3, reps=reps).median_ns / 1e3)
+        medians = interleaved_medians(prepared, reps, rounds)
         for name in devices:
             row[f"{name}_us"] = statistics.median(medians[name])
             row[f"{name}_rounds_us"] = medians[name]
