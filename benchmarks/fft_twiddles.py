@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import statistics
 import sys
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
-from trusted_modules import interleaved_medians  # benchmarks/, on the path as the script's folder
+from trusted_modules import time_interleaved  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
 from farm.catalog import fft_stockham
@@ -82,10 +81,7 @@ def measure(device: Device, schedule: Schedule, problem, reps: int, rounds: int)
         row["bit_for_bit"] = bool(np.array_equal(outputs["generic"], outputs["specialized"]))
         if not (row["generic_certified"] and row["specialized_certified"]):
             return row
-        medians = interleaved_medians(prepared, reps, rounds)
-        for name in prepared:
-            row[f"{name}_us"] = statistics.median(medians[name])
-            row[f"{name}_rounds_us"] = medians[name]
+        time_interleaved(row, prepared, reps, rounds)
         row["specialized_over_generic"] = row["specialized_us"] / row["generic_us"]
     return row
 

@@ -49,16 +49,18 @@ def modules(device: Device, checked: bool) -> Device:
     return device
 
 
-def interleaved_medians(prepared: dict, reps: int, rounds: int) -> dict[str, list[float]]:
-    """Each Prepared's median in us, `rounds` times, interleaved (the order rotated each round),
-    each timing `reps` dispatches after a fifth of `farm bench`'s clock warm-up."""
+def time_interleaved(row: dict, prepared: dict, reps: int, rounds: int) -> None:
+    """Into `row`: each Prepared's median in us over `rounds` interleaved timings (the order
+    rotated each round, `reps` dispatches each after a fifth of `farm bench`'s clock warm-up)
+    as `{name}_us`, and the rounds' medians as `{name}_rounds_us`."""
     medians: dict[str, list[float]] = {name: [] for name in prepared}
     order = list(prepared)
     for r in range(rounds):
         for name in order[r % 2 :] + order[: r % 2]:
             prepared[name].warm_until_clocks(REPORT_WARM_S / 5, REPORT_WARM_MAX_S / 4)
             medians[name].append(prepared[name].time(warmup=3, reps=reps).median_ns / 1e3)
-    return medians
+    for name, values in medians.items():
+        row[f"{name}_us"], row[f"{name}_rounds_us"] = statistics.median(values), values
 
 
 def measure(devices: dict[str, Device], spec, schedule, problem, reps: int, rounds: int) -> dict:
@@ -74,10 +76,7 @@ def measure(devices: dict[str, Device], spec, schedule, problem, reps: int, roun
                 row[f"{name}_failure"] = cert.message
         if not all(row[f"{name}_certified"] for name in devices):
             return row
-        medians = interleaved_medians(prepared, reps, rounds)
-        for name in devices:
-            row[f"{name}_us"] = statistics.median(medians[name])
-            row[f"{name}_rounds_us"] = medians[name]
+        time_interleaved(row, prepared, reps, rounds)
         row["trusted_over_checked"] = row["trusted_us"] / row["checked_us"]
         return row
 
