@@ -1,6 +1,7 @@
 """What the host's per-point twiddle specialization saves fft's Stockham kernels: each schedule
-built twice on one Device, with the twiddle lines of session 14 (every point through `tw_mul`,
-which selects the exact 1 and -1 and the half-period table's sign at run time) and with
+built twice on one Device, with session 14's twiddle lines (every point through `tw_mul`,
+which selects the exact 1 and -1 at run time; its `tw`, the table's sign, is today's
+branch-free one, so the A/B is the per-point specialization alone) and with
 today's (`farm.catalog.fft_stockham._twiddles`: one k = 0 compare for all points, no -1, the
 table read directly where every t is under n/2). Both certified against the reference and
 checked equal bit for bit, then timed interleaved (`--rounds`, the order rotated each round,

@@ -82,13 +82,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 }
 // ==== stockham ====
 // Stockham autosort variant (schedule knob `stockham` = 2, 4, 8, 16 or 32, entry point main_stockham):
-// no bit reversal. Stage s has radix R (4, and a last radix-2 stage when log2 N is odd,
-// or all 2) and stride NS (the product of the earlier radices); each unit j < N/R reads
+// no bit reversal. Stage s has radix R (the knob's, and one smaller last stage for the
+// rest of log2 N) and stride NS (the product of the earlier radices); each unit j < N/R reads
 // its R points at j + q·N/R, twiddles them by exp(-2πi·(j mod NS)·q/(NS·R)), does a
 // radix-R DFT in registers and writes its outputs at (j/NS)·NS·R + j mod NS + q·NS, which
 // leaves the spectrum in natural order. The first stage reads global memory, the last
 // writes it, and the stages between exchange through two workgroup buffers in turn (one
-// barrier each): log4 N - 1 exchanges for radix 4; with `single_buffer` through one buffer,
+// barrier each; one buffer when two stages are the whole transform): log4 N - 1 exchanges for radix 4; with `single_buffer` through one buffer,
 // every thread's points read into registers, a barrier, then written back (two barriers an
 // exchange, half the workgroup memory). `slot` places point i of transform tr
 // in a buffer; with `swizzle` it XORs i's low 4 bits with a function of its high bits so
@@ -101,8 +101,8 @@ fn slot(tr: u32, i: u32) -> u32 {
 }
 
 // exp(-2πi·t/N) for t < N from the half-period table: the second half is the first negated.
-// Branch-free: the lanes of a stage's twiddle loads straddle N/2 (t = j·q), and a branch there
-// diverges.
+// Branch-free: the lanes of a stage's twiddle loads straddle N/2 (t = (j mod NS)·m), and a
+// branch there diverges.
 fn tw(t: u32) -> vec2<f32> {
     let w = twiddle[t & (HALF - 1u)];
     return select(w, -w, t >= HALF);

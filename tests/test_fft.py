@@ -280,6 +280,7 @@ NONFINITE_SCHEDULES = [
     SPEC.default,
     VEC2_TWO_PER_GROUP,
     *STOCKHAM_SCHEDULES[:3],  # radix 4, 16, 8
+    STOCKHAM_SCHEDULES[6],  # radix 32, whose twiddles the host specializes (no run-time -1 case)
     Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=2, stockham=2, swizzle=0),
 ]
 
@@ -401,8 +402,8 @@ fn tw_mul(v: vec2<f32>, t: u32) -> vec2<f32> {
 
 
 def _generic_twiddles(n, r, ns):
-    """The twiddle lines before the host specialized them (session 14's kernel): every point
-    through tw_mul, which selects the exact 1 and -1 and the half table's sign at run time."""
+    """The twiddle lines before the host specialized them (session 14's): every point through
+    tw_mul, which selects the exact 1 and -1 at run time (over today's branch-free `tw`)."""
     if ns == 1:
         return []
     return [f"let k = j % {ns}u;", *(f"v{q} = tw_mul(v{q}, k * {q * n // (r * ns)}u);" for q in range(1, r))]

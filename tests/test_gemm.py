@@ -365,8 +365,10 @@ def test_gemm_double_buffer_2_certifies_for_odd_and_even_slice_counts(device, sc
 
 
 def test_gemm_double_buffer_2_with_split_k_sums_every_range(device):
-    schedule = Schedule.of(**UNROLLED[2].as_dict(), split_k=4)  # ranges of 3 and 2 slices at k=80
-    result = oracle.certify(SPEC, schedule, SPEC.problem(m=64, k=80, n=128), device)
+    # k=160, tile_k 16: 10 slices in ranges of 3, 3, 3 and 1: ranges starting past slice 0
+    # that reach the loop's second trip (t = s0 + 2), an odd count, and a one-slice range
+    schedule = Schedule.of(**UNROLLED[2].as_dict(), split_k=4)
+    result = oracle.certify(SPEC, schedule, SPEC.problem(m=64, k=160, n=128), device)
     assert result.status is Status.OK, result.message
 
 

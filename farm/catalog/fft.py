@@ -34,7 +34,7 @@ Speed knobs, 0 by default (a schedule that leaves them out runs the original ker
   4..7; 2 XORs them with a linear map of bits 4..9 (SWIZZLE_MAP); 3 with bits 5..8. In a
   model of the NVIDIA shared memory (32 banks, 8-byte accesses served 16 lanes at a time)
   swizzle 2 makes every stage's loads and stores conflict-free for radix 4 and 8 at
-  n = 64..1024, swizzle 1 does for radix 16 and swizzle 3 for radix 32 (n = 256..1024);
+  n = 64..1024, swizzle 1 does for radix 16 and swizzle 3 for radix 32 (n = 512..1024);
   unswizzled radix 4 needs 1.75x the wavefronts, radix 16 ~5x, radix 32 ~8x.
 Twiddles are a host table exp(-2πi·t/n), t < n/2, computed in float64 and rounded to f32.
 
@@ -82,10 +82,11 @@ STOCKHAM_RADICES = (0, 2, 4, 8, 16, 32)
 SWIZZLES = (0, 1, 2, 3)
 SINGLE_BUFFER_RADICES = (8, 16, 32)  # single_buffer=1's schedules in `schedules()` (vector_width 2 only)
 # The swizzle each radix gets in `schedules()`: the one the bank model finds conflict-free
-# for it at n = 256..1024 (2 for radix 4 and 8, 1 for radix 16, 3 for radix 32), and none.
+# for it at n = 256..1024 (2 for radix 4 and 8, 1 for radix 16; 3 for radix 32 at 512..1024,
+# and at 256 with one transform a workgroup), and none.
 SPACE_SWIZZLES = {4: (0, 2), 8: (0, 2), 16: (0, 1), 32: (0, 3)}
-DOUBLE_BUFFER_RADICES = (4, 8, 16)  # radix 32 is searched with single_buffer only: at n = 1024 it is
-# (32, 32), one exchange, so the knob changes nothing but the declared buffer
+DOUBLE_BUFFER_RADICES = (4, 8, 16)  # radix 32 is searched with single_buffer only: at every
+# n <= 1024 it has at most two stages, which use one buffer either way (the same WGSL)
 BASE_SPACE = {
     "workgroup_size": (32, 64, 128, 256, 512, 1024),
     "items_per_invocation": (1, 2, 4, 8),

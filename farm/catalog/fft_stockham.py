@@ -1,5 +1,6 @@
 """fft's Stockham kernels, as the host emits them: the stages' radices, the unrolled
-stages (two workgroup buffers in turn, or one with `single_buffer`), the radix-R DFTs in
+stages (two workgroup buffers in turn, or one with `single_buffer` or when two stages are
+the whole transform), the radix-R DFTs in
 registers, the swizzled slots, and the workgroup memory they take. farm.catalog.fft is the
 spec; kernels/fft.wgsl holds the templates these fill."""
 
@@ -58,7 +59,7 @@ def stage_radices(n: int, radix: int) -> list[int]:
 
 def swizzle_expr(swizzle: int) -> str:
     """WGSL for point i's position within its transform's slots (a permutation of 0..n-1:
-    only the low 4 bits change, and only for n >= 16)."""
+    only the low 4 bits change, and only for n >= 32; swizzle 3 for n >= 64)."""
     if swizzle == 0:
         return "i"
     if swizzle == 1:
