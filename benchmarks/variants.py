@@ -231,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     bench = TrialBench(device, "variants")
     rows = []
-    print(f"{'kernel':<13} {'variant':<18} {'status':<16} {'median_us':>10} {'vs winner':>9}")
+    print(f"{'kernel':<13} {'variant':<18} {'status':<16} {'median_us':>10} {'vs winner':>9}  (kernel-only, "
+          "TrialBench: GPU timestamps on GPUs; each row's method in variants.json)")  # fmt: skip
     for kernel, gpu_problem, cpu_problem, variants in CASES:
         if only and kernel not in only:
             continue
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                     "status": result.status.value,
                     "message": result.message[:200],
                     "median_ns": result.median_ns,
+                    "method": result.timing.method if result.timing else None,
                     "speedup_vs_winner": ratio,
                 }
             )
