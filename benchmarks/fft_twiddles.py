@@ -1,12 +1,12 @@
-"""What the host's per-point twiddle specialization saves fft's Stockham kernels: each schedule
-built twice on one Device, with session 14's twiddle lines (every point through `tw_mul`,
-which selects the exact 1 and -1 at run time; its `tw`, the table's sign, is today's
-branch-free one, so the A/B is the per-point specialization alone) and with
-today's (`farm.catalog.fft_stockham._twiddles`: one k = 0 compare for all points, no -1, the
-table read directly where every t is under n/2). Both certified against the reference and
-checked equal bit for bit, then timed interleaved (`--rounds`, the order rotated each round,
-`--reps` dispatches a timing, GPU timestamps, a fifth of `farm bench`'s clock warm-up before
-each). The row gives the median over rounds of each and specialized / generic.
+"""What the per-stage twiddle table saves fft's Stockham kernels: each schedule built twice
+on one Device, `stage_twiddles` 0 (the half table read at t = k·m: a warp's lanes read
+entries m apart, up to 32 cache lines a load for radix 32 at n = 1024) and 1 (the table
+`farm.catalog.fft_stockham.stage_twiddles` lays out [stage][q][k], so a warp's lanes read
+consecutive entries). Both certified against the reference and checked equal bit for bit,
+then timed interleaved (`--rounds`, the order rotated each round, `--reps` dispatches a
+timing, GPU timestamps, a fifth of `farm bench`'s clock warm-up before each). The row gives
+the median over rounds of each and staged / half. (Session 15's A/B of the per-point
+twiddle specialization, 0.997-0.999, is in NOTES and results/2026-12-02-h200-s15-fft-twiddles.json.)
 
     python3 benchmarks/fft_twiddles.py --out DIR [--allow-cpu]
 """
@@ -17,14 +17,13 @@ import argparse
 import datetime
 import json
 import sys
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 from trusted_modules import time_interleaved  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
-from farm.catalog import fft_stockham
 from farm.gpu import Device, refuse_cpu
 from farm.gpu.adapter import CpuAdapterRefused
 from farm.oracle import compare as oracle
@@ -32,35 +31,13 @@ from farm.oracle.launch import prepare
 from farm.schedule import Schedule
 
 SPEC = catalog.get("fft")
-ENTRY = "@compute @workgroup_size(WG)\nfn main_stockham"
-TW_MUL = """
-fn tw_mul(v: vec2<f32>, t: u32) -> vec2<f32> {
-    return select(select(cmul(v, tw(t)), -v, t == HALF), v, t == 0u);
-}
-"""
-SCHEDULES = [  # part 32's winner and runner-up shapes (radix 32), session 14's (radix 16)
-    Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=2, single_buffer=1, stockham=32, swizzle=3),
-    Schedule.of(workgroup_size=64, items_per_invocation=2, vector_width=2, single_buffer=1, stockham=32, swizzle=3),
-    Schedule.of(workgroup_size=256, items_per_invocation=2, vector_width=2, single_buffer=1, stockham=16, swizzle=1),
+SHAPES = [  # part 32's winner and runner-up shapes (radix 32), session 14's (radix 16)
+    {"workgroup_size": 32, "items_per_invocation": 1, "stockham": 32, "swizzle": 3},
+    {"workgroup_size": 64, "items_per_invocation": 2, "stockham": 32, "swizzle": 3},
+    {"workgroup_size": 128, "items_per_invocation": 4, "stockham": 32, "swizzle": 3},
+    {"workgroup_size": 256, "items_per_invocation": 2, "stockham": 16, "swizzle": 1},
 ]
-
-
-def _generic(n: int, r: int, ns: int) -> list[str]:
-    if ns == 1:
-        return []
-    return [f"let k = j % {ns}u;", *(f"v{q} = tw_mul(v{q}, k * {q * n // (r * ns)}u);" for q in range(1, r))]
-
-
-@contextmanager
-def generic_twiddles():
-    """Within: fft's Stockham kernels emitted with session 14's twiddle lines and `tw_mul`."""
-    emit, template = fft_stockham._twiddles, type(SPEC).template
-    fft_stockham._twiddles = _generic
-    type(SPEC).template = lambda self: template(self).replace(ENTRY, TW_MUL + ENTRY)
-    try:
-        yield
-    finally:
-        fft_stockham._twiddles, type(SPEC).template = emit, template
+SCHEDULES = [Schedule.of(**shape, vector_width=2, single_buffer=1) for shape in SHAPES]
 
 
 def measure(device: Device, schedule: Schedule, problem, reps: int, rounds: int) -> dict:
@@ -68,22 +45,19 @@ def measure(device: Device, schedule: Schedule, problem, reps: int, rounds: int)
     expected = SPEC.reference(problem, schedule, inputs)
     row = {"schedule": schedule.key(), "problem": problem.key(), "method": "timestamp"}
     with ExitStack() as stack:
-        with generic_twiddles():
-            generic = stack.enter_context(prepare(device, SPEC, schedule, problem, inputs))
-        prepared = {
-            "generic": generic,
-            "specialized": stack.enter_context(prepare(device, SPEC, schedule, problem, inputs)),
-        }
+        tables = {"half": 0, "staged": 1}
+        built = {name: Schedule.of(**schedule.as_dict(), stage_twiddles=v) for name, v in tables.items()}
+        prepared = {name: stack.enter_context(prepare(device, SPEC, s, problem, inputs)) for name, s in built.items()}
         outputs = {}
         for name, p in prepared.items():
             cert = oracle.certify_prepared(p, expected)
             row[f"{name}_certified"] = cert.ok
             outputs[name] = p.outputs()["y"]
-        row["bit_for_bit"] = bool(np.array_equal(outputs["generic"], outputs["specialized"]))
-        if not (row["generic_certified"] and row["specialized_certified"]):
+        row["bit_for_bit"] = bool(np.array_equal(outputs["half"], outputs["staged"]))
+        if not (row["half_certified"] and row["staged_certified"]):
             return row
         time_interleaved(row, prepared, reps, rounds)
-        row["specialized_over_generic"] = row["specialized_us"] / row["generic_us"]
+        row["staged_over_half"] = row["staged_us"] / row["half_us"]
     return row
 
 
@@ -102,14 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     problem = SPEC.problem(n=256, batch=64) if device.profile.is_cpu else SPEC.problem(n=1024, batch=16384)
     rows = []
-    print("| schedule | generic us | specialized us | specialized / generic | bit for bit | method |")
+    print("| schedule | half table us | stage table us | staged / half | bit for bit | method |")
     print("| --- | --- | --- | --- | --- | --- |")
     for schedule in SCHEDULES:
         row = measure(device, schedule, problem, args.reps, args.rounds)
         rows.append(row)
-        if "specialized_over_generic" in row:
-            print(f"| {row['schedule']} | {row['generic_us']:.1f} | {row['specialized_us']:.1f} "
-                  f"| {row['specialized_over_generic']:.3f} | {row['bit_for_bit']} | GPU timestamps, interleaved |",
+        if "staged_over_half" in row:
+            print(f"| {row['schedule']} | {row['half_us']:.1f} | {row['staged_us']:.1f} "
+                  f"| {row['staged_over_half']:.3f} | {row['bit_for_bit']} | GPU timestamps, interleaved |",
                   flush=True)  # fmt: skip
         else:
             print(f"| {row['schedule']} | not certified: {row} | | | | |", flush=True)

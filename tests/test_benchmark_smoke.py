@@ -158,12 +158,12 @@ def test_trusted_modules_times_each_kernel_checked_and_trusted(tmp_path):
         assert row["trusted_over_checked"] == row["trusted_us"] / row["checked_us"] > 0
 
 
-def test_fft_twiddles_times_each_schedule_both_ways_and_checks_them_equal(tmp_path):
+def test_fft_twiddles_times_each_schedule_with_both_tables_and_checks_them_equal(tmp_path):
     run = _run("fft_twiddles.py", "--allow-cpu", "--reps", "2", "--rounds", "2", "--out", str(tmp_path))
     assert run.returncode == 0, run.stderr
     result = json.loads((tmp_path / "fft-twiddles.json").read_text())
-    assert result["problem"] == "n=256,batch=64" and len(result["rows"]) == 3
+    assert result["problem"] == "n=256,batch=64" and len(result["rows"]) == 4
     for row in result["rows"]:
-        assert row["generic_certified"] and row["specialized_certified"] and row["bit_for_bit"]
-        assert len(row["generic_rounds_us"]) == len(row["specialized_rounds_us"]) == 2
-        assert row["specialized_over_generic"] == row["specialized_us"] / row["generic_us"] > 0
+        assert row["half_certified"] and row["staged_certified"] and row["bit_for_bit"]
+        assert len(row["half_rounds_us"]) == len(row["staged_rounds_us"]) == 2
+        assert row["staged_over_half"] == row["staged_us"] / row["half_us"] > 0

@@ -262,6 +262,7 @@ def test_fft_space_keeps_the_original_schedules_and_adds_stockham(device):
     assert knobs == {(0, 0, 0), (4, 0, 0), (4, 2, 0), (8, 0, 0), (8, 2, 0), (16, 0, 0), (16, 1, 0),
                      (8, 0, 1), (8, 2, 1), (16, 0, 1), (16, 1, 1), (32, 0, 1), (32, 3, 1)}  # fmt: skip
     assert all(s.vector_width == 2 for s in schedules if s.get("single_buffer", 0))
+    assert all(s.get("stage_twiddles", 0) == (s.get("stockham", 0) > 0) for s in schedules)
 
 
 def test_fft_speed_knobs_at_zero_emit_the_original_kernel():
@@ -401,7 +402,7 @@ fn tw_mul(v: vec2<f32>, t: u32) -> vec2<f32> {
 """
 
 
-def _generic_twiddles(n, r, ns):
+def _generic_twiddles(n, r, ns, table=None):
     """The twiddle lines before the host specialized them (session 14's): every point through
     tw_mul, which selects the exact 1 and -1 at run time (over today's branch-free `tw`)."""
     if ns == 1:
@@ -449,3 +450,57 @@ def test_fft_stockham_twiddles_never_reach_half_the_period():
                 m = [q * n // (r * ns) for q in range(1, r)]
                 assert all(k * mq != n // 2 for k in range(ns) for mq in m), (n, radix, r, ns)
                 ns *= r
+
+
+# -- stage_twiddles: each stage's twiddles laid out so a warp's lanes read consecutive entries --
+
+STAGED = [Schedule.of(**s.as_dict(), stage_twiddles=1) for s in (*STOCKHAM_SCHEDULES, *SINGLE_SCHEDULES)]
+
+
+@pytest.mark.parametrize("n", [4, 64, 512, 1024])
+@pytest.mark.parametrize("schedule", STAGED, ids=str)
+def test_fft_stage_twiddles_give_the_half_table_bit_for_bit(device, schedule, n):
+    problem = SPEC.problem(n=n, batch=5)
+    if SPEC.workgroup_bytes(schedule, problem) > device.profile.limit("max-compute-workgroup-storage-size"):
+        pytest.skip("too much workgroup memory on this adapter")
+    half = Schedule.of(**{k: v for k, v in schedule.as_dict().items() if k != "stage_twiddles"})
+    try:
+        SPEC.check(half, problem, device.profile)
+    except InvalidSchedule:
+        pytest.skip("schedule invalid at this length")
+    x = SPEC.generate(problem, 3)["x"]
+    x[1, 1, 0], x[3, n - 1, 1] = np.inf, -np.inf  # through the exact twiddle 1 and the negated half
+    np.testing.assert_array_equal(run(device, SPEC, schedule, problem, {"x": x})["y"],
+                                  run(device, SPEC, half, problem, {"x": x})["y"])  # fmt: skip
+    assert oracle.certify(SPEC, schedule, problem, device).status is Status.OK
+
+
+@pytest.mark.parametrize("n,radix", [(1024, 32), (1024, 16), (1024, 4), (512, 32), (256, 8), (64, 2)])
+def test_fft_stage_twiddles_put_a_warps_lanes_on_consecutive_entries(n, radix):
+    # Each point q of a stage reads entry base + (q - 1)·ns + k, k = j mod ns, and the entry is
+    # exp(-2πi·k·m/n), m = q·n/(r·ns): the half table's t = k·m, its sign taken for t >= n/2.
+    from farm.catalog.fft import twiddles
+    from farm.catalog.fft_stockham import stage_radices, stage_twiddles, stockham_stages
+
+    table = stage_twiddles(n, radix, twiddles(n))
+    source = stockham_stages(n, radix, stage_table=True)
+    exact = np.exp(-2j * np.pi * np.arange(n) / n)
+    base, ns = 0, 1
+    for r in stage_radices(n, radix):
+        if ns > 1:
+            for q in range(1, r):
+                assert f"v{q} = select(cmul(v{q}, twiddle[{base + (q - 1) * ns}u + k]), v{q}, k0);" in source
+                k = np.arange(ns)
+                got = table[base + (q - 1) * ns + k]
+                np.testing.assert_allclose(got[:, 0] + 1j * got[:, 1], exact[k * (q * n // (r * ns))], atol=1e-7)
+            base += (r - 1) * ns
+        ns *= r
+    assert len(table) == max(base, 1) and "tw(" not in source and "k * " not in source
+
+
+def test_fft_stage_twiddles_need_stockham_and_are_zero_or_one(device):
+    problem = SPEC.problem(n=64, batch=2)
+    with pytest.raises(InvalidSchedule, match=r"stage_twiddles 1 needs stockham > 0"):
+        SPEC.check(Schedule.of(workgroup_size=64, stage_twiddles=1), problem, device.profile)
+    with pytest.raises(InvalidSchedule, match=r"stage_twiddles 2 not in \(0, 1\)"):
+        SPEC.check(Schedule.of(workgroup_size=64, stockham=4, stage_twiddles=2), problem, device.profile)

@@ -67,6 +67,7 @@ from farm.catalog.fft_stockham import (
     buffer_count,
     emitter_source,
     single_buffer_problem,
+    stage_twiddles,
     stockham_buffers,
     stockham_stages,
     stockham_workgroup_bytes,
@@ -114,7 +115,12 @@ class Fft(KernelSpec):
     name = "fft"
     source_file = "fft.wgsl"
     dims = ("n", "batch")
-    space = BASE_SPACE | {"stockham": STOCKHAM_RADICES, "swizzle": SWIZZLES, "single_buffer": (0, 1)}
+    space = BASE_SPACE | {
+        "stockham": STOCKHAM_RADICES,
+        "swizzle": SWIZZLES,
+        "single_buffer": (0, 1),
+        "stage_twiddles": (0, 1),
+    }
     default = Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=1)
 
     def host_source(self) -> str:
@@ -152,17 +158,18 @@ class Fft(KernelSpec):
     def schedules(self) -> list[Schedule]:
         """The original 48 (speed knobs left out, so keys and winners carry over), each of
         them as Stockham radix 4, 8 and 16 with the swizzles of SPACE_SWIZZLES, and the 24
-        with vector_width 2 as radix 8, 16 and 32 with single_buffer=1: 480 in all (radix 2
-        and the other swizzles are accepted, but not searched)."""
+        with vector_width 2 as radix 8, 16 and 32 with single_buffer=1, every Stockham one
+        with stage_twiddles=1: 480 in all (radix 2, the other swizzles and stage_twiddles=0
+        are accepted, but not searched)."""
         base = [Schedule.of(**dict(zip(BASE_SPACE, v, strict=True))) for v in itertools.product(*BASE_SPACE.values())]
         speed = [
-            Schedule.of(**s.as_dict(), stockham=radix, swizzle=swz)
+            Schedule.of(**s.as_dict(), stockham=radix, swizzle=swz, stage_twiddles=1)
             for s in base
             for radix in DOUBLE_BUFFER_RADICES
             for swz in SPACE_SWIZZLES[radix]
         ]
         single = [
-            Schedule.of(**s.as_dict(), stockham=radix, swizzle=swz, single_buffer=1)
+            Schedule.of(**s.as_dict(), stockham=radix, swizzle=swz, single_buffer=1, stage_twiddles=1)
             for s in base
             if s.vector_width == 2
             for radix in SINGLE_BUFFER_RADICES
@@ -183,7 +190,8 @@ class Fft(KernelSpec):
         if schedule.items_per_invocation < 1:
             raise InvalidSchedule(self.name, schedule, f"items_per_invocation {schedule.items_per_invocation} < 1")
         radix, single = self.knob(schedule, "stockham"), self.knob(schedule, "single_buffer")
-        reason = speed_knob_problem(radix, self.knob(schedule, "swizzle"), single)
+        staged = self.knob(schedule, "stage_twiddles")
+        reason = speed_knob_problem(radix, self.knob(schedule, "swizzle"), single, staged)
         if not reason and single:
             reason = single_buffer_problem(n, radix, schedule.items_per_invocation, schedule.workgroup_size)
         if reason:
@@ -223,12 +231,14 @@ class Fft(KernelSpec):
         values = {"WG": schedule.workgroup_size, "N": n, "LOGN": n.bit_length() - 1, "T": items}
         values |= {"ELEM": elem, "LOAD": load, "STORE": store}
         radix, entry = self.knob(schedule, "stockham"), "main"
+        table = twiddles(n)
         radix2_source, stockham_source = self.template().split(STOCKHAM_MARK)
         if radix:
             template, entry = radix2_source + STOCKHAM_MARK + stockham_source, "main_stockham"
-            single = bool(self.knob(schedule, "single_buffer"))
+            single, staged = bool(self.knob(schedule, "single_buffer")), bool(self.knob(schedule, "stage_twiddles"))
+            table = stage_twiddles(n, radix, table) if staged else table
             values |= {
-                "STAGES": stockham_stages(n, radix, single),
+                "STAGES": stockham_stages(n, radix, single, staged),
                 "BUFFERS": stockham_buffers(buffer_count(n, radix, single)),
             }
             values |= {"SWIZZLE": swizzle_expr(self.knob(schedule, "swizzle"))}
@@ -238,7 +248,7 @@ class Fft(KernelSpec):
             source=source,
             args=[
                 Arg("x", "read", _as_signals(inputs["x"], problem)),
-                Arg("twiddle", "read", twiddles(n)),
+                Arg("twiddle", "read", table),
                 Arg("y", "storage", dtype=np.float32, shape=(batch, n, 2), output=True),
                 Arg("params", "uniform", np.array([batch, groups, 0, 0], np.uint32)),
             ],
@@ -254,7 +264,7 @@ class Fft(KernelSpec):
         return {"x": signals, "y": signals}
 
 
-def speed_knob_problem(stockham: int, swizzle: int, single_buffer: int = 0) -> str:
+def speed_knob_problem(stockham: int, swizzle: int, single_buffer: int = 0, stage_tw: int = 0) -> str:
     """Why the speed knob values can't form a kernel, or ''."""
     if stockham not in STOCKHAM_RADICES:
         return f"stockham {stockham} not in {STOCKHAM_RADICES}"
@@ -266,6 +276,10 @@ def speed_knob_problem(stockham: int, swizzle: int, single_buffer: int = 0) -> s
         return f"single_buffer {single_buffer} not in (0, 1)"
     if single_buffer and not stockham:
         return f"single_buffer {single_buffer} needs stockham > 0 (the radix-2 kernel works in place)"
+    if stage_tw not in (0, 1):
+        return f"stage_twiddles {stage_tw} not in (0, 1)"
+    if stage_tw and not stockham:
+        return f"stage_twiddles {stage_tw} needs stockham > 0 (the radix-2 kernel reads the half table)"
     return ""
 
 

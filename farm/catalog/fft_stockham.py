@@ -71,29 +71,51 @@ def swizzle_expr(swizzle: int) -> str:
     return "i ^ " + " ^ ".join(flips)
 
 
-def stockham_stages(n: int, radix: int, single: bool = False) -> str:
+def stockham_stages(n: int, radix: int, single: bool = False, stage_table: bool = False) -> str:
     """The unrolled stages of `main_stockham` (see kernels/fft.wgsl); with `single`, the
-    stages between the first and the last through one buffer (`_exchange`)."""
+    stages between the first and the last through one buffer (`_exchange`); with
+    `stage_table`, twiddles read from `stage_twiddles(n, radix, half)` instead of the half table."""
     radices = stage_radices(n, radix)
-    lines, ns = [], 1
+    lines, ns, base = [], 1, 0
     for s, r in enumerate(radices):
         first, last = s == 0, s == len(radices) - 1
+        table = base if stage_table else None
         if single and not first and not last:
-            lines += _exchange(n, r, ns)
+            lines += _exchange(n, r, ns, table)
         else:
             src, dst = ("s0", "s0") if single else (f"s{(s + 1) % 2}", f"s{s % 2}")
-            lines += _stage(n, r, ns, first=first, last=last, src=src, dst=dst)
+            lines += _stage(n, r, ns, first=first, last=last, src=src, dst=dst, table=table)
+        base += (r - 1) * ns if ns > 1 else 0
         ns *= r
     return "\n    ".join(lines)
 
 
-def _exchange(n: int, r: int, ns: int) -> list[str]:
+def stage_twiddles(n: int, radix: int, half: np.ndarray) -> np.ndarray:
+    """The twiddles of every Stockham stage with ns > 1, laid out [stage][q - 1][k] (k < ns,
+    q < r) as (entries, 2) f32: the lanes of a warp (consecutive units j, so consecutive
+    k = j mod ns) read consecutive entries, where the half table's t = k·m puts them m
+    entries apart (radix 32 at n = 1024: 31 loads a thread, up to 32 cache lines each).
+    Each entry is the half table's `half[t mod n/2]`, negated for t >= n/2: bit for bit
+    the values the half table gives."""
+    blocks, ns = [], 1
+    for r in stage_radices(n, radix):
+        if ns > 1:
+            k = np.arange(ns)
+            for q in range(1, r):
+                t = k * (q * n // (r * ns))
+                w = half[t % (n // 2)]
+                blocks.append(np.where((t >= n // 2)[:, None], -w, w))
+        ns *= r
+    return np.concatenate(blocks).astype(np.float32) if blocks else half[:1].copy()
+
+
+def _exchange(n: int, r: int, ns: int, table: int | None = None) -> list[str]:
     """A middle Stockham stage through the one buffer s0: each thread (lid < T·n/r: one unit)
     reads its r points, all wait at a barrier, then each writes its r outputs; a barrier after."""
     units, stride = n // r, n // r
     read = [f"v{q} = s0[slot(tr, j + {q * stride}u)];" for q in range(r)]
     body = []
-    body += _twiddles(n, r, ns)
+    body += _twiddles(n, r, ns, table)
     body += _dft([f"v{q}" for q in range(r)], "y")
     body.append(f"let o = (j / {ns}u) * {ns * r}u + j % {ns}u;")
     body += [f"s0[slot(tr, o + {q * ns}u)] = y{q};" for q in range(r)]
@@ -104,14 +126,14 @@ def _exchange(n: int, r: int, ns: int) -> list[str]:
     return out
 
 
-def _stage(n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str) -> list[str]:
+def _stage(n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str, table: int | None = None) -> list[str]:
     """One Stockham stage over the workgroup's T·n/r units, then a barrier unless last."""
     units, stride = n // r, n // r
     body = [f"let tr = u / {units}u;", f"let j = u % {units}u;", "let g = min(first + tr, p.batch - 1u);"]
     for q in range(r):
         point = f"j + {q * stride}u"
         body.append(f"var v{q} = load(g * N + {point});" if first else f"var v{q} = {src}[slot(tr, {point})];")
-    body += _twiddles(n, r, ns)
+    body += _twiddles(n, r, ns, table)
     body += _dft([f"v{q}" for q in range(r)], "y")
     if last:
         body.append("if (first + tr < p.batch) {")
@@ -124,19 +146,24 @@ def _stage(n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str)
     return out + ([] if last else ["workgroupBarrier();"])
 
 
-def _twiddles(n: int, r: int, ns: int) -> list[str]:
+def _twiddles(n: int, r: int, ns: int, table: int | None = None) -> list[str]:
     """WGSL lines multiplying v1..v(r-1) of unit j by their twiddles exp(-2πi·t/n),
     t = k·m with k = j mod ns and m = q·n/(r·ns). The twiddle 1 (t = 0, exactly where k = 0:
     one compare for all q) is applied exactly, as in `twiddled`; t = n/2 never occurs (k·q =
     r·ns/2, a power of two, would need k = 2^b < ns and q = 2^c < r with b + c = log2(r·ns) - 1,
     over their most, log2(r·ns) - 2), so -1 needs no case of its own; and the half-period
-    table is read directly, with no sign select, for a point q whose every t is under n/2."""
+    table is read directly, with no sign select, for a point q whose every t is under n/2.
+    With `table` (this stage's first entry in `stage_twiddles`), point q reads entry
+    table + (q - 1)·ns + k, the same value."""
     if ns == 1:
         return []
     lines = [f"let k = j % {ns}u;", "let k0 = k == 0u;"]
     for q in range(1, r):
         m = q * n // (r * ns)
-        w = f"twiddle[k * {m}u]" if (ns - 1) * m < n // 2 else f"tw(k * {m}u)"
+        if table is not None:
+            w = f"twiddle[{table + (q - 1) * ns}u + k]"
+        else:
+            w = f"twiddle[k * {m}u]" if (ns - 1) * m < n // 2 else f"tw(k * {m}u)"
         lines.append(f"v{q} = select(cmul(v{q}, {w}), v{q}, k0);")
     return lines
 
@@ -200,5 +227,6 @@ def emitter_source() -> str:
         stockham_buffers,
         buffer_count,
         _twiddles,
+        stage_twiddles,
     ]
     return "".join(inspect.getsource(f) for f in shaping) + repr(SWIZZLE_MAP)
