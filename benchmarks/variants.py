@@ -60,6 +60,12 @@ GEMM_S15 = {  # size -> (label, knobs): part 32's winner first, then a runner-up
     2048: [("128x128 8x8 wc8", _S15_8X8), ("64x128 8x4", _S15_8X4 | dict(tile_k=8))],
     4096: [("64x128 8x4 wc8", _S15_8X4 | dict(warp_cols=8)), ("128x128 8x8", GEMM_S14)],
 }
+_S15_DB2 = _S15_8X4 | dict(workgroup_size=128, tile_n=64, double_buffer=2, warp_cols=8)  # part 34's 1024^3 winner
+GEMM_S16 = {  # size -> (label, knobs): the best of parts 32 and 34, then a runner-up shape
+    1024: [("64x64 8x4 db2 wc8", _S15_DB2), ("64x128 8x4 wc8", _S15_8X4 | dict(warp_cols=8))],
+    2048: [("128x128 8x8 wc8", _S15_8X8), ("64x128 8x4 k8", _S15_8X4 | dict(tile_k=8, pad_shared=0))],
+    4096: [("64x128 8x4 wc8", _S15_8X4 | dict(warp_cols=8)), ("128x128 8x8", GEMM_S14)],
+}
 FFT_S14 = dict(workgroup_size=256, items_per_invocation=2, vector_width=2, single_buffer=1, stockham=16, swizzle=1)
 
 
@@ -156,6 +162,16 @@ CASES = [
         )
         for size in (1024, 2048, 4096)
     ),
+    # session 16: the best schedules of session 15 with the k steps of a slice in a loop and written out
+    *(
+        (
+            "gemm",
+            Problem.of(m=size, k=size, n=size),
+            Problem.of(m=64, k=64, n=64),
+            [(f"{label} unroll{u}", s(**knobs | dict(unroll_k=u))) for label, knobs in GEMM_S16[size] for u in (0, 1)],
+        )
+        for size in (1024, 2048, 4096)
+    ),
     (
         "fft",
         Problem.of(n=1024, batch=16384),
@@ -224,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--allow-cpu", action="store_true")
     parser.add_argument("--kernels", default="", help="comma-separated: only these kernels' cases")
+    parser.add_argument("--match", default="", help="only the cases with a variant whose label holds this text")
     args = parser.parse_args(argv)
     only = {k for k in args.kernels.split(",") if k}
     device = benchmark_device(args.allow_cpu)
@@ -234,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'kernel':<13} {'variant':<18} {'status':<16} {'median_us':>10} {'vs winner':>9}  (kernel-only, "
           "TrialBench: GPU timestamps on GPUs; each row's method in variants.json)")  # fmt: skip
     for kernel, gpu_problem, cpu_problem, variants in CASES:
-        if only and kernel not in only:
+        if (only and kernel not in only) or not any(args.match in label for label, _ in variants):
             continue
         problem = cpu_problem if device.profile.is_cpu else gpu_problem
         catalog.get(kernel)  # fail early on an unknown kernel

@@ -138,8 +138,10 @@ def test_gemm_rejects_inconsistent_knobs_naming_the_knob(device, schedule, reaso
 
 def test_gemm_space_holds_only_consistent_schedules(device):
     schedules = SPEC.schedules()
-    assert 200 <= len(schedules) <= 1000
+    assert 200 <= len(schedules) <= 1300
     assert len(set(schedules)) == len(schedules)
+    twins = [s for s in schedules if s.get("unroll_k", 0)]
+    assert len(twins) == 276 and all(s.get("shared_vec4", 0) for s in twins)
     assert SPEC.default in schedules
     problem = SPEC.problem(m=37, k=129, n=65)
     storage_limit = device.profile.limit("max-compute-workgroup-storage-size")
@@ -255,7 +257,8 @@ def test_gemm_pad_shared_widens_each_a_row_in_workgroup_memory(speed, pad):
 def test_gemm_speed_space_uses_each_knob_and_only_valid_layouts(device):
     speed = SPEC.speed_schedules()
     assert 300 <= len(speed) <= 400
-    original = SPEC.schedules()[: -(len(speed) + len(SPEC.split_schedules()) + len(SPEC.big_schedules()))]
+    added = len(speed) + len(SPEC.split_schedules()) + len(SPEC.big_schedules()) + len(SPEC.unroll_schedules())
+    original = SPEC.schedules()[:-added]
     assert not set(speed) & set(original)
     combos = {(s.get("shared_vec4", 0), s.get("pad_shared", 0), s.get("warp_cols", 0)) for s in speed}
     assert combos == {(1, 0, 0), (1, 1, 0), (0, 1, 0), (1, 1, 8)}
@@ -384,3 +387,42 @@ def test_gemm_double_buffer_2_unrolls_the_slice_loop_by_two():
         gemm_schedule(64, 64, 4, 4, bk=16, db=1, vw=4), problem
     )
     assert sum(s.get("double_buffer", 0) == 2 for s in SPEC.schedules()) > 100
+
+
+# -- unroll_k: a slice's k steps written out ------------------------------------------
+
+UNROLL_K = [
+    gemm_schedule(64, 64, 8, 4, bk=16, db=2, vw=4, shared_vec4=1, pad_shared=1, warp_cols=8),
+    gemm_schedule(64, 128, 8, 4, bk=16, db=0, vw=4, shared_vec4=1, pad_shared=1, warp_cols=8),
+    gemm_schedule(128, 128, 8, 8, bk=8, db=1, vw=4, shared_vec4=1, pad_shared=1),
+    gemm_schedule(32, 64, 2, 4, bk=8, db=0, vw=1, pad_shared=1),
+    gemm_schedule(16, 32, 1, 2, bk=32, db=1, vw=1),
+]
+
+
+@pytest.mark.parametrize("m,k,n", [(70, 129, 130), (1, 1, 1), (64, 48, 128)])
+@pytest.mark.parametrize("schedule", UNROLL_K, ids=str)
+def test_gemm_unroll_k_gives_the_loop_s_results_bit_for_bit(device, schedule, m, k, n):
+    # The same fmas in the same order: only where the indices come from changes.
+    problem = SPEC.problem(m=m, k=k, n=n)
+    if SPEC.workgroup_bytes(schedule, problem) > device.profile.limit("max-compute-workgroup-storage-size"):
+        pytest.skip("too much workgroup memory on this adapter")
+    unrolled = Schedule.of(**schedule.as_dict(), unroll_k=1)
+    inputs = SPEC.generate(problem, 5)
+    np.testing.assert_array_equal(run(device, SPEC, unrolled, problem, inputs)["c"],
+                                  run(device, SPEC, schedule, problem, inputs)["c"])  # fmt: skip
+    assert oracle.certify(SPEC, unrolled, problem, device).status is Status.OK
+
+
+def test_gemm_unroll_k_writes_every_k_step_with_constant_offsets(device):
+    problem = SPEC.problem(m=64, k=64, n=64)
+    inputs = SPEC.generate(problem, 0)
+    schedule = Schedule.of(**UNROLL_K[1].as_dict(), unroll_k=1)  # 64x128, 8x4, bk 16, vec4 tiles, A rows padded
+    source = SPEC.launch(schedule, problem, inputs).source
+    assert "for (var kk" not in source and "kk" not in source
+    # A's k-rows are (64 + 4) / 4 = 17 vec4s apart, B's 128 / 4 = 32; THM = 8, THN = 32
+    assert "let a_base = buf * 272u + ty;" in source and "let b_base = buf * 512u + tx;" in source
+    assert "let a_1 = a_tile[a_base + 263u];" in source  # step 15: 15 * 17 + 1 * 8
+    assert "let b_0 = b_tile[b_base + 480u];" in source  # step 15: 15 * 32
+    with pytest.raises(InvalidSchedule, match=r"unroll_k 2 not in \(0, 1\)"):
+        SPEC.check(Schedule.of(**UNROLL_K[1].as_dict(), unroll_k=2), problem, device.profile)

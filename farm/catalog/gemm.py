@@ -27,7 +27,7 @@ REG_TILES = (1, 2, 4, 8)
 THREADS = (64, 128, 256)
 MAX_SPACE_WORKGROUP_BYTES = 48 * 1024  # the largest limit we target (H200); adapters may reject more
 # The speed knobs: absent from the default and from the original space's schedules, 0 = off.
-SPEED_KNOBS = {"shared_vec4": 0, "pad_shared": 0, "warp_cols": 0, "split_k": 0}
+SPEED_KNOBS = {"shared_vec4": 0, "pad_shared": 0, "warp_cols": 0, "split_k": 0, "unroll_k": 0}
 SPLIT_SUM_WG = 256  # threads per workgroup of split_k's summing pass
 # split_k's schedules: the tilings that won 1024^3-4096^3 on the H200 and their neighbours
 # (bm, bn, tm, tn), where the tiles alone fill the GPU least.
@@ -66,6 +66,7 @@ class Gemm(KernelSpec):
         "pad_shared": (0, 1),
         "warp_cols": WARP_COLS,
         "split_k": SPLIT_K,
+        "unroll_k": (0, 1),
     }
     default = Schedule.of(
         workgroup_size=64,
@@ -104,7 +105,7 @@ class Gemm(KernelSpec):
     # -- schedules -----------------------------------------------------------------
     def schedules(self) -> list[Schedule]:
         """The original space (~550, speed knobs left out, so keys and winners carry over)
-        plus `speed_schedules()`, `split_schedules()` and `big_schedules()`."""
+        plus `speed_schedules()`, `split_schedules()`, `big_schedules()` and `unroll_schedules()`."""
         out = []
         for bm, bn, tm, tn, bk, db, vw in itertools.product(
             TILES, TILES, REG_TILES, REG_TILES, self.space["tile_k"], (0, 1), (1, 4)
@@ -117,7 +118,7 @@ class Gemm(KernelSpec):
             if threads not in THREADS or workgroup_bytes(bm, bn, bk, db) > MAX_SPACE_WORKGROUP_BYTES:
                 continue
             out.append(_schedule(Tiling(threads, bm, bn, bk, tm, tn, vw, db)))
-        return out + self.speed_schedules() + self.split_schedules() + self.big_schedules()
+        return out + self.speed_schedules() + self.split_schedules() + self.big_schedules() + self.unroll_schedules()
 
     def speed_schedules(self) -> list[Schedule]:
         """The speed variants worth timing (354): double_buffer 0, 1 and 2, vec4 global loads, register tiles of 4 or
@@ -156,6 +157,12 @@ class Gemm(KernelSpec):
             for (bm, bn, tm, tn), bk, db in itertools.product(BIG_TILINGS, (8, 16), (0, 1))
         )
 
+    def unroll_schedules(self) -> list[Schedule]:
+        """unroll_k=1 twins of the speed and big schedules with vec4 workgroup tiles (the
+        layout every H200 winner since session 3 had): 276."""
+        twins = [s for s in self.speed_schedules() + self.big_schedules() if s.get("shared_vec4", 0)]
+        return [Schedule.of(**s.as_dict(), unroll_k=1) for s in twins]
+
     def knobs(self, schedule: Schedule) -> dict[str, int]:
         """Every kernel knob, taking the default's value (0 for the speed knobs) for any
         the schedule leaves out."""
@@ -177,6 +184,7 @@ class Gemm(KernelSpec):
             pad_shared=k["pad_shared"],
             warp_cols=k["warp_cols"],
             split_k=k["split_k"],
+            unroll_k=k["unroll_k"],
         )
 
     def check_knobs(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
@@ -267,7 +275,7 @@ def _wgmem(t: Tiling) -> int:
 
 def _schedule(t: Tiling) -> Schedule:
     """The schedule for tiling `t`, leaving out speed knobs that are 0."""
-    speed = {"shared_vec4": t.shared_vec4, "pad_shared": t.pad_shared, "warp_cols": t.warp_cols, "split_k": t.split_k}
+    speed = {name: getattr(t, name) for name in SPEED_KNOBS}
     return Schedule.of(
         workgroup_size=t.threads,
         items_per_invocation=t.tm * t.tn,

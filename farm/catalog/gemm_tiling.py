@@ -35,7 +35,10 @@ emits the original kernel):
   splits k's slices into that many ranges, one workgroup per (tile, range) writing a
   partial tile to a scratch of split_k·m·n floats, and a second pass sums the partials in
   range order into C: more workgroups where the tiles alone leave SMs idle (1024^3 at
-  64×64: 256 tiles on 132 SMs).
+  64×64: 256 tiles on 132 SMs);
+- `unroll_k`: 0 leaves a slice's k steps in a WGSL loop (`for kk < BK`), for the driver to
+  unroll or not; 1 writes the BK steps out as straight-line code, every workgroup-memory
+  index a compile-time offset from one base per slice.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class Tiling:
     pad_shared: int = 0
     warp_cols: int = 0
     split_k: int = 0
+    unroll_k: int = 0
 
     @property
     def splits(self) -> int:
@@ -162,7 +166,10 @@ def _puts(t: Tiling) -> dict[str, list[str]]:
 
 
 def _multiply(t: Tiling) -> list[str]:
-    """One slice's k loop: read the thread's A and B values, TM·TN fmas."""
+    """One slice's k loop: read the thread's A and B values, TM·TN fmas (with unroll_k,
+    the BK steps written out: `_unrolled_multiply`)."""
+    if t.unroll_k:
+        return _unrolled_multiply(t)
     if not t.shared_vec4:
         step = ["let a_base = (buf * BK + kk) * AS + ty;", "let b_base = (buf * BK + kk) * BN + tx;"]
         step += [f"let a_{i} = a_tile[a_base + {i * (t.bm // t.tm)}u];" for i in range(t.tm)]
@@ -179,6 +186,28 @@ def _multiply(t: Tiling) -> list[str]:
             for j in range(t.tn)
         ]
     return ["for (var kk = 0u; kk < BK; kk++) {", *("    " + line for line in step), "}"]
+
+
+def _unrolled_multiply(t: Tiling) -> list[str]:
+    """The BK k steps of `_multiply` as straight-line blocks: step kk reads A and B at
+    kk rows past the slice's bases (one each, computed once), offsets known at compile time."""
+    thm, thn, lane = t.bm // t.tm, t.bn // t.tn, "xyzw"
+    vec = 4 if t.shared_vec4 else 1
+    a_row, b_row = (t.bm + t.pad) // vec, t.bn // vec
+    out = [f"let a_base = buf * {t.bk * a_row}u + ty;", f"let b_base = buf * {t.bk * b_row}u + tx;"]
+    for kk in range(t.bk):
+        step = [f"let a_{i} = a_tile[a_base + {kk * a_row + i * thm}u];" for i in range(t.tm // vec)]
+        step += [f"let b_{j} = b_tile[b_base + {kk * b_row + j * thn}u];" for j in range(t.tn // vec)]
+        if vec == 1:
+            step += [f"acc_{i}_{j} = fma(a_{i}, b_{j}, acc_{i}_{j});" for i in range(t.tm) for j in range(t.tn)]
+        else:
+            step += [
+                f"acc_{i}_{j} = fma(a_{i // 4}.{lane[i % 4]}, b_{j // 4}.{lane[j % 4]}, acc_{i}_{j});"
+                for i in range(t.tm)
+                for j in range(t.tn)
+            ]
+        out += ["{", *("    " + line for line in step), "}"]
+    return out
 
 
 def _write(t: Tiling) -> list[str]:
@@ -225,7 +254,7 @@ def first_problem(t: Tiling, items: int | None = None) -> str:
 
 def _speed_problem(t: Tiling) -> str:
     """The first reason the speed knobs can't apply to this tiling, or ''."""
-    for name in ("shared_vec4", "pad_shared"):
+    for name in ("shared_vec4", "pad_shared", "unroll_k"):
         if getattr(t, name) not in (0, 1):
             return f"{name} {getattr(t, name)} not in (0, 1)"
     if t.shared_vec4 and (t.tm % 4 or t.tn % 4):
@@ -246,4 +275,15 @@ def _speed_problem(t: Tiling) -> str:
 
 
 # The unrolling code Gemm.host_source hashes, in this order.
-EMITTERS = (unrolled_blocks, _layout, _tiles, _puts, _multiply, _write, _k_range, _split_output, Tiling)
+EMITTERS = (
+    unrolled_blocks,
+    _layout,
+    _tiles,
+    _puts,
+    _multiply,
+    _unrolled_multiply,
+    _write,
+    _k_range,
+    _split_output,
+    Tiling,
+)
