@@ -60,6 +60,7 @@
 #            and benched alone (stage_twiddles in the space), fft_twiddles.py again (clocks up)
 #   part 36: (one GPU) gemm's unroll_k 0 against 1 on session 15's best schedules (variants.py
 #            --match unroll), then gemm tuned (unroll_k twins in the space) and benched alone
+#   part 37: (one GPU) parts 35 (without its second A/B) and 36 in one call
 #   part 18: (one GPU) recurrent tuned alone on a fresh database and benched (prefetch=1 in the
 #            space), then on the same winners sweep_vs_bench.py and the recurrent sweep
 # Results land flat in $OUT (the device tool brings back at most 8 files).
@@ -199,6 +200,14 @@ case "${PART:-1}" in
       step 150 python3 -m farm tune gemm --gpus 1 --db "sqlite:///$W/gemm.db" --out "$W/artifacts"
       step 80 python3 -m farm bench --kernels gemm --db "sqlite:///$W/gemm.db" --out "$W/gbench"
       cp "$W"/gbench/bench.md "$OUT"/gemm-bench.md; cp "$W"/gbench/bench.json "$OUT"/gemm-bench.json ;;  # session 16: gemm unroll_k A/B, then gemm tuned and benched alone
+  37) step 60 python3 benchmarks/fft_twiddles.py --out "$W/ftw"; cp "$W"/ftw/fft-twiddles.json "$OUT"/ 2>/dev/null
+      step 90 python3 -m farm tune fft --gpus 1 --db "sqlite:///$W/fft.db" --out "$W/artifacts"
+      step 50 python3 -m farm bench --kernels fft --db "sqlite:///$W/fft.db" --out "$W/fbench"
+      cp "$W"/fbench/bench.md "$OUT"/fft-bench.md; cp "$W"/fbench/bench.json "$OUT"/fft-bench.json
+      step 80 python3 benchmarks/variants.py --kernels gemm --match unroll --out "$W/variants"; cp "$W"/variants/variants.json "$OUT"/ 2>/dev/null
+      step 130 python3 -m farm tune gemm --gpus 1 --db "sqlite:///$W/gemm.db" --out "$W/artifacts"
+      step 70 python3 -m farm bench --kernels gemm --db "sqlite:///$W/gemm.db" --out "$W/gbench"
+      cp "$W"/gbench/bench.md "$OUT"/gemm-bench.md; cp "$W"/gbench/bench.json "$OUT"/gemm-bench.json ;;  # session 16: parts 35 and 36 in one call (one cold start)
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
