@@ -349,6 +349,8 @@ BAD_ENTRIES = {
     "median_huge_int": (_entry(median_ns=10**400), "median_ns must be a finite positive number"),
     "median_string": (_entry(median_ns="5"), "median_ns must be a finite positive number"),
     "median_bool": (_entry(median_ns=True), "median_ns must be a finite positive number"),
+    "median_negative": (_entry(median_ns=-1), "median_ns must be a finite positive number, got -1"),
+    "median_zero": (_entry(median_ns=0.0), "median_ns must be a finite positive number, got 0.0"),
     "speedup_negative": (_entry(speedup=-2.0), "speedup must be a finite positive number"),
     "problem_float": (_entry(problem="m=4.5,n=8"), "problem must look like"),
     "problem_huge": (_entry(problem="m=99999999999999999999,n=8"), "problem must look like"),

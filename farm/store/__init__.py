@@ -5,7 +5,7 @@ Store (see docs/internals.md, "Store").
 """
 
 from farm.store.database import ReadOnlyStoreError, Store, database_url, farm_home, open_existing, open_store
-from farm.store.export import SCHEDULES_FORMAT, export_schedules, load_schedules_file, write_schedules_file
+from farm.store.export import SCHEDULES_FORMAT, export_schedules, write_schedules_file
 from farm.store.listing import format_winners, resolve_topology
 from farm.store.records import WinnerRecord
 from farm.store.repo import (
@@ -38,7 +38,6 @@ __all__ = [
     "farm_home",
     "finish_campaign",
     "format_winners",
-    "load_schedules_file",
     "open_existing",
     "open_store",
     "record_sweep",
