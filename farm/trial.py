@@ -1,7 +1,8 @@
 """A trial: one (topology, kernel, source, problem, schedule) measured and certified.
 
-A ground-floor value module (like farm.schedule): the worker makes these, the store
-records them, the campaign and the dashboard read them back.
+A value module one floor up from farm.schedule (floor 1: it carries farm.gpu's Timing):
+the worker makes these, the store records them, the campaign and the dashboard read them
+back.
 
 Failures are data (a Status and a message), never missing rows.
 """
