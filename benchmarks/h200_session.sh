@@ -208,6 +208,19 @@ case "${PART:-1}" in
       step 130 python3 -m farm tune gemm --gpus 1 --db "sqlite:///$W/gemm.db" --out "$W/artifacts"
       step 70 python3 -m farm bench --kernels gemm --db "sqlite:///$W/gemm.db" --out "$W/gbench"
       cp "$W"/gbench/bench.md "$OUT"/gemm-bench.md; cp "$W"/gbench/bench.json "$OUT"/gemm-bench.json ;;  # session 16: parts 35 and 36 in one call (one cold start)
+  38) step 60 python3 benchmarks/variants.py --kernels gemm --match s16b --out "$W/variants"; cp "$W"/variants/variants.json "$OUT"/ 2>/dev/null
+      step 100 python3 -m farm tune gemm --gpus 1 --db "sqlite:///$W/gemm.db" --out "$W/artifacts"
+      step 50 python3 -m farm bench --kernels gemm --db "sqlite:///$W/gemm.db" --out "$W/gbench"
+      cp "$W"/gbench/bench.md "$OUT"/gemm-bench.md; cp "$W"/gbench/bench.json "$OUT"/gemm-bench.json; cp "$W"/gemm.db "$OUT"/
+      step 180 python3 -m farm tune gemm --gpus 1 --budget 200 --db "sqlite:///$W/gemm200.db" --out "$W/artifacts"
+      step 50 python3 -m farm bench --kernels gemm --db "sqlite:///$W/gemm200.db" --out "$W/gbench200"
+      cp "$W"/gbench200/bench.md "$OUT"/gemm200-bench.md; cp "$W"/gbench200/bench.json "$OUT"/gemm200-bench.json; cp "$W"/gemm200.db "$OUT"/
+      step 70 python3 -m farm tune fft --gpus 1 --db "sqlite:///$W/fft.db" --out "$W/artifacts"
+      step 40 python3 -m farm bench --kernels fft --db "sqlite:///$W/fft.db" --out "$W/fbench"
+      cp "$W"/fbench/bench.md "$OUT"/fft-bench.md; cp "$W"/fbench/bench.json "$OUT"/fft-bench.json ;;  # session 16b: split_k with unroll_k at 1024^3, the default budget and 200, fft again
+  39) step 60 python3 benchmarks/variants.py --kernels gemm --match s16b --out "$W/variants"; cp "$W"/variants/variants.json "$OUT"/ 2>/dev/null
+      step 300 python3 -m farm tune gemm --gpus 1 --strategy exhaustive --sizes "gemm:m=1024,k=1024,n=1024" --db "sqlite:///$W/gemm1024.db" --out "$W/artifacts"
+      cp "$W"/gemm1024.db "$OUT"/ ;;  # session 16c: part 38's variants (their file was left out), 1024^3's whole landscape
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)

@@ -69,6 +69,46 @@ GEMM_S16 = {  # size -> (label, knobs): the best of parts 32 and 34, then a runn
 FFT_S14 = dict(workgroup_size=256, items_per_invocation=2, vector_width=2, single_buffer=1, stockham=16, swizzle=1)
 
 
+def tile(bm: int, bn: int, tm: int, tn: int, bk: int = 16, db: int = 0, wc: int = 0, split: int = 0) -> dict:
+    """A vec4-tile gemm schedule's knobs (padded A, unroll_k 1): the session-16 layout."""
+    return dict(
+        workgroup_size=(bm // tm) * (bn // tn), items_per_invocation=tm * tn, vector_width=4, double_buffer=db,
+        pad_shared=1, reg_m=tm, reg_n=tn, shared_vec4=1, tile_k=bk, tile_m=bm, tile_n=bn, unroll_k=1,
+    ) | ({"warp_cols": wc} if wc else {}) | ({"split_k": split} if split else {})  # fmt: skip
+
+
+# session 16 (part 38): unroll_k 1 with split_k at 1024^3 (few tiles), warp_cols and buffering at 2048^3
+GEMM_S16B = {
+    1024: [
+        ("64x64 8x4 db1 wc8 (tuned)", tile(64, 64, 8, 4, db=1, wc=8)),
+        ("64x64 8x4 wc8", tile(64, 64, 8, 4, wc=8)),
+        ("64x64 8x4 db2 wc8", tile(64, 64, 8, 4, db=2, wc=8)),
+        ("64x64 8x4 wc8 split2", tile(64, 64, 8, 4, wc=8, split=2)),
+        ("64x64 8x8 split2", tile(64, 64, 8, 8, split=2)),
+        ("64x64 8x8 split4", tile(64, 64, 8, 8, split=4)),
+        ("64x128 8x8 split2", tile(64, 128, 8, 8, split=2)),
+        ("64x128 8x8 wc8 split2", tile(64, 128, 8, 8, wc=8, split=2)),
+        ("64x128 8x8 wc8 split4", tile(64, 128, 8, 8, wc=8, split=4)),
+        ("128x128 8x8 split2", tile(128, 128, 8, 8, split=2)),
+        ("128x128 8x8 wc8 split2", tile(128, 128, 8, 8, wc=8, split=2)),
+        ("128x128 8x8 wc8 split4", tile(128, 128, 8, 8, wc=8, split=4)),
+        ("128x128 8x8 wc8 split8", tile(128, 128, 8, 8, wc=8, split=8)),
+        ("128x128 8x8 wc8 k8 split4", tile(128, 128, 8, 8, bk=8, wc=8, split=4)),
+        ("64x128 8x4 wc8", tile(64, 128, 8, 4, wc=8)),
+        ("32x64 8x4", tile(32, 64, 8, 4)),
+    ],
+    2048: [
+        ("128x128 8x8 (tuned)", tile(128, 128, 8, 8)),
+        ("128x128 8x8 wc8", tile(128, 128, 8, 8, wc=8)),
+        ("128x128 8x8 wc8 k8 db2", tile(128, 128, 8, 8, bk=8, db=2, wc=8)),
+        ("128x128 8x8 wc8 k8", tile(128, 128, 8, 8, bk=8, wc=8)),
+        ("128x128 8x8 wc8 split2", tile(128, 128, 8, 8, wc=8, split=2)),
+        ("64x128 8x8 wc8", tile(64, 128, 8, 8, wc=8)),
+        ("64x128 8x4 wc8", tile(64, 128, 8, 4, wc=8)),
+    ],
+}
+
+
 def big_gemm() -> list[tuple[str, Schedule]]:
     """gemm's 128x256 / 256x128 schedules (session 14), labelled by tile and tile_k."""
     out = []
@@ -171,6 +211,15 @@ CASES = [
             [(f"{label} unroll{u}", s(**knobs | dict(unroll_k=u))) for label, knobs in GEMM_S16[size] for u in (0, 1)],
         )
         for size in (1024, 2048, 4096)
+    ),
+    *(
+        (
+            "gemm",
+            Problem.of(m=size, k=size, n=size),
+            Problem.of(m=64, k=64, n=64),
+            [(f"s16b {label}", s(**knobs)) for label, knobs in GEMM_S16B[size]],
+        )
+        for size in (1024, 2048)
     ),
     (
         "fft",

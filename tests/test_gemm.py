@@ -141,7 +141,8 @@ def test_gemm_space_holds_only_consistent_schedules(device):
     assert 200 <= len(schedules) <= 1300
     assert len(set(schedules)) == len(schedules)
     twins = [s for s in schedules if s.get("unroll_k", 0)]
-    assert len(twins) == 276 and all(s.get("shared_vec4", 0) for s in twins)
+    assert len(twins) == 330 and all(s.get("shared_vec4", 0) for s in twins)
+    assert sum(bool(s.get("split_k", 0)) for s in twins) == 54  # split_k's 30, 24 of them with warp_cols 8 too
     assert SPEC.default in schedules
     problem = SPEC.problem(m=37, k=129, n=65)
     storage_limit = device.profile.limit("max-compute-workgroup-storage-size")
@@ -397,6 +398,7 @@ UNROLL_K = [
     gemm_schedule(128, 128, 8, 8, bk=8, db=1, vw=4, shared_vec4=1, pad_shared=1),
     gemm_schedule(32, 64, 2, 4, bk=8, db=0, vw=1, pad_shared=1),
     gemm_schedule(16, 32, 1, 2, bk=32, db=1, vw=1),
+    gemm_schedule(128, 128, 8, 8, bk=16, vw=4, shared_vec4=1, pad_shared=1, warp_cols=8, split_k=4),  # 1024^3's
 ]
 
 

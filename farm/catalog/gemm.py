@@ -158,10 +158,16 @@ class Gemm(KernelSpec):
         )
 
     def unroll_schedules(self) -> list[Schedule]:
-        """unroll_k=1 twins of the speed and big schedules with vec4 workgroup tiles (the
-        layout every H200 winner since session 3 had): 276."""
+        """unroll_k=1 twins of the speed, big and split schedules with vec4 workgroup tiles
+        (the layout every H200 winner since session 3 had): 276 + 30, and 24 split ones with
+        warp_cols 8 where it is another layout (tiles 16 threads wide), 330 in all. On the
+        H200 unroll_k won 4-11% on 128x128 8x8 tiles (session 16), the tiles split_k needs
+        to fill the GPU at 1024^3."""
         twins = [s for s in self.speed_schedules() + self.big_schedules() if s.get("shared_vec4", 0)]
-        return [Schedule.of(**s.as_dict(), unroll_k=1) for s in twins]
+        split = [Tiling((bm // tm) * (bn // tn), bm, bn, bk, tm, tn, 4, 0, 1, 1, wc, n, unroll_k=1)
+                 for (bm, bn, tm, tn), bk, n, wc in itertools.product(SPLIT_TILINGS, (8, 16), SPLIT_K[1:], (0, 8))
+                 if not wc or bn // tn > wc]  # fmt: skip
+        return [Schedule.of(**s.as_dict(), unroll_k=1) for s in twins] + _fitting(split)
 
     def knobs(self, schedule: Schedule) -> dict[str, int]:
         """Every kernel knob, taking the default's value (0 for the speed knobs) for any
