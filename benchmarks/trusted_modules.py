@@ -56,7 +56,7 @@ def time_interleaved(row: dict, prepared: dict, reps: int, rounds: int) -> None:
     medians: dict[str, list[float]] = {name: [] for name in prepared}
     order = list(prepared)
     for r in range(rounds):
-        for name in order[r % 2 :] + order[: r % 2]:
+        for name in order[r % len(order) :] + order[: r % len(order)]:
             prepared[name].warm_until_clocks(REPORT_WARM_S / 5, REPORT_WARM_MAX_S / 4)
             medians[name].append(prepared[name].time(warmup=3, reps=reps).median_ns / 1e3)
     for name, values in medians.items():

@@ -162,8 +162,10 @@ def test_fft_twiddles_times_each_schedule_with_both_tables_and_checks_them_equal
     run = _run("fft_twiddles.py", "--allow-cpu", "--reps", "2", "--rounds", "2", "--out", str(tmp_path))
     assert run.returncode == 0, run.stderr
     result = json.loads((tmp_path / "fft-twiddles.json").read_text())
-    assert result["problem"] == "n=256,batch=64" and len(result["rows"]) == 4
+    assert result["problem"] == "n=256,batch=64" and len(result["rows"]) == 5
     for row in result["rows"]:
-        assert row["half_certified"] and row["staged_certified"] and row["bit_for_bit"]
-        assert len(row["half_rounds_us"]) == len(row["staged_rounds_us"]) == 2
+        assert row["half_certified"] and row["staged_certified"] and row["products_certified"] and row["bit_for_bit"]
+        assert len(row["half_rounds_us"]) == len(row["staged_rounds_us"]) == len(row["products_rounds_us"]) == 2
         assert row["staged_over_half"] == row["staged_us"] / row["half_us"] > 0
+        assert row["products_over_staged"] == row["products_us"] / row["staged_us"] > 0
+        assert 0 <= row["products_max_rel"] < 1e-5

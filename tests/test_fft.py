@@ -243,7 +243,7 @@ def test_fft_swizzle_permutes_the_points_of_a_transform(swizzle):
 
 def test_fft_space_keeps_the_original_schedules_and_adds_stockham(device):
     schedules = SPEC.schedules()
-    assert len(schedules) == 480 == len(set(schedules))
+    assert len(schedules) == 624 == len(set(schedules))
     assert SPEC.default in schedules
     original = [s for s in schedules if s.knobs == ()]
     assert len(original) == 48
@@ -262,7 +262,9 @@ def test_fft_space_keeps_the_original_schedules_and_adds_stockham(device):
     assert knobs == {(0, 0, 0), (4, 0, 0), (4, 2, 0), (8, 0, 0), (8, 2, 0), (16, 0, 0), (16, 1, 0),
                      (8, 0, 1), (8, 2, 1), (16, 0, 1), (16, 1, 1), (32, 0, 1), (32, 3, 1)}  # fmt: skip
     assert all(s.vector_width == 2 for s in schedules if s.get("single_buffer", 0))
-    assert all(s.get("stage_twiddles", 0) == (s.get("stockham", 0) > 0) for s in schedules)
+    assert all((s.get("stage_twiddles", 0) > 0) == (s.get("stockham", 0) > 0) for s in schedules)
+    products = [s for s in schedules if s.get("stage_twiddles", 0) == 2]
+    assert len(products) == 144 and all(s.get("single_buffer", 0) for s in products)
 
 
 def test_fft_speed_knobs_at_zero_emit_the_original_kernel():
@@ -402,7 +404,7 @@ fn tw_mul(v: vec2<f32>, t: u32) -> vec2<f32> {
 """
 
 
-def _generic_twiddles(n, r, ns, table=None):
+def _generic_twiddles(n, r, ns, table=None, products=False):
     """The twiddle lines before the host specialized them (session 14's): every point through
     tw_mul, which selects the exact 1 and -1 at run time (over today's branch-free `tw`)."""
     if ns == 1:
@@ -498,9 +500,57 @@ def test_fft_stage_twiddles_put_a_warps_lanes_on_consecutive_entries(n, radix):
     assert len(table) == max(base, 1) and "tw(" not in source and "k * " not in source
 
 
-def test_fft_stage_twiddles_need_stockham_and_are_zero_or_one(device):
+def test_fft_stage_twiddles_need_stockham_and_are_zero_one_or_two(device):
     problem = SPEC.problem(n=64, batch=2)
     with pytest.raises(InvalidSchedule, match=r"stage_twiddles 1 needs stockham > 0"):
         SPEC.check(Schedule.of(workgroup_size=64, stage_twiddles=1), problem, device.profile)
-    with pytest.raises(InvalidSchedule, match=r"stage_twiddles 2 not in \(0, 1\)"):
-        SPEC.check(Schedule.of(workgroup_size=64, stockham=4, stage_twiddles=2), problem, device.profile)
+    with pytest.raises(InvalidSchedule, match=r"stage_twiddles 3 not in \(0, 1, 2\)"):
+        SPEC.check(Schedule.of(workgroup_size=64, stockham=4, stage_twiddles=3), problem, device.profile)
+
+
+# -- stage_twiddles 2: the power-of-two points' twiddles read, the others their products --
+
+PRODUCTS = [Schedule.of(**s.as_dict(), stage_twiddles=2) for s in (*STOCKHAM_SCHEDULES, *SINGLE_SCHEDULES)]
+
+
+@pytest.mark.parametrize("n", [4, 64, 512, 1024])
+@pytest.mark.parametrize("schedule", PRODUCTS, ids=str)
+def test_fft_twiddle_products_stay_within_a_few_ulps_of_the_table(device, schedule, n):
+    problem = SPEC.problem(n=n, batch=5)
+    if SPEC.workgroup_bytes(schedule, problem) > device.profile.limit("max-compute-workgroup-storage-size"):
+        pytest.skip("too much workgroup memory on this adapter")
+    table = Schedule.of(**schedule.as_dict() | {"stage_twiddles": 1})
+    try:
+        SPEC.check(table, problem, device.profile)
+    except InvalidSchedule:
+        pytest.skip("schedule invalid at this length")
+    x = SPEC.generate(problem, 3)["x"]
+    got, want = run(device, SPEC, schedule, problem, {"x": x})["y"], run(device, SPEC, table, problem, {"x": x})["y"]
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() <= 64 * np.finfo(np.float32).eps * scale  # log2(n) stages, each a few ulps
+    assert oracle.certify(SPEC, schedule, problem, device).status is Status.OK
+
+
+@pytest.mark.parametrize("n,radix", [(1024, 32), (1024, 16), (256, 8), (64, 4)])
+def test_fft_twiddle_products_read_log2_radix_entries_a_stage(n, radix):
+    # w_q = w_h · w_(q-h), h the largest power of two under q: radix r reads log2(r) entries.
+    from farm.catalog.fft import twiddles
+    from farm.catalog.fft_stockham import stage_radices, stage_twiddles, stockham_stages
+
+    source = stockham_stages(n, radix, stage_table=2)
+    table = stage_twiddles(n, radix, twiddles(n))
+    exact = np.exp(-2j * np.pi * np.arange(n) / n)
+    reads, base, ns = 0, 0, 1
+    for r in stage_radices(n, radix):
+        if ns > 1:
+            reads += r.bit_length() - 1
+            w = {}
+            for q in range(1, r):
+                h = 1 << (q.bit_length() - 1)
+                k = np.arange(ns)
+                entry = table[base + (q - 1) * ns + k]
+                w[q] = entry[:, 0] + 1j * entry[:, 1] if q == h else w[h] * w[q - h]
+                np.testing.assert_allclose(w[q], exact[k * (q * n // (r * ns))], atol=1e-6)
+            base += (r - 1) * ns
+        ns *= r
+    assert source.count("twiddle[") == reads and "cmul(w" in source

@@ -119,7 +119,7 @@ class Fft(KernelSpec):
         "stockham": STOCKHAM_RADICES,
         "swizzle": SWIZZLES,
         "single_buffer": (0, 1),
-        "stage_twiddles": (0, 1),
+        "stage_twiddles": (0, 1, 2),
     }
     default = Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=1)
 
@@ -159,8 +159,9 @@ class Fft(KernelSpec):
         """The original 48 (speed knobs left out, so keys and winners carry over), each of
         them as Stockham radix 4, 8 and 16 with the swizzles of SPACE_SWIZZLES, and the 24
         with vector_width 2 as radix 8, 16 and 32 with single_buffer=1, every Stockham one
-        with stage_twiddles=1: 480 in all (radix 2, the other swizzles and stage_twiddles=0
-        are accepted, but not searched)."""
+        with stage_twiddles=1, and the single-buffered ones (every H200 winner since session 14)
+        again with stage_twiddles=2: 624 in all (radix 2, the other swizzles and
+        stage_twiddles=0 are accepted, but not searched)."""
         base = [Schedule.of(**dict(zip(BASE_SPACE, v, strict=True))) for v in itertools.product(*BASE_SPACE.values())]
         speed = [
             Schedule.of(**s.as_dict(), stockham=radix, swizzle=swz, stage_twiddles=1)
@@ -175,7 +176,8 @@ class Fft(KernelSpec):
             for radix in SINGLE_BUFFER_RADICES
             for swz in SPACE_SWIZZLES[radix]
         ]
-        return base + speed + single
+        products = [Schedule.of(**s.as_dict() | {"stage_twiddles": 2}) for s in single]
+        return base + speed + single + products
 
     def check_knobs(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
         n = problem["n"]
@@ -235,7 +237,7 @@ class Fft(KernelSpec):
         radix2_source, stockham_source = self.template().split(STOCKHAM_MARK)
         if radix:
             template, entry = radix2_source + STOCKHAM_MARK + stockham_source, "main_stockham"
-            single, staged = bool(self.knob(schedule, "single_buffer")), bool(self.knob(schedule, "stage_twiddles"))
+            single, staged = bool(self.knob(schedule, "single_buffer")), self.knob(schedule, "stage_twiddles")
             table = stage_twiddles(n, radix, table) if staged else table
             values |= {
                 "STAGES": stockham_stages(n, radix, single, staged),
@@ -276,8 +278,8 @@ def speed_knob_problem(stockham: int, swizzle: int, single_buffer: int = 0, stag
         return f"single_buffer {single_buffer} not in (0, 1)"
     if single_buffer and not stockham:
         return f"single_buffer {single_buffer} needs stockham > 0 (the radix-2 kernel works in place)"
-    if stage_tw not in (0, 1):
-        return f"stage_twiddles {stage_tw} not in (0, 1)"
+    if stage_tw not in (0, 1, 2):
+        return f"stage_twiddles {stage_tw} not in (0, 1, 2)"
     if stage_tw and not stockham:
         return f"stage_twiddles {stage_tw} needs stockham > 0 (the radix-2 kernel reads the half table)"
     return ""

@@ -71,20 +71,22 @@ def swizzle_expr(swizzle: int) -> str:
     return "i ^ " + " ^ ".join(flips)
 
 
-def stockham_stages(n: int, radix: int, single: bool = False, stage_table: bool = False) -> str:
+def stockham_stages(n: int, radix: int, single: bool = False, stage_table: int = 0) -> str:
     """The unrolled stages of `main_stockham` (see kernels/fft.wgsl); with `single`, the
     stages between the first and the last through one buffer (`_exchange`); with
-    `stage_table`, twiddles read from `stage_twiddles(n, radix, half)` instead of the half table."""
+    `stage_table` 1, twiddles read from `stage_twiddles(n, radix, half)` instead of the half
+    table; with 2, only the power-of-two points' read from it, the others their products."""
     radices = stage_radices(n, radix)
     lines, ns, base = [], 1, 0
     for s, r in enumerate(radices):
         first, last = s == 0, s == len(radices) - 1
         table = base if stage_table else None
+        twiddled = _twiddles(n, r, ns, table, products=stage_table == 2)
         if single and not first and not last:
-            lines += _exchange(n, r, ns, table)
+            lines += _exchange(n, r, ns, twiddled)
         else:
             src, dst = ("s0", "s0") if single else (f"s{(s + 1) % 2}", f"s{s % 2}")
-            lines += _stage(n, r, ns, first=first, last=last, src=src, dst=dst, table=table)
+            lines += _stage(n, r, ns, first=first, last=last, src=src, dst=dst, twiddled=twiddled)
         base += (r - 1) * ns if ns > 1 else 0
         ns *= r
     return "\n    ".join(lines)
@@ -109,13 +111,14 @@ def stage_twiddles(n: int, radix: int, half: np.ndarray) -> np.ndarray:
     return np.concatenate(blocks).astype(np.float32) if blocks else half[:1].copy()
 
 
-def _exchange(n: int, r: int, ns: int, table: int | None = None) -> list[str]:
+def _exchange(n: int, r: int, ns: int, twiddled: list[str]) -> list[str]:
     """A middle Stockham stage through the one buffer s0: each thread (lid < T·n/r: one unit)
-    reads its r points, all wait at a barrier, then each writes its r outputs; a barrier after."""
+    reads its r points, all wait at a barrier, then each writes its r outputs; a barrier after.
+    `twiddled`: the stage's `_twiddles` lines."""
     units, stride = n // r, n // r
     read = [f"v{q} = s0[slot(tr, j + {q * stride}u)];" for q in range(r)]
     body = []
-    body += _twiddles(n, r, ns, table)
+    body += twiddled
     body += _dft([f"v{q}" for q in range(r)], "y")
     body.append(f"let o = (j / {ns}u) * {ns * r}u + j % {ns}u;")
     body += [f"s0[slot(tr, o + {q * ns}u)] = y{q};" for q in range(r)]
@@ -126,14 +129,14 @@ def _exchange(n: int, r: int, ns: int, table: int | None = None) -> list[str]:
     return out
 
 
-def _stage(n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str, table: int | None = None) -> list[str]:
+def _stage(n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str, twiddled: list[str]) -> list[str]:
     """One Stockham stage over the workgroup's T·n/r units, then a barrier unless last."""
     units, stride = n // r, n // r
     body = [f"let tr = u / {units}u;", f"let j = u % {units}u;", "let g = min(first + tr, p.batch - 1u);"]
     for q in range(r):
         point = f"j + {q * stride}u"
         body.append(f"var v{q} = load(g * N + {point});" if first else f"var v{q} = {src}[slot(tr, {point})];")
-    body += _twiddles(n, r, ns, table)
+    body += twiddled
     body += _dft([f"v{q}" for q in range(r)], "y")
     if last:
         body.append("if (first + tr < p.batch) {")
@@ -146,7 +149,7 @@ def _stage(n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str,
     return out + ([] if last else ["workgroupBarrier();"])
 
 
-def _twiddles(n: int, r: int, ns: int, table: int | None = None) -> list[str]:
+def _twiddles(n: int, r: int, ns: int, table: int | None = None, products: bool = False) -> list[str]:
     """WGSL lines multiplying v1..v(r-1) of unit j by their twiddles exp(-2πi·t/n),
     t = k·m with k = j mod ns and m = q·n/(r·ns). The twiddle 1 (t = 0, exactly where k = 0:
     one compare for all q) is applied exactly, as in `twiddled`; t = n/2 never occurs (k·q =
@@ -154,10 +157,19 @@ def _twiddles(n: int, r: int, ns: int, table: int | None = None) -> list[str]:
     over their most, log2(r·ns) - 2), so -1 needs no case of its own; and the half-period
     table is read directly, with no sign select, for a point q whose every t is under n/2.
     With `table` (this stage's first entry in `stage_twiddles`), point q reads entry
-    table + (q - 1)·ns + k, the same value."""
+    table + (q - 1)·ns + k, the same value. With `products` too, only the points q = 2^b read
+    it (log2(r) loads instead of r - 1); every other q's twiddle is w_h · w_(q-h), h the largest
+    power of two under q (w_q = w_1^q: at most log2(r) products deep, so a few ulps; radix 16:
+    4 loads and 11 complex products a unit)."""
     if ns == 1:
         return []
     lines = [f"let k = j % {ns}u;", "let k0 = k == 0u;"]
+    if products and table is not None:
+        for q in range(1, r):
+            h = 1 << (q.bit_length() - 1)
+            w = f"twiddle[{table + (q - 1) * ns}u + k]" if q == h else f"cmul(w{h}, w{q - h})"
+            lines.append(f"let w{q} = {w};")
+        return lines + [f"v{q} = select(cmul(v{q}, w{q}), v{q}, k0);" for q in range(1, r)]
     for q in range(1, r):
         m = q * n // (r * ns)
         if table is not None:
