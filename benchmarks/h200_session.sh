@@ -228,6 +228,9 @@ case "${PART:-1}" in
       step 60 python3 benchmarks/variants.py --kernels gemm --match s16b --out "$W/variants"; cp "$W"/variants/variants.json "$OUT"/ 2>/dev/null
       step 240 python3 -m farm tune gemm --gpus 1 --strategy exhaustive --sizes "gemm:m=1024,k=1024,n=1024" --db "sqlite:///$W/gemm1024.db" --out "$W/artifacts"
       cp "$W"/gemm1024.db "$OUT"/ ;;  # session 16d: fft twiddle products A/B, fft tuned; part 39 (6 files: the device returns 8)
+  41) tune 200; cp .h200/farm.db "$OUT"/farm.db 2>/dev/null
+      step 300 python3 benchmarks/fla_pinned.py --db "$DB" --out "$W/bench"
+      cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 16e: part 32 on session 16's kernels (every issue-17 ratio in one run)
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
