@@ -59,6 +59,8 @@ def test_an_explicit_budget_still_caps_it():
 
 @pytest.mark.parametrize(("argv", "budget", "share"), [
     ([], DEFAULT_BUDGET, SPACE_SHARE), (["--budget", "64"], 64, 0.0), (["--budget", "all"], None, 0.0),
+    (["--strategy", "exhaustive"], None, 0.0),  # the whole space (on the H200 it had measured only 64 of 1270)
+    (["--strategy", "exhaustive", "--budget", "12"], 12, 0.0),
 ])  # fmt: skip
 def test_farm_tune_scales_only_without_budget(argv, budget, share, tmp_path, monkeypatch):
     from farm.cli.main import main

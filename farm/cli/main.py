@@ -189,12 +189,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     _refuse_cpu(args.allow_cpu, "tune", args.ray_address)  # no database or artifacts made for a refusal
     writable_dir(Path(args.out) if args.out else farm_home() / "artifacts", "tuning artifacts")
     scaled = args.budget is SCALED_BUDGET  # no --budget: DEFAULT_BUDGET, the cap growing with the space
+    whole = scaled and args.strategy == "exhaustive"  # exhaustive without --budget: every schedule
     config = TuneConfig(
         kernels=tuple(kernels),
         sizes=sizes,
         strategy=args.strategy,
-        budget=DEFAULT_BUDGET if scaled else args.budget,
-        space_share=SPACE_SHARE if scaled else 0.0,
+        budget=None if whole else DEFAULT_BUDGET if scaled else args.budget,
+        space_share=SPACE_SHARE if scaled and not whole else 0.0,
         reps=args.reps,
         warmup=args.warmup,
         seed=args.seed,
@@ -289,8 +290,8 @@ def _add_tune_parser(sub) -> None:
         type=budget,
         default=SCALED_BUDGET,
         help=f"schedules per kernel and problem, or 'all': an explicit cap (default: {DEFAULT_BUDGET}, the model "
-        f"search growing it to {100 * SPACE_SHARE:.0f}%% of a larger space while it still improves; "
-        "CPU adapters cap it lower)",
+        f"search growing it to {100 * SPACE_SHARE:.0f}%% of a larger space while it still improves; 'all' with "
+        "--strategy exhaustive; CPU adapters cap it lower)",
     )
     p.add_argument("--reps", type=count, default=10, help="timed repetitions per trial")
     p.add_argument("--warmup", type=small_nonnegative_int, default=2, help="untimed runs before timing")
