@@ -459,17 +459,23 @@ def test_fft_stockham_twiddles_never_reach_half_the_period():
 STAGED = [Schedule.of(**s.as_dict(), stage_twiddles=1) for s in (*STOCKHAM_SCHEDULES, *SINGLE_SCHEDULES)]
 
 
+def _skip_unless_runnable(device, schedule: Schedule, other: Schedule, problem) -> None:
+    """Skip where `schedule` needs more workgroup memory than the adapter has, or where the
+    schedule it is compared with is invalid at this length."""
+    if SPEC.workgroup_bytes(schedule, problem) > device.profile.limit("max-compute-workgroup-storage-size"):
+        pytest.skip("too much workgroup memory on this adapter")
+    try:
+        SPEC.check(other, problem, device.profile)
+    except InvalidSchedule:
+        pytest.skip("schedule invalid at this length")
+
+
 @pytest.mark.parametrize("n", [4, 64, 512, 1024])
 @pytest.mark.parametrize("schedule", STAGED, ids=str)
 def test_fft_stage_twiddles_give_the_half_table_bit_for_bit(device, schedule, n):
     problem = SPEC.problem(n=n, batch=5)
-    if SPEC.workgroup_bytes(schedule, problem) > device.profile.limit("max-compute-workgroup-storage-size"):
-        pytest.skip("too much workgroup memory on this adapter")
     half = Schedule.of(**{k: v for k, v in schedule.as_dict().items() if k != "stage_twiddles"})
-    try:
-        SPEC.check(half, problem, device.profile)
-    except InvalidSchedule:
-        pytest.skip("schedule invalid at this length")
+    _skip_unless_runnable(device, schedule, half, problem)
     x = SPEC.generate(problem, 3)["x"]
     x[1, 1, 0], x[3, n - 1, 1] = np.inf, -np.inf  # through the exact twiddle 1 and the negated half
     np.testing.assert_array_equal(run(device, SPEC, schedule, problem, {"x": x})["y"],
@@ -517,13 +523,8 @@ PRODUCTS = [Schedule.of(**s.as_dict(), stage_twiddles=2) for s in (*STOCKHAM_SCH
 @pytest.mark.parametrize("schedule", PRODUCTS, ids=str)
 def test_fft_twiddle_products_stay_within_a_few_ulps_of_the_table(device, schedule, n):
     problem = SPEC.problem(n=n, batch=5)
-    if SPEC.workgroup_bytes(schedule, problem) > device.profile.limit("max-compute-workgroup-storage-size"):
-        pytest.skip("too much workgroup memory on this adapter")
     table = Schedule.of(**schedule.as_dict() | {"stage_twiddles": 1})
-    try:
-        SPEC.check(table, problem, device.profile)
-    except InvalidSchedule:
-        pytest.skip("schedule invalid at this length")
+    _skip_unless_runnable(device, schedule, table, problem)
     x = SPEC.generate(problem, 3)["x"]
     got, want = run(device, SPEC, schedule, problem, {"x": x})["y"], run(device, SPEC, table, problem, {"x": x})["y"]
     scale = np.abs(want).max()
