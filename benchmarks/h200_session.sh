@@ -218,16 +218,13 @@ case "${PART:-1}" in
       step 70 python3 -m farm tune fft --gpus 1 --db "sqlite:///$W/fft.db" --out "$W/artifacts"
       step 40 python3 -m farm bench --kernels fft --db "sqlite:///$W/fft.db" --out "$W/fbench"
       cp "$W"/fbench/bench.md "$OUT"/fft-bench.md; cp "$W"/fbench/bench.json "$OUT"/fft-bench.json ;;  # session 16b: split_k with unroll_k at 1024^3, the default budget and 200, fft again
-  39) step 60 python3 benchmarks/variants.py --kernels gemm --match s16b --out "$W/variants"; cp "$W"/variants/variants.json "$OUT"/ 2>/dev/null
-      step 300 python3 -m farm tune gemm --gpus 1 --strategy exhaustive --sizes "gemm:m=1024,k=1024,n=1024" --db "sqlite:///$W/gemm1024.db" --out "$W/artifacts"
-      cp "$W"/gemm1024.db "$OUT"/ ;;  # session 16c: part 38's variants (their file was left out), 1024^3's whole landscape
   40) step 60 python3 benchmarks/fft_twiddles.py --out "$W/ftw"; cp "$W"/ftw/fft-twiddles.json "$OUT"/ 2>/dev/null
       step 80 python3 -m farm tune fft --gpus 1 --db "sqlite:///$W/fft.db" --out "$W/artifacts"
       step 40 python3 -m farm bench --kernels fft --db "sqlite:///$W/fft.db" --out "$W/fbench"
       cp "$W"/fbench/bench.md "$OUT"/fft-bench.md; cp "$W"/fbench/bench.json "$OUT"/fft-bench.json
       step 60 python3 benchmarks/variants.py --kernels gemm --match s16b --out "$W/variants"; cp "$W"/variants/variants.json "$OUT"/ 2>/dev/null
       step 240 python3 -m farm tune gemm --gpus 1 --strategy exhaustive --sizes "gemm:m=1024,k=1024,n=1024" --db "sqlite:///$W/gemm1024.db" --out "$W/artifacts"
-      cp "$W"/gemm1024.db "$OUT"/ ;;  # session 16d: fft twiddle products A/B, fft tuned; part 39 (6 files: the device returns 8)
+      cp "$W"/gemm1024.db "$OUT"/ ;;  # session 16d: fft twiddle products A/B, fft tuned; part 38's lost variants, 1024^3's landscape (6 files: the device returns 8)
   41) tune 200; cp .h200/farm.db "$OUT"/farm.db 2>/dev/null
       step 300 python3 benchmarks/fla_pinned.py --db "$DB" --out "$W/bench"
       cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 16e: part 32 on session 16's kernels (every issue-17 ratio in one run)

@@ -552,6 +552,9 @@ def test_fft_twiddle_products_read_log2_radix_entries_a_stage(n, radix):
                 entry = table[base + (q - 1) * ns + k]
                 w[q] = entry[:, 0] + 1j * entry[:, 1] if q == h else w[h] * w[q - h]
                 np.testing.assert_allclose(w[q], exact[k * (q * n // (r * ns))], atol=1e-6)
+                read = f"twiddle[{base + (q - 1) * ns}u + k]" if q == h else f"cmul(w{h}, w{q - h})"
+                line = f"let w{q} = {read};"
+                assert line in source and f"v{q} = select(cmul(v{q}, w{q}), v{q}, k0);" in source
             base += (r - 1) * ns
         ns *= r
-    assert source.count("twiddle[") == reads and "cmul(w" in source
+    assert source.count("twiddle[") == reads

@@ -44,6 +44,17 @@ def _fitting(tilings) -> list[Schedule]:
     return [_schedule(t) for t in tilings if _wgmem(t) <= MAX_SPACE_WORKGROUP_BYTES and not first_problem(t)]
 
 
+def _split_fitting(warp_cols: tuple[int, ...], unroll_k: int) -> list[Schedule]:
+    """split_k 2, 4, 8 on SPLIT_TILINGS (vec4 loads and tiles, padded A, tile_k 8 and 16,
+    single-buffered) with each of `warp_cols` where it is another layout than row-major
+    (tiles wider than that many threads), those that fit."""
+    return _fitting(
+        Tiling((bm // tm) * (bn // tn), bm, bn, bk, tm, tn, 4, 0, 1, 1, wc, split, unroll_k=unroll_k)
+        for (bm, bn, tm, tn), bk, split, wc in itertools.product(SPLIT_TILINGS, (8, 16), SPLIT_K[1:], warp_cols)
+        if not wc or bn // tn > wc
+    )
+
+
 def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
@@ -144,10 +155,7 @@ class Gemm(KernelSpec):
     def split_schedules(self) -> list[Schedule]:
         """split_k 2, 4, 8 on SPLIT_TILINGS (vec4 loads and tiles, padded A, tile_k 8 and 16,
         single-buffered as the winners were): 30 schedules."""
-        return _fitting(
-            Tiling((bm // tm) * (bn // tn), bm, bn, bk, tm, tn, 4, 0, 1, 1, 0, split)
-            for (bm, bn, tm, tn), bk, split in itertools.product(SPLIT_TILINGS, (8, 16), SPLIT_K[1:])
-        )
+        return _split_fitting(warp_cols=(0,), unroll_k=0)
 
     def big_schedules(self) -> list[Schedule]:
         """BIG_TILINGS with vec4 loads and tiles, padded A, tile_k 8 and 16, single- and
@@ -161,13 +169,11 @@ class Gemm(KernelSpec):
         """unroll_k=1 twins of the speed, big and split schedules with vec4 workgroup tiles
         (the layout every H200 winner since session 3 had): 276 + 30, and 24 split ones with
         warp_cols 8 where it is another layout (tiles 16 threads wide), 330 in all. On the
-        H200 unroll_k won 4-11% on 128x128 8x8 tiles (session 16), the tiles split_k needs
-        to fill the GPU at 1024^3."""
+        H200 (session 16) unroll_k won 8-11% on 128x128 8x8 tiles; with split_k it lost at
+        1024^3 (86.5 us at best against 75.7 without split) but won 4096^3 in one campaign
+        (64x128 8x8 wc8 split 4)."""
         twins = [s for s in self.speed_schedules() + self.big_schedules() if s.get("shared_vec4", 0)]
-        split = [Tiling((bm // tm) * (bn // tn), bm, bn, bk, tm, tn, 4, 0, 1, 1, wc, n, unroll_k=1)
-                 for (bm, bn, tm, tn), bk, n, wc in itertools.product(SPLIT_TILINGS, (8, 16), SPLIT_K[1:], (0, 8))
-                 if not wc or bn // tn > wc]  # fmt: skip
-        return [Schedule.of(**s.as_dict(), unroll_k=1) for s in twins] + _fitting(split)
+        return [Schedule.of(**s.as_dict(), unroll_k=1) for s in twins] + _split_fitting(warp_cols=(0, 8), unroll_k=1)
 
     def knobs(self, schedule: Schedule) -> dict[str, int]:
         """Every kernel knob, taking the default's value (0 for the speed knobs) for any
