@@ -108,6 +108,15 @@ GEMM_S16B = {
     ],
 }
 
+# session 17 (part 42): tile_k 32 against 16 at 4096^3 (1024^3 and 2048^3: the exhaustive landscapes)
+GEMM_S17 = {
+    4096: [
+        (f"s17 {bm}x{bn} {tm}x{tn}{' wc8' if wc else ''} k{bk}", tile(bm, bn, tm, tn, bk=bk, wc=wc))
+        for bm, bn, tm, tn, wc in ((128, 128, 8, 8, 8), (128, 128, 8, 8, 0), (64, 128, 8, 8, 8), (64, 128, 8, 4, 8))
+        for bk in (16, 32)
+    ],
+}
+
 
 def big_gemm() -> list[tuple[str, Schedule]]:
     """gemm's 128x256 / 256x128 schedules (session 14), labelled by tile and tile_k."""
@@ -220,6 +229,10 @@ CASES = [
             [(f"s16b {label}", s(**knobs)) for label, knobs in GEMM_S16B[size]],
         )
         for size in (1024, 2048)
+    ),
+    *(
+        ("gemm", Problem.of(m=size, k=size, n=size), Problem.of(m=64, k=64, n=64), cases)
+        for size, cases in GEMM_S17.items()
     ),
     (
         "fft",

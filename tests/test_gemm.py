@@ -140,7 +140,7 @@ def test_gemm_space_holds_only_consistent_schedules(device):
     schedules = SPEC.schedules()
     assert 200 <= len(schedules) <= 1300
     assert len(set(schedules)) == len(schedules)
-    twins = [s for s in schedules if s.get("unroll_k", 0)]
+    twins = [s for s in schedules if s.get("unroll_k", 0) and s["tile_k"] < 32]  # tile_k 32: deep_schedules
     assert len(twins) == 330 and all(s.get("shared_vec4", 0) for s in twins)
     assert sum(bool(s.get("split_k", 0)) for s in twins) == 54  # split_k's 30, 24 of them with warp_cols 8 too
     assert SPEC.default in schedules
@@ -259,6 +259,7 @@ def test_gemm_speed_space_uses_each_knob_and_only_valid_layouts(device):
     speed = SPEC.speed_schedules()
     assert 300 <= len(speed) <= 400
     added = len(speed) + len(SPEC.split_schedules()) + len(SPEC.big_schedules()) + len(SPEC.unroll_schedules())
+    added += len(SPEC.deep_schedules())
     original = SPEC.schedules()[:-added]
     assert not set(speed) & set(original)
     combos = {(s.get("shared_vec4", 0), s.get("pad_shared", 0), s.get("warp_cols", 0)) for s in speed}
@@ -428,3 +429,13 @@ def test_gemm_unroll_k_writes_every_k_step_with_constant_offsets(device):
     assert "let b_0 = b_tile[b_base + 480u];" in source  # step 15: 15 * 32
     with pytest.raises(InvalidSchedule, match=r"unroll_k 2 not in \(0, 1\)"):
         SPEC.check(Schedule.of(**UNROLL_K[1].as_dict(), unroll_k=2), problem, device.profile)
+
+
+@pytest.mark.parametrize("m,k,n", [(70, 129, 130), (64, 32, 128)])  # partial slices and tiles; one slice
+@pytest.mark.parametrize("schedule", SPEC.deep_schedules(), ids=str)
+def test_gemm_tile_k_32_schedules_certify(device, schedule, m, k, n):
+    problem = SPEC.problem(m=m, k=k, n=n)
+    if SPEC.workgroup_bytes(schedule, problem) > device.profile.limit("max-compute-workgroup-storage-size"):
+        pytest.skip("too much workgroup memory on this adapter")
+    assert schedule["tile_k"] == 32 and schedule["unroll_k"] == 1 and schedule in SPEC.schedules()
+    assert oracle.certify(SPEC, schedule, problem, device).status is Status.OK

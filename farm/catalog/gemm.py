@@ -37,6 +37,10 @@ SPLIT_TILINGS = ((32, 64, 4, 4), (64, 64, 4, 4), (64, 64, 8, 8), (64, 128, 8, 8)
 # loads for 128 FMAs (8x8: 16 for 64) and a third more FMAs per loaded slice; the risk is the
 # 128 accumulators spilling, which the tuner measures. Not in the original space's loops.
 BIG_TILINGS = ((128, 256, 8, 16), (256, 128, 16, 8))
+# tile_k 32 (session 17): the winners' tilings at 1024^3-4096^3 (unroll_k 1, vec4 tiles) with
+# slices twice as deep as the speed schedules' 16, so a workgroup crosses half the barriers and
+# half the slice set-ups a C tile; not in the speed schedules (their tile_k is 8 or 16).
+DEEP_TILINGS = ((64, 64, 8, 4), (64, 128, 8, 4), (64, 128, 8, 8), (128, 128, 8, 8))
 
 
 def _fitting(tilings) -> list[Schedule]:
@@ -129,7 +133,8 @@ class Gemm(KernelSpec):
             if threads not in THREADS or workgroup_bytes(bm, bn, bk, db) > MAX_SPACE_WORKGROUP_BYTES:
                 continue
             out.append(_schedule(Tiling(threads, bm, bn, bk, tm, tn, vw, db)))
-        return out + self.speed_schedules() + self.split_schedules() + self.big_schedules() + self.unroll_schedules()
+        out += self.speed_schedules() + self.split_schedules() + self.big_schedules() + self.unroll_schedules()
+        return out + self.deep_schedules()
 
     def speed_schedules(self) -> list[Schedule]:
         """The speed variants worth timing (354): double_buffer 0, 1 and 2, vec4 global loads, register tiles of 4 or
@@ -174,6 +179,15 @@ class Gemm(KernelSpec):
         (64x128 8x8 wc8 split 4)."""
         twins = [s for s in self.speed_schedules() + self.big_schedules() if s.get("shared_vec4", 0)]
         return [Schedule.of(**s.as_dict(), unroll_k=1) for s in twins] + _split_fitting(warp_cols=(0, 8), unroll_k=1)
+
+    def deep_schedules(self) -> list[Schedule]:
+        """DEEP_TILINGS at tile_k 32 with vec4 loads and tiles, padded A, unroll_k 1, single-
+        and double-buffered, row-major and warp_cols 8 (all these tiles are 16+ threads wide):
+        those within MAX_SPACE_WORKGROUP_BYTES, 10."""
+        return _fitting(
+            Tiling((bm // tm) * (bn // tn), bm, bn, 32, tm, tn, 4, db, 1, 1, wc, unroll_k=1)
+            for (bm, bn, tm, tn), db, wc in itertools.product(DEEP_TILINGS, (0, 1), (0, 8))
+        )
 
     def knobs(self, schedule: Schedule) -> dict[str, int]:
         """Every kernel knob, taking the default's value (0 for the speed knobs) for any
