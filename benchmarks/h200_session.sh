@@ -232,7 +232,7 @@ case "${PART:-1}" in
       for size in 1024 2048; do
         step 230 python3 -m farm tune gemm --gpus 1 --strategy exhaustive --sizes "gemm:m=$size,k=$size,n=$size" --db "sqlite:///$W/gemm$size.db" --out "$W/artifacts"
         cp "$W"/gemm$size.db "$OUT"/
-      done ;;  # session 17: tile_k 32 at 4096^3, and the whole space at 1024^3 and 2048^3 (landscapes for replaying the search); 43: the same with k_groups 2 in the space
+      done ;;  # session 17: tile_k 32 at 4096^3, and the whole space at 1024^3 and 2048^3 (landscapes for replaying the search); 43 ran it with k_groups 2 in the space (commit 7c07985, reverted)
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)

@@ -108,17 +108,12 @@ GEMM_S16B = {
     ],
 }
 
-# session 17 (parts 42-43): tile_k 32 against 16, and k_groups 2, at 4096^3 (1024^3 and 2048^3: the
-# exhaustive landscapes)
+# session 17 (parts 42-43): tile_k 32 against 16 at 4096^3 (1024^3 and 2048^3: the exhaustive landscapes)
 GEMM_S17 = {
     4096: [
         (f"s17 {bm}x{bn} {tm}x{tn}{' wc8' if wc else ''} k{bk}", s(**tile(bm, bn, tm, tn, bk=bk, wc=wc)))
         for bm, bn, tm, tn, wc in ((128, 128, 8, 8, 8), (128, 128, 8, 8, 0), (64, 128, 8, 8, 8), (64, 128, 8, 4, 8))
         for bk in (16, 32)
-    ]
-    + [
-        ("s17 64x128 8x8 wc8 kg2", s(**tile(64, 128, 8, 8, wc=8) | dict(workgroup_size=256, k_groups=2))),
-        ("s17 128x64 8x8 kg2", s(**tile(128, 64, 8, 8) | dict(workgroup_size=256, k_groups=2))),
     ],
 }
 

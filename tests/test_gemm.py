@@ -104,10 +104,7 @@ def test_gemm_rejects_workgroup_storage_over_the_adapter_limit(device):
         (gemm_schedule(64, 64, 8, 8, shared_vec4=2), "shared_vec4 2 not in (0, 1)"),
         (gemm_schedule(64, 64, 8, 8, pad_shared=4), "pad_shared 4 not in (0, 1)"),
         (gemm_schedule(64, 64, 8, 8, warp_cols=6), "warp_cols 6 not in (0, 4, 8, 16)"),
-        (
-            gemm_schedule(8, 8, 2, 2, warp_cols=4),
-            "warp_cols 4 needs (tile_m/reg_m)*(tile_n/reg_n) = 16 a multiple of 32",
-        ),
+        (gemm_schedule(8, 8, 2, 2, warp_cols=4), "warp_cols 4 needs workgroup_size 16 a multiple of 32"),
         (
             gemm_schedule(64, 32, 2, 8, warp_cols=8),
             "warp_cols 8 needs tile_n/reg_n = 4 divisible by 8 and tile_m/reg_m = 32 divisible by 4",
@@ -115,15 +112,6 @@ def test_gemm_rejects_workgroup_storage_over_the_adapter_limit(device):
         (
             gemm_schedule(16, 128, 4, 4, warp_cols=4),
             "warp_cols 4 needs tile_n/reg_n = 32 divisible by 4 and tile_m/reg_m = 4 divisible by 8",
-        ),
-        (gemm_schedule(32, 32, 4, 4, k_groups=3), "k_groups 3 not in (0, 2)"),
-        (
-            gemm_schedule(32, 32, 4, 4, k_groups=2),
-            "workgroup_size 64 != (tile_m/reg_m)*(tile_n/reg_n)*k_groups = 128",
-        ),
-        (
-            gemm_schedule(32, 32, 2, 1, threads=1024, k_groups=2),
-            "k_groups 2 needs tile_k 8 divisible by it and reg_m*reg_n = 2 by 4",
         ),
     ],
     ids=[
@@ -140,9 +128,6 @@ def test_gemm_rejects_workgroup_storage_over_the_adapter_limit(device):
         "warp_cols_threads",
         "warp_cols_grid",
         "warp_cols_rows",
-        "k_groups_value",
-        "k_groups_threads",
-        "k_groups_reg",
     ],
 )
 def test_gemm_rejects_inconsistent_knobs_naming_the_knob(device, schedule, reason):
@@ -155,8 +140,7 @@ def test_gemm_space_holds_only_consistent_schedules(device):
     schedules = SPEC.schedules()
     assert 200 <= len(schedules) <= 1300
     assert len(set(schedules)) == len(schedules)
-    added = SPEC.deep_schedules() + SPEC.k_group_schedules()
-    twins = [s for s in schedules if s.get("unroll_k", 0) and s not in added]
+    twins = [s for s in schedules if s.get("unroll_k", 0) and s not in SPEC.deep_schedules()]
     assert len(twins) == 330 and all(s.get("shared_vec4", 0) for s in twins)
     assert sum(bool(s.get("split_k", 0)) for s in twins) == 54  # split_k's 30, 24 of them with warp_cols 8 too
     assert SPEC.default in schedules
@@ -275,7 +259,7 @@ def test_gemm_speed_space_uses_each_knob_and_only_valid_layouts(device):
     speed = SPEC.speed_schedules()
     assert 300 <= len(speed) <= 400
     added = len(speed) + len(SPEC.split_schedules()) + len(SPEC.big_schedules()) + len(SPEC.unroll_schedules())
-    added += len(SPEC.deep_schedules()) + len(SPEC.k_group_schedules())
+    added += len(SPEC.deep_schedules())
     original = SPEC.schedules()[:-added]
     assert not set(speed) & set(original)
     combos = {(s.get("shared_vec4", 0), s.get("pad_shared", 0), s.get("warp_cols", 0)) for s in speed}
@@ -455,37 +439,3 @@ def test_gemm_tile_k_32_schedules_certify(device, schedule, m, k, n):
         pytest.skip("too much workgroup memory on this adapter")
     assert schedule["tile_k"] == 32 and schedule["unroll_k"] == 1 and schedule in SPEC.schedules()
     assert oracle.certify(SPEC, schedule, problem, device).status is Status.OK
-
-
-# -- k_groups: two thread groups share each slice's k steps --------------------------------
-
-K_GROUPS = [
-    *SPEC.k_group_schedules(),
-    gemm_schedule(32, 64, 8, 8, bk=16, vw=4, threads=64, shared_vec4=1, pad_shared=1, unroll_k=1, k_groups=2),
-    gemm_schedule(32, 64, 4, 4, bk=8, db=1, vw=1, threads=256, k_groups=2),  # scalar tiles, the k loop
-    gemm_schedule(
-        64, 64, 8, 4, bk=16, db=2, vw=4, threads=256, shared_vec4=1, pad_shared=1, warp_cols=8, k_groups=2, split_k=2
-    ),  # fmt: skip
-]
-
-
-@pytest.mark.parametrize("m,k,n", [(70, 129, 130), (1, 1, 1), (64, 48, 128)])
-@pytest.mark.parametrize("schedule", K_GROUPS, ids=str)
-def test_gemm_k_groups_certify(device, schedule, m, k, n):
-    # partial tiles and slices, a lone element, and slices split evenly between the groups
-    problem = SPEC.problem(m=m, k=k, n=n)
-    if SPEC.workgroup_bytes(schedule, problem) > device.profile.limit("max-compute-workgroup-storage-size"):
-        pytest.skip("too much workgroup memory on this adapter")
-    result = oracle.certify(SPEC, schedule, problem, device)
-    assert result.status is Status.OK, result.message
-
-
-def test_gemm_k_groups_hand_group_1_s_tiles_to_group_0():
-    schedule = SPEC.k_group_schedules()[0]  # 64x64 8x8, k_groups 2: 2 x 64 threads
-    problem = SPEC.problem(m=64, k=64, n=64)
-    source = SPEC.launch(schedule, problem, SPEC.generate(problem, 0)).source
-    assert "let kg = lid / 64u;" in source and "var<workgroup> hand: array<vec4<f32>, BM * BN / 4u>;" in source
-    assert "hand[960u + lt] = vec4<f32>(acc_7_4, acc_7_5, acc_7_6, acc_7_7);" in source  # 16 vec4s a thread
-    assert "acc_7_7 += h_15.w;" in source
-    assert SPEC.workgroup_bytes(schedule, problem) == 16 * 132 * 4 + 64 * 64 * 4
-    assert len(SPEC.k_group_schedules()) == 20

@@ -18,7 +18,7 @@ import numpy as np
 
 from farm import parallel
 from farm.catalog import Arg, KernelSpec, Launch, Pass, register, render, rng_for, sections
-from farm.catalog.gemm_tiling import EMITTERS, K_GROUPS, SPLIT_K, WARP_COLS, Tiling, first_problem, unrolled_blocks
+from farm.catalog.gemm_tiling import EMITTERS, SPLIT_K, WARP_COLS, Tiling, first_problem, unrolled_blocks
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
@@ -27,7 +27,7 @@ REG_TILES = (1, 2, 4, 8)
 THREADS = (64, 128, 256)
 MAX_SPACE_WORKGROUP_BYTES = 48 * 1024  # the largest limit we target (H200); adapters may reject more
 # The speed knobs: absent from the default and from the original space's schedules, 0 = off.
-SPEED_KNOBS = {"shared_vec4": 0, "pad_shared": 0, "warp_cols": 0, "split_k": 0, "unroll_k": 0, "k_groups": 0}
+SPEED_KNOBS = {"shared_vec4": 0, "pad_shared": 0, "warp_cols": 0, "split_k": 0, "unroll_k": 0}
 SPLIT_SUM_WG = 256  # threads per workgroup of split_k's summing pass
 # split_k's schedules: the tilings that won 1024^3-4096^3 on the H200 and their neighbours
 # (bm, bn, tm, tn), where the tiles alone fill the GPU least.
@@ -37,13 +37,11 @@ SPLIT_TILINGS = ((32, 64, 4, 4), (64, 64, 4, 4), (64, 64, 8, 8), (64, 128, 8, 8)
 # loads for 128 FMAs (8x8: 16 for 64) and a third more FMAs per loaded slice; the risk is the
 # 128 accumulators spilling, which the tuner measures. Not in the original space's loops.
 BIG_TILINGS = ((128, 256, 8, 16), (256, 128, 16, 8))
-# tile_k 32 (session 17): the winners' tilings at 1024^3-4096^3 (unroll_k 1, vec4 tiles) with
-# slices twice as deep as the speed schedules' 16, so a workgroup crosses half the barriers and
-# half the slice set-ups a C tile; not in the speed schedules (their tile_k is 8 or 16).
-DEEP_TILINGS = ((64, 64, 8, 4), (64, 128, 8, 4), (64, 128, 8, 8), (128, 128, 8, 8))
-# k_groups 2 (session 17): tilings whose C tiles are few at 1024^3 with twice the threads a tile,
-# the 8x8 register tiles that won 2048^3-4096^3 among them (64x128: 128 tiles, 256 threads).
-K_GROUP_TILINGS = ((64, 64, 8, 8), (64, 128, 8, 8), (128, 64, 8, 8), (64, 64, 8, 4), (32, 64, 8, 4))
+# tile_k 32 (session 17): 1024^3's best tilings (unroll_k 1, vec4 tiles) with slices twice as
+# deep as the speed schedules' 16, so a workgroup crosses half the barriers a C tile. On the H200
+# 64x128 8x4 wc8 k32 won 1024^3 by 0.6% (74.2-74.3 us in two landscapes); 8x8 tiles at k32 lost
+# 12-100% at 1024^3-4096^3 (twice the straight-line code), so they are left out.
+DEEP_TILINGS = ((64, 64, 8, 4), (64, 128, 8, 4))
 
 
 def _fitting(tilings) -> list[Schedule]:
@@ -85,7 +83,6 @@ class Gemm(KernelSpec):
         "warp_cols": WARP_COLS,
         "split_k": SPLIT_K,
         "unroll_k": (0, 1),
-        "k_groups": K_GROUPS,
     }
     default = Schedule.of(
         workgroup_size=64,
@@ -138,7 +135,7 @@ class Gemm(KernelSpec):
                 continue
             out.append(_schedule(Tiling(threads, bm, bn, bk, tm, tn, vw, db)))
         out += self.speed_schedules() + self.split_schedules() + self.big_schedules() + self.unroll_schedules()
-        return out + self.deep_schedules() + self.k_group_schedules()
+        return out + self.deep_schedules()
 
     def speed_schedules(self) -> list[Schedule]:
         """The speed variants worth timing (354): double_buffer 0, 1 and 2, vec4 global loads, register tiles of 4 or
@@ -187,21 +184,10 @@ class Gemm(KernelSpec):
     def deep_schedules(self) -> list[Schedule]:
         """DEEP_TILINGS at tile_k 32 with vec4 loads and tiles, padded A, unroll_k 1, single-
         and double-buffered, row-major and warp_cols 8 (all these tiles are 16+ threads wide):
-        those within MAX_SPACE_WORKGROUP_BYTES, 10."""
+        those within MAX_SPACE_WORKGROUP_BYTES, 6."""
         return _fitting(
             Tiling((bm // tm) * (bn // tn), bm, bn, 32, tm, tn, 4, db, 1, 1, wc, unroll_k=1)
             for (bm, bn, tm, tn), db, wc in itertools.product(DEEP_TILINGS, (0, 1), (0, 8))
-        )
-
-    def k_group_schedules(self) -> list[Schedule]:
-        """K_GROUP_TILINGS with k_groups 2 at tile_k 16 and 32, single- and double-buffered, with
-        vec4 loads and tiles, padded A, unroll_k 1, row-major and warp_cols 8 where that is
-        another layout: those within MAX_SPACE_WORKGROUP_BYTES (the hand-over's BM·BN floats
-        included)."""
-        return _fitting(
-            Tiling(2 * (bm // tm) * (bn // tn), bm, bn, bk, tm, tn, 4, db, 1, 1, wc, unroll_k=1, k_groups=2)
-            for (bm, bn, tm, tn), bk, db, wc in itertools.product(K_GROUP_TILINGS, (16, 32), (0, 1), (0, 8))
-            if not wc or bn // tn > wc
         )
 
     def knobs(self, schedule: Schedule) -> dict[str, int]:
@@ -226,7 +212,6 @@ class Gemm(KernelSpec):
             warp_cols=k["warp_cols"],
             split_k=k["split_k"],
             unroll_k=k["unroll_k"],
-            k_groups=k["k_groups"],
         )
 
     def check_knobs(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
@@ -312,8 +297,7 @@ def workgroup_bytes(tile_m: int, tile_n: int, tile_k: int, double_buffer: int, p
 
 
 def _wgmem(t: Tiling) -> int:
-    """The slices' bytes, and with k_groups the hand-over's BM·BN floats."""
-    return workgroup_bytes(t.bm, t.bn, t.bk, t.double_buffer, t.pad) + (4 * t.bm * t.bn if t.kg > 1 else 0)
+    return workgroup_bytes(t.bm, t.bn, t.bk, t.double_buffer, t.pad)
 
 
 def _schedule(t: Tiling) -> Schedule:

@@ -38,14 +38,7 @@ emits the original kernel):
   64×64: 256 tiles on 132 SMs);
 - `unroll_k`: 0 leaves a slice's k steps in a WGSL loop (`for kk < BK`), for the driver to
   unroll or not; 1 writes the BK steps out as straight-line code, every workgroup-memory
-  index a compile-time offset from one base per slice;
-- `k_groups`: 0 (or 1) has every thread of the workgroup own a register tile of C; 2 runs
-  two groups of THM×THN threads (`workgroup_size` twice THM·THN), group g multiplying the
-  g-th half of each slice's k steps into its own register tiles, all threads loading the
-  slices; at the end group 1 hands its tiles to group 0 through workgroup memory (BM·BN
-  floats more) and group 0 adds them and writes C. Twice the warps a C tile without
-  split_k's partials in global memory and second pass (1024^3: 128 tiles of 64×128 on 132
-  SMs, 4 warps an SM with 8×8 register tiles).
+  index a compile-time offset from one base per slice.
 """
 
 from __future__ import annotations
@@ -55,7 +48,6 @@ from dataclasses import dataclass
 WARP = 32
 WARP_COLS = (0, 4, 8, 16)
 SPLIT_K = (0, 2, 4, 8)
-K_GROUPS = (0, 2)
 
 
 @dataclass(frozen=True)
@@ -75,12 +67,6 @@ class Tiling:
     warp_cols: int = 0
     split_k: int = 0
     unroll_k: int = 0
-    k_groups: int = 0
-
-    @property
-    def kg(self) -> int:
-        """Thread groups that share the k steps of a slice (k_groups 0 and 1: one)."""
-        return max(1, self.k_groups)
 
     @property
     def splits(self) -> int:
@@ -118,11 +104,6 @@ def unrolled_blocks(t: Tiling) -> dict[str, str]:
     return out | _split_output(t)
 
 
-def _owners(t: Tiling) -> str:
-    """The index of a thread within its k group (all of the workgroup with one group)."""
-    return "lid" if t.kg == 1 else "lt"
-
-
 def _k_range(t: Tiling) -> list[str]:
     """This workgroup's C tile (`tile`) and its slices s0..s1 of k: all of them, or with
     split_k one of `splits` ranges (the workgroups of range z follow those of range z - 1)."""
@@ -149,17 +130,13 @@ def _split_output(t: Tiling) -> dict[str, str]:
 
 
 def _layout(t: Tiling) -> list[str]:
-    """tx, ty: the thread's column and row in the THM×THN thread grid (with k_groups, kg: the
-    thread's group, lt: its index in the group)."""
-    own = _owners(t)
-    group = [] if t.kg == 1 else [f"let kg = lid / {t.threads // t.kg}u;", f"let lt = lid % {t.threads // t.kg}u;"]
+    """tx, ty: the thread's column and row in the THM×THN thread grid."""
     if not t.warp_cols:
-        return [*group, f"let tx = {own} % THN;", f"let ty = {own} / THN;"]
+        return ["let tx = lid % THN;", "let ty = lid / THN;"]
     wc, rows = t.warp_cols, WARP // t.warp_cols
     return [
-        *group,
-        f"let warp = {own} / {WARP}u;",
-        f"let lane = {own} % {WARP}u;",
+        f"let warp = lid / {WARP}u;",
+        f"let lane = lid % {WARP}u;",
         f"let tx = (warp % (THN / {wc}u)) * {wc}u + lane % {wc}u;",
         f"let ty = (warp / (THN / {wc}u)) * {rows}u + lane / {wc}u;",
     ]
@@ -167,18 +144,12 @@ def _layout(t: Tiling) -> list[str]:
 
 def _tiles(t: Tiling) -> list[str]:
     """The workgroup tile declarations: A k-major with rows of AS = BM + PAD floats."""
-    hand = [] if t.kg == 1 else ["var<workgroup> hand: array<vec4<f32>, BM * BN / 4u>;"]  # k_groups' tiles
     if t.shared_vec4:
         return [
             "var<workgroup> a_tile: array<vec4<f32>, NBUF * BK * AS / 4u>;",
             "var<workgroup> b_tile: array<vec4<f32>, NBUF * BK * BN / 4u>;",
-            *hand,
         ]
-    return [
-        "var<workgroup> a_tile: array<f32, NBUF * BK * AS>;",
-        "var<workgroup> b_tile: array<f32, NBUF * BK * BN>;",
-        *hand,
-    ]
+    return ["var<workgroup> a_tile: array<f32, NBUF * BK * AS>;", "var<workgroup> b_tile: array<f32, NBUF * BK * BN>;"]
 
 
 def _puts(t: Tiling) -> dict[str, list[str]]:
@@ -214,10 +185,7 @@ def _multiply(t: Tiling) -> list[str]:
             for i in range(t.tm)
             for j in range(t.tn)
         ]
-    if t.kg == 1:
-        return ["for (var kk = 0u; kk < BK; kk++) {", *("    " + line for line in step), "}"]
-    steps = t.bk // t.kg  # group kg's k steps of the slice
-    return [f"for (var kk = kg * {steps}u; kk < (kg + 1u) * {steps}u; kk++) {{", *("    " + line for line in step), "}"]
+    return ["for (var kk = 0u; kk < BK; kk++) {", *("    " + line for line in step), "}"]
 
 
 def _unrolled_multiply(t: Tiling) -> list[str]:
@@ -227,11 +195,7 @@ def _unrolled_multiply(t: Tiling) -> list[str]:
     vec = 4 if t.shared_vec4 else 1
     a_row, b_row = (t.bm + t.pad) // vec, t.bn // vec
     out = [f"let a_base = buf * {t.bk * a_row}u + ty;", f"let b_base = buf * {t.bk * b_row}u + tx;"]
-    steps = t.bk // t.kg
-    if t.kg > 1:  # group kg starts kg * steps k rows into the slice
-        out = [f"let a_base = buf * {t.bk * a_row}u + kg * {steps * a_row}u + ty;",
-               f"let b_base = buf * {t.bk * b_row}u + kg * {steps * b_row}u + tx;"]  # fmt: skip
-    for kk in range(steps):
+    for kk in range(t.bk):
         step = [f"let a_{i} = a_tile[a_base + {kk * a_row + i * thm}u];" for i in range(t.tm // vec)]
         step += [f"let b_{j} = b_tile[b_base + {kk * b_row + j * thn}u];" for j in range(t.tn // vec)]
         if vec == 1:
@@ -247,46 +211,19 @@ def _unrolled_multiply(t: Tiling) -> list[str]:
 
 
 def _write(t: Tiling) -> list[str]:
-    """The C stores of the register tile (bounds-checked in store_c); with k_groups, group 1's
-    tiles added to group 0's first (`_hand_over`)."""
+    """The C stores of the register tile (bounds-checked in store_c)."""
     thm, thn = t.bm // t.tm, t.bn // t.tn
     if not t.shared_vec4:
-        stores = [
+        return [
             f"store_c(row0 + ty + {i * thm}u, col0 + tx + {j * thn}u, acc_{i}_{j});"
             for i in range(t.tm)
             for j in range(t.tn)
         ]
-    else:
-        stores = [
-            f"store_c(row0 + (ty + {i // 4 * thm}u) * 4u + {i % 4}u, "
-            f"col0 + (tx + {j // 4 * thn}u) * 4u + {j % 4}u, acc_{i}_{j});"
-            for i in range(t.tm)
-            for j in range(t.tn)
-        ]
-    return stores if t.kg == 1 else _hand_over(t, stores)
-
-
-def _hand_over(t: Tiling, stores: list[str]) -> list[str]:
-    """k_groups 2: group 1 writes its accumulators, four to a vec4, to `hand` (vec4 r of
-    thread lt at r·THM·THN + lt: consecutive threads, consecutive words); after a barrier,
-    group 0 adds them to its own in the same order and stores C."""
-    accs = [f"acc_{i}_{j}" for i in range(t.tm) for j in range(t.tn)]
-    quads = [accs[q : q + 4] for q in range(0, len(accs), 4)]
-    owners = t.threads // t.kg
-    give = [f"hand[{r * owners}u + lt] = vec4<f32>({', '.join(quad)});" for r, quad in enumerate(quads)]
-    take = []
-    for r, quad in enumerate(quads):
-        take += [f"let h_{r} = hand[{r * owners}u + lt];"]
-        take += [f"{acc} += h_{r}.{'xyzw'[q]};" for q, acc in enumerate(quad)]
-    indent = ["    " + line for line in take + stores]
     return [
-        "if (kg == 1u) {",
-        *("    " + line for line in give),
-        "}",
-        "workgroupBarrier();",
-        "if (kg == 0u) {",
-        *indent,
-        "}",
+        f"store_c(row0 + (ty + {i // 4 * thm}u) * 4u + {i % 4}u, "
+        f"col0 + (tx + {j // 4 * thn}u) * 4u + {j % 4}u, acc_{i}_{j});"
+        for i in range(t.tm)
+        for j in range(t.tn)
     ]
 
 
@@ -299,12 +236,8 @@ def first_problem(t: Tiling, items: int | None = None) -> str:
         return f"reg_m {tm} does not divide tile_m {bm}"
     if bn % tn:
         return f"reg_n {tn} does not divide tile_n {bn}"
-    if t.k_groups not in K_GROUPS and t.k_groups != 1:
-        return f"k_groups {t.k_groups} not in {K_GROUPS}"
-    threads = (bm // tm) * (bn // tn) * t.kg
+    threads = (bm // tm) * (bn // tn)
     if t.threads != threads:
-        if t.kg > 1:
-            return f"workgroup_size {t.threads} != (tile_m/reg_m)*(tile_n/reg_n)*k_groups = {threads}"
         return f"workgroup_size {t.threads} != (tile_m/reg_m)*(tile_n/reg_n) = {threads}"
     if items is not None and items != tm * tn:
         return f"items_per_invocation {items} != reg_m*reg_n = {tm * tn}"
@@ -316,8 +249,6 @@ def first_problem(t: Tiling, items: int | None = None) -> str:
         return f"vector_width {vw} does not divide tile_n {bn}"
     if t.double_buffer not in (0, 1, 2):
         return f"double_buffer {t.double_buffer} not in (0, 1, 2)"
-    if t.kg > 1 and (bk % t.kg or (tm * tn) % 4):
-        return f"k_groups {t.k_groups} needs tile_k {bk} divisible by it and reg_m*reg_n = {tm * tn} by 4"
     return _speed_problem(t)
 
 
@@ -333,8 +264,8 @@ def _speed_problem(t: Tiling) -> str:
     wc = t.warp_cols
     if wc not in WARP_COLS:
         return f"warp_cols {wc} not in {WARP_COLS}"
-    if wc and (t.threads // t.kg) % WARP:
-        return f"warp_cols {wc} needs (tile_m/reg_m)*(tile_n/reg_n) = {t.threads // t.kg} a multiple of {WARP}"
+    if wc and t.threads % WARP:
+        return f"warp_cols {wc} needs workgroup_size {t.threads} a multiple of {WARP}"
     if wc and ((t.bn // t.tn) % wc or (t.bm // t.tm) % (WARP // wc)):
         return (
             f"warp_cols {wc} needs tile_n/reg_n = {t.bn // t.tn} divisible by {wc} "
@@ -352,8 +283,6 @@ EMITTERS = (
     _multiply,
     _unrolled_multiply,
     _write,
-    _hand_over,
-    _owners,
     _k_range,
     _split_output,
     Tiling,
