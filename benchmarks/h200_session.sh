@@ -225,9 +225,9 @@ case "${PART:-1}" in
       step 60 python3 benchmarks/variants.py --kernels gemm --match s16b --out "$W/variants"; cp "$W"/variants/variants.json "$OUT"/ 2>/dev/null
       step 240 python3 -m farm tune gemm --gpus 1 --strategy exhaustive --sizes "gemm:m=1024,k=1024,n=1024" --db "sqlite:///$W/gemm1024.db" --out "$W/artifacts"
       cp "$W"/gemm1024.db "$OUT"/ ;;  # session 16d: fft twiddle products A/B, fft tuned; part 38's lost variants, 1024^3's landscape (6 files: the device returns 8)
-  41) tune 200; cp .h200/farm.db "$OUT"/farm.db 2>/dev/null
+  41|44) tune 200; cp .h200/farm.db "$OUT"/farm.db 2>/dev/null
       step 300 python3 benchmarks/fla_pinned.py --db "$DB" --out "$W/bench"
-      cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 16e: part 32 on session 16's kernels (every issue-17 ratio in one run)
+      cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 16e: part 32 on session 16's kernels (every issue-17 ratio in one run); 44: session 17's polish sweep
   42|43) step 70 python3 benchmarks/variants.py --kernels gemm --match s17 --out "$W/variants"; cp "$W"/variants/variants.json "$OUT"/ 2>/dev/null
       for size in 1024 2048; do
         step 230 python3 -m farm tune gemm --gpus 1 --strategy exhaustive --sizes "gemm:m=$size,k=$size,n=$size" --db "sqlite:///$W/gemm$size.db" --out "$W/artifacts"

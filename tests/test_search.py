@@ -14,7 +14,8 @@ import pytest
 from farm.gpu import Timing
 from farm.schedule import Problem, Schedule, Status
 from farm.trial import TrialKey, TrialResult
-from farm.tuning.search import Budget, BudgetSpent, exhaustive, knn_predict, model_based, random_search, strategy
+from farm.tuning.search import Budget, BudgetSpent, exhaustive, model_based, random_search, strategy
+from farm.tuning.surrogate import knn_predict
 
 PROBLEM = Problem.of(m=1024, k=1024, n=1024)
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from farm.schedule import Schedule
 from farm.trial import TrialResult
+from farm.tuning.surrogate import knn_predict, knob_features, log_targets, onehot_features, ranks, ridge_predict
 
 Evaluate = Callable[[list[Schedule]], list[TrialResult]]
 HINT_COUNT = 8  # model_based's `hint`: the next best-ranked candidates after each batch
@@ -30,6 +31,9 @@ HINT_COUNT = 8  # model_based's `hint`: the next best-ranked candidates after ea
 # stability: ~1200 trials in 86-93 s of search per `farm tune --all`, 22 problems) 4-12
 # extra trials a problem is ~7-20 s on 108-120 s campaigns, the target <= ~134 s.
 POLISH_ROUNDS, POLISH_BATCH, POLISH_RADIUS = 3, 4, 2
+# A polish round that sweeps: every unmeasured schedule one knob from the incumbent, up to this
+# many (gemm's schedules have 3-12 such neighbours in a space of 1275).
+POLISH_SWEEP = 12
 
 
 class BudgetSpent(RuntimeError):
@@ -141,12 +145,17 @@ def model_based(
     Hamming distance POLISH_RADIUS of the best one measured, half of them one knob from it
     (`polish_round`): max(POLISH_BATCH, workers) trials a round, a round only while the
     last beat the best by more than the noise (or the trials' spread, as `improving`), never
-    past the cap (it may spend what an adaptive stop left). Two H200 campaigns (2026-12-01
+    past the cap (it may spend what an adaptive stop left). While one-knob neighbours of the
+    best are unmeasured a round sweeps them all instead (up to POLISH_SWEEP; generic knobs the
+    kernel's own fix, `derived_knobs`, don't count as knobs apart), and a sweep that finds
+    nothing better is followed by one round of two-knob neighbours. Two H200 campaigns (2026-12-01
     stability) each settled in the first basin their models found, and in 3 of the 4
     problems whose winners differed by more than 3% the slower one never measured the
-    other's winner, 2 knobs from its own for both recurrent ones. Typically 4 extra trials a
-    problem (one round finding nothing better), at most 3 x 4 = 12 (~7-20 s of a 108-120 s
-    H200 `farm tune --all`); `hint` gets each round's next-ranked neighbours.
+    other's winner, 2 knobs from its own for both recurrent ones. Replayed on two H200 gemm
+    landscapes of 2048^3 (100 seeds each) the sweep took the searches ending within 1% of the
+    best from 61-67 to 76-85 of 100, for ~5 more trials a problem (a sweep of 3-12 and a
+    round finding nothing better); at most 3 x 12 = 36. `hint` gets each round's next-ranked
+    neighbours.
     """
     total = min(len(space), budget.remaining)
     if total <= 0:
@@ -182,7 +191,7 @@ def model_based(
             quiet = 0 if _promising(known + results, knn, ridge, residuals, noise) else quiet + 1
             if quiet >= patience:
                 break
-        ranked = [int(c) for c in candidates[np.argsort(_ranks(knn) + _ranks(ridge), kind="stable")]]
+        ranked = [int(c) for c in candidates[np.argsort(ranks(knn) + ranks(ridge), kind="stable")]]
         picks = _pick(ranked, size, explore, rng)
         if hint is not None:
             chosen = set(picks)
@@ -194,13 +203,17 @@ def model_based(
         results += fresh
         seen += picks
     size = max(POLISH_BATCH, workers)  # one trial per worker at least
+    derived = derived_knobs(space) if polish else frozenset()
     for round_ in range(polish):
         room = min(total - len(seen), budget.remaining)  # the adaptive stop's trials too, never past the cap
         ahead = hint if round_ + 1 < polish and room > size else None
-        fresh = polish_round(space, features, onehot, seen, known + results, min(size, room), ahead, run)
+        sweep = min(max(POLISH_SWEEP, size), room)
+        fresh, swept = polish_round(
+            space, features, onehot, seen, known + results, min(size, room), ahead, run, derived, sweep
+        )
         results += fresh
-        if not fresh or not improving(known + results, len(fresh), noise or 0.0):
-            break
+        if not fresh or (not swept and not improving(known + results, len(fresh), noise or 0.0)):
+            break  # a sweep that found nothing better is followed by a round of two-knob neighbours
     return results
 
 
@@ -213,7 +226,9 @@ def polish_round(
     size: int,
     hint: Callable[[list[Schedule]], None] | None,
     run: Evaluate,
-) -> list[TrialResult]:
+    derived: frozenset[str] = frozenset(),
+    sweep: int = 0,
+) -> tuple[list[TrialResult], bool]:
     """One round of model_based's polish: of the unmeasured schedules near the best ok one of
     `results` (in `seen` order; near: Hamming distance <= POLISH_RADIUS, the same knob
     names), ranked by the two models (the sum of their ranks), the best half of `size` (at
@@ -221,35 +236,68 @@ def polish_round(
     returned ([] when there is none: no ok result, a measured-out neighbourhood, `size` 0).
     The one-knob share: on the synthetic gemm-shaped cost (extended search) the polish then
     left 21 of 40 seeds > 3% from the optimum where the models' ranking alone left 31; it
-    finds a two-knob optimum as often (tests/test_search_polish.py)."""
+    finds a two-knob optimum as often (tests/test_search_polish.py). `derived` knobs
+    (`derived_knobs`) are left out of the distance.
+
+    Sweep (`sweep` > 0): while one-knob neighbours of the incumbent are unmeasured, the round
+    measures all of them instead (up to `sweep`, best-ranked first): on two H200 gemm
+    landscapes replayed (benchmarks/search_replay.py, NOTES session 17) 8 of 15 searches that
+    ended > 1% from the best had stopped one knob from it, that neighbour ranked below the
+    round's picks. Returns the results and whether the round was a sweep."""
     ok = [(r.median_ns, n) for n, r in enumerate(results) if r.ok and r.median_ns]
     if not ok or size <= 0:
-        return []
+        return [], False
     centre = space[seen[min(ok)[1]]].as_dict()
     taken = set(seen)
-    distance = {i: _distance(centre, s.as_dict()) for i, s in enumerate(space) if i not in taken}
+    distance = {i: _distance(centre, s.as_dict(), derived) for i, s in enumerate(space) if i not in taken}
     near = [i for i, d in distance.items() if d <= POLISH_RADIUS]
     if not near:
-        return []
-    targets = _targets(results)
+        return [], False
+    targets = log_targets(results)
     knn = knn_predict(features[seen], targets, features[near])
     ridge = ridge_predict(onehot[seen], targets, onehot[near])
-    ranked = [near[j] for j in np.argsort(_ranks(knn) + _ranks(ridge), kind="stable")]
-    ones = [i for i in ranked if distance[i] == 1][: (size + 1) // 2]
+    ranked = [near[j] for j in np.argsort(ranks(knn) + ranks(ridge), kind="stable")]
+    ones = [i for i in ranked if distance[i] == 1]
+    swept = sweep > 0 and bool(ones)
+    ones = ones[:sweep] if swept else ones[: (size + 1) // 2]
     others = [i for i in ranked if i not in ones]
-    picks, rest = ones + others[: size - len(ones)], others[size - len(ones) :]
+    taken_others = 0 if swept else size - len(ones)
+    picks, rest = ones + others[:taken_others], others[taken_others:]
     if hint is not None and rest:  # the likely picks of a next round, compiled ahead
         hint([space[i] for i in rest[:HINT_COUNT]])
     fresh = run([space[i] for i in picks])
     seen += picks
-    return fresh
+    return fresh, swept
 
 
-def _distance(a: dict[str, int], b: dict[str, int]) -> int:
+def _distance(a: dict[str, int], b: dict[str, int], derived: frozenset[str] = frozenset()) -> int:
     """How many knobs two schedules differ in, a knob one of them lacks counting as 0 (as in
     `knob_features`): recurrent's `prefetch=1` twin is one knob from its schedule without it.
-    Forms with knobs of their own stay apart (stepwise and chunked recurrent differ in >= 4)."""
-    return sum(a.get(k, 0) != b.get(k, 0) for k in a.keys() | b.keys())
+    Forms with knobs of their own stay apart (stepwise and chunked recurrent differ in >= 4).
+    `derived` knobs don't count."""
+    return sum(a.get(k, 0) != b.get(k, 0) for k in a.keys() | b.keys() if k not in derived)
+
+
+DERIVABLE = ("workgroup_size", "items_per_invocation")  # every kernel's generic knobs
+
+
+def derived_knobs(space: list[Schedule]) -> frozenset[str]:
+    """The generic knobs (DERIVABLE, in that order) whose value the space's other knobs fix:
+    no two schedules agree on all the others and differ in it (a knob a schedule lacks
+    counting as 0), each tested against the knobs not already found derived. gemm's
+    workgroup_size is (tile_m/reg_m)·(tile_n/reg_n) and its items_per_invocation reg_m·reg_n,
+    so a tile twice as tall at the same register tile is one knob away, not two; the polish
+    measures such neighbours (on two H200 gemm landscapes of 1275 schedules, replayed by
+    benchmarks/search_replay.py: NOTES, session 17)."""
+    names = sorted({name for s in space for name in s.as_dict()})
+    derived: set[str] = set()
+    for name in (n for n in DERIVABLE if n in names):
+        rest = [n for n in names if n != name and n not in derived]
+        fixed: dict[tuple, int] = {}
+        if all(fixed.setdefault(tuple(d.get(n, 0) for n in rest), d.get(name, 0)) == d.get(name, 0)
+               for d in (s.as_dict() for s in space)):  # fmt: skip
+            derived.add(name)
+    return frozenset(derived)
 
 
 def covering(order: list[int], space: list[Schedule], seen: list[int], count: int) -> list[int]:
@@ -273,7 +321,7 @@ def covering(order: list[int], space: list[Schedule], seen: list[int], count: in
 
 def _predict(features: np.ndarray, onehot: np.ndarray, seen: list[int], results: list[TrialResult]):
     """(unevaluated indices, k-NN log-time predictions, ridge log-time predictions)."""
-    targets = _targets(results)
+    targets = log_targets(results)
     seen_set = set(seen)
     candidates = np.array([i for i in range(len(features)) if i not in seen_set])
     knn = knn_predict(features[seen], targets, features[candidates])
@@ -319,57 +367,6 @@ def trial_noise(results: list[TrialResult]) -> float:
     """The trials' typical relative spread: the median of (p80 - p20) / median over ok trials."""
     spreads = [(r.timing.p80_ns - r.timing.p20_ns) / r.timing.median_ns for r in results if r.ok and r.median_ns]
     return float(np.median(spreads)) if spreads else 0.0
-
-
-def _targets(results: list[TrialResult]) -> np.ndarray:
-    """log(median time) per result; failures at log(4x) the slowest success."""
-    times = [math.log(r.median_ns) for r in results if r.ok and r.median_ns]
-    penalty = (max(times) if times else 0.0) + math.log(4.0)
-    return np.array([math.log(r.median_ns) if r.ok and r.median_ns else penalty for r in results])
-
-
-def knob_features(space: list[Schedule]) -> np.ndarray:
-    """One row per schedule: log2(1 + knob value) per knob name, scaled to [0, 1]."""
-    names = sorted({name for s in space for name in s.as_dict()})
-    raw = np.array([[math.log2(1 + max(s.get(n, 0), 0)) for n in names] for s in space], dtype=np.float64)
-    span = raw.max(axis=0) - raw.min(axis=0)
-    span[span == 0] = 1.0
-    return (raw - raw.min(axis=0)) / span
-
-
-def onehot_features(space: list[Schedule]) -> np.ndarray:
-    """One row per schedule: a 0/1 column per (knob, value) present in the space."""
-    names = sorted({name for s in space for name in s.as_dict()})
-    columns = {c: i for i, c in enumerate(sorted({(n, s.get(n, 0)) for s in space for n in names}))}
-    out = np.zeros((len(space), len(columns)))
-    for row, s in enumerate(space):
-        for n in names:
-            out[row, columns[(n, s.get(n, 0))]] = 1.0
-    return out
-
-
-def ridge_predict(known: np.ndarray, targets: np.ndarray, query: np.ndarray, lam: float = 1.0) -> np.ndarray:
-    """Ridge regression (centred targets, L2 weight `lam`) fitted on known rows, applied to query rows."""
-    mean = targets.mean()
-    gram = known.T @ known + lam * np.eye(known.shape[1])
-    weights = np.linalg.solve(gram, known.T @ (targets - mean))
-    return query @ weights + mean
-
-
-def _ranks(values: np.ndarray) -> np.ndarray:
-    out = np.empty(len(values))
-    out[np.argsort(values, kind="stable")] = np.arange(len(values))
-    return out
-
-
-def knn_predict(known: np.ndarray, targets: np.ndarray, query: np.ndarray, k: int = 5) -> np.ndarray:
-    """Inverse-distance-weighted mean of the `k` nearest known targets for each query row."""
-    k = min(k, len(known))
-    distances = np.sqrt(((query[:, None, :] - known[None, :, :]) ** 2).sum(axis=2))
-    nearest = np.argsort(distances, axis=1, kind="stable")[:, :k]
-    d = np.take_along_axis(distances, nearest, axis=1)
-    weights = 1.0 / (d + 1e-3)
-    return (weights * targets[nearest]).sum(axis=1) / weights.sum(axis=1)
 
 
 STRATEGIES: dict[str, Callable[..., list[TrialResult]]] = {

@@ -1,0 +1,65 @@
+"""The model search's surrogates (farm.tuning.search.model_based): features of a space's
+schedules and two cheap predictors of log(time) fitted on the measured ones, k-nearest
+neighbours over log2 knob values (smooth trends) and ridge regression over one-hot knob
+values (what each value is worth on its own)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from farm.schedule import Schedule
+from farm.trial import TrialResult
+
+
+def log_targets(results: list[TrialResult]) -> np.ndarray:
+    """log(median time) per result; failures at log(4x) the slowest success."""
+    times = [math.log(r.median_ns) for r in results if r.ok and r.median_ns]
+    penalty = (max(times) if times else 0.0) + math.log(4.0)
+    return np.array([math.log(r.median_ns) if r.ok and r.median_ns else penalty for r in results])
+
+
+def knob_features(space: list[Schedule]) -> np.ndarray:
+    """One row per schedule: log2(1 + knob value) per knob name, scaled to [0, 1]."""
+    names = sorted({name for s in space for name in s.as_dict()})
+    raw = np.array([[math.log2(1 + max(s.get(n, 0), 0)) for n in names] for s in space], dtype=np.float64)
+    span = raw.max(axis=0) - raw.min(axis=0)
+    span[span == 0] = 1.0
+    return (raw - raw.min(axis=0)) / span
+
+
+def onehot_features(space: list[Schedule]) -> np.ndarray:
+    """One row per schedule: a 0/1 column per (knob, value) present in the space."""
+    names = sorted({name for s in space for name in s.as_dict()})
+    columns = {c: i for i, c in enumerate(sorted({(n, s.get(n, 0)) for s in space for n in names}))}
+    out = np.zeros((len(space), len(columns)))
+    for row, s in enumerate(space):
+        for n in names:
+            out[row, columns[(n, s.get(n, 0))]] = 1.0
+    return out
+
+
+def ridge_predict(known: np.ndarray, targets: np.ndarray, query: np.ndarray, lam: float = 1.0) -> np.ndarray:
+    """Ridge regression (centred targets, L2 weight `lam`) fitted on known rows, applied to query rows."""
+    mean = targets.mean()
+    gram = known.T @ known + lam * np.eye(known.shape[1])
+    weights = np.linalg.solve(gram, known.T @ (targets - mean))
+    return query @ weights + mean
+
+
+def ranks(values: np.ndarray) -> np.ndarray:
+    """Each value's rank (0: the smallest; ties in order)."""
+    out = np.empty(len(values))
+    out[np.argsort(values, kind="stable")] = np.arange(len(values))
+    return out
+
+
+def knn_predict(known: np.ndarray, targets: np.ndarray, query: np.ndarray, k: int = 5) -> np.ndarray:
+    """Inverse-distance-weighted mean of the `k` nearest known targets for each query row."""
+    k = min(k, len(known))
+    distances = np.sqrt(((query[:, None, :] - known[None, :, :]) ** 2).sum(axis=2))
+    nearest = np.argsort(distances, axis=1, kind="stable")[:, :k]
+    d = np.take_along_axis(distances, nearest, axis=1)
+    weights = 1.0 / (d + 1e-3)
+    return (weights * targets[nearest]).sum(axis=1) / weights.sum(axis=1)
