@@ -233,6 +233,9 @@ case "${PART:-1}" in
         step 230 python3 -m farm tune gemm --gpus 1 --strategy exhaustive --sizes "gemm:m=$size,k=$size,n=$size" --db "sqlite:///$W/gemm$size.db" --out "$W/artifacts"
         cp "$W"/gemm$size.db "$OUT"/
       done ;;  # session 17: tile_k 32 at 4096^3, and the whole space at 1024^3 and 2048^3 (landscapes for replaying the search); 43 ran it with k_groups 2 in the space (commit 7c07985, reverted)
+  45) tune 200; cp .h200/farm.db "$OUT"/farm.db 2>/dev/null
+      step 120 python3 -m farm bench --kernels gemm fft --db "$DB" --out "$W/bench"
+      cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 17: part 44's tune --all again (the sweep's second sample), gemm and fft benched
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
