@@ -2,9 +2,10 @@
 benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains), of
 benchmarks/wgsl_overheads.py, of benchmarks/recurrent_chunked.py --ablate, of
 benchmarks/clock_probe.py, of benchmarks/sweep_vs_bench.py, of benchmarks/coop_gemm.py and of
-benchmarks/trusted_modules.py and of benchmarks/fft_twiddles.py: each
+benchmarks/trusted_modules.py, of benchmarks/fft_twiddles.py and of benchmarks/search_replay.py: each
 runs, writes its JSON and reports every row it measured (the numbers mean something on GPUs only)."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -169,3 +170,18 @@ def test_fft_twiddles_times_each_schedule_with_both_tables_and_checks_them_equal
         assert row["staged_over_half"] == row["staged_us"] / row["half_us"] > 0
         assert row["products_over_staged"] == row["products_us"] / row["staged_us"] > 0
         assert 0 <= row["products_max_rel"] < 1e-5
+
+
+def test_search_replay_replays_a_stored_landscape_and_exports_it_unchanged(tmp_path):
+    landscape = sorted((BENCHMARKS / "results" / "landscapes").glob("*part43*2048*.json.gz"))[0]
+    run = _run("search_replay.py", "--db", str(landscape), "--seeds", "3", "--label", "t", "--out", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    (row,) = json.loads(next(tmp_path.glob("*-t-search-replay.json")).read_text())["rows"]
+    assert row["problem"] == "m=2048,k=2048,n=2048" and row["seeds"] == 3 and len(row["gaps"]) == 3
+    trials = json.loads(gzip.decompress(landscape.read_bytes()))["trials"]  # [schedule, status, median_ns, ...]
+    assert row["best_ns"] == min(t[2] for t in trials if t[1] == "ok") > 4e5  # the landscape's best, on the H200
+    assert all(gap >= 0 for gap in row["gaps"]) and 64 <= row["mean_trials"] <= 426
+    again = _run("search_replay.py", "--db", str(landscape), "--label", "t", "--export", str(tmp_path / "x"))
+    assert again.returncode == 0, again.stderr
+    (copy,) = (tmp_path / "x").glob("*.json.gz")
+    assert copy.read_bytes() == landscape.read_bytes()  # json.gz in, the same json.gz out
