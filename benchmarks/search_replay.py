@@ -2,9 +2,9 @@
 space measured once for one problem (`farm tune KERNEL --strategy exhaustive --sizes ...`
 writes one into its database), the search run on it as a campaign runs it (the default
 budget, its cap grown with the space, the adaptive stop, the extension and the polish; one
-worker), once per seed. A CPU benchmark on GPU numbers: no device, the landscape's median
-times stand in for the trials (so measurement noise is left out: the stored numbers are
-the same at every visit).
+worker; no stored trials or sibling problems' winners to start from), once per seed. A
+CPU benchmark on GPU numbers: no device, the landscape's median times stand in for the
+trials (so measurement noise is left out: the stored numbers are the same at every visit).
 
 Prints, per problem, how often the search ends within 1% / 3% of the landscape's best and
 the trials it spent, and writes benchmarks/results/<date>-<label>-search-replay.json:
@@ -89,7 +89,9 @@ def replay(space: list[Schedule], measured: dict[str, TrialResult], seed: int, b
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--db", type=Path, action="append", required=True, help="a landscape's sqlite file (repeat)")
+    parser.add_argument(
+        "--db", type=Path, action="append", required=True, help="a landscape: sqlite or an exported .json.gz (repeat)"
+    )
     parser.add_argument("--kernel", default="gemm")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET)

@@ -28,8 +28,9 @@ HINT_COUNT = 8  # model_based's `hint`: the next best-ranked candidates after ea
 # model_based's final polish of the incumbent's neighbourhood (schedules of its knob names
 # that differ in at most POLISH_RADIUS knobs): at most POLISH_ROUNDS rounds of POLISH_BATCH
 # (or one per worker), the next only while the last beat the best. On the H200 (2026-12-01
-# stability: ~1200 trials in 86-93 s of search per `farm tune --all`, 22 problems) 4-12
-# extra trials a problem is ~7-20 s on 108-120 s campaigns, the target <= ~134 s.
+# stability: ~1200 trials in 86-93 s of search per `farm tune --all`, 22 problems) a few extra
+# trials a problem cost seconds; with the sweep (below) `tune --all` took 125.7 and 149.1 s on
+# two fresh machines (session 17), around the 138 s without it.
 POLISH_ROUNDS, POLISH_BATCH, POLISH_RADIUS = 3, 4, 2
 # A polish round that sweeps: every unmeasured schedule one knob from the incumbent, up to this
 # many (gemm's schedules have 3-12 such neighbours in a space of 1275).
@@ -233,7 +234,7 @@ def polish_round(
     `results` (in `seen` order; near: Hamming distance <= POLISH_RADIUS, the same knob
     names), ranked by the two models (the sum of their ranks), the best half of `size` (at
     least one) that change one knob, then the best of the rest; run, appended to `seen` and
-    returned ([] when there is none: no ok result, a measured-out neighbourhood, `size` 0).
+    returned (none when there is none: no ok result, a measured-out neighbourhood, `size` 0).
     The one-knob share: on the synthetic gemm-shaped cost (extended search) the polish then
     left 21 of 40 seeds > 3% from the optimum where the models' ranking alone left 31; it
     finds a two-knob optimum as often (tests/test_search_polish.py). `derived` knobs
@@ -243,7 +244,8 @@ def polish_round(
     measures all of them instead (up to `sweep`, best-ranked first): on two H200 gemm
     landscapes replayed (benchmarks/search_replay.py, NOTES session 17) 8 of 15 searches that
     ended > 1% from the best had stopped one knob from it, that neighbour ranked below the
-    round's picks. Returns the results and whether the round was a sweep."""
+    round's picks. Returns the round's results ([] when it had none to run) and whether it
+    was a sweep."""
     ok = [(r.median_ns, n) for n, r in enumerate(results) if r.ok and r.median_ns]
     if not ok or size <= 0:
         return [], False
