@@ -38,9 +38,9 @@ from farm.tuning.search import POLISH_ROUNDS, Budget, model_based
 FIELDS = ("median_ns", "p20_ns", "p80_ns", "min_ns", "reps", "method")  # Timing's
 
 
-def landscapes(db: Path, kernel: str) -> dict[str, dict[str, TrialResult]]:
-    """{problem key: {schedule key: result}} of `kernel`'s trials in `db` (the latest per
-    schedule), a database or an exported `.json.gz`."""
+def landscapes(db: Path, kernel: str | None) -> dict[tuple[str, str], dict[str, TrialResult]]:
+    """{(kernel, problem key): {schedule key: result}} of `kernel`'s trials in `db` (every
+    kernel's when None; the latest per schedule), a database or an exported `.json.gz`."""
     if db.name.endswith(".json.gz"):
         data = json.loads(gzip.decompress(db.read_bytes()))
         problem = Problem.from_key(data["problem"])
@@ -48,13 +48,13 @@ def landscapes(db: Path, kernel: str) -> dict[str, dict[str, TrialResult]]:
         for schedule, status, *timing in data["trials"]:
             key = TrialKey(data["topology"], data["kernel"], data["source"], problem, Schedule.from_key(schedule))
             results[schedule] = TrialResult(key, Status(status), timing=Timing(*timing) if timing[0] else None)
-        return {data["problem"]: results} if data["kernel"] == kernel else {}
+        return {(data["kernel"], data["problem"]): results} if kernel in (None, data["kernel"]) else {}
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     con.row_factory = sqlite3.Row
-    out: dict[str, dict[str, TrialResult]] = {}
-    for row in con.execute("SELECT * FROM trials WHERE kernel = ? ORDER BY id", (kernel,)):
+    out: dict[tuple[str, str], dict[str, TrialResult]] = {}
+    for row in con.execute("SELECT * FROM trials WHERE ? IS NULL OR kernel = ? ORDER BY id", (kernel, kernel)):
         problem = Problem.from_key(row["problem"])
-        out.setdefault(row["problem"], {})[row["schedule"]] = result_from_row(dict(row), problem)
+        out.setdefault((row["kernel"], row["problem"]), {})[row["schedule"]] = result_from_row(dict(row), problem)
     con.close()
     return out
 
@@ -92,27 +92,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--db", type=Path, action="append", required=True, help="a landscape: sqlite or an exported .json.gz (repeat)"
     )
-    parser.add_argument("--kernel", default="gemm")
+    parser.add_argument("--kernel", default=None, help="replay only this kernel's landscapes (default: every one)")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET)
     parser.add_argument("--label", default="h200")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--export", type=Path, default=None, help="write each landscape as .json.gz here and stop")
     args = parser.parse_args(argv)
-    spec = catalog.get(args.kernel)
     rows = []
-    print(f"{'landscape':<40} {'problem':<24} {'space':>5} {'<=1%':>5} {'<=3%':>5} {'worst':>7} {'trials':>7}")
+    print(f"{'landscape':<40} {'kernel problem':<30} {'space':>5} {'<=1%':>5} {'<=3%':>5} {'worst':>7} {'trials':>7}")
     for db in args.db:
-        for problem, measured in landscapes(db, args.kernel).items():
+        for (kernel, problem), measured in landscapes(db, args.kernel).items():
             if args.export is not None:
                 args.export.mkdir(parents=True, exist_ok=True)
-                path = args.export / f"{args.label}-{db.parent.name}-{args.kernel}-{problem.replace(',', '-')}.json.gz"
+                path = args.export / f"{args.label}-{db.parent.name}-{kernel}-{problem.replace(',', '-')}.json.gz"
                 export(measured, path)
                 print(f"wrote {path} ({path.stat().st_size} bytes, {len(measured)} trials)")
                 continue
+            spec = catalog.get(kernel)
             space = [s for s in spec.schedules() if s != spec.default and s.key() in measured]
-            if len(space) < len(spec.schedules()) - 1:  # a landscape of an older space: replay what it has
-                print(f"note: {db}: {problem}: {len(space)} of the space's {len(spec.schedules()) - 1} measured")
+            if len(space) < len(spec.schedules()) - 1:  # an older space, or schedules invalid for the problem
+                print(
+                    f"note: {db}: {kernel} {problem}: {len(space)} of the space's {len(spec.schedules()) - 1} "
+                    "in the landscape (the rest fail its checks there, or are newer than it)"
+                )
             if len(space) < 2:
                 continue
             best = min(r.median_ns for r in measured.values() if r.ok and r.median_ns)
@@ -120,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             gaps = [found / best - 1 for found, _ in runs]
             row = {
                 "landscape": str(db),
+                "kernel": kernel,
                 "problem": problem,
                 "space": len(space),
                 "best_ns": best,
@@ -132,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
             }
             rows.append(row)
             print(
-                f"{str(db)[-40:]:<40} {problem:<24} {len(space):>5} {row['within_1pct']:>3}/{args.seeds} "
-                f"{row['within_3pct']:>3}/{args.seeds} {row['worst_gap']:>+7.1%} {row['mean_trials']:>7.1f}"
+                f"{str(db)[-40:]:<40} {kernel + ' ' + problem:<30} {len(space):>5} "
+                f"{row['within_1pct']:>3}/{args.seeds} {row['within_3pct']:>3}/{args.seeds} "
+                f"{row['worst_gap']:>+7.1%} {row['mean_trials']:>7.1f}"
             )
     if args.export is not None:
         return 0

@@ -33,7 +33,8 @@ HINT_COUNT = 8  # model_based's `hint`: the next best-ranked candidates after ea
 # two fresh machines (session 17), around the 138 s without it.
 POLISH_ROUNDS, POLISH_BATCH, POLISH_RADIUS = 3, 4, 2
 # A polish round that sweeps: every unmeasured schedule one knob from the incumbent, up to this
-# many (gemm's schedules have 3-12 such neighbours in a space of 1275).
+# many (gemm's schedules have 3-12 such neighbours in a space of 1275), or once they are all
+# measured the best-ranked this many two knobs from it (fft's radix-16 incumbents have ~19).
 POLISH_SWEEP = 12
 
 
@@ -149,14 +150,18 @@ def model_based(
     past the cap (it may spend what an adaptive stop left). While one-knob neighbours of the
     best are unmeasured a round sweeps them all instead (up to POLISH_SWEEP; generic knobs the
     kernel's own fix, `derived_knobs`, don't count as knobs apart), and a sweep that finds
-    nothing better is followed by one round of two-knob neighbours. Two H200 campaigns (2026-12-01
+    nothing better is followed by a sweep of the two-knob neighbours (the POLISH_SWEEP
+    best-ranked), the polish's last round unless it beats the best. Two H200 campaigns (2026-12-01
     stability) each settled in the first basin their models found, and in 3 of the 4
     problems whose winners differed by more than 3% the slower one never measured the
     other's winner, 2 knobs from its own for both recurrent ones. Replayed on two H200 gemm
     landscapes of 2048^3 (100 seeds each) the sweep took the searches ending within 1% of the
     best from 61-67 to 76-85 of 100, for ~5 more trials a problem (a sweep of 3-12 and a
-    round finding nothing better); at most 3 x 12 = 36. `hint` gets each round's next-ranked
-    neighbours.
+    round finding nothing better). The two-knob sweep in place of a round of POLISH_BATCH
+    (session 18): 76-85 to 88-96 of 100 there, and on the H200 fft landscape (n=1024 x 16384,
+    335 schedules) 57 to 81, for ~8 more trials (its best, radix 16 wg64 T1, is two knobs
+    from radix 16 wg128 T2, 3.5% slower, and one knob on the way reads 2.2x slower); at most
+    3 x 12 = 36. `hint` gets each round's next-ranked neighbours.
     """
     total = min(len(space), budget.remaining)
     if total <= 0:
@@ -209,12 +214,12 @@ def model_based(
         room = min(total - len(seen), budget.remaining)  # the adaptive stop's trials too, never past the cap
         ahead = hint if round_ + 1 < polish and room > size else None
         sweep = min(max(POLISH_SWEEP, size), room)
-        fresh, swept = polish_round(
+        fresh, radius = polish_round(
             space, features, onehot, seen, known + results, min(size, room), ahead, run, derived, sweep
         )
         results += fresh
-        if not fresh or (not swept and not improving(known + results, len(fresh), noise or 0.0)):
-            break  # a sweep that found nothing better is followed by a round of two-knob neighbours
+        if not fresh or (radius != 1 and not improving(known + results, len(fresh), noise or 0.0)):
+            break  # a one-knob sweep that found nothing better is followed by a two-knob one
     return results
 
 
@@ -244,8 +249,9 @@ def polish_round(
     measures all of them instead (up to `sweep`, best-ranked first): on two H200 gemm
     landscapes replayed (benchmarks/search_replay.py, NOTES session 17) 8 of 15 searches that
     ended > 1% from the best had stopped one knob from it, that neighbour ranked below the
-    round's picks. Returns the round's results ([] when it had none to run) and whether it
-    was a sweep."""
+    round's picks. Once they are all measured it sweeps the two-knob ones (the `sweep`
+    best-ranked; NOTES session 18). Returns the round's results ([] when it had none to run)
+    and the sweep's radius (1 or 2; 0: not a sweep)."""
     ok = [(r.median_ns, n) for n, r in enumerate(results) if r.ok and r.median_ns]
     if not ok or size <= 0:
         return [], False
@@ -260,16 +266,21 @@ def polish_round(
     ridge = ridge_predict(onehot[seen], targets, onehot[near])
     ranked = [near[j] for j in np.argsort(ranks(knn) + ranks(ridge), kind="stable")]
     ones = [i for i in ranked if distance[i] == 1]
-    swept = sweep > 0 and bool(ones)
-    ones = ones[:sweep] if swept else ones[: (size + 1) // 2]
-    others = [i for i in ranked if i not in ones]
-    taken_others = 0 if swept else size - len(ones)
-    picks, rest = ones + others[:taken_others], others[taken_others:]
+    radius = (1 if ones else 2) if sweep > 0 else 0
+    if radius == 1:
+        picks = ones[:sweep]
+    elif radius == 2:  # every one-knob neighbour measured: sweep the two-knob ones
+        picks = [i for i in ranked if distance[i] == 2][:sweep]
+    else:
+        picks = ones[: (size + 1) // 2]
+        picks += [i for i in ranked if i not in picks][: size - len(picks)]
+    chosen = set(picks)
+    rest = [i for i in ranked if i not in chosen]
     if hint is not None and rest:  # the likely picks of a next round, compiled ahead
         hint([space[i] for i in rest[:HINT_COUNT]])
     fresh = run([space[i] for i in picks])
     seen += picks
-    return fresh, swept
+    return fresh, radius
 
 
 def _distance(a: dict[str, int], b: dict[str, int], derived: frozenset[str] = frozenset()) -> int:
