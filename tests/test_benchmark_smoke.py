@@ -2,8 +2,9 @@
 benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains), of
 benchmarks/wgsl_overheads.py, of benchmarks/recurrent_chunked.py --ablate, of
 benchmarks/clock_probe.py, of benchmarks/sweep_vs_bench.py, of benchmarks/coop_gemm.py and of
-benchmarks/trusted_modules.py, of benchmarks/fft_twiddles.py and of benchmarks/search_replay.py: each
-runs, writes its JSON and reports every row it measured (the numbers mean something on GPUs only)."""
+benchmarks/trusted_modules.py, of benchmarks/fft_twiddles.py, of benchmarks/search_replay.py and of
+benchmarks/trial_repeat.py: each runs, writes its JSON and reports every row it measured (the numbers
+mean something on GPUs only)."""
 
 import gzip
 import json
@@ -15,9 +16,9 @@ from pathlib import Path
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _run(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def _run(script: str, *args: str | Path, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent)}
-    return subprocess.run([sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(BENCHMARKS / script), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env)  # fmt: skip
 
 
@@ -185,3 +186,24 @@ def test_search_replay_replays_a_stored_landscape_and_exports_it_unchanged(tmp_p
     assert again.returncode == 0, again.stderr
     (copy,) = (tmp_path / "x").glob("*.json.gz")
     assert copy.read_bytes() == landscape.read_bytes()  # json.gz in, the same json.gz out
+
+
+def test_trial_repeat_re_times_the_schedules_two_landscapes_disagree_on(tmp_path):
+    fields = ["schedule", "status", "median_ns", "p20_ns", "p80_ns", "min_ns", "reps", "method"]
+    keys = ['{"items_per_invocation":1,"vector_width":1,"workgroup_size":64}',
+            '{"items_per_invocation":1,"vector_width":2,"workgroup_size":64}',
+            '{"items_per_invocation":2,"vector_width":2,"workgroup_size":128}']  # fmt: skip
+    for name, times in (("a", (100e3, 300e3, 500e3)), ("b", (101e3, 100e3, 505e3))):  # the second disagrees 3x
+        trials = [[k, "ok", t, t, t, t, 10, "timestamp"] for k, t in zip(keys, times, strict=True)]
+        data = {"kernel": "fft", "problem": "n=256,batch=16", "topology": "t", "source": "s", "fields": fields,
+                "trials": trials}  # fmt: skip
+        (tmp_path / f"{name}.json.gz").write_bytes(gzip.compress(json.dumps(data).encode()))
+    dbs = ["--db", str(tmp_path / "a.json.gz"), "--db", str(tmp_path / "b.json.gz")]
+    run = _run("trial_repeat.py", "--allow-cpu", *dbs, "--best", "1", "--rounds", "2", "--reps", "2", "--out", tmp_path)
+    assert run.returncode == 0, run.stderr
+    result = json.loads((tmp_path / "trial-repeat.json").read_text())
+    assert result["problem"] == "n=256,batch=16" and result["method"] == "timestamp, interleaved"
+    rows = result["rows"]
+    assert [row["schedule"] for row in rows] == keys[:2]  # the fastest, then the one read 3x apart
+    assert [(row["first_us"], row["second_us"]) for row in rows] == [(100.0, 101.0), (300.0, 100.0)]
+    assert all(row["certified"] and len(row["rounds_us"]) == 2 and row["repeat_us"] > 0 for row in rows)
