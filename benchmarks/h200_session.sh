@@ -242,6 +242,11 @@ case "${PART:-1}" in
       cp "$W"/fbench/bench.md "$OUT"/fft-bench.md; cp "$W"/fbench/bench.json "$OUT"/fft-bench.json
       step 90 python3 -m farm tune fft --gpus 1 --db "sqlite:///$W/fft.db" --out "$W/artifacts"
       cp "$W"/fft.db "$OUT"/ 2>/dev/null ;;  # session 18: fft's whole space at n=1024 x 16384 (a landscape for replaying the search), its best benched, then the search once on a fresh database
+  47) step 90 python3 benchmarks/trial_repeat.py --db .h200/part46/fft1024.db --db .h200/part46/fft.db --out "$W/tr"
+      cp "$W"/tr/trial-repeat.json "$OUT"/ 2>/dev/null
+      tune 220; cp .h200/farm.db "$OUT"/farm.db 2>/dev/null
+      step 300 python3 benchmarks/fla_pinned.py --db "$DB" --out "$W/bench"
+      cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 18: part 46's disagreeing fft readings re-timed (carry .h200/part46), then part 44 with the two-knob sweep (every issue-17 ratio in one run)
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
