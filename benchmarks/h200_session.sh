@@ -247,6 +247,10 @@ case "${PART:-1}" in
       tune 220; cp .h200/farm.db "$OUT"/farm.db 2>/dev/null
       step 300 python3 benchmarks/fla_pinned.py --db "$DB" --out "$W/bench"
       cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 18: part 46's disagreeing fft readings re-timed (carry .h200/part46), then part 44 with the two-knob sweep (every issue-17 ratio in one run)
+  48) step 200 env FARM_CLOCK_TRACE=1 python3 -m farm tune fft --gpus 1 --strategy exhaustive --sizes "fft:n=1024,batch=16384" --db "sqlite:///$W/fft1024b.db" --out "$W/artifacts"
+      cp "$W"/fft1024b.db "$OUT"/ 2>/dev/null
+      step 120 python3 benchmarks/trial_repeat.py --db "$W"/fft1024b.db --db .h200/part46/fft1024.db --out "$W/tr"
+      cp "$W"/tr/trial-repeat.json "$OUT"/ 2>/dev/null ;;  # session 18: fft's landscape again with every clock check traced, its disagreements with part 46's re-timed (carry .h200/part46)
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
