@@ -251,6 +251,10 @@ case "${PART:-1}" in
       cp "$W"/fft1024b.db "$OUT"/ 2>/dev/null
       step 120 python3 benchmarks/trial_repeat.py --db "$W"/fft1024b.db --db .h200/part46/fft1024.db --out "$W/tr"
       cp "$W"/tr/trial-repeat.json "$OUT"/ 2>/dev/null ;;  # session 18: fft's landscape again with every clock check traced, its disagreements with part 46's re-timed (carry .h200/part46)
+  49) step 200 python3 -m farm tune fft --gpus 1 --strategy exhaustive --sizes "fft:n=1024,batch=16384" --db "sqlite:///$W/fft1024c.db" --out "$W/artifacts"
+      cp "$W"/fft1024c.db "$OUT"/ 2>/dev/null
+      step 150 python3 benchmarks/trial_repeat.py --db "$W"/fft1024c.db --db .h200/part48/fft1024b.db --out "$W/tr"
+      cp "$W"/tr/trial-repeat.json "$OUT"/ 2>/dev/null ;;  # session 18: fft's landscape with re-timings behind a lead-in, retried while slow; its disagreements with part 48's re-timed (carry .h200/part48)
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
