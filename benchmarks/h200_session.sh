@@ -255,6 +255,11 @@ case "${PART:-1}" in
       cp "$W"/fft1024c.db "$OUT"/ 2>/dev/null
       step 150 python3 benchmarks/trial_repeat.py --db "$W"/fft1024c.db --db .h200/part48/fft1024b.db --out "$W/tr"
       cp "$W"/tr/trial-repeat.json "$OUT"/ 2>/dev/null ;;  # session 18: fft's landscape with re-timings behind a lead-in, retried while slow; its disagreements with part 48's re-timed (carry .h200/part48)
+  50) step 120 python3 -m farm tune gemm --gpus 1 --strategy exhaustive --sizes "gemm:m=1024,k=1024,n=1024" --db "sqlite:///$W/gemm1024.db" --out "$W/artifacts"
+      cp "$W"/gemm1024.db "$OUT"/ 2>/dev/null
+      tune 200; cp .h200/farm.db "$OUT"/farm.db 2>/dev/null
+      step 260 python3 benchmarks/fla_pinned.py --db "$DB" --out "$W/bench"
+      cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 18: gemm 1024^3's landscape with the re-timing fix, then part 47 again (every ratio)
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
   24) LABEL=${LABEL:-h200-s13i} stability 340; trusted 150 ;;  # session 13: part 23 again, the first problem's prefetch after its first trial (issue 21's second sample)
   23) LABEL=h200-s13h stability 480 ;;  # session 13: the heater in re-timings and the re-measurement's warm-up, prefetch two ahead (issue 21)
