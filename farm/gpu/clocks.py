@@ -15,6 +15,11 @@ clocks up themselves, and a GPU held at its power limit by them is timed as it r
 
 from __future__ import annotations
 
+import os
+import statistics
+import sys
+from typing import Any
+
 import numpy as np
 
 CLOCK_TOLERANCE = 1.2  # a check this much over its best on the device reads as low clocks
@@ -120,3 +125,24 @@ class ClockCheck:
         self.device.release(self.out)
         self.resolve.destroy()
         self.query_set.destroy()
+
+
+def trace_check(
+    schedule: Any,
+    samples: list[float],
+    ratio: float | None,
+    again: list[float] | None = None,
+    after: float | None = None,
+) -> None:
+    """With FARM_CLOCK_TRACE=1: one line on stderr per clock-checked timing (its median, the
+    canary's ratio; for a re-timed one the re-timing's median and the canary after it, and
+    nvidia-smi's clocks). A diagnostic for trials that read slow (NOTES, session 18)."""
+    if os.environ.get("FARM_CLOCK_TRACE", "") != "1":
+        return
+    line = f"farm clock: {schedule}: {statistics.median(samples) / 1e3:.1f} us, canary {ratio or 0:.2f}"
+    if again is not None:
+        from farm.gpu.nvidia import query_gpus
+
+        smi = query_gpus(("clocks.sm", "clocks.mem", "power.draw", "clocks_event_reasons.active"))
+        line += f"; re-timed {statistics.median(again) / 1e3:.1f} us, canary after {after or 0:.2f}; smi {smi}"
+    print(line, file=sys.stderr, flush=True)

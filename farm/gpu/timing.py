@@ -6,9 +6,7 @@ timing half of `farm.gpu.device.Device`, which inherits it: it needs the device'
 from __future__ import annotations
 
 import math
-import os
 import statistics
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -17,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from farm.gpu.adapter import GpuError
-from farm.gpu.clocks import CLOCK_TOLERANCE
+from farm.gpu.clocks import CLOCK_TOLERANCE, trace_check
 
 # GPU warm-up (Device._warm_up): idle gaps after which clocks have dropped, the agreement
 # between consecutive warm-up rounds that counts as steady, and the least round length.
@@ -59,22 +57,6 @@ CLOCK_CHECK_MAX_S = 0.02
 # went into different basins of recurrent's flat top on 15 us kernels while the SM clock
 # wandered ~20% by itself (NOTES, session 12). The re-timing is kept when its canary reads faster.
 RECHECK_TOLERANCE = 1.05
-
-
-def _trace(schedule: Any, samples: list[float], ratio: float | None, again: list[float] | None = None,
-           after: float | None = None) -> None:  # fmt: skip
-    """With FARM_CLOCK_TRACE=1: one line on stderr per clock-checked timing (its median, the
-    canary's ratio; for a re-timed one the re-timing's median and the canary after it, and
-    nvidia-smi's clocks). A diagnostic for trials that read slow (NOTES, session 18)."""
-    if os.environ.get("FARM_CLOCK_TRACE", "") != "1":
-        return
-    line = f"farm clock: {schedule}: {statistics.median(samples) / 1e3:.1f} us, canary {ratio or 0:.2f}"
-    if again is not None:
-        from farm.gpu.nvidia import query_gpus
-
-        smi = query_gpus(("clocks.sm", "clocks.mem", "power.draw", "clocks_event_reasons.active"))
-        line += f"; re-timed {statistics.median(again) / 1e3:.1f} us, canary after {after or 0:.2f}; smi {smi}"
-    print(line, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -214,9 +196,9 @@ class TimedDevice:
         if ratio is not None and ratio > CLOCK_TOLERANCE:  # slow: re-timed after a warm-up
             again, after = self._retime(calls, reps, schedule, samples)
             self.clock_retimes_slow += after is not None and after > CLOCK_TOLERANCE  # the warm-up did not lift them
-            _trace(schedule, samples, ratio, again, after)
+            trace_check(schedule, samples, ratio, again, after)
             return again
-        _trace(schedule, samples, ratio)
+        trace_check(schedule, samples, ratio)
         if beat_ns is None or ratio is None or ratio <= RECHECK_TOLERANCE:
             return samples
         if float(np.median(samples)) / ratio >= beat_ns:  # not competitive even at full clock
