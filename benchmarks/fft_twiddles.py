@@ -26,8 +26,7 @@ import numpy as np
 from trusted_modules import time_interleaved  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
-from farm.gpu import Device, refuse_cpu
-from farm.gpu.adapter import CpuAdapterRefused
+from farm.gpu import Device, benchmark_device
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
 from farm.schedule import Schedule
@@ -74,11 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--allow-cpu", action="store_true")
     args = parser.parse_args(argv)
-    device = Device()
-    try:
-        refuse_cpu(device.profile, args.allow_cpu, "benchmark")
-    except CpuAdapterRefused as exc:
-        print(exc, file=sys.stderr)
+    device = benchmark_device(args.allow_cpu)
+    if device is None:
         return 2
     problem = SPEC.problem(n=256, batch=64) if device.profile.is_cpu else SPEC.problem(n=1024, batch=16384)
     rows = []

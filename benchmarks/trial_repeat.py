@@ -30,8 +30,7 @@ from pathlib import Path
 from search_replay import landscapes  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
-from farm.gpu import Device, refuse_cpu
-from farm.gpu.adapter import CpuAdapterRefused
+from farm.gpu import benchmark_device
 from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
@@ -62,11 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(args.db) > 2:
         parser.error(f"--db: one or two landscapes, got {len(args.db)}")
-    device = Device()
-    try:
-        refuse_cpu(device.profile, args.allow_cpu, "benchmark")
-    except CpuAdapterRefused as exc:
-        print(exc, file=sys.stderr)
+    device = benchmark_device(args.allow_cpu)
+    if device is None:
         return 2
     spec = catalog.get(args.kernel)
     found = [landscapes(db, args.kernel) for db in args.db]

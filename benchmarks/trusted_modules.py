@@ -29,8 +29,7 @@ from pathlib import Path
 
 from farm import catalog
 from farm.cli.bench import bench_problems, tuned_schedules
-from farm.gpu import Device, refuse_cpu
-from farm.gpu.adapter import CpuAdapterRefused
+from farm.gpu import Device, benchmark_device
 from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
@@ -92,11 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-cpu", action="store_true")
     args = parser.parse_args(argv)
     sizes = parse_sizes(args.sizes) if args.sizes else {}
-    checked = Device()
-    try:
-        refuse_cpu(checked.profile, args.allow_cpu, "benchmark")
-    except CpuAdapterRefused as exc:
-        print(exc, file=sys.stderr)
+    checked = benchmark_device(args.allow_cpu)
+    if checked is None:
         return 2
     devices = {"checked": modules(checked, True), "trusted": modules(Device(), False)}
     topology = checked.profile.topology_hash()
