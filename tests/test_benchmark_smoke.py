@@ -2,9 +2,9 @@
 benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains), of
 benchmarks/wgsl_overheads.py, of benchmarks/recurrent_chunked.py --ablate, of
 benchmarks/clock_probe.py, of benchmarks/sweep_vs_bench.py, of benchmarks/coop_gemm.py and of
-benchmarks/trusted_modules.py, of benchmarks/fft_twiddles.py, of benchmarks/search_replay.py and of
-benchmarks/trial_repeat.py: each runs, writes its JSON and reports every row it measured (the numbers
-mean something on GPUs only)."""
+benchmarks/trusted_modules.py, of benchmarks/fft_twiddles.py, of benchmarks/search_replay.py, of
+benchmarks/trial_repeat.py and of benchmarks/copy_widths.py: each runs, writes its JSON and reports
+every row it measured (the numbers mean something on GPUs only)."""
 
 import gzip
 import json
@@ -207,3 +207,14 @@ def test_trial_repeat_re_times_the_schedules_two_landscapes_disagree_on(tmp_path
     assert [row["schedule"] for row in rows] == keys[:2]  # the fastest, then the one read 3x apart
     assert [(row["first_us"], row["second_us"]) for row in rows] == [(100.0, 101.0), (300.0, 100.0)]
     assert all(row["certified"] and len(row["rounds_us"]) == 2 and row["repeat_us"] > 0 for row in rows)
+
+
+def test_copy_widths_checks_and_times_every_variant(tmp_path):
+    run = _run("copy_widths.py", "--allow-cpu", "--rounds", "1", "--reps", "2", "--out", tmp_path)
+    assert run.returncode == 0, run.stderr
+    result = json.loads((tmp_path / "copy-widths.json").read_text())
+    assert result["bytes"] == 1 << 20 and result["method"] == "timestamp, interleaved"
+    rows = {row["variant"]: row for row in result["rows"]}
+    assert {"copy vec4", "copy vec2", "fft io vec2", "fft io vec2 + exchange", "fft io vec4"} <= set(rows)
+    assert all(row["checked"] and row["gb_s"] > 0 for row in rows.values())  # each copied its input exactly
+    assert rows["copy vec4"]["of_copy_vec4"] == 1.0
