@@ -24,17 +24,15 @@ if it reads near the vec4 copy, the cost is in the exchanges or the arithmetic.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import statistics
 import sys
-from pathlib import Path
 
 import numpy as np
+from interleaved import Calls, options, rounds_us  # benchmarks/, on the path as the script's folder
 
 from farm.gpu import benchmark_device
-from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
 
 GPU_BYTES = 16384 * 1024 * 8  # fft n=1024 x 16384's input (and output)
 CPU_BYTES = 1 << 20
@@ -93,12 +91,7 @@ VARIANTS = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
-    parser.add_argument("--allow-cpu", action="store_true")
-    args = parser.parse_args(argv)
+    args = options(__doc__).parse_args(argv)
     device = benchmark_device(args.allow_cpu)
     if device is None:
         return 2
@@ -115,12 +108,9 @@ def main(argv: list[str] | None = None) -> int:
             copied = device.run_and_read(calls[label], [dst], reads).collect()["dst"]  # dst zeroed first
             rows.append({"variant": label, "lane_bytes": size, "checked": bool(np.array_equal(copied, data)),
                          "rounds_us": []})  # fmt: skip
-        order = [row for row in rows if row["checked"]]
-        for r in range(args.rounds):
-            for row in order[r % len(order) :] + order[: r % len(order)] if order else []:
-                call = calls[row["variant"]]
-                device.warm_until_clocks(call, REPORT_WARM_S / 5, REPORT_WARM_MAX_S / 4)
-                row["rounds_us"].append(device.time_calls(call, warmup=3, reps=args.reps).median_ns / 1e3)
+        arms = {row["variant"]: Calls(device, calls[row["variant"]]) for row in rows if row["checked"]}
+        for variant, values in rounds_us(arms, args.reps, args.rounds).items():
+            next(row for row in rows if row["variant"] == variant)["rounds_us"] = values
     finally:
         device.release(src, dst)
     for row in rows:

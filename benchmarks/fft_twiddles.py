@@ -15,15 +15,13 @@ specialization, 0.997-0.999, is in NOTES and results/2026-12-02-h200-s15-fft-twi
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import sys
 from contextlib import ExitStack
-from pathlib import Path
 
 import numpy as np
-from trusted_modules import time_interleaved  # benchmarks/, on the path as the script's folder
+from interleaved import options, time_interleaved  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
 from farm.gpu import Device, benchmark_device
@@ -67,12 +65,7 @@ def measure(device: Device, schedule: Schedule, problem, reps: int, rounds: int)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
-    parser.add_argument("--allow-cpu", action="store_true")
-    args = parser.parse_args(argv)
+    args = options(__doc__).parse_args(argv)
     device = benchmark_device(args.allow_cpu)
     if device is None:
         return 2

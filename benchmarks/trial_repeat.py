@@ -19,7 +19,6 @@ far, its time itself is bimodal. A benchmark, not a test: numbers mean something
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import statistics
@@ -27,11 +26,11 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from search_replay import landscapes  # benchmarks/, on the path as the script's folder
+from interleaved import options, rounds_us  # benchmarks/, on the path as the script's folder
+from search_replay import landscapes
 
 from farm import catalog
 from farm.gpu import benchmark_device
-from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
 from farm.schedule import Problem, Schedule
@@ -49,15 +48,11 @@ def disagreeing(first: dict, second: dict, threshold: float, best: int) -> list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = options(__doc__)
     parser.add_argument("--db", type=Path, action="append", required=True, help="a landscape (twice: two to compare)")
     parser.add_argument("--kernel", default="fft")
     parser.add_argument("--threshold", type=float, default=0.1, help="relative disagreement that picks a schedule")
     parser.add_argument("--best", type=int, default=4, help="the first database's fastest, picked too")
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
-    parser.add_argument("--allow-cpu", action="store_true")
     args = parser.parse_args(argv)
     if len(args.db) > 2:
         parser.error(f"--db: one or two landscapes, got {len(args.db)}")
@@ -86,13 +81,10 @@ def main(argv: list[str] | None = None) -> int:
                          "certified": cert.ok, "rounds_us": [], "clock_ratios": []})  # fmt: skip
             if cert.ok:
                 prepared[key] = (p, rows[-1])
-        order = list(prepared)
-        for r in range(args.rounds):
-            for key in order[r % len(order) :] + order[: r % len(order)] if order else []:
-                p, row = prepared[key]
-                p.warm_until_clocks(REPORT_WARM_S / 5, REPORT_WARM_MAX_S / 4)
-                row["rounds_us"].append(p.time(warmup=3, reps=args.reps).median_ns / 1e3)
-                row["clock_ratios"].append(device.clock_ratio())
+        arms = {key: p for key, (p, _) in prepared.items()}
+        clock = lambda key: prepared[key][1]["clock_ratios"].append(device.clock_ratio())  # noqa: E731
+        for key, values in rounds_us(arms, args.reps, args.rounds, after=clock).items():
+            prepared[key][1]["rounds_us"] = values
     print(f"problem {problem_key[1]}; GPU timestamps, {args.rounds} interleaved rounds of {args.reps}")
     print("| schedule | first db us | second db us | repeated us | rounds' spread | worst canary | certified |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

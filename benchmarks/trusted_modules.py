@@ -19,18 +19,16 @@ one adapter, one making every module checked, the other trusted.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
-import statistics
 import sys
 from contextlib import ExitStack
-from pathlib import Path
+
+from interleaved import options, time_interleaved  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
 from farm.cli.bench import bench_problems, tuned_schedules
 from farm.gpu import Device, benchmark_device
-from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
 from farm.tuning.plan import parse_sizes
@@ -46,20 +44,6 @@ def modules(device: Device, checked: bool) -> Device:
 
     device.pipeline = forced
     return device
-
-
-def time_interleaved(row: dict, prepared: dict, reps: int, rounds: int) -> None:
-    """Into `row`: each Prepared's median in us over `rounds` interleaved timings (the order
-    rotated each round, `reps` dispatches each after a fifth of `farm bench`'s clock warm-up)
-    as `{name}_us`, and the rounds' medians as `{name}_rounds_us`."""
-    medians: dict[str, list[float]] = {name: [] for name in prepared}
-    order = list(prepared)
-    for r in range(rounds):
-        for name in order[r % len(order) :] + order[: r % len(order)]:
-            prepared[name].warm_until_clocks(REPORT_WARM_S / 5, REPORT_WARM_MAX_S / 4)
-            medians[name].append(prepared[name].time(warmup=3, reps=reps).median_ns / 1e3)
-    for name, values in medians.items():
-        row[f"{name}_us"], row[f"{name}_rounds_us"] = statistics.median(values), values
 
 
 def measure(devices: dict[str, Device], spec, schedule, problem, reps: int, rounds: int) -> dict:
@@ -81,14 +65,10 @@ def measure(devices: dict[str, Device], spec, schedule, problem, reps: int, roun
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = options(__doc__)
     parser.add_argument("--kernels", nargs="*", default=None, help="kernel names (default: the catalog's)")
     parser.add_argument("--sizes", default=None, help="problems as in farm tune --sizes (default: realistic sizes)")
     parser.add_argument("--db", default=None, help="the tuned winners to time (default: each kernel's default)")
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
-    parser.add_argument("--allow-cpu", action="store_true")
     args = parser.parse_args(argv)
     sizes = parse_sizes(args.sizes) if args.sizes else {}
     checked = benchmark_device(args.allow_cpu)

@@ -1,0 +1,59 @@
+"""Interleaved timing, shared by the A/B benchmark scripts (trusted_modules, fft_twiddles,
+trial_repeat, copy_widths): the options they take and the loop that times several ways of
+running a kernel in rounds, the order rotated each round, so that clock drift and a fresh
+machine's first seconds fall on every arm alike. Each timing is `reps` dispatches (GPU
+timestamps on a GPU) after a fifth of `farm bench`'s clock warm-up on that arm."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+from farm.gpu import Device
+from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
+
+
+def options(doc: str | None) -> argparse.ArgumentParser:
+    """A parser with the shared options: --reps (20), --rounds (5), --out, --allow-cpu."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=20, help="dispatches a timing")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--allow-cpu", action="store_true")
+    return parser
+
+
+class Calls:
+    """Raw (pipeline, bind_group, groups) passes on `device`, timed like a Prepared."""
+
+    def __init__(self, device: Device, calls: list):
+        self.device, self.calls = device, calls
+
+    def warm_until_clocks(self, least_s: float, most_s: float) -> float:
+        return self.device.warm_until_clocks(self.calls, least_s, most_s)
+
+    def time(self, warmup: int, reps: int):
+        return self.device.time_calls(self.calls, warmup=warmup, reps=reps)
+
+
+def rounds_us(arms: dict, reps: int, rounds: int, after: Callable[[str], None] | None = None) -> dict[str, list[float]]:
+    """{name: its median in us in each round} of the arms (Prepared or Calls), timed
+    interleaved; `after(name)` runs after each timing (a clock reading, say)."""
+    medians: dict[str, list[float]] = {name: [] for name in arms}
+    order = list(arms)
+    for r in range(rounds):
+        for name in order[r % len(order) :] + order[: r % len(order)] if order else []:
+            arms[name].warm_until_clocks(REPORT_WARM_S / 5, REPORT_WARM_MAX_S / 4)
+            medians[name].append(arms[name].time(warmup=3, reps=reps).median_ns / 1e3)
+            if after is not None:
+                after(name)
+    return medians
+
+
+def time_interleaved(row: dict, prepared: dict, reps: int, rounds: int) -> None:
+    """Into `row`: each arm's median in us over the rounds (`rounds_us`) as `{name}_us`, and
+    the rounds' medians as `{name}_rounds_us`."""
+    for name, values in rounds_us(prepared, reps, rounds).items():
+        row[f"{name}_us"], row[f"{name}_rounds_us"] = statistics.median(values), values
