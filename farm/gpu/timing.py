@@ -213,22 +213,21 @@ class TimedDevice:
         """The reps again after CLOCK_WARM_S of the canary's heater (every SM busy), behind a
         lead-in of RETIME_LEAD_S of the kernel's own passes in the reps' submission, and again
         (up to `attempts` in all) while the canary after them still reads slow; the fastest
-        attempt's samples and the canary's ratio after the last. The clock check read the
+        samples (`first` included) and the canary's ratio after the last attempt. The clock check read the
         first ones (`first`) at low clocks, where warm-up rounds agree (farm.gpu.clocks), and a
         few-workgroup kernel's own passes back to back may not lift them (the recurrent
         sweep's T=64 kernels: 2.2 s of them left the canary 1.4-2.1x slow; NOTES, session 13).
         A slow timing only ever reads slower than the kernel is (H200, session 18: 80 re-timed
-        fft schedules, none faster than its lower reading), so the fastest attempt is kept."""
+        fft schedules, none faster than its lower reading), so the fastest is kept."""
         start = time.perf_counter()
         self.clock_retimes += 1
         clock = self._clock_check()
         lead = max(1, min(MAX_LEAD_PASSES, math.ceil(RETIME_LEAD_S * 1e9 / max(min(first), 1.0))))
-        best: list[float] | None = None
-        after = None
+        best, after = first, None
         for _ in range(max(1, attempts)):
             self._busy_for(clock.heater(), CLOCK_WARM_S, None)
             samples = self._timestamp_samples(calls, reps, schedule, lead)
-            if best is None or statistics.median(samples) < statistics.median(best):
+            if statistics.median(samples) < statistics.median(best):
                 best = samples
             after = clock.ratio()
             if after is None or after <= CLOCK_TOLERANCE:
