@@ -32,22 +32,11 @@ import sys
 import numpy as np
 from interleaved import Calls, options, rounds_us  # benchmarks/, on the path as the script's folder
 
+from farm.cli.bench import COPY_WGSL
 from farm.gpu import benchmark_device
 
 GPU_BYTES = 16384 * 1024 * 8  # fft n=1024 x 16384's input (and output)
 CPU_BYTES = 1 << 20
-
-FLAT = """
-@group(0) @binding(0) var<storage, read> src: array<{t}>;
-@group(0) @binding(1) var<storage, read_write> dst: array<{t}>;
-@compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
-    let i = gid.x + gid.y * nwg.x * 256u;
-    if (i < arrayLength(&src)) {{
-        dst[i] = src[i];
-    }}
-}}
-"""
 
 
 def fft_io(vector: int, loads: int, threads: int, exchange: bool) -> str:
@@ -79,11 +68,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 """
 
 
-# (label, WGSL, bytes an element, elements a workgroup)
+# (label, WGSL, bytes an element, elements a workgroup); the flat copies are farm bench's
+# vec4 copy kernel (its bandwidth ceiling) and the same with narrower lanes
 VARIANTS = [
-    ("copy vec4", FLAT.format(t="vec4<f32>"), 16, 256),
-    ("copy vec2", FLAT.format(t="vec2<f32>"), 8, 256),
-    ("copy f32", FLAT.format(t="f32"), 4, 256),
+    ("copy vec4", COPY_WGSL, 16, 256),
+    ("copy vec2", COPY_WGSL.replace("vec4<f32>", "vec2<f32>"), 8, 256),
+    ("copy f32", COPY_WGSL.replace("vec4<f32>", "f32"), 4, 256),
     ("fft io vec2", fft_io(2, 16, 64, False), 8, 1024),
     ("fft io vec2 + exchange", fft_io(2, 16, 64, True), 8, 1024),
     ("fft io vec4", fft_io(4, 8, 64, False), 16, 512),
@@ -98,40 +88,43 @@ def main(argv: list[str] | None = None) -> int:
     nbytes = CPU_BYTES if device.profile.is_cpu else GPU_BYTES
     data = np.random.default_rng(0).random(nbytes // 4, dtype=np.float32)
     src, dst = device.upload(data), device.empty(nbytes)
-    rows, calls = [], {}
+    rows, arms = {}, {}
     try:
         for label, wgsl, size, per_group in VARIANTS:
             pipeline = device.pipeline(wgsl, "main", label=label, checked=False)
-            groups = -(-(nbytes // size) // per_group)
-            calls[label] = [(pipeline, device.bind(pipeline, [src, dst]), groups)]
+            calls = [(pipeline, device.bind(pipeline, [src, dst]), -(-(nbytes // size) // per_group))]
             reads = [("dst", dst, np.float32, nbytes // 4, None)]
-            copied = device.run_and_read(calls[label], [dst], reads).collect()["dst"]  # dst zeroed first
-            rows.append({"variant": label, "lane_bytes": size, "checked": bool(np.array_equal(copied, data)),
-                         "rounds_us": []})  # fmt: skip
-        arms = {row["variant"]: Calls(device, calls[row["variant"]]) for row in rows if row["checked"]}
-        for variant, values in rounds_us(arms, args.reps, args.rounds).items():
-            next(row for row in rows if row["variant"] == variant)["rounds_us"] = values
+            copied = device.run_and_read(calls, [dst], reads).collect()["dst"]  # dst zeroed first
+            rows[label] = {"variant": label, "lane_bytes": size, "checked": bool(np.array_equal(copied, data)),
+                           "rounds_us": [], "method": None}  # fmt: skip
+            if rows[label]["checked"]:
+                arms[label] = Calls(device, calls)
+
+        def record(label: str, timing) -> None:
+            rows[label]["method"] = f"{timing.method}, interleaved"
+
+        for label, values in rounds_us(arms, args.reps, args.rounds, after=record).items():
+            rows[label]["rounds_us"] = values
     finally:
         device.release(src, dst)
-    for row in rows:
+    for row in rows.values():
         if row["rounds_us"]:
             row["us"] = statistics.median(row["rounds_us"])
             row["gb_s"] = 2 * nbytes / (row["us"] * 1e3)
-    ceiling = rows[0].get("gb_s")  # copy vec4: farm bench's ceiling
-    print(f"{device.profile.device_name}: {nbytes} bytes in and out; GPU timestamps, {args.rounds} interleaved rounds")
-    print("| variant | lane bytes | us | GB/s (read + write) | / copy vec4 | checked |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for row in rows:
+    ceiling = rows["copy vec4"].get("gb_s")  # farm bench's ceiling
+    print(f"{device.profile.device_name}: {nbytes} bytes in and out, {args.rounds} interleaved rounds")
+    print("| variant | lane bytes | us | GB/s (read + write) | / copy vec4 | method | checked |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for row in rows.values():
         if "gb_s" in row and ceiling:
             row["of_copy_vec4"] = row["gb_s"] / ceiling
             print(f"| {row['variant']} | {row['lane_bytes']} | {row['us']:.1f} | {row['gb_s']:.0f} "
-                  f"| {row['of_copy_vec4']:.3f} | {row['checked']} |")  # fmt: skip
+                  f"| {row['of_copy_vec4']:.3f} | {row['method']} | {row['checked']} |")  # fmt: skip
         else:
-            print(f"| {row['variant']} | {row['lane_bytes']} | - | - | - | {row['checked']} |")
+            print(f"| {row['variant']} | {row['lane_bytes']} | - | - | - | - | {row['checked']} |")
     args.out.mkdir(parents=True, exist_ok=True)
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    result = {"date": date, "device": device.profile.summary, "bytes": nbytes, "method": "timestamp, interleaved",
-              "rows": rows}  # fmt: skip
+    result = {"date": date, "device": device.profile.summary, "bytes": nbytes, "rows": list(rows.values())}
     (args.out / "copy-widths.json").write_text(json.dumps(result, indent=2) + "\n")
     return 0
 

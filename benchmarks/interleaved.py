@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from farm.gpu import Device
+from farm.gpu import Device, Timing
 from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
 
 
@@ -38,17 +38,21 @@ class Calls:
         return self.device.time_calls(self.calls, warmup=warmup, reps=reps)
 
 
-def rounds_us(arms: dict, reps: int, rounds: int, after: Callable[[str], None] | None = None) -> dict[str, list[float]]:
+def rounds_us(
+    arms: dict, reps: int, rounds: int, after: Callable[[str, Timing], None] | None = None
+) -> dict[str, list[float]]:
     """{name: its median in us in each round} of the arms (Prepared or Calls), timed
-    interleaved; `after(name)` runs after each timing (a clock reading, say)."""
+    interleaved; `after(name, timing)` runs after each timing (to record its method or a
+    clock reading)."""
     medians: dict[str, list[float]] = {name: [] for name in arms}
     order = list(arms)
     for r in range(rounds):
         for name in order[r % len(order) :] + order[: r % len(order)] if order else []:
             arms[name].warm_until_clocks(REPORT_WARM_S / 5, REPORT_WARM_MAX_S / 4)
-            medians[name].append(arms[name].time(warmup=3, reps=reps).median_ns / 1e3)
+            timing = arms[name].time(warmup=3, reps=reps)
+            medians[name].append(timing.median_ns / 1e3)
             if after is not None:
-                after(name)
+                after(name, timing)
     return medians
 
 
