@@ -91,13 +91,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 // barrier each; one buffer when two stages are the whole transform): log4 N - 1 exchanges for radix 4; with `single_buffer` through one buffer,
 // every thread's points read into registers, a barrier, then written back (two barriers an
 // exchange, half the workgroup memory). `slot` places point i of transform tr
-// in a buffer; with `swizzle` it XORs i's low 4 bits with a function of its high bits so
-// strided stores spread over the 32 banks. The host unrolls the stages into STAGES and
-// declares the buffers in BUFFERS.
+// in a buffer; with `swizzle` 1-3 it XORs i's low 4 bits with a function of its high bits,
+// with 4 it adds a pad slot per R points, so strided stores spread over the 32 banks (the
+// host emits SLOT, and each stage reaches its points from one base slot: farm.catalog.fft_slots).
+// The host unrolls the stages into STAGES and declares the buffers in BUFFERS.
 {{BUFFERS}}
 
 fn slot(tr: u32, i: u32) -> u32 {
-    return tr * N + ({{SWIZZLE}});
+    return {{SLOT}};
 }
 
 // exp(-2πi·t/N) for t < N from the half-period table: the second half is the first negated.

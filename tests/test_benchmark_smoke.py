@@ -3,8 +3,8 @@ benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains
 benchmarks/wgsl_overheads.py, of benchmarks/recurrent_chunked.py --ablate, of
 benchmarks/clock_probe.py, of benchmarks/sweep_vs_bench.py, of benchmarks/coop_gemm.py and of
 benchmarks/trusted_modules.py, of benchmarks/fft_twiddles.py, of benchmarks/search_replay.py, of
-benchmarks/trial_repeat.py and of benchmarks/copy_widths.py: each runs, writes its JSON and reports
-every row it measured (the numbers mean something on GPUs only)."""
+benchmarks/trial_repeat.py, of benchmarks/copy_widths.py and of benchmarks/fft_slots.py: each
+runs, writes its JSON and reports every row it measured (the numbers mean something on GPUs only)."""
 
 import gzip
 import json
@@ -220,3 +220,14 @@ def test_copy_widths_checks_and_times_every_variant(tmp_path):
     assert {"copy vec4", "copy vec2", "fft io vec2", "fft io vec2 + exchange", "fft io vec4"} <= set(rows)
     assert all(row["checked"] and row["gb_s"] > 0 for row in rows.values())  # each copied its input exactly
     assert rows["copy vec4"]["of_copy_vec4"] == 1.0
+
+
+def test_fft_slots_certifies_and_times_each_layout_both_ways(tmp_path):
+    run = _run("fft_slots.py", "--allow-cpu", "--rounds", "1", "--reps", "2", "--out", tmp_path)
+    assert run.returncode == 0, run.stderr
+    result = json.loads((tmp_path / "fft-slots.json").read_text())
+    assert result["problem"] == "n=256,batch=64" and len(result["rows"]) == 4
+    for row in result["rows"]:
+        assert row["method"] == "timestamp, interleaved" and row["bit_for_bit"]  # folding changes no output
+        assert all(row[f"{arm}_certified"] and row[f"{arm}_us"] > 0 for arm in ("unfolded", "folded", "pad folded"))
+        assert row["folded_over_unfolded"] == row["folded_us"] / row["unfolded_us"]

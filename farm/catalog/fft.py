@@ -35,7 +35,10 @@ Speed knobs, 0 by default (a schedule that leaves them out runs the original ker
   model of the NVIDIA shared memory (32 banks, 8-byte accesses served 16 lanes at a time)
   swizzle 2 makes every stage's loads and stores conflict-free for radix 4 and 8 at
   n = 64..1024, swizzle 1 does for radix 16 and swizzle 3 for radix 32 (n = 512..1024);
-  unswizzled radix 4 needs 1.75x the wavefronts, radix 16 ~5x, radix 32 ~8x.
+  unswizzled radix 4 needs 1.75x the wavefronts, radix 16 ~5x, radix 32 ~8x. 4 pads
+  instead: one slot after every `stockham` points (i at i + i / R, workgroup memory
+  (1 + 1/R) times), conflict-free for the first stage's strided writes, and the stages
+  reach every slot from a base plus an immediate offset (farm.catalog.fft_slots).
 Twiddles are a host table exp(-2πi·t/n), t < n/2, computed in float64 and rounded to f32.
 
 NaN and Inf. The twiddle 1 (entry 0) is applied exactly, not multiplied: its zero
@@ -63,6 +66,7 @@ import itertools
 import numpy as np
 
 from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for
+from farm.catalog.fft_slots import Slots, slot_fn, transform_slots
 from farm.catalog.fft_stockham import (
     buffer_count,
     emitter_source,
@@ -71,7 +75,6 @@ from farm.catalog.fft_stockham import (
     stockham_buffers,
     stockham_stages,
     stockham_workgroup_bytes,
-    swizzle_expr,
     workgroup_bytes,
 )
 from farm.gpu import HardwareProfile
@@ -80,7 +83,7 @@ from farm.schedule import InvalidSchedule, Problem, Schedule
 MAX_N = 1024
 STOCKHAM_MARK = "// ==== stockham ===="
 STOCKHAM_RADICES = (0, 2, 4, 8, 16, 32)
-SWIZZLES = (0, 1, 2, 3)
+SWIZZLES = (0, 1, 2, 3, 4)
 SINGLE_BUFFER_RADICES = (8, 16, 32)  # single_buffer=1's schedules in `schedules()` (vector_width 2 only)
 # The swizzle each radix gets in `schedules()`: the one the bank model finds conflict-free
 # for it at n = 256..1024 (2 for radix 4 and 8, 1 for radix 16; 3 for radix 32 at 512..1024,
@@ -130,6 +133,10 @@ class Fft(KernelSpec):
     def knob(self, schedule: Schedule, name: str) -> int:
         """A speed knob's value; 0 when the schedule leaves it out."""
         return schedule.get(name, 0)
+
+    def slots(self, schedule: Schedule) -> Slots:
+        """Where a Stockham schedule's stages keep their points (farm.catalog.fft_slots)."""
+        return Slots(swizzle=self.knob(schedule, "swizzle"), radix=self.knob(schedule, "stockham"))
 
     # -- problems ------------------------------------------------------------------
     def problem(self, **dims: int) -> Problem:
@@ -202,8 +209,8 @@ class Fft(KernelSpec):
     def workgroup_bytes(self, schedule: Schedule, problem: Problem) -> int:
         radix = self.knob(schedule, "stockham")
         if radix:
-            single = bool(self.knob(schedule, "single_buffer"))
-            return stockham_workgroup_bytes(problem["n"], schedule.items_per_invocation, radix, single)
+            single, swizzle = bool(self.knob(schedule, "single_buffer")), self.knob(schedule, "swizzle")
+            return stockham_workgroup_bytes(problem["n"], schedule.items_per_invocation, radix, single, swizzle)
         return workgroup_bytes(problem["n"], schedule.items_per_invocation)
 
     # -- data ----------------------------------------------------------------------
@@ -239,11 +246,12 @@ class Fft(KernelSpec):
             template, entry = radix2_source + STOCKHAM_MARK + stockham_source, "main_stockham"
             single, staged = bool(self.knob(schedule, "single_buffer")), self.knob(schedule, "stage_twiddles")
             table = stage_twiddles(n, radix, table) if staged else table
+            swizzle = self.knob(schedule, "swizzle")
             values |= {
-                "STAGES": stockham_stages(n, radix, single, staged),
-                "BUFFERS": stockham_buffers(buffer_count(n, radix, single)),
+                "STAGES": stockham_stages(n, radix, single, staged, self.slots(schedule)),
+                "BUFFERS": stockham_buffers(buffer_count(n, radix, single), transform_slots(n, swizzle, radix)),
+                "SLOT": slot_fn(n, swizzle, radix),
             }
-            values |= {"SWIZZLE": swizzle_expr(self.knob(schedule, "swizzle"))}
         source = render(template if radix else radix2_source, values)
         return Launch(
             entry_point=entry,

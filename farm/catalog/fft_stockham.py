@@ -1,8 +1,8 @@
 """fft's Stockham kernels, as the host emits them: the stages' radices, the unrolled
 stages (two workgroup buffers in turn, or one with `single_buffer` or when two stages are
-the whole transform), the radix-R DFTs in
-registers, the swizzled slots, and the workgroup memory they take. farm.catalog.fft is the
-spec; kernels/fft.wgsl holds the templates these fill."""
+the whole transform), the radix-R DFTs in registers, and the workgroup memory they take
+(farm.catalog.fft_slots places the points in it). farm.catalog.fft is the spec;
+kernels/fft.wgsl holds the templates these fill."""
 
 from __future__ import annotations
 
@@ -10,11 +10,8 @@ import inspect
 
 import numpy as np
 
-# swizzle 1 and 3 XOR i's low 4 bits with bits 4..7 and 5..8 (conflict-free in the bank model
-# for radix 16 and radix 32: a unit's r consecutive output slots, r apart across lanes).
-# swizzle 2: bit b of (i >> 4) flips these bits of i's low 4 (a GF(2)-linear map searched
-# offline against a 32-bank, 16-lanes-per-8-byte-wavefront model of the NVIDIA shared memory).
-SWIZZLE_MAP = (15, 10, 12, 9, 6, 12)
+from farm.catalog import fft_slots
+from farm.catalog.fft_slots import Slots, transform_slots
 
 
 def workgroup_bytes(n: int, transforms: int) -> int:
@@ -22,9 +19,9 @@ def workgroup_bytes(n: int, transforms: int) -> int:
     return 8 * n * transforms
 
 
-def stockham_workgroup_bytes(n: int, transforms: int, radix: int, single: bool = False) -> int:
-    """The buffers `buffer_count` declares, each holding every point of the workgroup's transforms."""
-    return buffer_count(n, radix, single) * workgroup_bytes(n, transforms)
+def stockham_workgroup_bytes(n: int, transforms: int, radix: int, single: bool = False, swizzle: int = 0) -> int:
+    """The buffers `buffer_count` declares, each holding every slot of the workgroup's transforms."""
+    return buffer_count(n, radix, single) * workgroup_bytes(transform_slots(n, swizzle, radix), transforms)
 
 
 def buffer_count(n: int, radix: int, single: bool = False) -> int:
@@ -45,9 +42,11 @@ def single_buffer_problem(n: int, radix: int, transforms: int, threads: int) -> 
     return ""
 
 
-def stockham_buffers(count: int) -> str:
-    """The Stockham kernels' workgroup buffers: s0 and s1, s0 alone, or none."""
-    return "\n".join(f"var<workgroup> s{b}: array<vec2<f32>, T * N>;" for b in range(count))
+def stockham_buffers(count: int, slots: int | None = None) -> str:
+    """The Stockham kernels' workgroup buffers: s0 and s1, s0 alone, or none; each of T
+    transforms' `slots` (N when left out)."""
+    size = f"T * {slots}u" if slots else "T * N"
+    return "\n".join(f"var<workgroup> s{b}: array<vec2<f32>, {size}>;" for b in range(count))
 
 
 def stage_radices(n: int, radix: int) -> list[int]:
@@ -57,25 +56,13 @@ def stage_radices(n: int, radix: int) -> list[int]:
     return [radix] * (log // step) + ([2 ** (log % step)] if log % step else [])
 
 
-def swizzle_expr(swizzle: int) -> str:
-    """WGSL for point i's position within its transform's slots (a permutation of 0..n-1:
-    only the low 4 bits change, and only for n >= 32; swizzle 3 for n >= 64)."""
-    if swizzle == 0:
-        return "i"
-    if swizzle == 1:
-        return "i ^ ((i >> 4u) & 15u)"
-    if swizzle == 3:
-        return "i ^ ((i >> 5u) & 15u)"
-    masks = [sum(((row >> bit) & 1) << b for b, row in enumerate(SWIZZLE_MAP)) for bit in range(4)]
-    flips = [f"((countOneBits((i >> 4u) & {mask}u) & 1u) << {bit}u)" for bit, mask in enumerate(masks)]
-    return "i ^ " + " ^ ".join(flips)
-
-
-def stockham_stages(n: int, radix: int, single: bool = False, stage_table: int = 0) -> str:
+def stockham_stages(n: int, radix: int, single: bool = False, stage_table: int = 0, slots: Slots | None = None) -> str:
     """The unrolled stages of `main_stockham` (see kernels/fft.wgsl); with `single`, the
     stages between the first and the last through one buffer (`_exchange`); with
     `stage_table` 1, twiddles read from `stage_twiddles(n, radix, half)` instead of the half
-    table; with 2, only the power-of-two points' read from it, the others their products."""
+    table; with 2, only the power-of-two points' read from it, the others their products.
+    `slots`: the buffers' layout and its index arithmetic (unswizzled, folded by default)."""
+    slots = slots or Slots(radix=radix)
     radices = stage_radices(n, radix)
     lines, ns, base = [], 1, 0
     for s, r in enumerate(radices):
@@ -83,10 +70,10 @@ def stockham_stages(n: int, radix: int, single: bool = False, stage_table: int =
         table = base if stage_table else None
         twiddled = _twiddles(n, r, ns, table, products=stage_table == 2)
         if single and not first and not last:
-            lines += _exchange(n, r, ns, twiddled)
+            lines += _exchange(n, r, ns, twiddled, slots)
         else:
             src, dst = ("s0", "s0") if single else (f"s{(s + 1) % 2}", f"s{s % 2}")
-            lines += _stage(n, r, ns, first=first, last=last, src=src, dst=dst, twiddled=twiddled)
+            lines += _stage(n, r, ns, first=first, last=last, src=src, dst=dst, twiddled=twiddled, slots=slots)
         base += (r - 1) * ns if ns > 1 else 0
         ns *= r
     return "\n    ".join(lines)
@@ -111,17 +98,19 @@ def stage_twiddles(n: int, radix: int, half: np.ndarray) -> np.ndarray:
     return np.concatenate(blocks).astype(np.float32) if blocks else half[:1].copy()
 
 
-def _exchange(n: int, r: int, ns: int, twiddled: list[str]) -> list[str]:
+def _exchange(n: int, r: int, ns: int, twiddled: list[str], slots: Slots) -> list[str]:
     """A middle Stockham stage through the one buffer s0: each thread (lid < T·n/r: one unit)
     reads its r points, all wait at a barrier, then each writes its r outputs; a barrier after.
     `twiddled`: the stage's `_twiddles` lines."""
     units, stride = n // r, n // r
-    read = [f"v{q} = s0[slot(tr, j + {q * stride}u)];" for q in range(r)]
+    before, at = slots.reads(stride, r)
+    read = before + [f"v{q} = s0[{at[q]}];" for q in range(r)]
     body = []
     body += twiddled
     body += _dft([f"v{q}" for q in range(r)], "y")
     body.append(f"let o = (j / {ns}u) * {ns * r}u + j % {ns}u;")
-    body += [f"s0[slot(tr, o + {q * ns}u)] = y{q};" for q in range(r)]
+    before, at = slots.writes(ns, r)
+    body += before + [f"s0[{at[q]}] = y{q};" for q in range(r)]
     out = ["{", f"    let live = lid < T * {units}u;", f"    let tr = lid / {units}u;", f"    let j = lid % {units}u;"]
     out += [f"    var v{q} = vec2<f32>();" for q in range(r)]
     out += ["    if (live) {", *("        " + line for line in read), "    }", "    workgroupBarrier();"]
@@ -129,13 +118,17 @@ def _exchange(n: int, r: int, ns: int, twiddled: list[str]) -> list[str]:
     return out
 
 
-def _stage(n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str, twiddled: list[str]) -> list[str]:
+def _stage(
+    n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str, twiddled: list[str], slots: Slots
+) -> list[str]:
     """One Stockham stage over the workgroup's T·n/r units, then a barrier unless last."""
     units, stride = n // r, n // r
     body = [f"let tr = u / {units}u;", f"let j = u % {units}u;", "let g = min(first + tr, p.batch - 1u);"]
-    for q in range(r):
-        point = f"j + {q * stride}u"
-        body.append(f"var v{q} = load(g * N + {point});" if first else f"var v{q} = {src}[slot(tr, {point})];")
+    if first:
+        body += [f"var v{q} = load(g * N + j + {q * stride}u);" for q in range(r)]
+    else:
+        before, at = slots.reads(stride, r)
+        body += before + [f"var v{q} = {src}[{at[q]}];" for q in range(r)]
     body += twiddled
     body += _dft([f"v{q}" for q in range(r)], "y")
     if last:
@@ -144,7 +137,8 @@ def _stage(n: int, r: int, ns: int, first: bool, last: bool, src: str, dst: str,
         body.append("}")
     else:
         body.append(f"let o = (j / {ns}u) * {ns * r}u + j % {ns}u;")
-        body += [f"{dst}[slot(tr, o + {q * ns}u)] = y{q};" for q in range(r)]
+        before, at = slots.writes(ns, r)
+        body += before + [f"{dst}[{at[q]}] = y{q};" for q in range(r)]
     out = [f"for (var u = lid; u < T * {units}u; u += WG) {{", *("    " + line for line in body), "}"]
     return out + ([] if last else ["workgroupBarrier();"])
 
@@ -226,19 +220,9 @@ def _rotate(value: str, m: int, r: int) -> str:
 
 
 def emitter_source() -> str:
-    """The functions and SWIZZLE_MAP that shape the Stockham WGSL, for the fft spec's source
-    hash (not the checks or the memory sums: editing those keeps stored trials)."""
-    shaping = [
-        stage_radices,
-        swizzle_expr,
-        stockham_stages,
-        _exchange,
-        _stage,
-        _dft,
-        _rotate,
-        stockham_buffers,
-        buffer_count,
-        _twiddles,
-        stage_twiddles,
-    ]
-    return "".join(inspect.getsource(f) for f in shaping) + repr(SWIZZLE_MAP)
+    """The functions that shape the Stockham WGSL (with farm.catalog.fft_slots, the module
+    that places the points), for the fft spec's source hash (not the checks or the memory
+    sums: editing those keeps stored trials)."""
+    shaping = [stage_radices, stockham_stages, _exchange, _stage, _dft, _rotate, stockham_buffers, buffer_count]
+    shaping += [_twiddles, stage_twiddles]
+    return "".join(inspect.getsource(f) for f in shaping) + inspect.getsource(fft_slots)

@@ -1,0 +1,159 @@
+"""fft's workgroup layouts (farm.catalog.fft_slots): the pad layout (swizzle 4) and the
+stages' folded slot arithmetic, against the whole `slot` expression they replace."""
+
+import re
+
+import numpy as np
+import pytest
+
+from farm import catalog
+from farm.catalog.fft_slots import PAD, Slots, swizzle_expr, swizzled, transform_slots
+from farm.catalog.fft_stockham import stage_radices, stockham_stages
+from farm.oracle import compare as oracle
+from farm.oracle.launch import run
+from farm.schedule import Schedule, Status
+
+SPEC = catalog.get("fft")
+LENGTHS = [2**p for p in range(1, 11)]
+RADICES = (2, 4, 8, 16, 32)
+
+
+def _python(expr: str):
+    python = re.sub(r"(\d+)u\b", r"\1", expr).replace("countOneBits", "popcount")
+    return lambda i: eval(python, {"i": i, "popcount": lambda v: bin(v).count("1")})
+
+
+@pytest.mark.parametrize("swizzle", [0, 1, 2, 3, PAD])
+@pytest.mark.parametrize("radix", RADICES)
+def test_the_host_evaluates_every_layout_as_the_wgsl_does(swizzle, radix):
+    wgsl = _python(swizzle_expr(swizzle, radix))
+    assert [swizzled(swizzle, radix, i) for i in range(1024)] == [wgsl(i) for i in range(1024)]
+
+
+@pytest.mark.parametrize("radix", RADICES)
+def test_the_pad_layout_gives_each_point_its_own_slot_in_n_plus_n_over_r(radix):
+    for n in LENGTHS:
+        places = [swizzled(PAD, radix, i) for i in range(n)]
+        assert len(set(places)) == n and max(places) < transform_slots(n, PAD, radix) == n + n // radix
+
+
+def _folded(slots: Slots, base_value: int, expr: str) -> int:
+    """An emitted slot index ('rb ^ 17u', 'wb + 68u', 'rb') with its base slot's value."""
+    name, *rest = expr.split(" ", 1)
+    if not rest:
+        return base_value
+    op, k = rest[0].split(" ")
+    return base_value ^ int(k[:-1]) if op == "^" else base_value + int(k[:-1])
+
+
+@pytest.mark.parametrize("swizzle", [0, 1, 2, 3, PAD])
+@pytest.mark.parametrize("radix", RADICES)
+def test_folded_accesses_reach_the_slots_the_whole_expression_gives(swizzle, radix):
+    # Every stage of every length, every unit j of transforms 0 and 2, every q: the base slot
+    # combined with the host's constant is slot(tr, point).
+    slots = Slots(swizzle=swizzle, radix=radix)
+    for n in LENGTHS:
+        span = transform_slots(n, swizzle, radix)
+        slot = lambda tr, i, span=span: tr * span + swizzled(swizzle, radix, i)  # noqa: E731
+        ns = 1
+        for r in stage_radices(n, radix):
+            stride = n // r
+            before, at = slots.reads(stride, r)
+            for tr in (0, 2):
+                for j in range(stride):
+                    for q in range(r):
+                        want = slot(tr, j + q * stride)
+                        got = _folded(slots, slot(tr, j), at[q]) if before else want
+                        assert got == want, (n, r, j, q, at[q])
+                    o = (j // ns) * ns * r + j % ns
+                    before_w, at_w = slots.writes(ns, r)
+                    for q in range(r):
+                        want = slot(tr, o + q * ns)
+                        got = _folded(slots, slot(tr, o), at_w[q]) if before_w else want
+                        assert got == want, (n, r, ns, j, q, at_w[q])
+            ns *= r
+
+
+def test_folded_stages_name_one_base_slot_and_immediate_offsets():
+    source = stockham_stages(1024, 16, single=True, stage_table=2, slots=Slots(swizzle=PAD, radix=16))
+    assert "let wb = slot(tr, o);" in source and "s0[wb + 17u] = y1;" in source  # first stage: 16j + q
+    assert "let rb = slot(tr, j);" in source and "v1 = s0[rb + 68u];" in source  # j + 64: 64 + 4 pads
+    assert "slot(tr, j + " not in source and "slot(tr, o + " not in source
+    unfolded = stockham_stages(1024, 16, single=True, stage_table=2, slots=Slots(swizzle=1, radix=16, fold=False))
+    assert "s0[slot(tr, o + 1u)] = y1;" in unfolded and "rb" not in unfolded
+
+
+def _bank_wavefronts(slot, accesses) -> int:
+    """The most 16-lane wavefronts one warp access takes (32 banks of 4 bytes, vec2 slots)."""
+    worst = 0
+    for lanes in accesses:
+        for half in (lanes[:16], lanes[16:]):
+            banks = [slot(i) % 16 for i in half]
+            worst = max(worst, max(banks.count(b) for b in set(banks)))
+    return worst
+
+
+@pytest.mark.parametrize("radix,reads_take", [(4, 2), (8, 2), (16, 1), (32, 1)])
+def test_the_pad_layout_makes_the_first_stage_writes_conflict_free(radix, reads_take):
+    # At n = 1024: the first stage's unit j writes r·j + q, the next stage reads j + q·n/r;
+    # consecutive lanes are consecutive units. The writes land (r + 1)·j apart: one wavefront
+    # (unpadded: min(r, 16)). The reads cross a pad slot every r lanes: radix 16 and 32 within
+    # a half warp at most once, in one wavefront; radix 4 and 8 take two (swizzle 2 is theirs).
+    n = 1024
+    writes = [[radix * j + q for j in range(32)] for q in range(radix)]
+    reads = [[j + q * n // radix for j in range(32)] for q in range(radix)]
+    assert _bank_wavefronts(lambda i: swizzled(PAD, radix, i), writes) == 1
+    assert _bank_wavefronts(lambda i: i, writes) == min(radix, 16)
+    assert _bank_wavefronts(lambda i: swizzled(PAD, radix, i), reads) == reads_take
+
+
+PAD_SCHEDULES = [
+    Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=2, stockham=16, swizzle=PAD, single_buffer=1,
+                stage_twiddles=2),  # fmt: skip
+    Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=2, stockham=32, swizzle=PAD, single_buffer=1),
+    Schedule.of(workgroup_size=128, items_per_invocation=3, vector_width=2, stockham=8, swizzle=PAD, stage_twiddles=1),
+    Schedule.of(workgroup_size=256, items_per_invocation=2, vector_width=1, stockham=4, swizzle=PAD),
+]
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("schedule", PAD_SCHEDULES, ids=str)
+def test_pad_schedules_certify_for_every_power_of_two_length(device, schedule, n):
+    problem = SPEC.problem(n=n, batch=5)  # partial last workgroups where items > 1
+    result = oracle.certify(SPEC, schedule, problem, device)
+    if SPEC.workgroup_bytes(schedule, problem) > device.profile.limit("max-compute-workgroup-storage-size"):
+        assert result.status is Status.INVALID_SCHEDULE, result.message
+    else:
+        assert result.status is Status.OK, result.message
+
+
+def test_pad_schedules_take_the_pad_slots_in_workgroup_memory():
+    problem = SPEC.problem(n=1024, batch=4)
+    schedule = PAD_SCHEDULES[0]
+    assert SPEC.workgroup_bytes(schedule, problem) == 8 * (1024 + 64)
+    source = SPEC.launch(schedule, problem, SPEC.generate(problem, 0)).source
+    assert "var<workgroup> s0: array<vec2<f32>, T * 1088u>;" in source
+    assert "return tr * 1088u + (i + (i >> 4u));" in source
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=2, stockham=16, swizzle=1, single_buffer=1,
+                    stage_twiddles=2),  # fmt: skip
+        Schedule.of(workgroup_size=64, items_per_invocation=2, vector_width=2, stockham=32, swizzle=3, single_buffer=1),
+        Schedule.of(workgroup_size=256, items_per_invocation=2, vector_width=2, stockham=4, swizzle=2),
+        Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=1, stockham=8, swizzle=0),
+        Schedule.of(workgroup_size=128, items_per_invocation=1, vector_width=2, stockham=8, swizzle=PAD),
+    ],
+    ids=str,
+)
+def test_folded_stages_give_the_unfolded_kernels_outputs_bit_for_bit(device, schedule, monkeypatch):
+    problem = SPEC.problem(n=1024, batch=5)
+    x = SPEC.generate(problem, 3)["x"]
+    x[1, 9, 0] = np.inf
+    folded = run(device, SPEC, schedule, problem, {"x": x})["y"]
+    monkeypatch.setattr(type(SPEC), "slots", lambda self, s: Slots(s.get("swizzle", 0), s.get("stockham", 0), False))
+    source = SPEC.launch(schedule, problem, {"x": x}).source
+    assert "slot(tr, j + " in source or "slot(tr, o + " in source
+    np.testing.assert_array_equal(folded, run(device, SPEC, schedule, problem, {"x": x})["y"])
