@@ -262,6 +262,12 @@ case "${PART:-1}" in
       cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 18: gemm 1024^3's landscape with the re-timing fix, then part 47 again (every ratio)
   51) step 90 python3 benchmarks/copy_widths.py --out "$W/cw"; cp "$W"/cw/copy-widths.json "$OUT"/ 2>/dev/null
       step 90 python3 benchmarks/copy_widths.py --out "$W/cw2"; cp "$W"/cw2/copy-widths.json "$OUT"/copy-widths-again.json 2>/dev/null ;;  # session 18 (to run): fft's global I/O against copies of 4-, 8- and 16-byte lanes, twice (a fresh machine's first timings re-read)
+  53) step 200 python3 -m farm tune fft --gpus 1 --strategy exhaustive --sizes "fft:n=1024,batch=16384" --db "sqlite:///$W/fft1024.db" --out "$W/artifacts"
+      cp "$W"/fft1024.db "$OUT"/ 2>/dev/null
+      step 90 python3 -m farm bench --kernels fft --db "sqlite:///$W/fft1024.db" --out "$W/fbench"
+      cp "$W"/fbench/bench.md "$OUT"/fft-bench.md; cp "$W"/fbench/bench.json "$OUT"/fft-bench.json
+      step 90 python3 -m farm bench --kernels fft --db "sqlite:///$W/fft1024.db" --out "$W/fbench2"
+      cp "$W"/fbench2/bench.json "$OUT"/fft-bench-again.json ;;  # session 19: fft's whole space with the folded slots (a landscape), its best benched twice against cuFFT
   52) step 90 python3 benchmarks/fft_slots.py --out "$W/fs"; cp "$W"/fs/fft-slots.json "$OUT"/ 2>/dev/null
       step 90 python3 benchmarks/fft_slots.py --out "$W/fs2"; cp "$W"/fs2/fft-slots.json "$OUT"/fft-slots-again.json 2>/dev/null ;;  # session 19: fft's folded slot arithmetic and the pad layout against the kernel before, twice
   25) rbench 250 ;;  # session 13: farm bench with the heater on CALLS_DB's winners (part 16's E96 row read slow), against part 22's sweep
