@@ -262,6 +262,10 @@ case "${PART:-1}" in
       cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 18: gemm 1024^3's landscape with the re-timing fix, then part 47 again (every ratio)
   51) step 90 python3 benchmarks/copy_widths.py --out "$W/cw"; cp "$W"/cw/copy-widths.json "$OUT"/ 2>/dev/null
       step 90 python3 benchmarks/copy_widths.py --out "$W/cw2"; cp "$W"/cw2/copy-widths.json "$OUT"/copy-widths-again.json 2>/dev/null ;;  # session 18 (to run): fft's global I/O against copies of 4-, 8- and 16-byte lanes, twice (a fresh machine's first timings re-read)
+  54) step 120 python3 benchmarks/gemm_guards.py --out "$W/gg"; cp "$W"/gg/gemm-guards.json "$OUT"/ 2>/dev/null
+      tune 200; cp .h200/farm.db "$OUT"/farm.db 2>/dev/null
+      step 260 python3 benchmarks/fla_pinned.py --db "$DB" --out "$W/bench"
+      cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 19: gemm's trimmed bounds A/B, then tune --all and every issue-17 ratio with the folded fft slots and the trimmed gemm
   53) step 200 python3 -m farm tune fft --gpus 1 --strategy exhaustive --sizes "fft:n=1024,batch=16384" --db "sqlite:///$W/fft1024.db" --out "$W/artifacts"
       cp "$W"/fft1024.db "$OUT"/ 2>/dev/null
       step 90 python3 -m farm bench --kernels fft --db "sqlite:///$W/fft1024.db" --out "$W/fbench"

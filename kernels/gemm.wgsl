@@ -55,7 +55,7 @@ fn load_a(slice: u32, row0: u32, idx: u32) -> {{VEC}} {
     let kv = p.kp / VW;
     let row = row0 + idx / A_ROW_VECS;
     let kvi = slice * A_ROW_VECS + idx % A_ROW_VECS;
-    if (idx < A_VECS && row < p.m && kvi < kv) {
+    if ({{A_INSIDE}}) {
         return a[row * kv + kvi];
     }
     return {{VEC}}();
@@ -66,7 +66,7 @@ fn load_b(slice: u32, col0: u32, idx: u32) -> {{VEC}} {
     let nv = p.np / VW;
     let krow = slice * BK + idx / B_ROW_VECS;
     let nvi = col0 / VW + idx % B_ROW_VECS;
-    if (idx < B_VECS && krow < p.kp && nvi < nv) {
+    if ({{B_INSIDE}}) {
         return b[krow * nv + nvi];
     }
     return {{VEC}}();
@@ -74,21 +74,21 @@ fn load_b(slice: u32, col0: u32, idx: u32) -> {{VEC}} {
 
 // Value -> workgroup buffer `buf`: A transposed (k-major), B as is.
 fn put_a(buf: u32, idx: u32, v: {{VEC}}) {
-    if (idx < A_VECS) {
+    if ({{PUT_A_INSIDE}}) {
         let at = (buf * BK + (idx % A_ROW_VECS) * VW) * AS + idx / A_ROW_VECS;
         {{PUT_A}}
     }
 }
 
 fn put_b(buf: u32, idx: u32, v: {{VEC}}) {
-    if (idx < B_VECS) {
+    if ({{PUT_B_INSIDE}}) {
         let at = (buf * BK + idx / B_ROW_VECS) * BN + (idx % B_ROW_VECS) * VW;
         {{PUT_B}}
     }
 }
 
 fn store_c(row: u32, col: u32, value: f32) {
-    if (row < p.m && col < p.n) {
+    if ({{C_INSIDE}}) {
         c[{{C_BASE}}row * p.n + col] = value;
     }
 }

@@ -18,7 +18,7 @@ import numpy as np
 
 from farm import parallel
 from farm.catalog import Arg, KernelSpec, Launch, Pass, register, render, rng_for, sections
-from farm.catalog.gemm_tiling import EMITTERS, SPLIT_K, WARP_COLS, Tiling, first_problem, unrolled_blocks
+from farm.catalog.gemm_tiling import EMITTERS, SPLIT_K, WARP_COLS, Tiling, first_problem, guards, unrolled_blocks
 from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
@@ -68,6 +68,10 @@ class Gemm(KernelSpec):
     name = "gemm"
     source_file = "gemm.wgsl"
     dims = ("m", "k", "n")
+    # The kernels test only the bounds the problem's shape can cross, and store A's lanes from
+    # one division (farm.catalog.gemm_tiling.guards and _puts); False: the kernels before
+    # session 19, every bound tested (for A/B timing, benchmarks/gemm_guards.py).
+    trimmed = True
     space = {
         "workgroup_size": THREADS,
         "items_per_invocation": (1, 2, 4, 8, 16, 32, 64, 128),
@@ -261,7 +265,7 @@ class Gemm(KernelSpec):
             "PAD": t.pad,
             "VEC": "f32" if t.vw == 1 else "vec4<f32>",
         }
-        values |= unrolled_blocks(t)
+        values |= unrolled_blocks(t, self.trimmed) | guards(t, m, n, kp, np_, full=not self.trimmed)
         parts = sections(self.source_file)
         args = [
             Arg("a", "read", a),
