@@ -5,8 +5,8 @@ four lanes into the k-major tile from one division of the offset instead of one 
 `every bound` (Gemm.trimmed False: the kernel before) and `trimmed`, both certified and
 checked equal bit for bit, then timed interleaved (`--rounds`, the order rotated each round,
 `--reps` dispatches a timing, a fifth of `farm bench`'s clock warm-up before each). The
-schedules are the H200's best at 1024^3 (part 50's landscape, the first three) and at 2048^3
-and 4096^3 (parts 42-44). Prints a table and writes gemm-guards.json under --out.
+schedules are the H200's best at 1024^3 (part 50's landscape, the first three; part 54's two
+best), and at 2048^3 and 4096^3 (parts 42-44). Prints a table and writes gemm-guards.json under --out.
 
     python3 benchmarks/gemm_guards.py --out DIR [--allow-cpu]
 """
@@ -31,11 +31,15 @@ from farm.schedule import Schedule
 SPEC = catalog.get("gemm")
 VEC4_TILES = {"items_per_invocation": 32, "pad_shared": 1, "reg_m": 8, "reg_n": 4, "shared_vec4": 1, "vector_width": 4}
 WIDE = VEC4_TILES | {"items_per_invocation": 64, "reg_n": 8, "tile_k": 16, "tile_m": 128, "tile_n": 128, "unroll_k": 1}
+SQUARE = VEC4_TILES | {"tile_k": 8, "tile_m": 64, "tile_n": 64, "workgroup_size": 128}
 TALL = VEC4_TILES | {"tile_m": 64, "tile_n": 128, "unroll_k": 1, "workgroup_size": 256}
 CASES = [  # (size, knobs)
     (1024, TALL | {"tile_k": 32, "warp_cols": 8}),
     (1024, TALL | {"double_buffer": 2, "tile_k": 8}),
     (1024, TALL | {"double_buffer": 1, "tile_k": 16, "tile_n": 64, "warp_cols": 8, "workgroup_size": 128}),
+    # part 54's tune --all: 64x64 8x4 tile_k 8 led at 68.0-69.3 us trimmed (82-87 us in part 50's landscape)
+    (1024, SQUARE | {"double_buffer": 2}),
+    (1024, SQUARE | {"double_buffer": 1, "unroll_k": 1}),
     (2048, WIDE | {"warp_cols": 8, "workgroup_size": 256}),
     (4096, WIDE | {"warp_cols": 8, "workgroup_size": 256}),
 ]

@@ -262,6 +262,7 @@ case "${PART:-1}" in
       cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 18: gemm 1024^3's landscape with the re-timing fix, then part 47 again (every ratio)
   51) step 90 python3 benchmarks/copy_widths.py --out "$W/cw"; cp "$W"/cw/copy-widths.json "$OUT"/ 2>/dev/null
       step 90 python3 benchmarks/copy_widths.py --out "$W/cw2"; cp "$W"/cw2/copy-widths.json "$OUT"/copy-widths-again.json 2>/dev/null ;;  # session 18 (to run): fft's global I/O against copies of 4-, 8- and 16-byte lanes, twice (a fresh machine's first timings re-read)
+  57) step 120 python3 benchmarks/gemm_guards.py --reps 100 --rounds 6 --out "$W/gg"; cp "$W"/gg/gemm-guards.json "$OUT"/ 2>/dev/null ;;  # session 19: part 56's gemm A/B with part 54's new 1024^3 leaders
   56) step 120 python3 benchmarks/gemm_guards.py --reps 100 --rounds 6 --out "$W/gg"; cp "$W"/gg/gemm-guards.json "$OUT"/ 2>/dev/null
       step 120 python3 benchmarks/fft_slots.py --reps 100 --rounds 6 --out "$W/fs"; cp "$W"/fs/fft-slots.json "$OUT"/ 2>/dev/null ;;  # session 19: part 55 with every arm trusted (parts 52-55 ran the benchmarks' own subclasses with runtime checks)
   55) step 120 python3 benchmarks/gemm_guards.py --reps 100 --rounds 6 --out "$W/gg"; cp "$W"/gg/gemm-guards.json "$OUT"/ 2>/dev/null
