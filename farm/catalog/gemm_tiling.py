@@ -287,8 +287,11 @@ def guards(t: Tiling, m: int, n: int, kp: int, np_: int, full: bool = False) -> 
     store, as WGSL: each drops the parts the problem's shape makes always true (A_INSIDE's
     row < m when BM divides m, its k part when BK divides the padded k; B_INSIDE's likewise
     with BN and the padded n; the tile index when `threads` divides a tile's vectors; C's
-    when the tiles cover C exactly). `full` keeps every part (the kernel before session 19,
-    for A/B timing)."""
+    when the tiles cover C exactly). Every dropped test is one the launch's own shape makes
+    true for every workgroup, so the trusted module (no runtime checks) still never reads or
+    writes outside its buffers: the source is rendered per problem, and `launch` sizes the
+    buffers and Params from that problem. `full` keeps every part (the kernel before session
+    19, for A/B timing)."""
     a_vecs, b_vecs = t.bm * t.bk // t.vw, t.bk * t.bn // t.vw
 
     def join(parts: list[tuple[str, bool]]) -> str:
