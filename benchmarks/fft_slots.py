@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import datetime
 import json
-import statistics
 import sys
 from contextlib import ExitStack
 
 import numpy as np
-from interleaved import options, rounds_us  # benchmarks/, on the path as the script's folder
+from interleaved import certify_and_time, start  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
 from farm.catalog.fft_slots import PAD, Slots
-from farm.gpu import Device, benchmark_device
-from farm.oracle import compare as oracle
+from farm.gpu import Device
 from farm.oracle.launch import prepare
 from farm.schedule import Schedule
 
@@ -73,32 +71,21 @@ def measure(device: Device, shape: dict, problem, reps: int, rounds: int) -> dic
             name: stack.enter_context(prepare(device, _Layout(fold), s, problem, inputs))
             for name, (fold, s) in built.items()
         }
-        outputs = {}
-        for name, p in prepared.items():
-            row[f"{name}_certified"] = oracle.certify_prepared(p, expected).ok
-            outputs[name] = p.outputs()["y"]
-        row["bit_for_bit"] = bool(
-            np.array_equal(outputs["unfolded"], outputs["folded"])
-            and np.array_equal(outputs["pad unfolded"], outputs["pad folded"])
-        )
-        if not all(row[f"{name}_certified"] for name in ARMS):
-            return row
-
-        def record(name: str, timing) -> None:
-            row["method"] = f"{timing.method}, interleaved"
-
-        for name, values in rounds_us(prepared, reps, rounds, after=record).items():
-            row[f"{name}_us"], row[f"{name}_rounds_us"] = statistics.median(values), values
+        outputs = certify_and_time(row, prepared, expected, "y", reps, rounds)
+    pairs = (("unfolded", "folded"), ("pad unfolded", "pad folded"))
+    row["bit_for_bit"] = all(bool(np.array_equal(outputs[a], outputs[b])) for a, b in pairs)
+    if "folded_us" not in row:
+        return row
     row["folded_over_unfolded"] = row["folded_us"] / row["unfolded_us"]
     row["pad_folded_over_unfolded"] = row["pad folded_us"] / row["unfolded_us"]
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = options(__doc__).parse_args(argv)
-    device = benchmark_device(args.allow_cpu)
-    if device is None:
+def main() -> int:
+    started = start(__doc__)
+    if started is None:
         return 2
+    args, device = started
     problem = SPEC.problem(n=256, batch=64) if device.profile.is_cpu else SPEC.problem(n=1024, batch=16384)
     rows = []
     print(f"{device.profile.device_name}: fft {problem.key()}, {args.rounds} interleaved rounds")

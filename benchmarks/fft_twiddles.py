@@ -21,11 +21,10 @@ import sys
 from contextlib import ExitStack
 
 import numpy as np
-from interleaved import options, time_interleaved  # benchmarks/, on the path as the script's folder
+from interleaved import certify_and_time, start  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
-from farm.gpu import Device, benchmark_device
-from farm.oracle import compare as oracle
+from farm.gpu import Device
 from farm.oracle.launch import prepare
 from farm.schedule import Schedule
 
@@ -48,27 +47,21 @@ def measure(device: Device, schedule: Schedule, problem, reps: int, rounds: int)
         tables = {"half": 0, "staged": 1, "products": 2}
         built = {name: Schedule.of(**schedule.as_dict(), stage_twiddles=v) for name, v in tables.items()}
         prepared = {name: stack.enter_context(prepare(device, SPEC, s, problem, inputs)) for name, s in built.items()}
-        outputs = {}
-        for name, p in prepared.items():
-            cert = oracle.certify_prepared(p, expected)
-            row[f"{name}_certified"] = cert.ok
-            outputs[name] = p.outputs()["y"]
-        row["bit_for_bit"] = bool(np.array_equal(outputs["half"], outputs["staged"]))
-        scale = float(np.abs(outputs["staged"]).max()) or 1.0
-        row["products_max_rel"] = float(np.abs(outputs["products"] - outputs["staged"]).max()) / scale
-        if not all(row[f"{name}_certified"] for name in tables):
-            return row
-        time_interleaved(row, prepared, reps, rounds)
+        outputs = certify_and_time(row, prepared, expected, "y", reps, rounds)
+    row["bit_for_bit"] = bool(np.array_equal(outputs["half"], outputs["staged"]))
+    scale = float(np.abs(outputs["staged"]).max()) or 1.0
+    row["products_max_rel"] = float(np.abs(outputs["products"] - outputs["staged"]).max()) / scale
+    if "staged_us" in row:
         row["staged_over_half"] = row["staged_us"] / row["half_us"]
         row["products_over_staged"] = row["products_us"] / row["staged_us"]
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = options(__doc__).parse_args(argv)
-    device = benchmark_device(args.allow_cpu)
-    if device is None:
+def main() -> int:
+    started = start(__doc__)
+    if started is None:
         return 2
+    args, device = started
     problem = SPEC.problem(n=256, batch=64) if device.profile.is_cpu else SPEC.problem(n=1024, batch=16384)
     rows = []
     print("| schedule | half table us | stage table us | products us | staged / half | products / staged "

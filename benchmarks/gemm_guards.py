@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import datetime
 import json
-import statistics
 import sys
 from contextlib import ExitStack
 
 import numpy as np
-from interleaved import options, rounds_us  # benchmarks/, on the path as the script's folder
+from interleaved import certify_and_time, start  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
-from farm.gpu import Device, benchmark_device
-from farm.oracle import compare as oracle
+from farm.gpu import Device
 from farm.oracle.launch import prepare
 from farm.schedule import Schedule
 
@@ -64,28 +62,18 @@ def measure(device: Device, size: int, knobs: dict, reps: int, rounds: int) -> d
         built = {"every bound": _EveryBound(), "trimmed": SPEC}
         prepared = {name: stack.enter_context(prepare(device, spec, schedule, problem, inputs))
                     for name, spec in built.items()}  # fmt: skip
-        outputs = {}
-        for name, p in prepared.items():
-            row[f"{name}_certified"] = oracle.certify_prepared(p, expected).ok
-            outputs[name] = p.outputs()["c"]
-        row["bit_for_bit"] = bool(np.array_equal(outputs["every bound"], outputs["trimmed"]))
-        if not all(row[f"{name}_certified"] for name in built):
-            return row
-
-        def record(name: str, timing) -> None:
-            row["method"] = f"{timing.method}, interleaved"
-
-        for name, values in rounds_us(prepared, reps, rounds, after=record).items():
-            row[f"{name}_us"], row[f"{name}_rounds_us"] = statistics.median(values), values
-    row["trimmed_over_every_bound"] = row["trimmed_us"] / row["every bound_us"]
+        outputs = certify_and_time(row, prepared, expected, "c", reps, rounds)
+    row["bit_for_bit"] = bool(np.array_equal(outputs["every bound"], outputs["trimmed"]))
+    if "trimmed_us" in row:
+        row["trimmed_over_every_bound"] = row["trimmed_us"] / row["every bound_us"]
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = options(__doc__).parse_args(argv)
-    device = benchmark_device(args.allow_cpu)
-    if device is None:
+def main() -> int:
+    started = start(__doc__)
+    if started is None:
         return 2
+    args, device = started
     rows = []
     print(f"{device.profile.device_name}: gemm, {args.rounds} interleaved rounds")
     print("| problem | schedule | every bound us | trimmed us | trimmed / every bound | bit for bit | method |")

@@ -1,8 +1,9 @@
 """Interleaved timing, shared by the A/B benchmark scripts (trusted_modules, fft_twiddles,
-trial_repeat, copy_widths): the options they take and the loop that times several ways of
-running a kernel in rounds, the order rotated each round, so that clock drift and a fresh
-machine's first seconds fall on every arm alike. Each timing is `reps` dispatches (GPU
-timestamps on a GPU) after a fifth of `farm bench`'s clock warm-up on that arm."""
+trial_repeat, copy_widths, fft_slots, gemm_guards): the options they take, the loop that times
+several ways of running a kernel in rounds, the order rotated each round, so that clock drift
+and a fresh machine's first seconds fall on every arm alike, and the certify-then-time step.
+Each timing is `reps` dispatches (GPU timestamps on a GPU) after a fifth of `farm bench`'s
+clock warm-up on that arm."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from farm.gpu import Device, Timing
+import numpy as np
+
+from farm.gpu import Device, Timing, benchmark_device
 from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
+from farm.oracle import compare as oracle
 
 
 def options(doc: str | None) -> argparse.ArgumentParser:
@@ -23,6 +27,14 @@ def options(doc: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--allow-cpu", action="store_true")
     return parser
+
+
+def start(doc: str | None) -> tuple[argparse.Namespace, Device] | None:
+    """The shared options parsed and the benchmark's device (`farm.gpu.benchmark_device`:
+    None, after saying why, on a CPU adapter without --allow-cpu)."""
+    args = options(doc).parse_args()
+    device = benchmark_device(args.allow_cpu)
+    return None if device is None else (args, device)
 
 
 class Calls:
@@ -56,8 +68,25 @@ def rounds_us(
     return medians
 
 
+def certify_and_time(row: dict, prepared: dict, expected: dict, output: str, reps: int, rounds: int) -> dict:
+    """Each arm (a Prepared) certified against `expected`, as `{name}_certified` in `row`,
+    then, if every one is, timed interleaved into `row` (`time_interleaved`; `{name}_us`
+    absent otherwise). Returns each arm's `output` array (to compare the arms bit for bit)."""
+    outputs: dict[str, np.ndarray] = {}
+    for name, arm in prepared.items():
+        row[f"{name}_certified"] = oracle.certify_prepared(arm, expected).ok
+        outputs[name] = arm.outputs()[output]
+    if all(row[f"{name}_certified"] for name in prepared):
+        time_interleaved(row, prepared, reps, rounds)
+    return outputs
+
+
 def time_interleaved(row: dict, prepared: dict, reps: int, rounds: int) -> None:
-    """Into `row`: each arm's median in us over the rounds (`rounds_us`) as `{name}_us`, and
-    the rounds' medians as `{name}_rounds_us`."""
-    for name, values in rounds_us(prepared, reps, rounds).items():
+    """Into `row`: each arm's median in us over the rounds (`rounds_us`) as `{name}_us`, the
+    rounds' medians as `{name}_rounds_us`, and `method`: the timings' own, interleaved."""
+
+    def record(name: str, timing: Timing) -> None:
+        row["method"] = f"{timing.method}, interleaved"
+
+    for name, values in rounds_us(prepared, reps, rounds, after=record).items():
         row[f"{name}_us"], row[f"{name}_rounds_us"] = statistics.median(values), values

@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+from test_fft import _wavefronts
 
 from farm import catalog
 from farm.catalog.fft_slots import PAD, Slots, swizzle_expr, swizzled, transform_slots
@@ -83,16 +84,6 @@ def test_folded_stages_name_one_base_slot_and_immediate_offsets():
     assert "s0[slot(tr, o + 1u)] = y1;" in unfolded and "rb" not in unfolded
 
 
-def _bank_wavefronts(slot, accesses) -> int:
-    """The most 16-lane wavefronts one warp access takes (32 banks of 4 bytes, vec2 slots)."""
-    worst = 0
-    for lanes in accesses:
-        for half in (lanes[:16], lanes[16:]):
-            banks = [slot(i) % 16 for i in half]
-            worst = max(worst, max(banks.count(b) for b in set(banks)))
-    return worst
-
-
 @pytest.mark.parametrize("radix,reads_take", [(4, 2), (8, 2), (16, 1), (32, 1)])
 def test_the_pad_layout_makes_the_first_stage_writes_conflict_free(radix, reads_take):
     # At n = 1024: the first stage's unit j writes r·j + q, the next stage reads j + q·n/r;
@@ -102,9 +93,9 @@ def test_the_pad_layout_makes_the_first_stage_writes_conflict_free(radix, reads_
     n = 1024
     writes = [[radix * j + q for j in range(32)] for q in range(radix)]
     reads = [[j + q * n // radix for j in range(32)] for q in range(radix)]
-    assert _bank_wavefronts(lambda i: swizzled(PAD, radix, i), writes) == 1
-    assert _bank_wavefronts(lambda i: i, writes) == min(radix, 16)
-    assert _bank_wavefronts(lambda i: swizzled(PAD, radix, i), reads) == reads_take
+    assert _wavefronts(swizzle_expr(PAD, radix), writes) == 1
+    assert _wavefronts(swizzle_expr(0, radix), writes) == min(radix, 16)
+    assert _wavefronts(swizzle_expr(PAD, radix), reads) == reads_take
 
 
 PAD_SCHEDULES = [

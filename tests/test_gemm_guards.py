@@ -4,12 +4,13 @@ test every bound, bit for bit, on shapes that divide the tiles and on shapes tha
 
 import numpy as np
 import pytest
+from test_gemm import gemm_schedule as schedule
 
 from farm import catalog
 from farm.catalog.gemm_tiling import guards
 from farm.oracle import compare as oracle
 from farm.oracle.launch import run
-from farm.schedule import Schedule, Status
+from farm.schedule import Status
 
 SPEC = catalog.get("gemm")
 EVERY_BOUND = {
@@ -19,21 +20,6 @@ EVERY_BOUND = {
     "PUT_B_INSIDE": "idx < B_VECS",
     "C_INSIDE": "row < p.m && col < p.n",
 }
-
-
-def schedule(bm, bn, tm, tn, bk, db=0, vw=4, **speed) -> Schedule:
-    return Schedule.of(
-        **speed,
-        workgroup_size=(bm // tm) * (bn // tn),
-        items_per_invocation=tm * tn,
-        vector_width=vw,
-        tile_m=bm,
-        tile_n=bn,
-        reg_m=tm,
-        reg_n=tn,
-        tile_k=bk,
-        double_buffer=db,
-    )
 
 
 # The H200's 1024^3 winner shape (at lavapipe's 32 KiB: tile_k 16), the 2048^3 one, and
