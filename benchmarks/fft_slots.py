@@ -82,10 +82,7 @@ def measure(device: Device, shape: dict, problem, reps: int, rounds: int) -> dic
 
 
 def main() -> int:
-    started = start(__doc__)
-    if started is None:
-        return 2
-    args, device = started
+    args, device = start(__doc__)
     problem = SPEC.problem(n=256, batch=64) if device.profile.is_cpu else SPEC.problem(n=1024, batch=16384)
     rows = []
     print(f"{device.profile.device_name}: fft {problem.key()}, {args.rounds} interleaved rounds")

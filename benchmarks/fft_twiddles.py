@@ -58,10 +58,7 @@ def measure(device: Device, schedule: Schedule, problem, reps: int, rounds: int)
 
 
 def main() -> int:
-    started = start(__doc__)
-    if started is None:
-        return 2
-    args, device = started
+    args, device = start(__doc__)
     problem = SPEC.problem(n=256, batch=64) if device.profile.is_cpu else SPEC.problem(n=1024, batch=16384)
     rows = []
     print("| schedule | half table us | stage table us | products us | staged / half | products / staged "

@@ -70,10 +70,7 @@ def measure(device: Device, size: int, knobs: dict, reps: int, rounds: int) -> d
 
 
 def main() -> int:
-    started = start(__doc__)
-    if started is None:
-        return 2
-    args, device = started
+    args, device = start(__doc__)
     rows = []
     print(f"{device.profile.device_name}: gemm, {args.rounds} interleaved rounds")
     print("| problem | schedule | every bound us | trimmed us | trimmed / every bound | bit for bit | method |")

@@ -29,12 +29,14 @@ def options(doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def start(doc: str | None) -> tuple[argparse.Namespace, Device] | None:
-    """The shared options parsed and the benchmark's device (`farm.gpu.benchmark_device`:
-    None, after saying why, on a CPU adapter without --allow-cpu)."""
+def start(doc: str | None) -> tuple[argparse.Namespace, Device]:
+    """The shared options parsed and the benchmark's device; exits 2 on a CPU adapter
+    without --allow-cpu (`farm.gpu.benchmark_device` has said why)."""
     args = options(doc).parse_args()
     device = benchmark_device(args.allow_cpu)
-    return None if device is None else (args, device)
+    if device is None:
+        raise SystemExit(2)
+    return args, device
 
 
 class Calls:

@@ -9,7 +9,9 @@
 // barrier per slice; STEP = 2 (double_buffer 2) unrolls that loop by two slices, so each
 // half reads and writes a buffer known when the kernel is compiled. VW = 1 or 4: A and B are bound as arrays of VEC (f32 or vec4<f32>);
 // the host pads k and n to multiples of VW (zeros) so vec4 rows stay aligned. Every
-// load and store is bounds-checked. Workgroups beyond `groups` (a folded 2-D grid) exit.
+// load and store tests the bounds this problem's shape can cross (A_INSIDE, B_INSIDE,
+// PUT_A_INSIDE, PUT_B_INSIDE, C_INSIDE: farm.catalog.gemm_tiling.guards; `true` where the
+// tiles divide the shape). Workgroups beyond `groups` (a folded 2-D grid) exit.
 // With split_k (RANGE, C_BINDING, C_BASE) a workgroup computes its tile over one range
 // s0..s1 of k's slices into a partial tile of the scratch at binding 4; `split_sum` adds
 // the ranges' partials, in range order, into C.

@@ -8,7 +8,7 @@ import pytest
 from test_fft import _wavefronts
 
 from farm import catalog
-from farm.catalog.fft_slots import PAD, Slots, swizzle_expr, swizzled, transform_slots
+from farm.catalog.fft_slots import PAD, Slots, swizzle_expr, swizzled
 from farm.catalog.fft_stockham import stage_radices, stockham_stages
 from farm.oracle import compare as oracle
 from farm.oracle.launch import run
@@ -35,44 +35,48 @@ def test_the_host_evaluates_every_layout_as_the_wgsl_does(swizzle, radix):
 def test_the_pad_layout_gives_each_point_its_own_slot_in_n_plus_n_over_r(radix):
     for n in LENGTHS:
         places = [swizzled(PAD, radix, i) for i in range(n)]
-        assert len(set(places)) == n and max(places) < transform_slots(n, PAD, radix) == n + n // radix
+        assert len(set(places)) == n and max(places) < Slots(PAD, radix).span(n) == n + n // radix
 
 
-def _folded(slots: Slots, base_value: int, expr: str) -> int:
-    """An emitted slot index ('rb ^ 17u', 'wb + 68u', 'rb') with its base slot's value."""
-    name, *rest = expr.split(" ", 1)
+def _index(expr: str, bases: dict[str, int], slot) -> int:
+    """The value of an emitted slot index: folded ('rb ^ 17u', 'wb + 68u', 'rb', with the
+    base slots' values in `bases`) or whole ('slot(tr, j + 64u)': `slot` of j's value + 64)."""
+    whole = re.fullmatch(r"slot\(tr, (\w+) \+ (\d+)u\)", expr)
+    if whole:
+        return slot(bases[whole[1]] + int(whole[2]))
+    base, *rest = expr.split(" ")
     if not rest:
-        return base_value
-    op, k = rest[0].split(" ")
-    return base_value ^ int(k[:-1]) if op == "^" else base_value + int(k[:-1])
+        return bases[base]
+    op, k = rest
+    return bases[base] ^ int(k[:-1]) if op == "^" else bases[base] + int(k[:-1])
 
 
 @pytest.mark.parametrize("swizzle", [0, 1, 2, 3, PAD])
 @pytest.mark.parametrize("radix", RADICES)
 def test_folded_accesses_reach_the_slots_the_whole_expression_gives(swizzle, radix):
-    # Every stage of every length, every unit j of transforms 0 and 2, every q: the base slot
-    # combined with the host's constant is slot(tr, point).
+    # Every stage of every length, every unit j of transforms 0 and 2, every q: each emitted
+    # index (the base slot combined with the host's constant, or the whole expression where
+    # the pad layout can't fold) is slot(tr, point). Swizzles 0-3 always fold.
     slots = Slots(swizzle=swizzle, radix=radix)
+    folded = 0
     for n in LENGTHS:
-        span = transform_slots(n, swizzle, radix)
-        slot = lambda tr, i, span=span: tr * span + swizzled(swizzle, radix, i)  # noqa: E731
+        span = slots.span(n)
         ns = 1
         for r in stage_radices(n, radix):
             stride = n // r
-            before, at = slots.reads(stride, r)
+            (reads_before, reads), (writes_before, writes) = slots.reads(stride, r), slots.writes(ns, r)
+            folded += bool(reads_before) + bool(writes_before)
+            assert swizzle == PAD or (reads_before and writes_before)
             for tr in (0, 2):
+                slot = lambda i, tr=tr, span=span: tr * span + swizzled(swizzle, radix, i)  # noqa: E731
                 for j in range(stride):
-                    for q in range(r):
-                        want = slot(tr, j + q * stride)
-                        got = _folded(slots, slot(tr, j), at[q]) if before else want
-                        assert got == want, (n, r, j, q, at[q])
                     o = (j // ns) * ns * r + j % ns
-                    before_w, at_w = slots.writes(ns, r)
+                    bases = {"j": j, "o": o, "rb": slot(j), "wb": slot(o)}
                     for q in range(r):
-                        want = slot(tr, o + q * ns)
-                        got = _folded(slots, slot(tr, o), at_w[q]) if before_w else want
-                        assert got == want, (n, r, ns, j, q, at_w[q])
+                        assert _index(reads[q], bases, slot) == slot(j + q * stride), (n, r, j, q, reads[q])
+                        assert _index(writes[q], bases, slot) == slot(o + q * ns), (n, r, ns, j, q, writes[q])
             ns *= r
+    assert folded > 0
 
 
 def test_folded_stages_name_one_base_slot_and_immediate_offsets():

@@ -66,7 +66,7 @@ import itertools
 import numpy as np
 
 from farm.catalog import Arg, KernelSpec, Launch, register, render, rng_for
-from farm.catalog.fft_slots import Slots, slot_fn, transform_slots
+from farm.catalog.fft_slots import Slots
 from farm.catalog.fft_stockham import (
     buffer_count,
     emitter_source,
@@ -136,7 +136,7 @@ class Fft(KernelSpec):
 
     def slots(self, schedule: Schedule) -> Slots:
         """Where a Stockham schedule's stages keep their points (farm.catalog.fft_slots)."""
-        return Slots(swizzle=self.knob(schedule, "swizzle"), radix=self.knob(schedule, "stockham"))
+        return Slots(self.knob(schedule, "swizzle"), self.knob(schedule, "stockham"))
 
     # -- problems ------------------------------------------------------------------
     def problem(self, **dims: int) -> Problem:
@@ -246,11 +246,11 @@ class Fft(KernelSpec):
             template, entry = radix2_source + STOCKHAM_MARK + stockham_source, "main_stockham"
             single, staged = bool(self.knob(schedule, "single_buffer")), self.knob(schedule, "stage_twiddles")
             table = stage_twiddles(n, radix, table) if staged else table
-            swizzle = self.knob(schedule, "swizzle")
+            slots = self.slots(schedule)
             values |= {
-                "STAGES": stockham_stages(n, radix, single, staged, self.slots(schedule)),
-                "BUFFERS": stockham_buffers(buffer_count(n, radix, single), transform_slots(n, swizzle, radix)),
-                "SLOT": slot_fn(n, swizzle, radix),
+                "STAGES": stockham_stages(n, radix, single, staged, slots),
+                "BUFFERS": stockham_buffers(buffer_count(n, radix, single), slots.span(n)),
+                "SLOT": slots.slot_fn(n),
             }
         source = render(template if radix else radix2_source, values)
         return Launch(

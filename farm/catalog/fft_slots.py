@@ -65,25 +65,23 @@ def swizzled(swizzle: int, radix: int, i: int) -> int:
     return i ^ flips
 
 
-def transform_slots(n: int, swizzle: int, radix: int) -> int:
-    """Slots one transform takes in a workgroup buffer."""
-    return n + n // radix if swizzle == PAD else n
-
-
-def slot_fn(n: int, swizzle: int, radix: int) -> str:
-    """The body of the WGSL `slot(tr, i)`: transform tr's slots, then point i's place in them."""
-    return f"tr * {transform_slots(n, swizzle, radix)}u + ({swizzle_expr(swizzle, radix)})"
-
-
 @dataclass(frozen=True)
 class Slots:
     """The layout of a schedule's workgroup buffers (`swizzle`, the knob's `radix`) and
     whether the stages fold their accesses into a base slot (`fold`; False emits the whole
     `slot` expression at every access, the kernels before session 19, kept for A/B timing)."""
 
-    swizzle: int = 0
-    radix: int = 16
+    swizzle: int
+    radix: int
     fold: bool = True
+
+    def span(self, n: int) -> int:
+        """Slots one transform takes in a workgroup buffer."""
+        return n + n // self.radix if self.swizzle == PAD else n
+
+    def slot_fn(self, n: int) -> str:
+        """The body of the WGSL `slot(tr, i)`: transform tr's slots, then point i's place in them."""
+        return f"tr * {self.span(n)}u + ({swizzle_expr(self.swizzle, self.radix)})"
 
     def reads(self, stride: int, r: int) -> tuple[list[str], list[str]]:
         """(lines before, slot index of each q) for unit j's points j + q·stride, j < stride."""

@@ -11,7 +11,7 @@ import inspect
 import numpy as np
 
 from farm.catalog import fft_slots
-from farm.catalog.fft_slots import Slots, transform_slots
+from farm.catalog.fft_slots import Slots
 
 
 def workgroup_bytes(n: int, transforms: int) -> int:
@@ -21,7 +21,7 @@ def workgroup_bytes(n: int, transforms: int) -> int:
 
 def stockham_workgroup_bytes(n: int, transforms: int, radix: int, single: bool = False, swizzle: int = 0) -> int:
     """The buffers `buffer_count` declares, each holding every slot of the workgroup's transforms."""
-    return buffer_count(n, radix, single) * workgroup_bytes(transform_slots(n, swizzle, radix), transforms)
+    return buffer_count(n, radix, single) * workgroup_bytes(Slots(swizzle, radix).span(n), transforms)
 
 
 def buffer_count(n: int, radix: int, single: bool = False) -> int:
@@ -62,7 +62,7 @@ def stockham_stages(n: int, radix: int, single: bool = False, stage_table: int =
     `stage_table` 1, twiddles read from `stage_twiddles(n, radix, half)` instead of the half
     table; with 2, only the power-of-two points' read from it, the others their products.
     `slots`: the buffers' layout and its index arithmetic (unswizzled, folded by default)."""
-    slots = slots or Slots(radix=radix)
+    slots = slots or Slots(0, radix)
     radices = stage_radices(n, radix)
     lines, ns, base = [], 1, 0
     for s, r in enumerate(radices):

@@ -281,7 +281,6 @@ def _speed_problem(t: Tiling) -> str:
     return ""
 
 
-# The unrolling code Gemm.host_source hashes, in this order.
 def guards(t: Tiling, m: int, n: int, kp: int, np_: int, full: bool = False) -> dict[str, str]:
     """The conditions kernels/gemm.wgsl tests before a global load, a tile store and a C
     store, as WGSL: each drops the parts the problem's shape makes always true (A_INSIDE's
@@ -309,6 +308,7 @@ def guards(t: Tiling, m: int, n: int, kp: int, np_: int, full: bool = False) -> 
     }
 
 
+# The unrolling code Gemm.host_source hashes, in this order.
 EMITTERS = (
     guards,
     unrolled_blocks,
