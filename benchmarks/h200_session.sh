@@ -262,6 +262,12 @@ case "${PART:-1}" in
       cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 18: gemm 1024^3's landscape with the re-timing fix, then part 47 again (every ratio)
   51) step 90 python3 benchmarks/copy_widths.py --out "$W/cw"; cp "$W"/cw/copy-widths.json "$OUT"/ 2>/dev/null
       step 90 python3 benchmarks/copy_widths.py --out "$W/cw2"; cp "$W"/cw2/copy-widths.json "$OUT"/copy-widths-again.json 2>/dev/null ;;  # session 18 (to run): fft's global I/O against copies of 4-, 8- and 16-byte lanes, twice (a fresh machine's first timings re-read)
+  58) nvcc -O3 -arch=sm_90 -std=c++17 -Xptxas -v -o "$W/tcu" benchmarks/ternary_cuda.cu > "$OUT"/ternary-cuda-ptxas.txt 2>&1
+      step 120 "$W/tcu" | tee "$OUT"/ternary-cuda.csv
+      cuobjdump --dump-sass "$W/tcu" > "$W/tcu.sass" 2>&1; python3 benchmarks/sass_mix.py "$W/tcu.sass" 128,8,4,0 128,8,4,1 128,8,4,2 128,8,4,5 128,8,4,7 128,8,4,8 | tee "$OUT"/ternary-cuda-sass.txt
+      step 200 ncu --clock-control none --kernel-name-base demangled -k regex:pass2 \
+          --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --section SchedulerStats --section InstructionStats --section MemoryWorkloadAnalysis \
+          "$W/tcu" --profile > "$OUT"/ternary-cuda-ncu.txt 2>&1; tail -5 "$OUT"/ternary-cuda-ncu.txt ;;  # session 20: ternary's stage_x=4 algorithm in CUDA C++ (variants, SASS mix, ncu): what the algorithm reaches when nvcc compiles it
   57) step 120 python3 benchmarks/gemm_guards.py --reps 100 --rounds 6 --out "$W/gg"; cp "$W"/gg/gemm-guards.json "$OUT"/ 2>/dev/null ;;  # session 19: part 56's gemm A/B with part 54's new 1024^3 leaders
   56) step 120 python3 benchmarks/gemm_guards.py --reps 100 --rounds 6 --out "$W/gg"; cp "$W"/gg/gemm-guards.json "$OUT"/ 2>/dev/null
       step 120 python3 benchmarks/fft_slots.py --reps 100 --rounds 6 --out "$W/fs"; cp "$W"/fs/fft-slots.json "$OUT"/ 2>/dev/null ;;  # session 19: part 55 with every arm trusted (parts 52-55 ran the benchmarks' own subclasses with runtime checks)
