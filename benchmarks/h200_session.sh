@@ -262,6 +262,11 @@ case "${PART:-1}" in
       cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 18: gemm 1024^3's landscape with the re-timing fix, then part 47 again (every ratio)
   51) step 90 python3 benchmarks/copy_widths.py --out "$W/cw"; cp "$W"/cw/copy-widths.json "$OUT"/ 2>/dev/null
       step 90 python3 benchmarks/copy_widths.py --out "$W/cw2"; cp "$W"/cw2/copy-widths.json "$OUT"/copy-widths-again.json 2>/dev/null ;;  # session 18 (to run): fft's global I/O against copies of 4-, 8- and 16-byte lanes, twice (a fresh machine's first timings re-read)
+  59) step 300 python3 benchmarks/ternary_hooks.py --out "$W/th"; cp "$W"/th/ternary-hooks.json "$OUT"/ 2>/dev/null
+      step 150 python3 -m farm tune ternary_gemv --gpus 1 --db "sqlite:///$W/ternary.db" --out "$W/artifacts"
+      cp "$W"/ternary.db "$OUT"/ 2>/dev/null
+      step 120 python3 -m farm bench --kernels ternary_gemv --db "sqlite:///$W/ternary.db" --out "$W/bench"
+      cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 20: ternary's tile sums and lean body against the kernel before (interleaved), then ternary tuned and benched with them
   58) nvcc -O3 -arch=sm_90 -std=c++17 -Xptxas -v -o "$W/tcu" benchmarks/ternary_cuda.cu > "$OUT"/ternary-cuda-ptxas.txt 2>&1
       step 120 "$W/tcu" | tee "$OUT"/ternary-cuda.csv
       cuobjdump --dump-sass "$W/tcu" > "$W/tcu.sass" 2>&1; python3 benchmarks/sass_mix.py "$W/tcu.sass" 128,8,4,0 128,8,4,1 128,8,4,2 128,8,4,5 128,8,4,7 128,8,4,8 | tee "$OUT"/ternary-cuda-sass.txt

@@ -281,7 +281,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         var m1 = 0;
         var m2 = 0;
 {{SUMS}}
-        for (var c = lane; c < TILE / VW; c += TPR) {
+{{LOOP}}
 {{BODY}}
         }
 {{CONVERT}}
@@ -349,14 +349,15 @@ fn tile_scale(bits: u32) -> f32 {
 // ternary_gemv stage_x=4, pass 1: x's digit planes once for every workgroup (the stage_x=3
 // kernel builds them in each workgroup, behind two more barriers per tile). One workgroup
 // per tile of TILE packed words (16 * TILE x values, zero past k), one word per thread at
-// a time: planes[3q + p] = plane p of word q, dsum[q] its digit sums, tscale[tile] =
-// 2^(e - 22) (see //// digits).
+// a time: planes[3q + p] = plane p of word q, tscale[tile] = 2^(e - 22) (see //// digits),
+// and the digit sums (SUMS: clear_sums, add_sums, write_sums): per word, dsum[q]
+// (//// word_sums), or with TernaryGemv.tile_sums per tile and lane of pass 2,
+// tsum[tile * TPR + l] (//// lane_sums).
 struct Params { m: u32, k: u32, kw: u32, groups: u32, splits: u32, span: u32, tiles: u32, blocks: u32 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(4) var<uniform> p: Params;
 @group(0) @binding(5) var<storage, read_write> planes: array<vec4<u32>>;
-@group(0) @binding(6) var<storage, read_write> dsum: array<vec4<i32>>;
 @group(0) @binding(7) var<storage, read_write> tscale: array<f32>;
 
 const WG: u32 = 128u;
@@ -372,6 +373,7 @@ fn x_at(e: u32) -> f32 {
 }
 
 {{DIGITS}}
+{{SUMS}}
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
@@ -384,6 +386,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if (lid == 0u) {  // explicit: lavapipe has shown stale workgroup memory
         atomicStore(&tmax, 0u);
     }
+    clear_sums(lid);
     workgroupBarrier();
     atomicMax(&tmax, tile_abs_max(t0, lid));
     workgroupBarrier();
@@ -394,31 +397,92 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         planes[3u * g] = d.d0;
         planes[3u * g + 1u] = d.d1;
         planes[3u * g + 2u] = d.d2;
-        dsum[g] = d.sums;
+        add_sums(g, q, d.sums);
     }
+    write_sums(tile, lid);
     if (lid == 0u) {
         tscale[tile] = tile_scale(bits);
     }
 }
 
+//// word_sums
+// Pass 1's digit sums per word (TernaryGemv.tile_sums False): dsum[g], staged by pass 2
+// with the planes (msum) and added up word by word in its loop.
+@group(0) @binding(6) var<storage, read_write> dsum: array<vec4<i32>>;
+
+fn clear_sums(lid: u32) {}
+
+fn add_sums(g: u32, q: u32, sums: vec4<i32>) {
+    dsum[g] = sums;
+}
+
+fn write_sums(tile: u32, lid: u32) {}
+
+//// lane_sums
+// Pass 1's digit sums per tile and lane of pass 2 (TernaryGemv.tile_sums): pass 2's lane l
+// reads the weight vectors c = l, l + TPR, ... of VW words of every tile, that is the words
+// q with (q / VW) % TPR == l (vectors past a row's end clamp to its last vector and meet
+// the zero planes and zero digit sums of words past k: they add nothing). tsum[tile * TPR + l]
+// (x, y, z: planes 0, 1, 2) is the sum of those words' digit sums: exactly the integers
+// that lane would add up word by word, so its conversion, and the result, are bit for bit
+// the same. (One sum a tile, taken off by lane 0 alone, keeps the row's integer sum but
+// not the lanes': their f32 conversion rounds once past 2^24, so the bits differ.)
+@group(0) @binding(9) var<storage, read_write> tsum: array<vec4<i32>>;
+
+const TPR: u32 = {{TPR}}u;
+const VW: u32 = {{VW}}u;
+
+var<workgroup> lsum: array<atomic<i32>, 3u * TPR>;
+
+fn clear_sums(lid: u32) {  // explicit, like tmax (before main's first barrier)
+    for (var i = lid; i < 3u * TPR; i += WG) {
+        atomicStore(&lsum[i], 0);
+    }
+}
+
+fn add_sums(g: u32, q: u32, sums: vec4<i32>) {
+    let l = 3u * ((q / VW) % TPR);
+    atomicAdd(&lsum[l], sums.x);
+    atomicAdd(&lsum[l + 1u], sums.y);
+    atomicAdd(&lsum[l + 2u], sums.z);
+}
+
+// Every thread calls it (a barrier: every word's sums are in); thread l < TPR writes lane l's.
+fn write_sums(tile: u32, lid: u32) {
+    workgroupBarrier();
+    if (lid < TPR) {
+        let l = 3u * lid;
+        let sums = vec4<i32>(atomicLoad(&lsum[l]), atomicLoad(&lsum[l + 1u]), atomicLoad(&lsum[l + 2u]), 0);
+        tsum[tile * TPR + lid] = sums;
+    }
+}
+
 //// split
 // ternary_gemv stage_x=4, pass 2: the stage_x=3 loop (same layout in workgroup memory,
-// same body) on the planes of pass 1, copied per tile from storage (four 16-byte loads per
-// word, a few hundred KiB for all of x: cached) instead of computed: one barrier pair per
-// tile. Workgroup g handles row block g % blocks and the tiles [s * span, (s + 1) * span)
-// of split s = g / blocks: with SPLITS = 1 it writes out[row] = scale[row] * sum,
-// otherwise its partial sum to part[s * m + row], which pass 3 adds in split order
-// (deterministic). R rows per thread, TPR threads per row (interleaved weight vectors),
-// VW = 1 or 4; weight vectors past a row's end clamp to its last vector and meet zero
-// planes (words past k are zero in every plane and digit sum).
+// same body) on the planes of pass 1, copied per tile from storage (16-byte loads, a few
+// hundred KiB for all of x: cached) instead of computed: one barrier pair per tile.
+// Workgroup g handles row block g % blocks and the tiles [s * span, (s + 1) * span) of
+// split s = g / blocks: with SPLITS = 1 it writes out[row] = scale[row] * sum, otherwise
+// its partial sum to part[s * m + row], which pass 3 adds in split order (deterministic).
+// R rows per thread, TPR threads per row (interleaved weight vectors), VW = 1 or 4; weight
+// vectors past a row's end clamp to its last vector and meet zero planes (words past k
+// are zero in every plane and digit sum). The digit sums (SUM_BINDING, DIGIT_SUMS): with
+// TernaryGemv.tile_sums each lane reads its own per tile, tsum[tile * TPR + lane] (//// lane_sums),
+// and no msum is staged; otherwise the digit sums of every word, dsum, are staged in msum
+// with the planes and the body adds up those of the words it reads. Staging: a thread
+// stages the words q = lid, lid + WG, ... < TILE of a tile (none when lid >= TILE). With
+// TernaryGemv.prefetch it loads them into registers, the first tile's before the loop
+// (PREFETCH) and the next tile's right after a tile's second barrier (NEXT), so that those
+// loads overlap the tile's body, and STAGE stores the registers to xp (and msum) between
+// the barrier pair; otherwise STAGE loads them from storage there.
 struct Params { m: u32, k: u32, kw: u32, groups: u32, splits: u32, span: u32, tiles: u32, blocks: u32 }
 
 @group(0) @binding(1) var<storage, read> w: array<{{VEC}}>;
 {{OUT_BINDINGS}}
 @group(0) @binding(4) var<uniform> p: Params;
 @group(0) @binding(5) var<storage, read> planes: array<vec4<u32>>;
-@group(0) @binding(6) var<storage, read> dsum: array<vec4<i32>>;
 @group(0) @binding(7) var<storage, read> tscale: array<f32>;
+{{SUM_BINDING}}
 
 const WG: u32 = {{WG}}u;
 const TPR: u32 = {{TPR}}u;
@@ -429,7 +493,6 @@ const TILE: u32 = {{TILE_WORDS}}u;
 const PAD: u32 = TILE + TILE / 8u;
 
 var<workgroup> xp: array<vec4<u32>, 3u * PAD>;
-var<workgroup> msum: array<vec4<i32>, PAD>;
 
 fn slot_of(q: u32) -> u32 {
     return q + (q >> 3u);
@@ -460,24 +523,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 {{ROWS}}
     let first = split * p.span;
     let last = min(first + p.span, p.tiles);
+{{PREFETCH}}
     for (var tile = first; tile < last; tile++) {
         let t0 = tile * TILE;
         workgroupBarrier();  // the previous tile's reads are done
-        for (var q = lid; q < TILE; q += WG) {
-            let s = slot_of(q);
-            let at = t0 + q;
-            xp[s] = planes[3u * at];
-            xp[PAD + s] = planes[3u * at + 1u];
-            xp[2u * PAD + s] = planes[3u * at + 2u];
-            msum[s] = dsum[at];
-        }
+{{STAGE}}
         workgroupBarrier();
+{{NEXT}}
         let f = tscale[tile];
-        var m0 = 0;
-        var m1 = 0;
-        var m2 = 0;
+{{DIGIT_SUMS}}
 {{SUMS}}
-        for (var c = lane; c < TILE / VW; c += TPR) {
+{{LOOP}}
 {{BODY}}
         }
 {{CONVERT}}

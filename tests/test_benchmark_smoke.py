@@ -3,9 +3,9 @@ benchmarks/runtime_calls.py's cut-down mode (--only, --skip-costs, --skip-chains
 benchmarks/wgsl_overheads.py, of benchmarks/recurrent_chunked.py --ablate, of
 benchmarks/clock_probe.py, of benchmarks/sweep_vs_bench.py, of benchmarks/coop_gemm.py and of
 benchmarks/trusted_modules.py, of benchmarks/fft_twiddles.py, of benchmarks/search_replay.py, of
-benchmarks/trial_repeat.py, of benchmarks/copy_widths.py, of benchmarks/fft_slots.py and of
-benchmarks/gemm_guards.py: each runs, writes its JSON and reports every row it measured (the
-numbers mean something on GPUs only)."""
+benchmarks/trial_repeat.py, of benchmarks/copy_widths.py, of benchmarks/fft_slots.py, of
+benchmarks/gemm_guards.py and of benchmarks/ternary_hooks.py: each runs, writes its JSON and
+reports every row it measured (the numbers mean something on GPUs only)."""
 
 import gzip
 import json
@@ -243,3 +243,16 @@ def test_gemm_guards_certifies_and_times_both_kernels(tmp_path):
         assert row["method"] == "timestamp, interleaved" and row["bit_for_bit"]  # trimming changes no output
         assert row["every bound_certified"] and row["trimmed_certified"] and row["trimmed_us"] > 0
         assert row["trimmed_over_every_bound"] == row["trimmed_us"] / row["every bound_us"]
+
+
+def test_ternary_hooks_certifies_and_times_every_arm(tmp_path):
+    run = _run("ternary_hooks.py", "--allow-cpu", "--rounds", "1", "--reps", "2", "--out", tmp_path)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads((tmp_path / "ternary-hooks.json").read_text())["rows"]
+    assert [row["problem"] for row in rows] == ["m=256,k=1024", "m=64,k=4096"]
+    assert [json.loads(row["schedule"])["splits"] for row in rows] == [1, 8]
+    for row in rows:
+        assert row["method"] == "timestamp, interleaved" and row["bit_for_bit"]  # the switches change no output
+        for arm in ("plain", "tile_sums", "lean", "catalog"):
+            assert row[f"{arm}_certified"] and row[f"{arm}_us"] > 0
+        assert row["catalog_over_plain"] == row["catalog_us"] / row["plain_us"]

@@ -184,16 +184,20 @@ def test_ternary_gemv_split_kernel_is_three_passes_with_scratch_and_deterministi
     inputs = SPEC.generate(problem, 0)
     launch = SPEC.launch(split_schedule(128, 2, 4, 8, 4), problem, inputs)
     assert [len(launch.prologue), len(launch.epilogue)] == [1, 1] and launch.groups == 10 * 4  # 32 rows per workgroup
-    assert [p.bindings for p in launch.passes()] == [(0, 4, 5, 6, 7), (1, 4, 5, 6, 7, 8), (2, 3, 4, 8)]
+    # tile sums (the default): the digit sums per tile and lane at binding 9, no per-word ones (6)
+    assert [p.bindings for p in launch.passes()] == [(0, 4, 5, 7, 9), (1, 4, 5, 7, 8, 9), (2, 3, 4, 8)]
     scratch = [a.name for a in launch.args if a.data is None and not a.output]
-    assert scratch == ["planes", "digit_sums", "tile_scales", "partials"]
+    assert scratch == ["planes", "digit_sums", "tile_scales", "partials", "tile_sums"]
     one = SPEC.launch(split_schedule(128, 2, 4, 8, 1), problem, inputs)
-    assert one.epilogue == [] and one.bindings == (1, 2, 3, 4, 5, 6, 7)
-    # passes that don't depend on the schedule compile once; a trial binds once
-    other = SPEC.launch(split_schedule(64, 4, 4, 4, 2), problem, inputs)
+    assert one.epilogue == [] and one.bindings == (1, 2, 3, 4, 5, 7, 9)
+    # passes that don't depend on the schedule compile once (pass 1: once per threads_per_row
+    # and vector_width, the lanes its tile sums are for); a trial binds once
+    other = SPEC.launch(split_schedule(64, 4, 4, 8, 2), problem, inputs)
     pipelines = compile_launch(device, SPEC, split_schedule(128, 2, 4, 8, 4), launch)
-    shared = compile_launch(device, SPEC, split_schedule(64, 4, 4, 4, 2), other)
+    shared = compile_launch(device, SPEC, split_schedule(64, 4, 4, 8, 2), other)
     assert pipelines[0] is shared[0] and pipelines[2] is shared[2] and pipelines[1] is not shared[1]
+    lanes = SPEC.launch(split_schedule(64, 4, 4, 4, 2), problem, inputs)
+    assert compile_launch(device, SPEC, split_schedule(64, 4, 4, 4, 2), lanes)[0] is not pipelines[0]
     with prepare(device, SPEC, split_schedule(128, 2, 4, 8, 4), problem, inputs) as prepared:
         assert prepared.calls() is prepared.calls() and len(prepared.calls()) == 3
     first = run(device, SPEC, split_schedule(128, 2, 4, 8, 4), problem, inputs)["out"]
@@ -335,8 +339,8 @@ def test_a_pass_binding_an_arg_the_launch_lacks_is_refused_before_compiling(devi
 
     problem = SPEC.problem(m=64, k=1024)
     launch = SPEC.launch(split_schedule(64, 2, 4, 4, 2), problem, SPEC.generate(problem, 0))
-    launch.epilogue[0].bindings = (2, 3, 4, 9)
-    with pytest.raises(ValueError, match=r"pass binds \(2, 3, 4, 9\), launch has 9 args"):
+    launch.epilogue[0].bindings = (2, 3, 4, 10)
+    with pytest.raises(ValueError, match=r"pass binds \(2, 3, 4, 10\), launch has 10 args"):
         check_launch(SPEC, split_schedule(64, 2, 4, 4, 2), launch, device.profile)
 
 

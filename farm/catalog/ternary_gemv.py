@@ -12,8 +12,12 @@ bit equality; larger k uses normal x and a summation-error tolerance.
 
 Kernels (knob `stage_x`): 0 direct (the default), 1 x staged in workgroup memory, 2 a
 pair lookup table, 3 integer dot products over x's digit planes, 4 the same over planes
-built by a pass of their own with k split over several workgroups (split_launch). Their
-WGSL emitters and tile layouts are in farm/catalog/ternary_variants.py.
+built by a pass of their own with k split over several workgroups (split_launch, in
+farm/catalog/ternary_split.py; with the class attribute `tile_sums`, on by default, its
+first pass also writes each tile's digit sums per lane of the loop, which then stages and
+adds none; `prefetch`, off, loads the next tile's planes during a tile's body; `lean`, on,
+decodes a weight word in one instruction fewer in stage_x=3 and 4).
+Their WGSL emitters and tile layouts are in farm/catalog/ternary_variants.py.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import itertools
 
 import numpy as np
 
-from farm.catalog import Arg, KernelSpec, Launch, Pass, register, render, rng_for, sections
-from farm.catalog.ternary_variants import (  # _dp4a_values, _lines: split_launch's hashed text names them
+from farm.catalog import KernelSpec, Launch, register, rng_for
+from farm.catalog.ternary_split import SPLIT_EMITTERS, _args, split_launch
+from farm.catalog.ternary_variants import (
     CODES_PER_WORD,
     DP4A_TILE_WORDS,
     EMITTERS,
@@ -33,8 +38,6 @@ from farm.catalog.ternary_variants import (  # _dp4a_values, _lines: split_launc
     SOURCE_FILE,
     STAGE_TILE_WORDS,
     UNROLLED,
-    _dp4a_values,
-    _lines,
     direct_source,
     dp4a_source,
     lut_group,
@@ -137,6 +140,14 @@ class TernaryGemv(KernelSpec):
         "splits": SPLITS,
     }  # stage_x=2, 3 and 4 also take threads_per_row 2 and workgroup_size 512 (LUT_SPACE, DP4A_SPACE,
     # SPLIT_SPACE); stage_x=4 adds the knob `splits`
+    # stage_x=4 (farm/catalog/ternary_split.py): pass 1 writes each tile's digit sums per lane of pass 2,
+    # which neither stages nor adds per-word ones (tile_sums); pass 2 loads the next tile's planes into
+    # registers during a tile's body (prefetch: off, 1.04x slower on the H200's winners); stage_x=3 and 4
+    # decode a weight word in one instruction fewer and loop a known count (lean). False: the kernel
+    # before (for A/B timing, benchmarks/ternary_hooks.py).
+    tile_sums = True
+    prefetch = False
+    lean = True
 
     def schedules(self) -> list[Schedule]:
         """The original direct space (without `stage_x`, so its keys and winners carry over),
@@ -171,8 +182,9 @@ class TernaryGemv(KernelSpec):
 
     def host_source(self) -> str:
         """The host code that unrolls the staged and pair-table bodies, and its constants."""
-        host = [*EMITTERS, split_launch]
+        host = [*EMITTERS, *SPLIT_EMITTERS]
         consts = repr((STAGE_TILE_WORDS, LUT_TILE_WORDS, LUT_PAD, DP4A_TILE_WORDS, UNROLLED))
+        consts += repr((self.tile_sums, self.prefetch, self.lean))
         return "".join(inspect.getsource(f) for f in host) + consts
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
@@ -260,8 +272,9 @@ class TernaryGemv(KernelSpec):
         if stage == 2:
             vw, tpr = schedule.vector_width, schedule.get("threads_per_row", 1)
             return partial + 4 * (LUT_TILE_WORDS // vw) * lut_group(vw, tpr)
-        if stage in (3, 4):  # three digit planes and the digit sums, a vec4 per word (swizzle padding)
-            planes = 4 * 16 * (DP4A_TILE_WORDS + DP4A_TILE_WORDS // 8)
+        if stage in (3, 4):  # three digit planes and the digit sums (not with tile_sums), a vec4 per word
+            vecs = 3 if stage == 4 and self.tile_sums else 4
+            planes = vecs * 16 * (DP4A_TILE_WORDS + DP4A_TILE_WORDS // 8)  # swizzle padding
             return partial + planes + (8 if stage == 3 else 0)  # stage_x=3: two maxima
         return partial
 
@@ -296,10 +309,12 @@ class TernaryGemv(KernelSpec):
         tpr = schedule.get("threads_per_row", 1)
         groups = -(-m // ((wg // tpr) * ipi))
         if schedule.get("stage_x", 0) == 4:
-            return split_launch(inputs, m, k, wg, tpr, ipi, vw, schedule.get("splits", 1))
-        source = (direct_source, staged_source, lut_source, dp4a_source)[schedule.get("stage_x", 0)](
-            wg, tpr, ipi, vw, kw
-        )
+            splits = schedule.get("splits", 1)
+            return split_launch(inputs, m, k, wg, tpr, ipi, vw, splits, self.tile_sums, self.prefetch, self.lean)
+        if schedule.get("stage_x", 0) == 3:
+            source = dp4a_source(wg, tpr, ipi, vw, kw, self.lean)
+        else:
+            source = (direct_source, staged_source, lut_source)[schedule.get("stage_x", 0)](wg, tpr, ipi, vw, kw)
         return Launch(source=source, args=_args(inputs, m, [m, k, kw, groups]), groups=groups)
 
     def work(self, problem: Problem) -> tuple[float, float]:
@@ -315,73 +330,6 @@ def split_schedule(wg: int, rows: int, vw: int, tpr: int, splits: int) -> Schedu
     return Schedule.of(
         workgroup_size=wg, items_per_invocation=rows, vector_width=vw, threads_per_row=tpr, stage_x=4, splits=splits
     )
-
-
-def split_launch(
-    inputs: dict[str, np.ndarray], m: int, k: int, wg: int, tpr: int, rows: int, vw: int, splits: int
-) -> Launch:
-    """stage_x=4: pass 1 writes x's digit planes once (one workgroup per DP4A_TILE_WORDS
-    tile), pass 2 is the integer dot-product loop over `splits` ranges of tiles per row
-    block, pass 3 (splits > 1) adds the ranges' partial sums. Scratch args: planes (three
-    vec4<u32> per packed word), digit sums (a vec4<i32> per word), tile scales, partial sums."""
-    kw = row_words(k)
-    tiles = -(-kw // DP4A_TILE_WORDS)
-    span = -(-tiles // splits)
-    blocks = -(-m // ((wg // tpr) * rows))
-    groups = blocks * splits
-    parts = sections(TernaryGemv.source_file)
-    if splits == 1:
-        outputs = (
-            "@group(0) @binding(2) var<storage, read> scale: array<f32>;\n"
-            "@group(0) @binding(3) var<storage, read_write> out: array<f32>;"
-        )
-        store, main_bindings = "out[row] = scale[row] * sum;", (1, 2, 3, 4, 5, 6, 7)
-    else:
-        outputs = "@group(0) @binding(8) var<storage, read_write> part: array<f32>;"
-        store, main_bindings = "part[split * p.m + row] = sum;", (1, 4, 5, 6, 7, 8)
-    main = render(
-        parts["split"],
-        _dp4a_values(wg, tpr, rows, vw)
-        | {
-            "OUT_BINDINGS": outputs,
-            "ROW_SUM": parts["row_sum"],
-            "STORE": store,
-            "REDUCE": _lines((f"finish(row{r}, acc{r}, lid, lane, split);" for r in range(rows)), 4),
-        },
-    )
-    words = tiles * DP4A_TILE_WORDS
-    epilogue = [Pass(parts["split_sum"], -(-m // 256), (2, 3, 4, 8))] if splits > 1 else []
-    return Launch(
-        source=main,
-        args=[
-            *_args(inputs, m, [m, k, kw, groups, splits, span, tiles, blocks]),
-            Arg("planes", "storage", dtype=np.uint32, shape=(12 * words,)),
-            Arg("digit_sums", "storage", dtype=np.int32, shape=(4 * words,)),
-            Arg("tile_scales", "storage", dtype=np.float32, shape=(tiles,)),
-            Arg("partials", "storage", dtype=np.float32, shape=(splits * m if splits > 1 else 1,)),
-        ],
-        groups=groups,
-        bindings=main_bindings,
-        prologue=[
-            Pass(
-                render(parts["planes"], {"TILE_WORDS": DP4A_TILE_WORDS, "DIGITS": parts["digits"]}),
-                tiles,
-                (0, 4, 5, 6, 7),
-            )
-        ],
-        epilogue=epilogue,
-    )
-
-
-def _args(inputs: dict[str, np.ndarray], m: int, params: list[int]) -> list[Arg]:
-    """Bindings 0-4 of every ternary kernel: x, w_packed, scale, out, params."""
-    return [
-        Arg("x", "read", np.ascontiguousarray(inputs["x"], np.float32)),
-        Arg("w_packed", "read", np.ascontiguousarray(inputs["w_packed"], np.uint32)),
-        Arg("scale", "read", np.ascontiguousarray(inputs["scale"], np.float32)),
-        Arg("out", "storage", dtype=np.float32, shape=(m,), output=True),
-        Arg("params", "uniform", np.array(params, np.uint32)),
-    ]
 
 
 def _check_inputs(inputs: dict[str, np.ndarray], m: int, k: int) -> None:

@@ -33,8 +33,13 @@ Kernels (knob `stage_x`):
   at most 2^-23 of the tile's largest |x|), inside the oracle's tolerance and exact on the
   exact test data (small-integer x). DP4A_SPACE: 16-256 rows per workgroup.
 - 4: stage_x=3's loop and row sums over x's planes written by a pass of their own, k
-  split over `splits` workgroups per row block; `split_launch` (in the spec module, the
-  launch being three passes) renders it from `_dp4a_values` and the //// split sections.
+  split over `splits` workgroups per row block; `split_launch` (farm/catalog/ternary_split.py,
+  the launch being three passes) renders it from `_dp4a_values` and the //// planes and split
+  sections. By default (the spec's `tile_sums`) pass 1 also writes each tile's digit sums
+  per lane of pass 2, whose body then adds none (`_dp4a_body` without word_sums); the spec's
+  `prefetch` (off) has pass 2 load the next tile's planes into registers during a tile's body.
+- 3 and 4 with the spec's `lean` (on): one instruction fewer to decode a weight word, the
+  slots of a vec4's words from one slot_of, and a loop of known count (see _dp4a_body).
 """
 
 from __future__ import annotations
@@ -115,26 +120,28 @@ def lut_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     )
 
 
-def _dp4a_values(wg: int, tpr: int, rows: int, vw: int) -> dict[str, object]:
-    """The placeholders the stage_x=3 and stage_x=4 loops share (layout, rows, body)."""
+def _dp4a_values(wg: int, tpr: int, rows: int, vw: int, word_sums: bool = True, lean: bool = True) -> dict[str, object]:
+    """The placeholders the stage_x=3 and stage_x=4 loops share (layout, rows, loop, body;
+    without `word_sums` the body adds no digit sums: stage_x=4's tile sums; `lean`: see _dp4a_body)."""
     return _layout(wg, tpr, vw) | {
+        "LOOP": _lines(_dp4a_loop(lean), 8),
         "R": rows,
         "TILE_WORDS": DP4A_TILE_WORDS,
         "ROWS": _lines(_row_setup(rows, ("acc",)), 4),
         "SUMS": _lines(
             (f"var {n}{r}{p} = {'0' if p == 2 else '0u'};" for r in range(rows) for n in "ab" for p in range(3)), 8
         ),
-        "BODY": _lines(_dp4a_body(rows, vw), 12),
+        "BODY": _lines(_dp4a_body(rows, vw, word_sums, lean), 12),
         "CONVERT": _lines(_dp4a_convert(rows), 8),
     }
 
 
-def dp4a_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
+def dp4a_source(wg: int, tpr: int, rows: int, vw: int, kw: int, lean: bool = True) -> str:
     """The integer dot-product kernel: x as three int8 digit planes per tile, 4 codes per dot."""
     parts = sections(SOURCE_FILE)
     return render(
         parts["dp4a"],
-        _dp4a_values(wg, tpr, rows, vw)
+        _dp4a_values(wg, tpr, rows, vw, lean=lean)
         | {
             "DIGITS": parts["digits"],
             "REDUCE": _lines((f"finish(row{r}, acc{r}, lid, lane);" for r in range(rows)), 4),
@@ -142,30 +149,48 @@ def dp4a_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     )
 
 
-def _dp4a_body(rows: int, vw: int) -> list[str]:
-    """One weight vector (vw words) per row: per word its three plane vectors and digit sums
-    once (16-byte loads from the tile in workgroup memory), then per row U (t + 1 per
-    field) and 12 dot products (4 field groups x 3 planes; groups 1 and 3 are left shifted
-    by 2 and summed in the b accumulators)."""
+def _dp4a_loop(lean: bool) -> list[str]:
+    """The loop over this lane's weight vectors c = lane, lane + TPR, ... of a tile; `lean`:
+    as a count the driver knows (TILE / VW / TPR iterations, exact: powers of two with
+    TPR * VW <= TILE) rather than a bound on c, which starts at the runtime lane."""
+    if not lean:
+        return ["for (var c = lane; c < TILE / VW; c += TPR) {"]
+    return ["for (var i = 0u; i < TILE / VW / TPR; i++) {", "    let c = lane + i * TPR;"]
+
+
+def _dp4a_body(rows: int, vw: int, word_sums: bool = True, lean: bool = True) -> list[str]:
+    """One weight vector (vw words) per row: per word its three plane vectors and (with
+    `word_sums`) digit sums once (16-byte loads from the tile in workgroup memory; the digit
+    sums added to m0-m2), then per row U (t + 1 per field) and 12 dot products (4 field
+    groups x 3 planes; groups 1 and 3 are left shifted by 2 and summed in the b accumulators).
+    `lean` (exact, the same integers): U = w + 0x55555555 - B3, where B3 holds each field's
+    high bit in both its bits (one select: (w >> 1) & 0x55555555 | w & 0xaaaaaaaa), so
+    U = sum of 4^f (c_f + 1 - 3 b1_f) = sum of 4^f (t_f + 1) with every field in 0..2 (the
+    carries and borrows in between cancel: the total is the same integer); and the words of a
+    vec4 sit in consecutive slots (slot_of(4c + u) = slot_of(4c) + u for u < 4)."""
     lines = ["let q0 = c * VW;"]
     lines += [f"let v{r} = w[wrow{r} + min(t0 / VW + c, nv - 1u)];" for r in range(rows)]
+    if lean:
+        lines.append("let s0 = slot_of(q0);")
     for u in range(vw):
         lines += [
             "{",
-            f"    let s = slot_of(q0 + {u}u);",
+            (f"    let s = s0 + {u}u;" if u else "    let s = s0;") if lean else f"    let s = slot_of(q0 + {u}u);",
             "    let pa = xp[s];",
             "    let pb = xp[PAD + s];",
             "    let pc = xp[2u * PAD + s];",
-            "    let ms = msum[s];",
-            "    m0 += ms.x;",
-            "    m1 += ms.y;",
-            "    m2 += ms.z;",
         ]
+        if word_sums:
+            lines += ["    let ms = msum[s];", "    m0 += ms.x;", "    m1 += ms.y;", "    m2 += ms.z;"]
         for r in range(rows):
             word = f"v{r}" if vw == 1 else f"v{r}.{'xyzw'[u]}"
+            if lean:
+                decode = f"{word} + 0x55555555u - ((({word} >> 1u) & 0x55555555u) | ({word} & 0xaaaaaaaau))"
+            else:
+                decode = f"({word} & 0x55555555u) + 0x55555555u - (({word} >> 1u) & 0x55555555u)"
             lines += [
                 "    {",
-                f"        let t = ({word} & 0x55555555u) + 0x55555555u - (({word} >> 1u) & 0x55555555u);",
+                f"        let t = {decode};",
                 "        let h = t >> 4u;",
                 "        let l0 = t & 0x03030303u;",
                 "        let l1 = t & 0x0c0c0c0cu;",
@@ -281,6 +306,7 @@ EMITTERS = (
     _accumulate,
     tile_words,
     lut_group,
+    _dp4a_loop,
     _dp4a_body,
     _dp4a_convert,
     _dp4a_values,

@@ -80,7 +80,7 @@ def compile_launch(device: Device, spec: KernelSpec, schedule: Schedule, launch:
     """The pipeline of every pass of `launch`, in order (cached by the device). Prologue
     and epilogue passes are labelled without the schedule: the device caches by label and
     source, and such passes are often the same for many schedules (ternary_gemv stage_x=4's
-    planes pass for all 68), so they compile once."""
+    planes pass: one per threads_per_row for all 68), so they compile once."""
     out, checked = [], spec.runtime_checks
     for i, step in enumerate(launch.passes()):
         main = i == len(launch.prologue)

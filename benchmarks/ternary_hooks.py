@@ -1,0 +1,114 @@
+"""What ternary_gemv stage_x=4's switches save (farm/catalog/ternary_split.py): tile sums
+(TernaryGemv.tile_sums: pass 1 writes each tile's digit sums per lane of pass 2, whose loop
+then neither stages nor adds per-word ones, a 16-byte workgroup load and three adds per word
+and thread fewer), prefetch (TernaryGemv.prefetch: pass 2 loads the next tile's planes into
+registers during a tile's body instead of between its barriers; off in the catalog) and lean
+(TernaryGemv.lean: the weight decode in one instruction fewer, one slot_of per vec4, the loop
+a known count). The arms are ARMS (plain, tile_sums, lean, catalog; ALL_ARMS also holds
+prefetch's, timed in session 20: results/*-s20d-ternary-hooks.json); each is built on one
+Device, all certified and checked equal to `plain` (all off: the kernel before)
+bit for bit, then timed interleaved (`--rounds`, the order rotated each round, `--reps`
+dispatches a timing, a fifth of `farm bench`'s clock warm-up before each). The schedules are
+the H200's winners on the two default shapes (wg128 rows4 vw4 tpr8, splits 1 on the tall
+m=65536,k=16384 and 8 on the wide m=16384,k=65536), each on both shapes, and neighbours.
+Prints a table and writes ternary-hooks.json under --out.
+
+    python3 benchmarks/ternary_hooks.py --out DIR [--allow-cpu]
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from contextlib import ExitStack
+
+import numpy as np
+from interleaved import certify_and_time, start  # benchmarks/, on the path as the script's folder
+
+from farm import catalog
+from farm.catalog.ternary_gemv import split_schedule
+from farm.gpu import Device
+from farm.oracle.launch import prepare
+
+SPEC = catalog.get("ternary_gemv")
+TALL, WIDE = (65536, 16384), (16384, 65536)
+CASES = [  # ((m, k), (wg, rows, vw, tpr, splits))
+    (TALL, (128, 4, 4, 8, 1)),
+    (TALL, (128, 4, 4, 8, 8)),
+    (WIDE, (128, 4, 4, 8, 8)),
+    (WIDE, (128, 4, 4, 8, 1)),
+    (TALL, (256, 4, 4, 8, 1)),  # session 5's tall winner
+    (TALL, (128, 8, 4, 8, 1)),
+    (WIDE, (128, 4, 4, 8, 4)),
+    (WIDE, (128, 4, 4, 4, 8)),
+]
+CPU_CASES = [((256, 1024), (128, 4, 4, 8, 1)), ((64, 4096), (128, 4, 4, 8, 8))]
+ALL_ARMS = {  # name: (tile_sums, prefetch, lean)
+    "plain": (False, False, False),
+    "tile_sums": (True, False, False),
+    "prefetch": (False, True, False),
+    "both": (True, True, False),
+    "lean": (False, False, True),
+    "catalog": (True, False, True),
+}
+ARMS = {name: ALL_ARMS[name] for name in ("plain", "tile_sums", "lean", "catalog")}
+
+
+class _Hooks(type(SPEC)):
+    """ternary_gemv with the arm's switches, trusted like the catalog's own (a subclass
+    defined here would otherwise run checked)."""
+
+    runtime_checks = False
+
+    def __init__(self, tile_sums: bool, prefetch: bool, lean: bool):
+        self.tile_sums, self.prefetch, self.lean = tile_sums, prefetch, lean
+
+
+def measure(device: Device, shape: tuple[int, int], knobs: tuple, data: tuple, reps: int, rounds: int) -> dict:
+    schedule = split_schedule(*knobs)
+    problem, inputs, expected = data
+    row = {"schedule": schedule.key(), "problem": problem.key(), "method": None}
+    with ExitStack() as stack:
+        prepared = {name: stack.enter_context(prepare(device, _Hooks(*hooks), schedule, problem, inputs))
+                    for name, hooks in ARMS.items()}  # fmt: skip
+        outputs = certify_and_time(row, prepared, expected, "out", reps, rounds)
+    plain = outputs["plain"].view(np.uint32)
+    row["bit_for_bit"] = all(bool(np.array_equal(out.view(np.uint32), plain)) for out in outputs.values())
+    if "plain_us" in row:
+        for name in list(ARMS)[1:]:
+            row[f"{name}_over_plain"] = row[f"{name}_us"] / row["plain_us"]
+    return row
+
+
+def main() -> int:
+    args, device = start(__doc__)
+    rows, data = [], {}
+    print(f"{device.profile.device_name}: ternary_gemv stage_x=4, {args.rounds} interleaved rounds")
+    names = list(ARMS)
+    print("| problem | schedule | " + " | ".join(f"{n} us" for n in names) + " | "
+          + " | ".join(f"{n} / plain" for n in names[1:]) + " | bit for bit | method |")  # fmt: skip
+    print("| --- " * (2 * len(names) + 3) + "|")
+    for shape, knobs in CPU_CASES if device.profile.is_cpu else CASES:
+        if shape not in data:  # inputs and reference once per shape (256 MiB of weights)
+            problem = SPEC.problem(m=shape[0], k=shape[1])
+            inputs = SPEC.generate(problem, 0)
+            data[shape] = (problem, inputs, SPEC.reference(problem, split_schedule(*knobs), inputs))
+        row = measure(device, shape, knobs, data[shape], args.reps, args.rounds)
+        rows.append(row)
+        if "plain_us" in row:
+            times = " | ".join(f"{row[f'{n}_us']:.1f}" for n in names)
+            ratios = " | ".join(f"{row[f'{n}_over_plain']:.3f}" for n in names[1:])
+            print(f"| {row['problem']} | {row['schedule']} | {times} | {ratios} | {row['bit_for_bit']} | "
+                  f"{row['method']} |", flush=True)  # fmt: skip
+        else:
+            print(f"| {row['problem']} | {row['schedule']} | not certified: {row} |", flush=True)
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {"date": date, "device": device.profile.summary, "rows": rows}
+    (args.out / "ternary-hooks.json").write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
