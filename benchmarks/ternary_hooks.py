@@ -4,8 +4,9 @@ then neither stages nor adds per-word ones, a 16-byte workgroup load and three a
 and thread fewer), prefetch (TernaryGemv.prefetch: pass 2 loads the next tile's planes into
 registers during a tile's body instead of between its barriers; off in the catalog) and lean
 (TernaryGemv.lean: the weight decode in one instruction fewer, one slot_of per vec4, the loop
-a known count). The arms are ARMS (plain, tile_sums, lean, catalog; ALL_ARMS also holds
-prefetch's, timed in session 20: results/*-s20d-ternary-hooks.json); each is built on one
+a known count; TernaryGemv.unroll: that many weight vectors a loop iteration, their loads
+first). The arms are ARMS (plain, catalog, unroll2, unroll4; ALL_ARMS also holds the others,
+timed in session 20: results/*-s20d- and *-s20e-ternary-hooks.json); each is built on one
 Device, all certified and checked equal to `plain` (all off: the kernel before)
 bit for bit, then timed interleaved (`--rounds`, the order rotated each round, `--reps`
 dispatches a timing, a fifth of `farm bench`'s clock warm-up before each). The schedules are
@@ -44,15 +45,17 @@ CASES = [  # ((m, k), (wg, rows, vw, tpr, splits))
     (WIDE, (128, 4, 4, 4, 8)),
 ]
 CPU_CASES = [((256, 1024), (128, 4, 4, 8, 1)), ((64, 4096), (128, 4, 4, 8, 8))]
-ALL_ARMS = {  # name: (tile_sums, prefetch, lean)
-    "plain": (False, False, False),
-    "tile_sums": (True, False, False),
-    "prefetch": (False, True, False),
-    "both": (True, True, False),
-    "lean": (False, False, True),
-    "catalog": (True, False, True),
+ALL_ARMS = {  # name: (tile_sums, prefetch, lean, unroll)
+    "plain": (False, False, False, 1),
+    "tile_sums": (True, False, False, 1),
+    "prefetch": (False, True, False, 1),
+    "both": (True, True, False, 1),
+    "lean": (False, False, True, 1),
+    "catalog": (True, False, True, 1),
+    "unroll2": (True, False, True, 2),
+    "unroll4": (True, False, True, 4),
 }
-ARMS = {name: ALL_ARMS[name] for name in ("plain", "tile_sums", "lean", "catalog")}
+ARMS = {name: ALL_ARMS[name] for name in ("plain", "catalog", "unroll2", "unroll4")}
 
 
 class _Hooks(type(SPEC)):
@@ -61,8 +64,8 @@ class _Hooks(type(SPEC)):
 
     runtime_checks = False
 
-    def __init__(self, tile_sums: bool, prefetch: bool, lean: bool):
-        self.tile_sums, self.prefetch, self.lean = tile_sums, prefetch, lean
+    def __init__(self, tile_sums: bool, prefetch: bool, lean: bool, unroll: int):
+        self.tile_sums, self.prefetch, self.lean, self.unroll = tile_sums, prefetch, lean, unroll
 
 
 def measure(device: Device, shape: tuple[int, int], knobs: tuple, data: tuple, reps: int, rounds: int) -> dict:

@@ -53,3 +53,15 @@ def test_the_cuda_probe_compiles_for_hopper(tmp_path):
         timeout=300,
     )
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_vulkan_sass_splits_zstd_frames_and_prefers_the_offset_that_decodes(tmp_path):
+    import vulkan_sass
+
+    magic = bytes.fromhex("28b52ffd")
+    blob = b"head" + magic + b"one" + magic + b"two"
+    assert vulkan_sass.zstd_frames(blob) == [magic + b"one", magic + b"two"]
+    assert vulkan_sass.zstd_frames(b"no frames") == []
+    good = "        /*0000*/                   IDP.4A.U8.U8 R4, R5, R6, RZ ;\n        /*0010*/   LDS.128 R8, [R1] ;\n"
+    bad = "        /*0000*/                   ?? ;\n        /*0010*/                   FSWZADD R1, R2 ;\n"
+    assert vulkan_sass.decoded(good) == 2 and vulkan_sass.decoded(bad) == 0

@@ -15,18 +15,18 @@ from farm.oracle.launch import run
 from farm.schedule import InvalidSchedule, Schedule
 
 SPEC = catalog.get("ternary_gemv")
-# (tile_sums, prefetch, lean); the first: plain (the kernel before all three), the last: the catalog's
+# (tile_sums, prefetch, lean[, unroll]); the first: plain (the kernel before all three), the last: the catalog's
 HOOKS = [(False, False, False), (True, False, False), (False, True, False), (True, True, False), (False, False, True),
-         (True, True, True), (True, False, True)]  # fmt: skip
+         (True, True, True), (True, False, True, 2), (True, False, True, 4), (True, False, True)]  # fmt: skip
 PLAIN = HOOKS[0]
-_ARMS: dict[tuple[bool, bool, bool], TernaryGemv] = {}
+_ARMS: dict[tuple, TernaryGemv] = {}
 
 
-def arm(tile_sums: bool, prefetch: bool, lean: bool = False) -> TernaryGemv:
+def arm(tile_sums: bool, prefetch: bool, lean: bool = False, unroll: int = 1) -> TernaryGemv:
     """The spec with the switches set, trusted like the catalog's (the benchmark's arms)."""
-    hooks = (tile_sums, prefetch, lean)
+    hooks = (tile_sums, prefetch, lean, unroll)
     if hooks not in _ARMS:
-        attrs = {"tile_sums": tile_sums, "prefetch": prefetch, "lean": lean, "runtime_checks": False}
+        attrs = {"tile_sums": tile_sums, "prefetch": prefetch, "lean": lean, "unroll": unroll, "runtime_checks": False}
         _ARMS[hooks] = type("Arm" + "".join(str(int(h)) for h in hooks), (TernaryGemv,), attrs)()
     return _ARMS[hooks]
 
@@ -92,7 +92,9 @@ def test_the_switches_shape_the_launch_and_the_source_hash():
     inputs = SPEC.generate(problem, 0)
     schedule = split_schedule(256, 4, 4, 8, 2)
     launches = {hooks: arm(*hooks).launch(schedule, problem, inputs) for hooks in HOOKS}
-    for (tile_sums, prefetch, lean), launch in launches.items():
+    for hooks, launch in launches.items():
+        tile_sums, prefetch, lean = hooks[:3]
+        unrolled = len(hooks) > 3
         first, main, _ = launch.passes()
         names = [a.name for a in launch.args]
         sizes = {a.name: a.nbytes for a in launch.args}
@@ -117,9 +119,13 @@ def test_the_switches_shape_the_launch_and_the_source_hash():
         vecs = 3 if tile_sums else 4  # workgroup memory per tile word: planes (and msum)
         assert arm(tile_sums, prefetch).workgroup_bytes(schedule, problem) == 4 * 256 + vecs * 16 * 144
         # lean: the loop a count, one slot_of per vec4, the decode's select
-        assert ("for (var i = 0u; i < TILE / VW / TPR; i++) {" in main.source) is lean
+        assert ("for (var i = 0u; i < TILE / VW / TPR; i++) {" in main.source) is (lean and not unrolled)
+        # unroll 2 and 4 with 4 vectors a lane a tile (tpr 8, vec4): every trip's weights loaded first
+        assert (f"i += {hooks[-1]}u) {{" in main.source) is unrolled
+        assert ("let v3_1 = w[wrow3 + min(t0 / VW + c1, nv - 1u)];" in main.source) is unrolled
         assert ("for (var c = lane; c < TILE / VW; c += TPR) {" in main.source) is not lean
         assert ("let s0 = slot_of(q0);" in main.source) is lean
+        assert ("let c = lane + i * TPR;" in main.source) is (lean and not unrolled)
         assert ("(v0.x & 0xaaaaaaaau)" in main.source) is lean
     assert len({arm(*hooks).source_hash() for hooks in HOOKS}) == len(HOOKS)  # stored trials of one don't serve another
     # a workgroup of 64 stages two words per thread, with no guard

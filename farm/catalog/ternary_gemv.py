@@ -148,6 +148,7 @@ class TernaryGemv(KernelSpec):
     tile_sums = True
     prefetch = False
     lean = True
+    unroll = 1  # weight vectors a loop iteration with lean (their loads first): benchmarks/ternary_hooks.py
 
     def schedules(self) -> list[Schedule]:
         """The original direct space (without `stage_x`, so its keys and winners carry over),
@@ -184,7 +185,7 @@ class TernaryGemv(KernelSpec):
         """The host code that unrolls the staged and pair-table bodies, and its constants."""
         host = [*EMITTERS, *SPLIT_EMITTERS]
         consts = repr((STAGE_TILE_WORDS, LUT_TILE_WORDS, LUT_PAD, DP4A_TILE_WORDS, UNROLLED))
-        consts += repr((self.tile_sums, self.prefetch, self.lean))
+        consts += repr((self.tile_sums, self.prefetch, self.lean, self.unroll))
         return "".join(inspect.getsource(f) for f in host) + consts
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
@@ -310,9 +311,10 @@ class TernaryGemv(KernelSpec):
         groups = -(-m // ((wg // tpr) * ipi))
         if schedule.get("stage_x", 0) == 4:
             splits = schedule.get("splits", 1)
-            return split_launch(inputs, m, k, wg, tpr, ipi, vw, splits, self.tile_sums, self.prefetch, self.lean)
+            hooks = (self.tile_sums, self.prefetch, self.lean, self.unroll)
+            return split_launch(inputs, m, k, wg, tpr, ipi, vw, splits, *hooks)
         if schedule.get("stage_x", 0) == 3:
-            source = dp4a_source(wg, tpr, ipi, vw, kw, self.lean)
+            source = dp4a_source(wg, tpr, ipi, vw, kw, self.lean, self.unroll)
         else:
             source = (direct_source, staged_source, lut_source)[schedule.get("stage_x", 0)](wg, tpr, ipi, vw, kw)
         return Launch(source=source, args=_args(inputs, m, [m, k, kw, groups]), groups=groups)

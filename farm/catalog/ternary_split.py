@@ -39,6 +39,7 @@ def split_launch(
     tile_sums: bool = True,
     prefetch: bool = False,
     lean: bool = True,
+    unroll: int = 1,
 ) -> Launch:
     """stage_x=4: pass 1 writes x's digit planes once (one workgroup per DP4A_TILE_WORDS
     tile), pass 2 is the integer dot-product loop over `splits` ranges of tiles per row
@@ -64,7 +65,7 @@ def split_launch(
         store, main_bindings = "part[split * p.m + row] = sum;", (1, 4, 5, 7, 8)
     main = render(
         parts["split"],
-        _dp4a_values(wg, tpr, rows, vw, word_sums=not tile_sums, lean=lean)
+        _dp4a_values(wg, tpr, rows, vw, word_sums=not tile_sums, lean=lean, unroll=unroll)
         | _split_values(wg, tile_sums, prefetch)
         | {
             "OUT_BINDINGS": outputs,

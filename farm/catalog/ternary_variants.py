@@ -120,28 +120,34 @@ def lut_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     )
 
 
-def _dp4a_values(wg: int, tpr: int, rows: int, vw: int, word_sums: bool = True, lean: bool = True) -> dict[str, object]:
+def _dp4a_values(
+    wg: int, tpr: int, rows: int, vw: int, word_sums: bool = True, lean: bool = True, unroll: int = 1
+) -> dict[str, object]:
     """The placeholders the stage_x=3 and stage_x=4 loops share (layout, rows, loop, body;
-    without `word_sums` the body adds no digit sums: stage_x=4's tile sums; `lean`: see _dp4a_body)."""
+    without `word_sums` the body adds no digit sums: stage_x=4's tile sums; `lean`: see
+    _dp4a_body; `unroll` (with lean): weight vectors a trip, see _dp4a_unrolled)."""
+    trips = min(unroll, DP4A_TILE_WORDS // (vw * tpr)) if lean else 1
     return _layout(wg, tpr, vw) | {
-        "LOOP": _lines(_dp4a_loop(lean), 8),
+        "LOOP": _lines(_dp4a_loop(lean, trips), 8),
         "R": rows,
         "TILE_WORDS": DP4A_TILE_WORDS,
         "ROWS": _lines(_row_setup(rows, ("acc",)), 4),
         "SUMS": _lines(
             (f"var {n}{r}{p} = {'0' if p == 2 else '0u'};" for r in range(rows) for n in "ab" for p in range(3)), 8
         ),
-        "BODY": _lines(_dp4a_body(rows, vw, word_sums, lean), 12),
+        "BODY": _lines(
+            _dp4a_unrolled(rows, vw, word_sums, trips) if trips > 1 else _dp4a_body(rows, vw, word_sums, lean), 12
+        ),
         "CONVERT": _lines(_dp4a_convert(rows), 8),
     }
 
 
-def dp4a_source(wg: int, tpr: int, rows: int, vw: int, kw: int, lean: bool = True) -> str:
+def dp4a_source(wg: int, tpr: int, rows: int, vw: int, kw: int, lean: bool = True, unroll: int = 1) -> str:
     """The integer dot-product kernel: x as three int8 digit planes per tile, 4 codes per dot."""
     parts = sections(SOURCE_FILE)
     return render(
         parts["dp4a"],
-        _dp4a_values(wg, tpr, rows, vw, lean=lean)
+        _dp4a_values(wg, tpr, rows, vw, lean=lean, unroll=unroll)
         | {
             "DIGITS": parts["digits"],
             "REDUCE": _lines((f"finish(row{r}, acc{r}, lid, lane);" for r in range(rows)), 4),
@@ -149,13 +155,32 @@ def dp4a_source(wg: int, tpr: int, rows: int, vw: int, kw: int, lean: bool = Tru
     )
 
 
-def _dp4a_loop(lean: bool) -> list[str]:
+def _dp4a_loop(lean: bool, trips: int = 1) -> list[str]:
     """The loop over this lane's weight vectors c = lane, lane + TPR, ... of a tile; `lean`:
     as a count the driver knows (TILE / VW / TPR iterations, exact: powers of two with
-    TPR * VW <= TILE) rather than a bound on c, which starts at the runtime lane."""
+    TPR * VW <= TILE) rather than a bound on c, which starts at the runtime lane; `trips`
+    vectors an iteration (a power of two dividing the count: _dp4a_unrolled's body)."""
     if not lean:
         return ["for (var c = lane; c < TILE / VW; c += TPR) {"]
+    if trips > 1:
+        return [f"for (var i = 0u; i < TILE / VW / TPR; i += {trips}u) {{"]
     return ["for (var i = 0u; i < TILE / VW / TPR; i++) {", "    let c = lane + i * TPR;"]
+
+
+def _dp4a_unrolled(rows: int, vw: int, word_sums: bool, trips: int) -> list[str]:
+    """`trips` of the lean body in one iteration, every weight load first (the driver keeps
+    a single vector's loads next to their use: each trip's weights then wait out the memory
+    latency; on the H200 the loop was not unrolled)."""
+    body = _dp4a_body(rows, vw, word_sums, True)
+    loads = {f"let v{r} = w[wrow{r} + min(t0 / VW + c, nv - 1u)];" for r in range(rows)}
+    lines = []
+    for j in range(trips):
+        lines.append(f"let c{j} = lane + (i + {j}u) * TPR;")
+        lines += [f"let v{r}_{j} = w[wrow{r} + min(t0 / VW + c{j}, nv - 1u)];" for r in range(rows)]
+    for j in range(trips):
+        lines += ["{", f"    let c = c{j};", *(f"    let v{r} = v{r}_{j};" for r in range(rows))]
+        lines += ["    " + line for line in body if line not in loads] + ["}"]
+    return lines
 
 
 def _dp4a_body(rows: int, vw: int, word_sums: bool = True, lean: bool = True) -> list[str]:
@@ -307,6 +332,7 @@ EMITTERS = (
     tile_words,
     lut_group,
     _dp4a_loop,
+    _dp4a_unrolled,
     _dp4a_body,
     _dp4a_convert,
     _dp4a_values,
