@@ -24,13 +24,11 @@ if it reads near the vec4 copy, the cost is in the exchanges or the arithmetic.
 
 from __future__ import annotations
 
-import datetime
-import json
 import statistics
 import sys
 
 import numpy as np
-from interleaved import Calls, options, rounds_us  # benchmarks/, on the path as the script's folder
+from interleaved import Calls, options, rounds_us, write_result  # benchmarks/, on the path as the script's folder
 
 from farm.cli.bench import COPY_WGSL
 from farm.gpu import benchmark_device
@@ -123,9 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"| {row['variant']} | {row['lane_bytes']} | - | - | - | - | {row['checked']} |")
     args.out.mkdir(parents=True, exist_ok=True)
-    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    result = {"date": date, "device": device.profile.summary, "bytes": nbytes, "rows": list(rows.values())}
-    (args.out / "copy-widths.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, "copy-widths.json", device, bytes=nbytes, rows=list(rows.values()))
     return 0
 
 

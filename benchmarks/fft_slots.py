@@ -21,13 +21,11 @@ and writes fft-slots.json under --out.
 
 from __future__ import annotations
 
-import datetime
-import json
 import sys
 from contextlib import ExitStack
 
 import numpy as np
-from interleaved import certify_and_time, start  # benchmarks/, on the path as the script's folder
+from interleaved import certify_and_time, start, write_result  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
 from farm.catalog.fft_slots import PAD, Slots
@@ -98,10 +96,7 @@ def main() -> int:
             print(f"| {row['schedule']} | {times} | {ratios} | {row['bit_for_bit']} | {row['method']} |", flush=True)
         else:
             print(f"| {row['schedule']} | not certified: {row} |" + " |" * (len(ARMS) + 3), flush=True)
-    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    args.out.mkdir(parents=True, exist_ok=True)
-    result = {"date": date, "device": device.profile.summary, "problem": problem.key(), "rows": rows}
-    (args.out / "fft-slots.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, "fft-slots.json", device, problem=problem.key(), rows=rows)
     return 0
 
 

@@ -15,13 +15,11 @@ specialization, 0.997-0.999, is in NOTES and results/2026-12-02-h200-s15-fft-twi
 
 from __future__ import annotations
 
-import datetime
-import json
 import sys
 from contextlib import ExitStack
 
 import numpy as np
-from interleaved import certify_and_time, start  # benchmarks/, on the path as the script's folder
+from interleaved import certify_and_time, start, write_result  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
 from farm.gpu import Device
@@ -73,10 +71,7 @@ def main() -> int:
                   f"| {row['products_max_rel']:.1e} | GPU timestamps, interleaved |", flush=True)  # fmt: skip
         else:
             print(f"| {row['schedule']} | not certified: {row} | | | | | | | |", flush=True)
-    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    args.out.mkdir(parents=True, exist_ok=True)
-    result = {"date": date, "device": device.profile.summary, "problem": problem.key(), "rows": rows}
-    (args.out / "fft-twiddles.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, "fft-twiddles.json", device, problem=problem.key(), rows=rows)
     return 0
 
 

@@ -13,13 +13,11 @@ best), and at 2048^3 and 4096^3 (parts 42-44). Prints a table and writes gemm-gu
 
 from __future__ import annotations
 
-import datetime
-import json
 import sys
 from contextlib import ExitStack
 
 import numpy as np
-from interleaved import certify_and_time, start  # benchmarks/, on the path as the script's folder
+from interleaved import certify_and_time, start, write_result  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
 from farm.gpu import Device
@@ -84,10 +82,7 @@ def main() -> int:
             print(f"| {row['problem']} | {row['schedule']} | {times} | {tail} |", flush=True)
         else:
             print(f"| {row['problem']} | {row['schedule']} | not certified: {row} | | | | |", flush=True)
-    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    args.out.mkdir(parents=True, exist_ok=True)
-    result = {"date": date, "device": device.profile.summary, "rows": rows}
-    (args.out / "gemm-guards.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, "gemm-guards.json", device, rows=rows)
     return 0
 
 

@@ -8,6 +8,8 @@ clock warm-up on that arm."""
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -92,3 +94,10 @@ def time_interleaved(row: dict, prepared: dict, reps: int, rounds: int) -> None:
 
     for name, values in rounds_us(prepared, reps, rounds, after=record).items():
         row[f"{name}_us"], row[f"{name}_rounds_us"] = statistics.median(values), values
+
+
+def write_result(out: Path, name: str, device: Device, **fields) -> None:
+    """out/name: {"date" (UTC, today), "device" (the adapter's summary), **fields} as JSON."""
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(json.dumps({"date": date, "device": device.profile.summary, **fields}, indent=2) + "\n")

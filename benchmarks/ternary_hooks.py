@@ -19,13 +19,11 @@ Prints a table and writes ternary-hooks.json under --out.
 
 from __future__ import annotations
 
-import datetime
-import json
 import sys
 from contextlib import ExitStack
 
 import numpy as np
-from interleaved import certify_and_time, start  # benchmarks/, on the path as the script's folder
+from interleaved import certify_and_time, start, write_result  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
 from farm.catalog.ternary_gemv import split_schedule
@@ -106,10 +104,7 @@ def main() -> int:
                   f"{row['method']} |", flush=True)  # fmt: skip
         else:
             print(f"| {row['problem']} | {row['schedule']} | not certified: {row} |", flush=True)
-    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    args.out.mkdir(parents=True, exist_ok=True)
-    result = {"date": date, "device": device.profile.summary, "rows": rows}
-    (args.out / "ternary-hooks.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, "ternary-hooks.json", device, rows=rows)
     return 0
 
 

@@ -19,12 +19,10 @@ one adapter, one making every module checked, the other trusted.
 
 from __future__ import annotations
 
-import datetime
-import json
 import sys
 from contextlib import ExitStack
 
-from interleaved import options, time_interleaved  # benchmarks/, on the path as the script's folder
+from interleaved import options, time_interleaved, write_result  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
 from farm.cli.bench import bench_problems, tuned_schedules
@@ -88,10 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             ratio = row.get("trusted_over_checked")
             shown = f"{row['checked_us']:10.1f} {row['trusted_us']:10.1f} {ratio:6.3f}" if ratio else "not certified"
             print(f"{name:<14} {problem.key():<34} {shown}", flush=True)
-    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    args.out.mkdir(parents=True, exist_ok=True)
-    result = {"date": date, "device": checked.profile.summary, "reps": args.reps, "rounds": args.rounds, "rows": rows}
-    (args.out / "trusted-modules.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, "trusted-modules.json", checked, reps=args.reps, rounds=args.rounds, rows=rows)
     print("| kernel | problem | checked us | trusted us | trusted / checked | method |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:
