@@ -16,7 +16,8 @@ built by a pass of their own with k split over several workgroups (split_launch,
 farm/catalog/ternary_split.py; with the class attribute `tile_sums`, on by default, its
 first pass also writes each tile's digit sums per lane of the loop, which then stages and
 adds none; `prefetch`, off, loads the next tile's planes during a tile's body; `lean`, on,
-decodes a weight word in one instruction fewer in stage_x=3 and 4).
+decodes a weight word in one instruction fewer in stage_x=3 and 4; `unroll`, 1, puts that
+many weight vectors in a loop iteration).
 Their WGSL emitters and tile layouts are in farm/catalog/ternary_variants.py.
 """
 
@@ -148,7 +149,7 @@ class TernaryGemv(KernelSpec):
     tile_sums = True
     prefetch = False
     lean = True
-    unroll = 1  # weight vectors a loop iteration with lean (their loads first): benchmarks/ternary_hooks.py
+    unroll = 1  # weight vectors a loop iteration with lean, their loads first (2 and 4: 1.02-1.3x slower on the H200)
 
     def schedules(self) -> list[Schedule]:
         """The original direct space (without `stage_x`, so its keys and winners carry over),

@@ -5,9 +5,10 @@ stage_x=3's, from farm/catalog/ternary_variants.py). `SPLIT_EMITTERS` is what th
 `host_source` hashes after ternary_variants' EMITTERS.
 
 Two switches of its own, the spec's class attributes `TernaryGemv.tile_sums` (on) and
-`TernaryGemv.prefetch` (off: it lost on the H200), and `TernaryGemv.lean` (stage_x=3's too:
-the loop body's, see ternary_variants._dp4a_body); benchmarks/ternary_hooks.py A/Bs them, and
-all three False is the kernel before them:
+`TernaryGemv.prefetch` (off: it lost on the H200), and `TernaryGemv.lean` and
+`TernaryGemv.unroll` (stage_x=3's too: the loop body's, see ternary_variants._dp4a_body and
+_dp4a_unrolled; unroll stays 1, 2 and 4 lost on the H200); benchmarks/ternary_hooks.py A/Bs
+them, and tile_sums, prefetch and lean False is the kernel before them:
 - tile_sums: pass 1 writes, per tile and lane of pass 2 (threads_per_row lanes, each
   reading every TPR-th weight vector of vector_width words), the sum of the digit sums of
   the words that lane reads (//// lane_sums); each lane takes its own off per tile, instead
