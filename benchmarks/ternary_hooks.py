@@ -5,10 +5,11 @@ and thread fewer), prefetch (TernaryGemv.prefetch: pass 2 loads the next tile's 
 registers during a tile's body instead of between its barriers; off in the catalog) and lean
 (TernaryGemv.lean: the weight decode in one instruction fewer, one slot_of per vec4, the loop
 a known count; TernaryGemv.unroll: that many weight vectors a loop iteration, their loads
-first). The arms are ARMS (plain, catalog, unroll2, unroll4; ALL_ARMS also holds the others,
-timed in session 20: results/*-s20d- and *-s20e-ternary-hooks.json); each is built on one
-Device, all certified and checked equal to `plain` (all off: the kernel before)
-bit for bit, then timed interleaved (`--rounds`, the order rotated each round, `--reps`
+first; TernaryGemv.chain: each dot product added to its accumulator alone). The arms are ARMS
+(catalog, chain, chain_unroll2; ALL_ARMS also holds the others, timed in session 20:
+results/*-s20d-, *-s20e- and *-s20f-ternary-hooks*.json, whose first arm was `plain`, all off:
+the kernel before); each is built on one Device, all certified and checked equal to the first
+arm bit for bit, then timed interleaved (`--rounds`, the order rotated each round, `--reps`
 dispatches a timing, a fifth of `farm bench`'s clock warm-up before each). The schedules are
 the H200's winners on the two default shapes (wg128 rows4 vw4 tpr8, splits 1 on the tall
 m=65536,k=16384 and 8 on the wide m=16384,k=65536), each on both shapes, and neighbours.
@@ -43,17 +44,19 @@ CASES = [  # ((m, k), (wg, rows, vw, tpr, splits))
     (WIDE, (128, 4, 4, 4, 8)),
 ]
 CPU_CASES = [((256, 1024), (128, 4, 4, 8, 1)), ((64, 4096), (128, 4, 4, 8, 8))]
-ALL_ARMS = {  # name: (tile_sums, prefetch, lean, unroll)
-    "plain": (False, False, False, 1),
-    "tile_sums": (True, False, False, 1),
-    "prefetch": (False, True, False, 1),
-    "both": (True, True, False, 1),
-    "lean": (False, False, True, 1),
-    "catalog": (True, False, True, 1),
-    "unroll2": (True, False, True, 2),
-    "unroll4": (True, False, True, 4),
+ALL_ARMS = {  # name: (tile_sums, prefetch, lean, unroll, chain)
+    "plain": (False, False, False, 1, False),
+    "tile_sums": (True, False, False, 1, False),
+    "prefetch": (False, True, False, 1, False),
+    "both": (True, True, False, 1, False),
+    "lean": (False, False, True, 1, False),
+    "catalog": (True, False, True, 1, False),
+    "unroll2": (True, False, True, 2, False),
+    "unroll4": (True, False, True, 4, False),
+    "chain": (True, False, True, 1, True),
+    "chain_unroll2": (True, False, True, 2, True),
 }
-ARMS = {name: ALL_ARMS[name] for name in ("plain", "catalog", "unroll2", "unroll4")}
+ARMS = {name: ALL_ARMS[name] for name in ("catalog", "chain", "chain_unroll2")}  # the first: what the others are over
 
 
 class _Hooks(type(SPEC)):
@@ -62,8 +65,8 @@ class _Hooks(type(SPEC)):
 
     runtime_checks = False
 
-    def __init__(self, tile_sums: bool, prefetch: bool, lean: bool, unroll: int):
-        self.tile_sums, self.prefetch, self.lean, self.unroll = tile_sums, prefetch, lean, unroll
+    def __init__(self, tile_sums: bool, prefetch: bool, lean: bool, unroll: int, chain: bool):
+        self.tile_sums, self.prefetch, self.lean, self.unroll, self.chain = tile_sums, prefetch, lean, unroll, chain
 
 
 def measure(device: Device, shape: tuple[int, int], knobs: tuple, data: tuple, reps: int, rounds: int) -> dict:
@@ -74,11 +77,12 @@ def measure(device: Device, shape: tuple[int, int], knobs: tuple, data: tuple, r
         prepared = {name: stack.enter_context(prepare(device, _Hooks(*hooks), schedule, problem, inputs))
                     for name, hooks in ARMS.items()}  # fmt: skip
         outputs = certify_and_time(row, prepared, expected, "out", reps, rounds)
-    plain = outputs["plain"].view(np.uint32)
-    row["bit_for_bit"] = all(bool(np.array_equal(out.view(np.uint32), plain)) for out in outputs.values())
-    if "plain_us" in row:
-        for name in list(ARMS)[1:]:
-            row[f"{name}_over_plain"] = row[f"{name}_us"] / row["plain_us"]
+    base, *others = ARMS
+    first = outputs[base].view(np.uint32)
+    row["bit_for_bit"] = all(bool(np.array_equal(out.view(np.uint32), first)) for out in outputs.values())
+    if f"{base}_us" in row:
+        for name in others:
+            row[f"{name}_over_{base}"] = row[f"{name}_us"] / row[f"{base}_us"]
     return row
 
 
@@ -88,7 +92,7 @@ def main() -> int:
     print(f"{device.profile.device_name}: ternary_gemv stage_x=4, {args.rounds} interleaved rounds")
     names = list(ARMS)
     print("| problem | schedule | " + " | ".join(f"{n} us" for n in names) + " | "
-          + " | ".join(f"{n} / plain" for n in names[1:]) + " | bit for bit | method |")  # fmt: skip
+          + " | ".join(f"{n} / {names[0]}" for n in names[1:]) + " | bit for bit | method |")  # fmt: skip
     print("| --- " * (2 * len(names) + 3) + "|")
     for shape, knobs in CPU_CASES if device.profile.is_cpu else CASES:
         if shape not in data:  # inputs and reference once per shape (256 MiB of weights)
@@ -97,9 +101,9 @@ def main() -> int:
             data[shape] = (problem, inputs, SPEC.reference(problem, split_schedule(*knobs), inputs))
         row = measure(device, shape, knobs, data[shape], args.reps, args.rounds)
         rows.append(row)
-        if "plain_us" in row:
+        if f"{names[0]}_us" in row:
             times = " | ".join(f"{row[f'{n}_us']:.1f}" for n in names)
-            ratios = " | ".join(f"{row[f'{n}_over_plain']:.3f}" for n in names[1:])
+            ratios = " | ".join(f"{row[f'{n}_over_{names[0]}']:.3f}" for n in names[1:])
             print(f"| {row['problem']} | {row['schedule']} | {times} | {ratios} | {row['bit_for_bit']} | "
                   f"{row['method']} |", flush=True)  # fmt: skip
         else:

@@ -1,5 +1,6 @@
 """What the NVIDIA Vulkan driver compiled a catalog kernel into. Compiles ternary_gemv's
-stage_x=4 winner (wg128 rows4 vw4 tpr8 splits1: its pass 2 is the loop that counts) with the
+stage_x=4 winner (wg128 rows4 vw4 tpr8 splits1: its pass 2 is the loop that counts), as
+benchmarks/ternary_hooks.py's arms name it (--arms, default the catalog's switches), with the
 driver's shader disk cache (__GL_SHADER_DISK_CACHE_PATH, set here before the device is made)
 in an empty folder. The cache's .bin files hold zstd frames; each decompresses to an "NVuc"
 image whose machine code nvdisasm reads as a raw SM90 instruction stream at some offset (8
@@ -11,7 +12,7 @@ commands: the H200 machine has nvdisasm but no zstd, so carry this machine's bin
 outgrow the 64 MiB a run carries, so move Ray's wheel out of .devkit/whl for that call: the
 script imports no Ray).
 
-    PATH=$PWD/.devkit/zstd:$PATH python3 benchmarks/vulkan_sass.py --out DIR
+    PATH=$PWD/.devkit/zstd:$PATH python3 benchmarks/vulkan_sass.py --out DIR [--arms catalog,chain]
 """
 
 from __future__ import annotations
@@ -54,24 +55,30 @@ def sass_functions(listing: str) -> dict[str, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--arms", default="catalog",
+                        help="ternary_hooks.py's arms to compile, comma-separated (default: catalog)")  # fmt: skip
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     cache = Path(tempfile.mkdtemp(prefix="glcache-"))
     os.environ.update({"__GL_SHADER_DISK_CACHE": "1", "__GL_SHADER_DISK_CACHE_PATH": str(cache),
                        "__GL_SHADER_DISK_CACHE_SKIP_CLEANUP": "1"})  # fmt: skip
 
-    from farm import catalog
+    from ternary_hooks import ALL_ARMS, SPEC, _Hooks  # benchmarks/, on the path as the script's folder
+
     from farm.catalog.ternary_gemv import split_schedule
     from farm.gpu import Device
     from farm.oracle.launch import prepare
 
-    spec = catalog.get("ternary_gemv")
-    problem = spec.problem(m=4096, k=16384)
-    inputs = spec.generate(problem, 0)
+    problem = SPEC.problem(m=4096, k=16384)
+    inputs = SPEC.generate(problem, 0)
     device = Device()
-    for knobs in ((128, 4, 4, 8, 1),):
-        with prepare(device, spec, split_schedule(*knobs), problem, inputs):
+    seen: set[Path] = set()
+    for arm in args.arms.split(","):
+        with prepare(device, _Hooks(*ALL_ARMS[arm]), split_schedule(128, 4, 4, 8, 1), problem, inputs):
             pass
+        new = sorted(p for p in cache.rglob("*.bin") if p.is_file() and p not in seen)
+        print(f"arm {arm}: cache files {[p.name for p in new]}")
+        seen.update(new)
     del device
     files = sorted(p for p in cache.rglob("*.bin") if p.is_file())
     print(f"cache: {len(files)} .bin files, {sum(p.stat().st_size for p in files)} bytes")

@@ -15,18 +15,20 @@ from farm.oracle.launch import run
 from farm.schedule import InvalidSchedule, Schedule
 
 SPEC = catalog.get("ternary_gemv")
-# (tile_sums, prefetch, lean[, unroll]); the first: plain (the kernel before all three), the last: the catalog's
+# (tile_sums, prefetch, lean[, unroll[, chain]]); the first: plain (the kernel before them), the last: the catalog's
 HOOKS = [(False, False, False), (True, False, False), (False, True, False), (True, True, False), (False, False, True),
-         (True, True, True), (True, False, True, 2), (True, False, True, 4), (True, False, True)]  # fmt: skip
+         (True, True, True), (True, False, True, 2), (True, False, True, 4), (True, False, True, 1, True),
+         (True, False, True, 2, True), (False, True, True, 1, True), (True, False, True)]  # fmt: skip
 PLAIN = HOOKS[0]
 _ARMS: dict[tuple, TernaryGemv] = {}
 
 
-def arm(tile_sums: bool, prefetch: bool, lean: bool = False, unroll: int = 1) -> TernaryGemv:
+def arm(tile_sums: bool, prefetch: bool, lean: bool = False, unroll: int = 1, chain: bool = False) -> TernaryGemv:
     """The spec with the switches set, trusted like the catalog's (the benchmark's arms)."""
-    hooks = (tile_sums, prefetch, lean, unroll)
+    hooks = (tile_sums, prefetch, lean, unroll, chain)
     if hooks not in _ARMS:
-        attrs = {"tile_sums": tile_sums, "prefetch": prefetch, "lean": lean, "unroll": unroll, "runtime_checks": False}
+        attrs = {"tile_sums": tile_sums, "prefetch": prefetch, "lean": lean, "unroll": unroll, "chain": chain,
+                 "runtime_checks": False}  # fmt: skip
         _ARMS[hooks] = type("Arm" + "".join(str(int(h)) for h in hooks), (TernaryGemv,), attrs)()
     return _ARMS[hooks]
 
@@ -93,8 +95,8 @@ def test_the_switches_shape_the_launch_and_the_source_hash():
     schedule = split_schedule(256, 4, 4, 8, 2)
     launches = {hooks: arm(*hooks).launch(schedule, problem, inputs) for hooks in HOOKS}
     for hooks, launch in launches.items():
-        tile_sums, prefetch, lean = hooks[:3]
-        unrolled = len(hooks) > 3
+        tile_sums, prefetch, lean, unroll, chain = hooks + (1, False)[len(hooks) - 3 :]
+        unrolled = unroll > 1
         first, main, _ = launch.passes()
         names = [a.name for a in launch.args]
         sizes = {a.name: a.nbytes for a in launch.args}
@@ -121,12 +123,16 @@ def test_the_switches_shape_the_launch_and_the_source_hash():
         # lean: the loop a count, one slot_of per vec4, the decode's select
         assert ("for (var i = 0u; i < TILE / VW / TPR; i++) {" in main.source) is (lean and not unrolled)
         # unroll 2 and 4 with 4 vectors a lane a tile (tpr 8, vec4): every trip's weights loaded first
-        assert (f"i += {hooks[-1]}u) {{" in main.source) is unrolled
+        assert (f"i += {unroll}u) {{" in main.source) is unrolled
         assert ("let v3_1 = w[wrow3 + min(t0 / VW + c1, nv - 1u)];" in main.source) is unrolled
         assert ("for (var c = lane; c < TILE / VW; c += TPR) {" in main.source) is not lean
         assert ("let s0 = slot_of(q0);" in main.source) is lean
         assert ("let c = lane + i * TPR;" in main.source) is (lean and not unrolled)
         assert ("(v0.x & 0xaaaaaaaau)" in main.source) is lean
+        # chain: a dot a statement; otherwise a pair
+        pair = "a02 += dot4I8Packed(l0, pc.x) + dot4I8Packed(l2, pc.z);"
+        assert ("a02 += dot4I8Packed(l0, pc.x);" in main.source and pair not in main.source) is chain
+        assert ("b31 += dot4U8Packed(l3, pb.w);" in main.source) is chain
     assert len({arm(*hooks).source_hash() for hooks in HOOKS}) == len(HOOKS)  # stored trials of one don't serve another
     # a workgroup of 64 stages two words per thread, with no guard
     small = arm(True, True).launch(split_schedule(64, 2, 1, 4, 2), problem, inputs).source

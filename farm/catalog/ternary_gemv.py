@@ -17,7 +17,8 @@ farm/catalog/ternary_split.py; with the class attribute `tile_sums`, on by defau
 first pass also writes each tile's digit sums per lane of the loop, which then stages and
 adds none; `prefetch`, off, loads the next tile's planes during a tile's body; `lean`, on,
 decodes a weight word in one instruction fewer in stage_x=3 and 4; `unroll`, 1, puts that
-many weight vectors in a loop iteration).
+many weight vectors in a loop iteration; `chain` adds each dot product to its accumulator in
+a statement of its own).
 Their WGSL emitters and tile layouts are in farm/catalog/ternary_variants.py.
 """
 
@@ -150,6 +151,7 @@ class TernaryGemv(KernelSpec):
     prefetch = False
     lean = True
     unroll = 1  # weight vectors a loop iteration with lean, their loads first (2 and 4: 1.02-1.3x slower on the H200)
+    chain = False  # each dot product added to its accumulator alone (a += d0; a += d2), not the pair's sum
 
     def schedules(self) -> list[Schedule]:
         """The original direct space (without `stage_x`, so its keys and winners carry over),
@@ -186,7 +188,7 @@ class TernaryGemv(KernelSpec):
         """The host code that unrolls the staged and pair-table bodies, and its constants."""
         host = [*EMITTERS, *SPLIT_EMITTERS]
         consts = repr((STAGE_TILE_WORDS, LUT_TILE_WORDS, LUT_PAD, DP4A_TILE_WORDS, UNROLLED))
-        consts += repr((self.tile_sums, self.prefetch, self.lean, self.unroll))
+        consts += repr((self.tile_sums, self.prefetch, self.lean, self.unroll, self.chain))
         return "".join(inspect.getsource(f) for f in host) + consts
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
@@ -312,10 +314,10 @@ class TernaryGemv(KernelSpec):
         groups = -(-m // ((wg // tpr) * ipi))
         if schedule.get("stage_x", 0) == 4:
             splits = schedule.get("splits", 1)
-            hooks = (self.tile_sums, self.prefetch, self.lean, self.unroll)
+            hooks = (self.tile_sums, self.prefetch, self.lean, self.unroll, self.chain)
             return split_launch(inputs, m, k, wg, tpr, ipi, vw, splits, *hooks)
         if schedule.get("stage_x", 0) == 3:
-            source = dp4a_source(wg, tpr, ipi, vw, kw, self.lean, self.unroll)
+            source = dp4a_source(wg, tpr, ipi, vw, kw, self.lean, self.unroll, self.chain)
         else:
             source = (direct_source, staged_source, lut_source)[schedule.get("stage_x", 0)](wg, tpr, ipi, vw, kw)
         return Launch(source=source, args=_args(inputs, m, [m, k, kw, groups]), groups=groups)

@@ -5,9 +5,10 @@ stage_x=3's, from farm/catalog/ternary_variants.py). `SPLIT_EMITTERS` is what th
 `host_source` hashes after ternary_variants' EMITTERS.
 
 Two switches of its own, the spec's class attributes `TernaryGemv.tile_sums` (on) and
-`TernaryGemv.prefetch` (off: it lost on the H200), and `TernaryGemv.lean` and
-`TernaryGemv.unroll` (stage_x=3's too: the loop body's, see ternary_variants._dp4a_body and
-_dp4a_unrolled; unroll stays 1, 2 and 4 lost on the H200); benchmarks/ternary_hooks.py A/Bs
+`TernaryGemv.prefetch` (off: it lost on the H200), and `TernaryGemv.lean`,
+`TernaryGemv.unroll` and `TernaryGemv.chain` (stage_x=3's too: the loop body's, see
+ternary_variants._dp4a_body and _dp4a_unrolled; unroll stays 1, 2 and 4 lost on the H200;
+chain adds each dot product to its accumulator alone); benchmarks/ternary_hooks.py A/Bs
 them, and tile_sums, prefetch and lean False is the kernel before them:
 - tile_sums: pass 1 writes, per tile and lane of pass 2 (threads_per_row lanes, each
   reading every TPR-th weight vector of vector_width words), the sum of the digit sums of
@@ -41,6 +42,7 @@ def split_launch(
     prefetch: bool = False,
     lean: bool = True,
     unroll: int = 1,
+    chain: bool = False,
 ) -> Launch:
     """stage_x=4: pass 1 writes x's digit planes once (one workgroup per DP4A_TILE_WORDS
     tile), pass 2 is the integer dot-product loop over `splits` ranges of tiles per row
@@ -66,7 +68,7 @@ def split_launch(
         store, main_bindings = "part[split * p.m + row] = sum;", (1, 4, 5, 7, 8)
     main = render(
         parts["split"],
-        _dp4a_values(wg, tpr, rows, vw, word_sums=not tile_sums, lean=lean, unroll=unroll)
+        _dp4a_values(wg, tpr, rows, vw, word_sums=not tile_sums, lean=lean, unroll=unroll, chain=chain)
         | _split_values(wg, tile_sums, prefetch)
         | {
             "OUT_BINDINGS": outputs,

@@ -121,11 +121,18 @@ def lut_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
 
 
 def _dp4a_values(
-    wg: int, tpr: int, rows: int, vw: int, word_sums: bool = True, lean: bool = True, unroll: int = 1
+    wg: int,
+    tpr: int,
+    rows: int,
+    vw: int,
+    word_sums: bool = True,
+    lean: bool = True,
+    unroll: int = 1,
+    chain: bool = False,
 ) -> dict[str, object]:
     """The placeholders the stage_x=3 and stage_x=4 loops share (layout, rows, loop, body;
-    without `word_sums` the body adds no digit sums: stage_x=4's tile sums; `lean`: see
-    _dp4a_body; `unroll` (with lean): weight vectors a trip, see _dp4a_unrolled)."""
+    without `word_sums` the body adds no digit sums: stage_x=4's tile sums; `lean` and
+    `chain`: see _dp4a_body; `unroll` (with lean): weight vectors a trip, see _dp4a_unrolled)."""
     trips = min(unroll, DP4A_TILE_WORDS // (vw * tpr)) if lean else 1
     return _layout(wg, tpr, vw) | {
         "LOOP": _lines(_dp4a_loop(lean, trips), 8),
@@ -136,18 +143,23 @@ def _dp4a_values(
             (f"var {n}{r}{p} = {'0' if p == 2 else '0u'};" for r in range(rows) for n in "ab" for p in range(3)), 8
         ),
         "BODY": _lines(
-            _dp4a_unrolled(rows, vw, word_sums, trips) if trips > 1 else _dp4a_body(rows, vw, word_sums, lean), 12
+            _dp4a_unrolled(rows, vw, word_sums, trips, chain)
+            if trips > 1
+            else _dp4a_body(rows, vw, word_sums, lean, chain),
+            12,
         ),
         "CONVERT": _lines(_dp4a_convert(rows), 8),
     }
 
 
-def dp4a_source(wg: int, tpr: int, rows: int, vw: int, kw: int, lean: bool = True, unroll: int = 1) -> str:
+def dp4a_source(
+    wg: int, tpr: int, rows: int, vw: int, kw: int, lean: bool = True, unroll: int = 1, chain: bool = False
+) -> str:
     """The integer dot-product kernel: x as three int8 digit planes per tile, 4 codes per dot."""
     parts = sections(SOURCE_FILE)
     return render(
         parts["dp4a"],
-        _dp4a_values(wg, tpr, rows, vw, lean=lean, unroll=unroll)
+        _dp4a_values(wg, tpr, rows, vw, lean=lean, unroll=unroll, chain=chain)
         | {
             "DIGITS": parts["digits"],
             "REDUCE": _lines((f"finish(row{r}, acc{r}, lid, lane);" for r in range(rows)), 4),
@@ -167,11 +179,11 @@ def _dp4a_loop(lean: bool, trips: int = 1) -> list[str]:
     return ["for (var i = 0u; i < TILE / VW / TPR; i++) {", "    let c = lane + i * TPR;"]
 
 
-def _dp4a_unrolled(rows: int, vw: int, word_sums: bool, trips: int) -> list[str]:
+def _dp4a_unrolled(rows: int, vw: int, word_sums: bool, trips: int, chain: bool = False) -> list[str]:
     """`trips` of the lean body in one iteration, every weight load first (the driver keeps
     a single vector's loads next to their use: each trip's weights then wait out the memory
     latency; on the H200 the loop was not unrolled)."""
-    body = _dp4a_body(rows, vw, word_sums, True)
+    body = _dp4a_body(rows, vw, word_sums, True, chain)
     loads = {f"let v{r} = w[wrow{r} + min(t0 / VW + c, nv - 1u)];" for r in range(rows)}
     lines = []
     for j in range(trips):
@@ -183,7 +195,7 @@ def _dp4a_unrolled(rows: int, vw: int, word_sums: bool, trips: int) -> list[str]
     return lines
 
 
-def _dp4a_body(rows: int, vw: int, word_sums: bool = True, lean: bool = True) -> list[str]:
+def _dp4a_body(rows: int, vw: int, word_sums: bool = True, lean: bool = True, chain: bool = False) -> list[str]:
     """One weight vector (vw words) per row: per word its three plane vectors and (with
     `word_sums`) digit sums once (16-byte loads from the tile in workgroup memory; the digit
     sums added to m0-m2), then per row U (t + 1 per field) and 12 dot products (4 field
@@ -192,7 +204,12 @@ def _dp4a_body(rows: int, vw: int, word_sums: bool = True, lean: bool = True) ->
     high bit in both its bits (one select: (w >> 1) & 0x55555555 | w & 0xaaaaaaaa), so
     U = sum of 4^f (c_f + 1 - 3 b1_f) = sum of 4^f (t_f + 1) with every field in 0..2 (the
     carries and borrows in between cancel: the total is the same integer); and the words of a
-    vec4 sit in consecutive slots (slot_of(4c + u) = slot_of(4c) + u for u < 4)."""
+    vec4 sit in consecutive slots (slot_of(4c + u) = slot_of(4c) + u for u < 4).
+    `chain` (exact: u32/i32 adds wrap, so any order gives the same bits) adds each dot to its
+    accumulator in a statement of its own (`a += d0; a += d2;`), the shape of an integer dot
+    product that accumulates (IDP with its third operand), instead of the pair's sum
+    (`a += d0 + d2`: the NVIDIA driver makes that two IDPs into the zero register and an
+    IADD3, an instruction more per pair)."""
     lines = ["let q0 = c * VW;"]
     lines += [f"let v{r} = w[wrow{r} + min(t0 / VW + c, nv - 1u)];" for r in range(rows)]
     if lean:
@@ -221,15 +238,23 @@ def _dp4a_body(rows: int, vw: int, word_sums: bool = True, lean: bool = True) ->
                 "        let l1 = t & 0x0c0c0c0cu;",
                 "        let l2 = h & 0x03030303u;",
                 "        let l3 = h & 0x0c0c0c0cu;",
-                f"        a{r}0 += dot4U8Packed(l0, pa.x) + dot4U8Packed(l2, pa.z);",
-                f"        b{r}0 += dot4U8Packed(l1, pa.y) + dot4U8Packed(l3, pa.w);",
-                f"        a{r}1 += dot4U8Packed(l0, pb.x) + dot4U8Packed(l2, pb.z);",
-                f"        b{r}1 += dot4U8Packed(l1, pb.y) + dot4U8Packed(l3, pb.w);",
-                f"        a{r}2 += dot4I8Packed(l0, pc.x) + dot4I8Packed(l2, pc.z);",
-                f"        b{r}2 += dot4I8Packed(l1, pc.y) + dot4I8Packed(l3, pc.w);",
+                *_dots(r, chain),
                 "    }",
             ]
         lines.append("}")
+    return lines
+
+
+def _dots(r: int, chain: bool) -> list[str]:
+    """Row r's 12 dot products of a word: per plane p (pa, pb, pc; the top plane signed) the
+    field groups 0 and 2 into a{r}p, 1 and 3 into b{r}p, a pair a statement or (chain) a dot
+    a statement."""
+    lines = []
+    for p, (plane, dot) in enumerate((("pa", "dot4U8Packed"), ("pb", "dot4U8Packed"), ("pc", "dot4I8Packed"))):
+        for acc, (f, g), (x, y) in (("a", (0, 2), "xz"), ("b", (1, 3), "yw")):
+            d, e = f"{dot}(l{f}, {plane}.{x})", f"{dot}(l{g}, {plane}.{y})"
+            target = f"        {acc}{r}{p} += "
+            lines += [target + d + ";", target + e + ";"] if chain else [target + d + " + " + e + ";"]
     return lines
 
 
@@ -334,6 +359,7 @@ EMITTERS = (
     _dp4a_loop,
     _dp4a_unrolled,
     _dp4a_body,
+    _dots,
     _dp4a_convert,
     _dp4a_values,
 )
