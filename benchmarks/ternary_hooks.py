@@ -5,10 +5,11 @@ and thread fewer), prefetch (TernaryGemv.prefetch: pass 2 loads the next tile's 
 registers during a tile's body instead of between its barriers; off in the catalog) and lean
 (TernaryGemv.lean: the weight decode in one instruction fewer, one slot_of per vec4, the loop
 a known count; TernaryGemv.unroll: that many weight vectors a loop iteration, their loads
-first; TernaryGemv.chain: each dot product added to its accumulator alone). The arms are ARMS
-(catalog, chain, chain_unroll2; ALL_ARMS also holds the others, timed in session 20:
-results/*-s20d-, *-s20e- and *-s20f-ternary-hooks*.json, whose first arm was `plain`, all off:
-the kernel before); each is built on one Device, all certified and checked equal to the first
+first; TernaryGemv.chain: each dot product added to its accumulator alone; TernaryGemv.ahead:
+each weight vector loaded a loop iteration early). The arms are ARMS (catalog, ahead,
+ahead_prefetch; ALL_ARMS also holds the others, timed in sessions 20 and 21:
+results/*-s20d-, *-s20e-, *-s20f- and *-s21-ternary-hooks*.json, whose first arm was `plain`,
+all off: the kernel before, in session 20); each is built on one Device, all certified and checked equal to the first
 arm bit for bit, then timed interleaved (`--rounds`, the order rotated each round, `--reps`
 dispatches a timing, a fifth of `farm bench`'s clock warm-up before each). The schedules are
 the H200's winners on the two default shapes (wg128 rows4 vw4 tpr8, splits 1 on the tall
@@ -44,19 +45,21 @@ CASES = [  # ((m, k), (wg, rows, vw, tpr, splits))
     (WIDE, (128, 4, 4, 4, 8)),
 ]
 CPU_CASES = [((256, 1024), (128, 4, 4, 8, 1)), ((64, 4096), (128, 4, 4, 8, 8))]
-ALL_ARMS = {  # name: (tile_sums, prefetch, lean, unroll, chain)
-    "plain": (False, False, False, 1, False),
-    "tile_sums": (True, False, False, 1, False),
-    "prefetch": (False, True, False, 1, False),
-    "both": (True, True, False, 1, False),
-    "lean": (False, False, True, 1, False),
-    "catalog": (True, False, True, 1, False),
-    "unroll2": (True, False, True, 2, False),
-    "unroll4": (True, False, True, 4, False),
-    "chain": (True, False, True, 1, True),
-    "chain_unroll2": (True, False, True, 2, True),
+ALL_ARMS = {  # name: (tile_sums, prefetch, lean, unroll, chain, ahead)
+    "plain": (False, False, False, 1, False, False),
+    "tile_sums": (True, False, False, 1, False, False),
+    "prefetch": (False, True, False, 1, False, False),
+    "both": (True, True, False, 1, False, False),
+    "lean": (False, False, True, 1, False, False),
+    "catalog": (True, False, True, 1, False, False),
+    "unroll2": (True, False, True, 2, False, False),
+    "unroll4": (True, False, True, 4, False, False),
+    "chain": (True, False, True, 1, True, False),
+    "chain_unroll2": (True, False, True, 2, True, False),
+    "ahead": (True, False, True, 1, False, True),
+    "ahead_prefetch": (True, True, True, 1, False, True),
 }
-ARMS = {name: ALL_ARMS[name] for name in ("catalog", "chain", "chain_unroll2")}  # the first: what the others are over
+ARMS = {name: ALL_ARMS[name] for name in ("catalog", "ahead", "ahead_prefetch")}  # the first: what the others are over
 
 
 class _Hooks(type(SPEC)):
@@ -65,8 +68,9 @@ class _Hooks(type(SPEC)):
 
     runtime_checks = False
 
-    def __init__(self, tile_sums: bool, prefetch: bool, lean: bool, unroll: int, chain: bool):
-        self.tile_sums, self.prefetch, self.lean, self.unroll, self.chain = tile_sums, prefetch, lean, unroll, chain
+    def __init__(self, tile_sums: bool, prefetch: bool, lean: bool, unroll: int, chain: bool, ahead: bool):
+        self.tile_sums, self.prefetch, self.lean, self.unroll = tile_sums, prefetch, lean, unroll
+        self.chain, self.ahead = chain, ahead
 
 
 def measure(device: Device, shape: tuple[int, int], knobs: tuple, data: tuple, reps: int, rounds: int) -> dict:

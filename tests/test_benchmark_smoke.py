@@ -253,6 +253,17 @@ def test_ternary_hooks_certifies_and_times_every_arm(tmp_path):
     assert [json.loads(row["schedule"])["splits"] for row in rows] == [1, 8]
     for row in rows:
         assert row["method"] == "timestamp, interleaved" and row["bit_for_bit"]  # the switches change no output
-        for arm in ("catalog", "chain", "chain_unroll2"):
+        for arm in ("catalog", "ahead", "ahead_prefetch"):
             assert row[f"{arm}_certified"] and row[f"{arm}_us"] > 0
-        assert row["chain_over_catalog"] == row["chain_us"] / row["catalog_us"]
+        assert row["ahead_over_catalog"] == row["ahead_us"] / row["catalog_us"]
+
+
+def test_ternary_parts_times_the_catalog_kernel_and_its_rewritten_loops(tmp_path):
+    run = _run("ternary_parts.py", "--allow-cpu", "--rounds", "1", "--reps", "2", "--out", tmp_path)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads((tmp_path / "ternary-parts.json").read_text())["rows"]
+    assert [row["problem"] for row in rows] == ["m=256,k=1024", "m=64,k=4096"]
+    for row in rows:
+        assert row["method"] == "timestamp, interleaved" and row["catalog_certified"]
+        for part in ("catalog", "compute_only", "no_dot", "compute_no_dot"):
+            assert row[f"{part}_us"] > 0

@@ -15,20 +15,23 @@ from farm.oracle.launch import run
 from farm.schedule import InvalidSchedule, Schedule
 
 SPEC = catalog.get("ternary_gemv")
-# (tile_sums, prefetch, lean[, unroll[, chain]]); the first: plain (the kernel before them), the last: the catalog's
+# (tile_sums, prefetch, lean[, unroll[, chain[, ahead]]]); the first: plain (the kernel before them), the last: the
+# catalog's
 HOOKS = [(False, False, False), (True, False, False), (False, True, False), (True, True, False), (False, False, True),
          (True, True, True), (True, False, True, 2), (True, False, True, 4), (True, False, True, 1, True),
-         (True, False, True, 2, True), (False, True, True, 1, True), (True, False, True)]  # fmt: skip
+         (True, False, True, 2, True), (False, True, True, 1, True), (True, False, True, 1, False, True),
+         (False, True, True, 1, True, True), (True, False, True)]  # fmt: skip
 PLAIN = HOOKS[0]
 _ARMS: dict[tuple, TernaryGemv] = {}
 
 
-def arm(tile_sums: bool, prefetch: bool, lean: bool = False, unroll: int = 1, chain: bool = False) -> TernaryGemv:
-    """The spec with the switches set, trusted like the catalog's (the benchmark's arms)."""
-    hooks = (tile_sums, prefetch, lean, unroll, chain)
+def arm(*hooks) -> TernaryGemv:
+    """The spec with the switches (tile_sums, prefetch[, lean[, unroll[, chain[, ahead]]]]) set, trusted like the
+    catalog's (the benchmark's arms)."""
+    hooks = tuple(hooks) + (False, 1, False, False)[len(hooks) - 2 :]
     if hooks not in _ARMS:
-        attrs = {"tile_sums": tile_sums, "prefetch": prefetch, "lean": lean, "unroll": unroll, "chain": chain,
-                 "runtime_checks": False}  # fmt: skip
+        names = ("tile_sums", "prefetch", "lean", "unroll", "chain", "ahead")
+        attrs = dict(zip(names, hooks, strict=True)) | {"runtime_checks": False}
         _ARMS[hooks] = type("Arm" + "".join(str(int(h)) for h in hooks), (TernaryGemv,), attrs)()
     return _ARMS[hooks]
 
@@ -95,7 +98,7 @@ def test_the_switches_shape_the_launch_and_the_source_hash():
     schedule = split_schedule(256, 4, 4, 8, 2)
     launches = {hooks: arm(*hooks).launch(schedule, problem, inputs) for hooks in HOOKS}
     for hooks, launch in launches.items():
-        tile_sums, prefetch, lean, unroll, chain = hooks + (1, False)[len(hooks) - 3 :]
+        tile_sums, prefetch, lean, unroll, chain, ahead = hooks + (1, False, False)[len(hooks) - 3 :]
         unrolled = unroll > 1
         first, main, _ = launch.passes()
         names = [a.name for a in launch.args]
@@ -133,11 +136,24 @@ def test_the_switches_shape_the_launch_and_the_source_hash():
         pair = "a02 += dot4I8Packed(l0, pc.x) + dot4I8Packed(l2, pc.z);"
         assert ("a02 += dot4I8Packed(l0, pc.x);" in main.source and pair not in main.source) is chain
         assert ("b31 += dot4U8Packed(l3, pb.w);" in main.source) is chain
+        # ahead: the first vectors before the tile loop, the next at the top of each iteration
+        assert ("    var n3 = w[wrow3 + min(first * TILE / VW + lane, nv - 1u)];" in main.source) is ahead
+        assert ("n3 = w[wrow3 + min(t0 / VW + c + TPR, nv - 1u)];" in main.source) is ahead
+        own_load = "let v3 = w[wrow3 + min(t0 / VW + c, nv - 1u)];"
+        assert (own_load in main.source) is (not ahead and not unrolled)
     assert len({arm(*hooks).source_hash() for hooks in HOOKS}) == len(HOOKS)  # stored trials of one don't serve another
     # a workgroup of 64 stages two words per thread, with no guard
     small = arm(True, True).launch(split_schedule(64, 2, 1, 4, 2), problem, inputs).source
     assert "let at1 = (tile + 1u) * TILE + lid + 64u;" in small and "if (tile + 1u < last) {" in small
     assert "lid < TILE" not in small
+
+
+def test_ahead_needs_the_lean_loop_of_one_vector():
+    problem = SPEC.problem(m=300, k=9024)
+    inputs = SPEC.generate(problem, 0)
+    for hooks in ((True, False, False, 1, False, True), (True, False, True, 2, False, True)):
+        with pytest.raises(ValueError, match="ahead needs lean and unroll 1"):
+            arm(*hooks).launch(split_schedule(128, 4, 4, 8, 1), problem, inputs)
 
 
 def test_lane_sums_pass_depends_on_the_lanes_only():

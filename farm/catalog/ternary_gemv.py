@@ -18,7 +18,7 @@ first pass also writes each tile's digit sums per lane of the loop, which then s
 adds none; `prefetch`, off, loads the next tile's planes during a tile's body; `lean`, on,
 decodes a weight word in one instruction fewer in stage_x=3 and 4; `unroll`, 1, puts that
 many weight vectors in a loop iteration; `chain` adds each dot product to its accumulator in
-a statement of its own).
+a statement of its own; `ahead`, stage_x=4 only, loads each weight vector an iteration early).
 Their WGSL emitters and tile layouts are in farm/catalog/ternary_variants.py.
 """
 
@@ -152,6 +152,7 @@ class TernaryGemv(KernelSpec):
     lean = True
     unroll = 1  # weight vectors a loop iteration with lean, their loads first (2 and 4: 1.02-1.3x slower on the H200)
     chain = False  # each dot product added to its accumulator alone (a += d0; a += d2), not the pair's sum
+    ahead = False  # stage_x=4: each weight vector loaded one loop iteration before its use
 
     def schedules(self) -> list[Schedule]:
         """The original direct space (without `stage_x`, so its keys and winners carry over),
@@ -188,7 +189,7 @@ class TernaryGemv(KernelSpec):
         """The host code that unrolls the staged and pair-table bodies, and its constants."""
         host = [*EMITTERS, *SPLIT_EMITTERS]
         consts = repr((STAGE_TILE_WORDS, LUT_TILE_WORDS, LUT_PAD, DP4A_TILE_WORDS, UNROLLED))
-        consts += repr((self.tile_sums, self.prefetch, self.lean, self.unroll, self.chain))
+        consts += repr((self.tile_sums, self.prefetch, self.lean, self.unroll, self.chain, self.ahead))
         return "".join(inspect.getsource(f) for f in host) + consts
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
@@ -314,7 +315,7 @@ class TernaryGemv(KernelSpec):
         groups = -(-m // ((wg // tpr) * ipi))
         if schedule.get("stage_x", 0) == 4:
             splits = schedule.get("splits", 1)
-            hooks = (self.tile_sums, self.prefetch, self.lean, self.unroll, self.chain)
+            hooks = (self.tile_sums, self.prefetch, self.lean, self.unroll, self.chain, self.ahead)
             return split_launch(inputs, m, k, wg, tpr, ipi, vw, splits, *hooks)
         if schedule.get("stage_x", 0) == 3:
             source = dp4a_source(wg, tpr, ipi, vw, kw, self.lean, self.unroll, self.chain)

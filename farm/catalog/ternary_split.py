@@ -8,7 +8,8 @@ Two switches of its own, the spec's class attributes `TernaryGemv.tile_sums` (on
 `TernaryGemv.prefetch` (off: it lost on the H200), and `TernaryGemv.lean`,
 `TernaryGemv.unroll` and `TernaryGemv.chain` (stage_x=3's too: the loop body's, see
 ternary_variants._dp4a_body and _dp4a_unrolled; unroll stays 1, 2 and 4 lost on the H200;
-chain adds each dot product to its accumulator alone); benchmarks/ternary_hooks.py A/Bs
+chain adds each dot product to its accumulator alone), and `TernaryGemv.ahead` (stage_x=4
+only: weight vectors loaded one loop iteration ahead, `_ahead`); benchmarks/ternary_hooks.py A/Bs
 them, and tile_sums, prefetch and lean False is the kernel before them:
 - tile_sums: pass 1 writes, per tile and lane of pass 2 (threads_per_row lanes, each
   reading every TPR-th weight vector of vector_width words), the sum of the digit sums of
@@ -43,6 +44,7 @@ def split_launch(
     lean: bool = True,
     unroll: int = 1,
     chain: bool = False,
+    ahead: bool = False,
 ) -> Launch:
     """stage_x=4: pass 1 writes x's digit planes once (one workgroup per DP4A_TILE_WORDS
     tile), pass 2 is the integer dot-product loop over `splits` ranges of tiles per row
@@ -66,10 +68,15 @@ def split_launch(
     else:
         outputs = "@group(0) @binding(8) var<storage, read_write> part: array<f32>;"
         store, main_bindings = "part[split * p.m + row] = sum;", (1, 4, 5, 7, 8)
+    values = _dp4a_values(wg, tpr, rows, vw, word_sums=not tile_sums, lean=lean, unroll=unroll, chain=chain)
+    values |= _split_values(wg, tile_sums, prefetch)
+    if ahead:
+        if not lean or unroll != 1:
+            raise ValueError(f"ahead needs lean and unroll 1; got lean={lean}, unroll={unroll}")
+        values |= _ahead(values, rows)
     main = render(
         parts["split"],
-        _dp4a_values(wg, tpr, rows, vw, word_sums=not tile_sums, lean=lean, unroll=unroll, chain=chain)
-        | _split_values(wg, tile_sums, prefetch)
+        values
         | {
             "OUT_BINDINGS": outputs,
             "ROW_SUM": parts["row_sum"],
@@ -136,6 +143,24 @@ def _split_values(wg: int, tile_sums: bool, prefetch: bool) -> dict[str, object]
     }
 
 
+def _ahead(values: dict[str, object], rows: int) -> dict[str, object]:
+    """The loop's weight vectors loaded one iteration ahead (TernaryGemv.ahead): registers
+    n0.. hold this lane's next vector of every row, the first loaded before the tile loop,
+    each iteration takes them and at once loads the vectors TPR further on. The last
+    iteration of a tile loads the next tile's first vectors (t0 / VW + c + TPR is
+    (t0 + TILE) / VW + lane), and past the split's last tile clamps to a row's last vector
+    (unused). The same loads and values: bit for bit the kernel without it."""
+    body, first = str(values["BODY"]), [str(values["PREFETCH"])] if values["PREFETCH"] else []
+    for r in range(rows):
+        load = f"let v{r} = w[wrow{r} + min(t0 / VW + c, nv - 1u)];"
+        nxt = f"n{r} = w[wrow{r} + min(t0 / VW + c + TPR, nv - 1u)];"
+        if load not in body:
+            raise ValueError(f"ahead: no load of row {r} in the loop body")
+        body = body.replace(load, f"let v{r} = n{r};\n            {nxt}")
+        first.append(f"    var n{r} = w[wrow{r} + min(first * TILE / VW + lane, nv - 1u)];")
+    return {"BODY": body, "PREFETCH": "\n".join(first)}
+
+
 def _held(wg: int) -> int:
     """Words of a tile each thread stages: q = lid, lid + WG, ... < TILE (1 when WG >= TILE)."""
     return max(1, DP4A_TILE_WORDS // wg)
@@ -196,6 +221,7 @@ def _args(inputs: dict[str, np.ndarray], m: int, params: list[int]) -> list[Arg]
 # The stage_x=4 host code TernaryGemv.host_source hashes (after EMITTERS), in this order.
 SPLIT_EMITTERS = (
     split_launch,
+    _ahead,
     planes_source,
     _split_values,
     _held,
