@@ -265,7 +265,7 @@ case "${PART:-1}" in
   63) step 200 python3 benchmarks/ternary_hooks.py --out "$W/th"; cp "$W"/th/ternary-hooks.json "$OUT"/ 2>/dev/null
       step 150 python3 benchmarks/ternary_parts.py --out "$W/tparts"; cp "$W"/tparts/ternary-parts.json "$OUT"/ 2>/dev/null
       PATH="$PWD/.devkit/zstd:$PATH" step 150 python3 benchmarks/vulkan_sass.py --out "$W/vs" --arms ahead
-      cp "$W"/vs/image4.sass "$OUT"/vulkan-ahead-pass2.sass 2>/dev/null ;;  # session 21: weight vectors loaded an iteration ahead (and with the planes prefetched) against the catalog; the catalog kernel's loop without its loads or dots; the driver's SASS of ahead
+      for f in "$W"/vs/image*.sass; do cp "$f" "$OUT"/vulkan-ahead-$(basename "$f"); done ;;  # session 21: weight vectors loaded an iteration ahead (and with the planes prefetched) against the catalog; the catalog kernel's loop without its loads or dots; the driver's SASS of ahead
   62) step 200 python3 benchmarks/ternary_hooks.py --out "$W/th"; cp "$W"/th/ternary-hooks.json "$OUT"/ 2>/dev/null
       PATH="$PWD/.devkit/zstd:$PATH" step 150 python3 benchmarks/vulkan_sass.py --out "$W/vs" --arms catalog,chain
       for f in "$W"/vs/image*.sass; do cp "$f" "$OUT"/vulkan-$(basename "$f"); done ;;  # session 21: each dot product added to its accumulator alone (chain) against the pair's sum, and the driver's SASS of both (carry the zstd binary in .devkit/zstd, Ray's wheel moved out)
