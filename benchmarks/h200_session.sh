@@ -262,6 +262,11 @@ case "${PART:-1}" in
       cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 18: gemm 1024^3's landscape with the re-timing fix, then part 47 again (every ratio)
   51) step 90 python3 benchmarks/copy_widths.py --out "$W/cw"; cp "$W"/cw/copy-widths.json "$OUT"/ 2>/dev/null
       step 90 python3 benchmarks/copy_widths.py --out "$W/cw2"; cp "$W"/cw2/copy-widths.json "$OUT"/copy-widths-again.json 2>/dev/null ;;  # session 18 (to run): fft's global I/O against copies of 4-, 8- and 16-byte lanes, twice (a fresh machine's first timings re-read)
+  64) step 200 python3 benchmarks/ternary_hooks.py --out "$W/th"; cp "$W"/th/ternary-hooks.json "$OUT"/ 2>/dev/null
+      step 150 python3 -m farm tune ternary_gemv --gpus 1 --db "sqlite:///$W/ternary.db" --out "$W/artifacts"
+      cp "$W"/ternary.db "$OUT"/ 2>/dev/null
+      step 120 python3 -m farm bench --kernels ternary_gemv --db "sqlite:///$W/ternary.db" --out "$W/bench"
+      cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null ;;  # session 21: ahead on in the catalog: the A/B again against session 20's catalog, then ternary tuned and benched with it
   63) step 200 python3 benchmarks/ternary_hooks.py --out "$W/th"; cp "$W"/th/ternary-hooks.json "$OUT"/ 2>/dev/null
       step 150 python3 benchmarks/ternary_parts.py --out "$W/tparts"; cp "$W"/tparts/ternary-parts.json "$OUT"/ 2>/dev/null
       PATH="$PWD/.devkit/zstd:$PATH" step 150 python3 benchmarks/vulkan_sass.py --out "$W/vs" --arms ahead

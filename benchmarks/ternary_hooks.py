@@ -6,8 +6,9 @@ registers during a tile's body instead of between its barriers; off in the catal
 (TernaryGemv.lean: the weight decode in one instruction fewer, one slot_of per vec4, the loop
 a known count; TernaryGemv.unroll: that many weight vectors a loop iteration, their loads
 first; TernaryGemv.chain: each dot product added to its accumulator alone; TernaryGemv.ahead:
-each weight vector loaded a loop iteration early). The arms are ARMS (catalog, ahead,
-ahead_prefetch; ALL_ARMS also holds the others, timed in sessions 20 and 21:
+each weight vector loaded a loop iteration early, on since session 21). The arms are ARMS
+(s20_catalog: the catalog's switches before ahead, catalog, ahead_prefetch; ALL_ARMS also
+holds the others, timed in sessions 20 and 21:
 results/*-s20d-, *-s20e-, *-s20f- and *-s21-ternary-hooks*.json, whose first arm was `plain`,
 all off: the kernel before, in session 20); each is built on one Device, all certified and checked equal to the first
 arm bit for bit, then timed interleaved (`--rounds`, the order rotated each round, `--reps`
@@ -51,15 +52,16 @@ ALL_ARMS = {  # name: (tile_sums, prefetch, lean, unroll, chain, ahead)
     "prefetch": (False, True, False, 1, False, False),
     "both": (True, True, False, 1, False, False),
     "lean": (False, False, True, 1, False, False),
-    "catalog": (True, False, True, 1, False, False),
+    "s20_catalog": (True, False, True, 1, False, False),  # the catalog's until session 21 (there named catalog)
     "unroll2": (True, False, True, 2, False, False),
     "unroll4": (True, False, True, 4, False, False),
     "chain": (True, False, True, 1, True, False),
     "chain_unroll2": (True, False, True, 2, True, False),
-    "ahead": (True, False, True, 1, False, True),
+    "catalog": (True, False, True, 1, False, True),  # ahead, since session 21
     "ahead_prefetch": (True, True, True, 1, False, True),
 }
-ARMS = {name: ALL_ARMS[name] for name in ("catalog", "ahead", "ahead_prefetch")}  # the first: what the others are over
+# the first: what the others are over
+ARMS = {name: ALL_ARMS[name] for name in ("s20_catalog", "catalog", "ahead_prefetch")}
 
 
 class _Hooks(type(SPEC)):

@@ -1,9 +1,10 @@
-"""Where ternary_gemv stage_x=4's time goes, on today's catalog kernel (tile sums, lean body):
+"""Where ternary_gemv stage_x=4's time goes, on session 20's catalog kernel (tile sums, lean
+body; its weight loads not yet an iteration ahead, which the rewrites below do not handle):
 the H200's two winners (wg128 rows4 vw4 tpr8; splits 1 on the tall m=65536,k=16384, 8 on
 the wide m=16384,k=65536), each timed interleaved with three variants of its own loop pass
 (built by benchmarks/ternary_probe_kernels.py's source rewrites; passes 1 and 3 unchanged):
 
-- catalog: the kernel as `farm tune` runs it, certified against the reference;
+- catalog: that kernel as `farm tune` ran it, certified against the reference;
 - compute_only: every weight load replaced by a hash of its index (no weight traffic; the
   hash adds ~5 integer instructions a vector, ~4% of the loop's);
 - no_dot: the weights loaded and decoded, every dot product replaced by an XOR of its
@@ -45,7 +46,7 @@ class _Part(_Hooks):
     """The catalog's switches with its loop pass rewritten by `rewrites`, in order."""
 
     def __init__(self, rewrites: tuple):
-        super().__init__(*ALL_ARMS["catalog"])
+        super().__init__(*ALL_ARMS["s20_catalog"])
         self.rewrites = rewrites
 
     def launch(self, schedule, problem, inputs):

@@ -234,11 +234,13 @@ W_LOAD = r"\bw\[([^\[\]]+)\]"
 
 
 def compute_only_source(source: str, schedule: Schedule) -> str:
-    """Every weight load replaced by synth(index)."""
+    """Every weight load replaced by synth(index): with TernaryGemv.ahead (stage_x=4) twice as
+    many, each row's first vector before the tile loop and its next one in the loop."""
     vw = schedule.vector_width
+    loads = weight_loads(schedule) * (2 if "\n    var n0 = w[" in source else 1)
     value = "h" if vw == 1 else "vec4<u32>(h, h ^ 0x9e3779b9u, h + 0x7f4a7c15u, h * 747796405u)"
     synth = render(SYNTH_WGSL, {"VEC": "u32" if vw == 1 else "vec4<u32>", "VALUE": value})
-    out = substitute(source, W_LOAD, r"synth(\1)", weight_loads(schedule), "compute-only weight loads")
+    out = substitute(source, W_LOAD, r"synth(\1)", loads, "compute-only weight loads")
     return substitute(out, re.escape(ENTRY), lambda _: synth + ENTRY, 1, "compute-only entry point")
 
 

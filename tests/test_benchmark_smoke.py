@@ -253,9 +253,9 @@ def test_ternary_hooks_certifies_and_times_every_arm(tmp_path):
     assert [json.loads(row["schedule"])["splits"] for row in rows] == [1, 8]
     for row in rows:
         assert row["method"] == "timestamp, interleaved" and row["bit_for_bit"]  # the switches change no output
-        for arm in ("catalog", "ahead", "ahead_prefetch"):
+        for arm in ("s20_catalog", "catalog", "ahead_prefetch"):
             assert row[f"{arm}_certified"] and row[f"{arm}_us"] > 0
-        assert row["ahead_over_catalog"] == row["ahead_us"] / row["catalog_us"]
+        assert row["catalog_over_s20_catalog"] == row["catalog_us"] / row["s20_catalog_us"]
 
 
 def test_ternary_parts_times_the_catalog_kernel_and_its_rewritten_loops(tmp_path):
