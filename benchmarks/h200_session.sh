@@ -130,6 +130,24 @@ coop()       { step "$1" python3 benchmarks/coop_gemm.py --out "$W/coop"
                cp "$W"/coop/*-coop-gemm.json "$OUT"/ 2>/dev/null; }
 nvidia-smi -L | tee -a "$LOG"
 case "${PART:-1}" in
+  67) for base in catalog s20_catalog; do
+        step 120 python3 benchmarks/ternary_parts.py --base "$base" --out "$W/tp-$base"; cp "$W"/tp-"$base"/ternary-parts.json "$OUT"/ternary-parts-"$base".json 2>/dev/null
+      done ;;  # session 22: the parts again with their kernels trusted (parts 63, 65 and 66 ran them checked), on the catalog and on session 20's
+  66) for v in catalog,compute_only catalog,no_dot catalog,compute_only,no_dot,compute_no_dot; do
+        step 120 python3 benchmarks/ternary_parts.py --variants "$v" --out "$W/tp-$v"; cp "$W"/tp-"$v"/ternary-parts.json "$OUT"/ternary-parts-"${v//,/-}".json 2>/dev/null
+      done
+      step 120 python3 benchmarks/ternary_hooks.py --arms s20_catalog,catalog --out "$W/th"; cp "$W"/th/ternary-hooks.json "$OUT"/ 2>/dev/null ;;  # session 22: why part 65's parts read the catalog 13% slower than its hooks did: the parts with one variant beside the catalog, then all, SM clock and power after each row, then the hooks' two arms
+  65) step 150 python3 -m farm tune ternary_gemv --gpus 1 --db "sqlite:///$W/ternary.db" --out "$W/artifacts"
+      step 120 python3 -m farm bench --kernels ternary_gemv --db "sqlite:///$W/ternary.db" --out "$W/bench"
+      cp "$W"/bench/bench.md "$W"/bench/bench.json "$OUT"/ 2>/dev/null
+      step 240 python3 benchmarks/ternary_hooks.py --arms s20_catalog,catalog,chain,ahead_prefetch --out "$W/th"
+      cp "$W"/th/ternary-hooks.json "$OUT"/ 2>/dev/null
+      step 120 python3 benchmarks/ternary_parts.py --out "$W/tparts"; cp "$W"/tparts/ternary-parts.json "$OUT"/ 2>/dev/null
+      for arm in catalog chain; do
+        PATH="$PWD/.devkit/zstd:$PATH" step 90 python3 benchmarks/vulkan_sass.py --out "$W/vs-$arm" --arms "$arm"
+        f=$(grep -c IDP "$W"/vs-"$arm"/image*.sass | sort -t: -k2 -n | tail -1 | cut -d: -f1)
+        [ -n "$f" ] && cp "$f" "$OUT"/vulkan-pass2-"$arm".sass
+      done ;;  # session 22: part 64's tune and bench, and parts 62-63's measurements on the catalog of part 64 (their files were lost with session 21's checkout), in one call; the pass-2 image (most IDPs) of each SASS arm
   1) tune 330; bench 200; cp .h200/farm.db "$OUT"/farm.db ;;
   3) tune 290; tp 150 1,2; bench 130 ;;  # the short form (fits one call)
   4) tp 150 1,2; probe 90; overhead 60; tune 250 ;;  # after a worker change, and the ternary probe

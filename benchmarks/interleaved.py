@@ -31,10 +31,11 @@ def options(doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def start(doc: str | None) -> tuple[argparse.Namespace, Device]:
-    """The shared options parsed and the benchmark's device; exits 2 on a CPU adapter
-    without --allow-cpu (`farm.gpu.benchmark_device` has said why)."""
-    args = options(doc).parse_args()
+def start(doc: str | None, parser: argparse.ArgumentParser | None = None) -> tuple[argparse.Namespace, Device]:
+    """The shared options (or `parser`'s: options(doc) with a script's own added) parsed and
+    the benchmark's device; exits 2 on a CPU adapter without --allow-cpu
+    (`farm.gpu.benchmark_device` has said why)."""
+    args = (parser or options(doc)).parse_args()
     device = benchmark_device(args.allow_cpu)
     if device is None:
         raise SystemExit(2)

@@ -6,9 +6,9 @@ registers during a tile's body instead of between its barriers; off in the catal
 (TernaryGemv.lean: the weight decode in one instruction fewer, one slot_of per vec4, the loop
 a known count; TernaryGemv.unroll: that many weight vectors a loop iteration, their loads
 first; TernaryGemv.chain: each dot product added to its accumulator alone; TernaryGemv.ahead:
-each weight vector loaded a loop iteration early, on since session 21). The arms are ARMS
-(s20_catalog: the catalog's switches before ahead, catalog, ahead_prefetch; ALL_ARMS also
-holds the others, timed in sessions 20 and 21:
+each weight vector loaded a loop iteration early, on since session 21). The arms are --arms
+(ALL_ARMS' names; default ARMS: s20_catalog, the catalog's switches before ahead, catalog,
+ahead_prefetch; the others were timed in sessions 20 and 21:
 results/*-s20d-, *-s20e-, *-s20f- and *-s21-ternary-hooks*.json, whose first arm was `plain`,
 all off: the kernel before, in session 20); each is built on one Device, all certified and checked equal to the first
 arm bit for bit, then timed interleaved (`--rounds`, the order rotated each round, `--reps`
@@ -17,16 +17,22 @@ the H200's winners on the two default shapes (wg128 rows4 vw4 tpr8, splits 1 on 
 m=65536,k=16384 and 8 on the wide m=16384,k=65536), each on both shapes, and neighbours.
 Prints a table and writes ternary-hooks.json under --out.
 
-    python3 benchmarks/ternary_hooks.py --out DIR [--allow-cpu]
+    python3 benchmarks/ternary_hooks.py --out DIR [--arms s20_catalog,catalog,chain] [--allow-cpu]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from contextlib import ExitStack
 
 import numpy as np
-from interleaved import certify_and_time, start, write_result  # benchmarks/, on the path as the script's folder
+from interleaved import (  # benchmarks/, on the path as the script's folder
+    certify_and_time,
+    options,
+    start,
+    write_result,
+)
 
 from farm import catalog
 from farm.catalog.ternary_gemv import split_schedule
@@ -64,6 +70,14 @@ ALL_ARMS = {  # name: (tile_sums, prefetch, lean, unroll, chain, ahead)
 ARMS = {name: ALL_ARMS[name] for name in ("s20_catalog", "catalog", "ahead_prefetch")}
 
 
+def arm_names(text: str) -> list[str]:
+    """--arms: two or more distinct names of ALL_ARMS, comma-separated."""
+    names = text.split(",")
+    if any(n not in ALL_ARMS for n in names) or len(set(names)) != len(names) or len(names) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: needs two or more distinct names of {', '.join(ALL_ARMS)}")
+    return names
+
+
 class _Hooks(type(SPEC)):
     """ternary_gemv with the arm's switches, trusted like the catalog's own (a subclass
     defined here would otherwise run checked)."""
@@ -75,15 +89,16 @@ class _Hooks(type(SPEC)):
         self.chain, self.ahead = chain, ahead
 
 
-def measure(device: Device, shape: tuple[int, int], knobs: tuple, data: tuple, reps: int, rounds: int) -> dict:
+def measure(device: Device, shape: tuple[int, int], knobs: tuple, data: tuple, reps: int, rounds: int,
+            arms: dict = ARMS) -> dict:  # fmt: skip
     schedule = split_schedule(*knobs)
     problem, inputs, expected = data
     row = {"schedule": schedule.key(), "problem": problem.key(), "method": None}
     with ExitStack() as stack:
         prepared = {name: stack.enter_context(prepare(device, _Hooks(*hooks), schedule, problem, inputs))
-                    for name, hooks in ARMS.items()}  # fmt: skip
+                    for name, hooks in arms.items()}  # fmt: skip
         outputs = certify_and_time(row, prepared, expected, "out", reps, rounds)
-    base, *others = ARMS
+    base, *others = arms
     first = outputs[base].view(np.uint32)
     row["bit_for_bit"] = all(bool(np.array_equal(out.view(np.uint32), first)) for out in outputs.values())
     if f"{base}_us" in row:
@@ -93,10 +108,15 @@ def measure(device: Device, shape: tuple[int, int], knobs: tuple, data: tuple, r
 
 
 def main() -> int:
-    args, device = start(__doc__)
+    parser = options(__doc__)
+    parser.add_argument("--arms", type=arm_names, default=list(ARMS),
+                        help=f"ALL_ARMS' names, comma-separated, the first what the others are over (default: "
+                             f"{','.join(ARMS)}; all: {','.join(ALL_ARMS)})")  # fmt: skip
+    args, device = start(__doc__, parser)
+    names = args.arms
+    arms = {name: ALL_ARMS[name] for name in names}
     rows, data = [], {}
     print(f"{device.profile.device_name}: ternary_gemv stage_x=4, {args.rounds} interleaved rounds")
-    names = list(ARMS)
     print("| problem | schedule | " + " | ".join(f"{n} us" for n in names) + " | "
           + " | ".join(f"{n} / {names[0]}" for n in names[1:]) + " | bit for bit | method |")  # fmt: skip
     print("| --- " * (2 * len(names) + 3) + "|")
@@ -105,7 +125,7 @@ def main() -> int:
             problem = SPEC.problem(m=shape[0], k=shape[1])
             inputs = SPEC.generate(problem, 0)
             data[shape] = (problem, inputs, SPEC.reference(problem, split_schedule(*knobs), inputs))
-        row = measure(device, shape, knobs, data[shape], args.reps, args.rounds)
+        row = measure(device, shape, knobs, data[shape], args.reps, args.rounds, arms)
         rows.append(row)
         if f"{names[0]}_us" in row:
             times = " | ".join(f"{row[f'{n}_us']:.1f}" for n in names)

@@ -1,7 +1,7 @@
-"""Where ternary_gemv stage_x=4's time goes, on session 20's catalog kernel (tile sums, lean
-body; its weight loads not yet an iteration ahead, which the rewrites below do not handle):
-the H200's two winners (wg128 rows4 vw4 tpr8; splits 1 on the tall m=65536,k=16384, 8 on
-the wide m=16384,k=65536), each timed interleaved with three variants of its own loop pass
+"""Where ternary_gemv stage_x=4's time goes, on the catalog kernel (tile sums, lean body,
+weight loads an iteration ahead; --base s20_catalog: session 20's, without ahead): the
+H200's two winners (wg128 rows4 vw4 tpr8; splits 1 on the tall m=65536,k=16384, 8 on the
+wide m=16384,k=65536), each timed interleaved with (--variants) three variants of its own loop pass
 (built by benchmarks/ternary_probe_kernels.py's source rewrites; passes 1 and 3 unchanged):
 
 - catalog: that kernel as `farm tune` ran it, certified against the reference;
@@ -13,23 +13,31 @@ the wide m=16384,k=65536), each timed interleaved with three variants of its own
 
 The variants' outputs are not the product (not certified). If compute_only reads about the
 catalog's time, the weight loads are hidden and the loop's issue is the bound; if it reads
-far below, the loads are not hidden behind the loop. Prints a table and writes
-ternary-parts.json under --out.
+far below, the loads are not hidden behind the loop. Each row also records the SM clock and
+power right after its timings (nvidia-smi). Prints a table and writes ternary-parts.json
+under --out.
 
-    python3 benchmarks/ternary_parts.py --out DIR [--allow-cpu]
+    python3 benchmarks/ternary_parts.py --out DIR [--base ARM] [--variants catalog,compute_only] [--allow-cpu]
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 from contextlib import ExitStack
 
-from interleaved import start, time_interleaved, write_result  # benchmarks/, on the path as the script's folder
+from interleaved import (  # benchmarks/, on the path as the script's folder
+    options,
+    start,
+    time_interleaved,
+    write_result,
+)
 from ternary_hooks import ALL_ARMS, CPU_CASES, SPEC, TALL, WIDE, _Hooks
 from ternary_probe_kernels import compute_only_source, dp4a_no_dot_source
 
 from farm.catalog.ternary_gemv import split_schedule
+from farm.gpu.nvidia import query_gpus
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
 
@@ -42,11 +50,31 @@ VARIANTS = {
 }
 
 
-class _Part(_Hooks):
-    """The catalog's switches with its loop pass rewritten by `rewrites`, in order."""
+def variant_names(text: str) -> list[str]:
+    """--variants: distinct names of VARIANTS, comma-separated, catalog (the certified one) first."""
+    names = text.split(",")
+    if names[0] != "catalog" or any(n not in VARIANTS for n in names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: needs catalog first, then distinct names of {', '.join(VARIANTS)}")
+    return names
 
-    def __init__(self, rewrites: tuple):
-        super().__init__(*ALL_ARMS["s20_catalog"])
+
+def sm_clock() -> dict | None:
+    """The SM and memory clocks (MHz) and power (W) right after a row's timings: a row read
+    slower than the same kernel elsewhere is told apart from a slower clock (None without
+    nvidia-smi)."""
+    gpus = query_gpus(["clocks.sm", "clocks.mem", "power.draw"])
+    return gpus[0] if gpus else None
+
+
+class _Part(_Hooks):
+    """The catalog's switches with its loop pass rewritten by `rewrites`, in order; trusted
+    like _Hooks (a subclass defined outside farm.catalog runs checked unless it says so:
+    until session 22 this one did, its catalog reading 136 us against the trusted 119)."""
+
+    runtime_checks = False
+
+    def __init__(self, rewrites: tuple, base: str):
+        super().__init__(*ALL_ARMS[base])
         self.rewrites = rewrites
 
     def launch(self, schedule, problem, inputs):
@@ -58,10 +86,17 @@ class _Part(_Hooks):
 
 
 def main() -> int:
-    args, device = start(__doc__)
+    parser = options(__doc__)
+    parser.add_argument("--base", default="catalog", choices=sorted(ALL_ARMS),
+                        help="ternary_hooks.py's arm whose loop is taken apart (default: catalog)")  # fmt: skip
+    parser.add_argument("--variants", type=variant_names, default=list(VARIANTS),
+                        help=f"which of {','.join(VARIANTS)} to time, comma-separated, catalog first "
+                             "(default: all)")  # fmt: skip
+    args, device = start(__doc__, parser)
     rows = []
-    print(f"{device.profile.device_name}: ternary_gemv stage_x=4's parts, {args.rounds} interleaved rounds")
-    names = list(VARIANTS)
+    print(f"{device.profile.device_name}: ternary_gemv stage_x=4's parts of {args.base}, "
+          f"{args.rounds} interleaved rounds")  # fmt: skip
+    names = args.variants
     print("| problem | schedule | " + " | ".join(f"{n} us" for n in names) + " | certified | method |")
     print("| --- " * (len(names) + 4) + "|")
     for shape, knobs in CPU_CASES if device.profile.is_cpu else CASES:
@@ -69,12 +104,14 @@ def main() -> int:
         schedule = split_schedule(*knobs)
         inputs = SPEC.generate(problem, 0)
         expected = SPEC.reference(problem, schedule, inputs)
-        row = {"schedule": schedule.key(), "problem": problem.key(), "method": None}
+        row = {"schedule": schedule.key(), "problem": problem.key(), "base": args.base, "method": None}
         with ExitStack() as stack:
-            prepared = {name: stack.enter_context(prepare(device, _Part(rewrites), schedule, problem, inputs))
-                        for name, rewrites in VARIANTS.items()}  # fmt: skip
+            prepared = {name: stack.enter_context(prepare(device, _Part(VARIANTS[name], args.base), schedule, problem,
+                                                          inputs))
+                        for name in names}  # fmt: skip
             row["catalog_certified"] = oracle.certify_prepared(prepared["catalog"], expected).ok
             time_interleaved(row, prepared, args.reps, args.rounds)
+            row["clocks"] = sm_clock()
         rows.append(row)
         times = " | ".join(f"{row[f'{n}_us']:.1f}" for n in names)
         print(f"| {row['problem']} | {row['schedule']} | {times} | {row['catalog_certified']} | {row['method']} |",

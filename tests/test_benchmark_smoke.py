@@ -258,12 +258,48 @@ def test_ternary_hooks_certifies_and_times_every_arm(tmp_path):
         assert row["catalog_over_s20_catalog"] == row["catalog_us"] / row["s20_catalog_us"]
 
 
+def test_ternary_hooks_times_the_arms_named(tmp_path):
+    run = _run("ternary_hooks.py", "--allow-cpu", "--rounds", "1", "--reps", "2", "--arms", "catalog,chain",
+               "--out", tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    for row in json.loads((tmp_path / "ternary-hooks.json").read_text())["rows"]:
+        assert row["bit_for_bit"] and row["chain_over_catalog"] == row["chain_us"] / row["catalog_us"]
+        assert "s20_catalog_us" not in row
+
+
+def test_ternary_hooks_refuses_an_unknown_arm(tmp_path):
+    run = _run("ternary_hooks.py", "--allow-cpu", "--arms", "catalog,fast", "--out", tmp_path)
+    assert run.returncode == 2 and "--arms: 'catalog,fast': needs two or more distinct names of plain" in run.stderr
+    assert not (tmp_path / "ternary-hooks.json").exists()
+
+
 def test_ternary_parts_times_the_catalog_kernel_and_its_rewritten_loops(tmp_path):
     run = _run("ternary_parts.py", "--allow-cpu", "--rounds", "1", "--reps", "2", "--out", tmp_path)
     assert run.returncode == 0, run.stderr
     rows = json.loads((tmp_path / "ternary-parts.json").read_text())["rows"]
     assert [row["problem"] for row in rows] == ["m=256,k=1024", "m=64,k=4096"]
     for row in rows:
-        assert row["method"] == "timestamp, interleaved" and row["catalog_certified"]
+        assert row["method"] == "timestamp, interleaved" and row["catalog_certified"] and row["base"] == "catalog"
         for part in ("catalog", "compute_only", "no_dot", "compute_no_dot"):
             assert row[f"{part}_us"] > 0
+
+
+def test_the_benchmarks_kernel_subclasses_run_trusted_like_the_catalog():
+    """A KernelSpec subclass defined outside farm.catalog runs checked unless it says
+    otherwise: an A/B arm that forgot it timed index clamps (ternary_parts.py's catalog read
+    136 us against the trusted kernel's 119 on the H200 until session 22)."""
+    import importlib
+    import inspect
+
+    from farm.catalog import KernelSpec
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        names = ("fft_slots", "gemm_guards", "ternary_hooks", "ternary_parts")
+        modules = [importlib.import_module(name) for name in names]
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    specs = [cls for module in modules for _, cls in inspect.getmembers(module, inspect.isclass)
+             if issubclass(cls, KernelSpec) and cls.__module__ == module.__name__]  # fmt: skip
+    assert {cls.__name__ for cls in specs} == {"_Layout", "_EveryBound", "_Hooks", "_Part"}
+    assert [cls.__name__ for cls in specs if cls.runtime_checks] == []
