@@ -1,9 +1,9 @@
 """Interleaved timing, shared by the A/B benchmark scripts (trusted_modules, fft_twiddles,
-trial_repeat, copy_widths, fft_slots, gemm_guards): the options they take, the loop that times
-several ways of running a kernel in rounds, the order rotated each round, so that clock drift
-and a fresh machine's first seconds fall on every arm alike, and the certify-then-time step.
-Each timing is `reps` dispatches (GPU timestamps on a GPU) after a fifth of `farm bench`'s
-clock warm-up on that arm."""
+trial_repeat, copy_widths, fft_slots, gemm_guards, ternary_hooks, ternary_parts): the options
+they take (and the type of a list-of-arms option), the loop that times several ways of running
+a kernel in rounds, the order rotated each round, so that clock drift and a fresh machine's
+first seconds fall on every arm alike, and the certify-then-time step. Each timing is `reps`
+dispatches (GPU timestamps on a GPU) after a fifth of `farm bench`'s clock warm-up on that arm."""
 
 from __future__ import annotations
 
@@ -29,6 +29,21 @@ def options(doc: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--allow-cpu", action="store_true")
     return parser
+
+
+def arm_list(choices, least: int = 1, first: str | None = None) -> Callable[[str], list[str]]:
+    """An argparse `type` for a comma-separated list of arms: distinct names of `choices`, at
+    least `least` of them, `first` (when given) first; otherwise one line naming the value."""
+    rule = f"{least} or more distinct names of {', '.join(choices)}" + (f", {first} first" if first else "")
+
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        if (any(n not in choices for n in names) or len(set(names)) != len(names) or len(names) < least
+                or (first is not None and names[0] != first)):  # fmt: skip
+            raise argparse.ArgumentTypeError(f"{text!r}: needs {rule}")
+        return names
+
+    return parse
 
 
 def start(doc: str | None, parser: argparse.ArgumentParser | None = None) -> tuple[argparse.Namespace, Device]:

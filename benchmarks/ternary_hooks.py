@@ -22,12 +22,12 @@ Prints a table and writes ternary-hooks.json under --out.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from contextlib import ExitStack
 
 import numpy as np
 from interleaved import (  # benchmarks/, on the path as the script's folder
+    arm_list,
     certify_and_time,
     options,
     start,
@@ -70,14 +70,6 @@ ALL_ARMS = {  # name: (tile_sums, prefetch, lean, unroll, chain, ahead)
 ARMS = {name: ALL_ARMS[name] for name in ("s20_catalog", "catalog", "ahead_prefetch")}
 
 
-def arm_names(text: str) -> list[str]:
-    """--arms: two or more distinct names of ALL_ARMS, comma-separated."""
-    names = text.split(",")
-    if any(n not in ALL_ARMS for n in names) or len(set(names)) != len(names) or len(names) < 2:
-        raise argparse.ArgumentTypeError(f"{text!r}: needs two or more distinct names of {', '.join(ALL_ARMS)}")
-    return names
-
-
 class _Hooks(type(SPEC)):
     """ternary_gemv with the arm's switches, trusted like the catalog's own (a subclass
     defined here would otherwise run checked)."""
@@ -109,7 +101,7 @@ def measure(device: Device, shape: tuple[int, int], knobs: tuple, data: tuple, r
 
 def main() -> int:
     parser = options(__doc__)
-    parser.add_argument("--arms", type=arm_names, default=list(ARMS),
+    parser.add_argument("--arms", type=arm_list(ALL_ARMS, least=2), default=list(ARMS),
                         help=f"ALL_ARMS' names, comma-separated, the first what the others are over (default: "
                              f"{','.join(ARMS)}; all: {','.join(ALL_ARMS)})")  # fmt: skip
     args, device = start(__doc__, parser)

@@ -22,12 +22,12 @@ under --out.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from contextlib import ExitStack
 
 from interleaved import (  # benchmarks/, on the path as the script's folder
+    arm_list,
     options,
     start,
     time_interleaved,
@@ -48,14 +48,6 @@ VARIANTS = {
     "no_dot": (dp4a_no_dot_source,),
     "compute_no_dot": (compute_only_source, dp4a_no_dot_source),
 }
-
-
-def variant_names(text: str) -> list[str]:
-    """--variants: distinct names of VARIANTS, comma-separated, catalog (the certified one) first."""
-    names = text.split(",")
-    if names[0] != "catalog" or any(n not in VARIANTS for n in names) or len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(f"{text!r}: needs catalog first, then distinct names of {', '.join(VARIANTS)}")
-    return names
 
 
 def sm_clock() -> dict | None:
@@ -89,7 +81,7 @@ def main() -> int:
     parser = options(__doc__)
     parser.add_argument("--base", default="catalog", choices=sorted(ALL_ARMS),
                         help="ternary_hooks.py's arm whose loop is taken apart (default: catalog)")  # fmt: skip
-    parser.add_argument("--variants", type=variant_names, default=list(VARIANTS),
+    parser.add_argument("--variants", type=arm_list(VARIANTS, first="catalog"), default=list(VARIANTS),
                         help=f"which of {','.join(VARIANTS)} to time, comma-separated, catalog first "
                              "(default: all)")  # fmt: skip
     args, device = start(__doc__, parser)

@@ -269,7 +269,7 @@ def test_ternary_hooks_times_the_arms_named(tmp_path):
 
 def test_ternary_hooks_refuses_an_unknown_arm(tmp_path):
     run = _run("ternary_hooks.py", "--allow-cpu", "--arms", "catalog,fast", "--out", tmp_path)
-    assert run.returncode == 2 and "--arms: 'catalog,fast': needs two or more distinct names of plain" in run.stderr
+    assert run.returncode == 2 and "--arms: 'catalog,fast': needs 2 or more distinct names of plain" in run.stderr
     assert not (tmp_path / "ternary-hooks.json").exists()
 
 
@@ -282,6 +282,24 @@ def test_ternary_parts_times_the_catalog_kernel_and_its_rewritten_loops(tmp_path
         assert row["method"] == "timestamp, interleaved" and row["catalog_certified"] and row["base"] == "catalog"
         for part in ("catalog", "compute_only", "no_dot", "compute_no_dot"):
             assert row[f"{part}_us"] > 0
+        assert row["clocks"] is None or set(row["clocks"]) == {"clocks.sm", "clocks.mem", "power.draw"}
+
+
+def test_ternary_parts_times_the_variants_named_on_the_base_named(tmp_path):
+    run = _run("ternary_parts.py", "--allow-cpu", "--rounds", "1", "--reps", "2", "--base", "s20_catalog",
+               "--variants", "catalog,no_dot", "--out", tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    for row in json.loads((tmp_path / "ternary-parts.json").read_text())["rows"]:
+        assert row["base"] == "s20_catalog" and row["catalog_certified"]
+        assert row["catalog_us"] > 0 and row["no_dot_us"] > 0
+        assert "compute_only_us" not in row and "compute_no_dot_us" not in row
+
+
+def test_ternary_parts_refuses_variants_without_the_catalog_first(tmp_path):
+    run = _run("ternary_parts.py", "--allow-cpu", "--variants", "no_dot,catalog", "--out", tmp_path)
+    assert run.returncode == 2
+    assert "--variants: 'no_dot,catalog': needs 1 or more distinct names of catalog, compute_only" in run.stderr
+    assert "catalog first" in run.stderr and not (tmp_path / "ternary-parts.json").exists()
 
 
 def test_the_benchmarks_kernel_subclasses_run_trusted_like_the_catalog():
@@ -294,12 +312,11 @@ def test_the_benchmarks_kernel_subclasses_run_trusted_like_the_catalog():
     from farm.catalog import KernelSpec
 
     sys.path.insert(0, str(BENCHMARKS))
-    try:
-        names = ("fft_slots", "gemm_guards", "ternary_hooks", "ternary_parts")
-        modules = [importlib.import_module(name) for name in names]
+    try:  # every benchmark script, so that one added later is held to it too
+        modules = [importlib.import_module(path.stem) for path in sorted(BENCHMARKS.glob("*.py"))]
     finally:
         sys.path.remove(str(BENCHMARKS))
     specs = [cls for module in modules for _, cls in inspect.getmembers(module, inspect.isclass)
              if issubclass(cls, KernelSpec) and cls.__module__ == module.__name__]  # fmt: skip
-    assert {cls.__name__ for cls in specs} == {"_Layout", "_EveryBound", "_Hooks", "_Part"}
+    assert {cls.__name__ for cls in specs} >= {"_Layout", "_EveryBound", "_Hooks", "_Part"}
     assert [cls.__name__ for cls in specs if cls.runtime_checks] == []
