@@ -1,6 +1,6 @@
-"""The package layout shows the data flow (docs/internals.md, ARCHITECTURE.md): imports run
-one way, from what users type down to the wgpu layer, and no two modules import each other
-even indirectly. Read from the source (every import, also those inside functions)."""
+"""The package layout shows the data flow (docs/architecture.md): imports run one way, from
+what users type down to the wgpu layer, and no two modules import each other even
+indirectly. Read from the source (every import, also those inside functions)."""
 
 from __future__ import annotations
 

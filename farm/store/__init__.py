@@ -1,7 +1,7 @@
 """The farm's database: SQLAlchemy 2 models, Alembic migrations, repository functions.
 
 Open with `open_store(url=None, read_only=False)`; every query is a function taking the
-Store (see docs/internals.md, "Store").
+Store (see docs/architecture/store.md).
 """
 
 from farm.store.database import ReadOnlyStoreError, Store, database_url, farm_home, open_existing, open_store
