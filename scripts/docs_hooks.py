@@ -88,7 +88,7 @@ def _argument_row(parser: argparse.ArgumentParser, action: argparse.Action) -> s
     else:
         names = formatter._format_args(action, formatter._get_default_metavar_for_positional(action))
     what = formatter._expand_help(action) if action.help else ""
-    if action.choices and not isinstance(action.choices, dict):
+    if action.choices and action.metavar is not None and not isinstance(action.choices, dict):  # else in the name
         what = f"{what} (one of {', '.join(f'`{c}`' for c in action.choices)})".strip()
     return f"| `{_cell(names)}` | {_cell(what)} | {_default(action)} |"
 
