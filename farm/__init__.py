@@ -7,6 +7,13 @@ The public names are resolved lazily, so `import farm` never imports wgpu:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for type checkers and the API reference; at run time __getattr__ imports on first use
+    from farm.catalog.user import Kernel
+    from farm.runtime.forge import ForgeRuntime
+    from farm.tuning.local import tune_kernel
+
 __all__ = ["ForgeRuntime", "Kernel", "tune_kernel"]
 
 

@@ -148,7 +148,7 @@ def test_winner_invalid_for_the_call_falls_back_to_default(device, db, caplog):
 
 def test_topk_k_above_the_tuned_block_is_a_value_error_naming_it(device, db):
     """Issue 16 §5: k=40 above a winner's block of 32 used to fall back to the default block of
-    64, changing the output layout (README: k outside 1..block_size raises ValueError)."""
+    64, changing the output layout (docs/guides/runtime.md: k outside 1..block_size raises ValueError)."""
     url, store = db
     topk = catalog.get("topk")
     small = Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=1)

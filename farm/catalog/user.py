@@ -1,4 +1,4 @@
-"""`farm.Kernel`: the public way to define a kernel of your own (README "Tune your own kernel").
+"""`farm.Kernel`: the public way to define a kernel of your own (docs/guides/custom-kernel.md).
 
 One declaration builds a KernelSpec, so a user kernel goes through exactly the paths the
 built-ins take (certification, tuning, the runtime):

@@ -8,7 +8,7 @@ of the inputs' shapes, then sorts every arg of the launch into one of:
   written into);
 - transformed: an arg named after an input but not its bytes (gemm pads k or n to its
   vector width): recomputed by `spec.launch()` on the host for every call, reading back a
-  DeviceArray input first — the one slow path, said so in the README;
+  DeviceArray input first — the one slow path, said so in docs/guides/runtime.md;
 - constant: every other arg with data (params, twiddles, the absent rho's zeros). The
   catalog's contract (farm.catalog) is that such args depend on the schedule and problem
   only, so they are uploaded once and kept with the plan;

@@ -45,7 +45,7 @@ from farm.runtime.validation import (
 from farm.runtime.winners import Candidate, check_schedules_path, lookup_schedule
 from farm.schedule import Problem, Schedule
 
-log = logging.getLogger("farm.runtime")  # the name README promises
+log = logging.getLogger("farm.runtime")  # the logger docs/guides/runtime.md names
 
 _MAX_CACHED_LOOKUPS = 4096
 # synchronize()'s default spin on a GPU adapter. H200, session 11 (runtime-calls-s11.md,

@@ -82,7 +82,7 @@ class KernelMethods:
         return self._run("topk", dims, {"x": x}, schedule, out=_out("out", out))["out"]
 
     def ternary_gemv(self, x, packed_w, scale, m: int, k: int, *, out: DeviceArray | np.ndarray | None = None):
-        """out[o] = scale[o] * Σ_{i<k} t(w[o][i]) * x[i] for o < m; returns float32 (m,).
+        """`out[o] = scale[o] * Σ_{i<k} t(w[o][i]) * x[i]` for o < m; returns float32 (m,).
 
         `packed_w`: uint32 2-bit codes, 16 per word, low bits first (0→0, 1→+1, 2→−1,
         3→0), m rows of ceil(k/16) words, as (m, ceil(k/16)) or flat (m*ceil(k/16),)
@@ -168,7 +168,7 @@ class KernelMethods:
         return self._run("gemm", {"m": m, "k": k, "n": n}, {"a": a, "b": b}, out=_out("c", out))["c"]
 
     def p64_project(self, records, weights, *, out: DeviceArray | np.ndarray | None = None):
-        """out[r] = Σ_{w<16} weights[w] * f32(word[r][w]) over n P64 records; returns float32 (n,).
+        """`out[r] = Σ_{w<16} weights[w] * f32(word[r][w])` over n P64 records; returns float32 (n,).
 
         `records`: uint32 (n, 16), uint64 (n, 8) (each u64 field is two little-endian u32
         words, low word first), or bytes-like of n*64 bytes (little-endian u32 words).
