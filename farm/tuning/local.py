@@ -100,10 +100,10 @@ def tune_kernel(
     )  # fmt: skip
     tasks = plan(config, profile.topology_hash(), profile)
     notice_cpu(profile, tasks)
-    runner = DeviceRunner(device)
     trials: list[TrialResult] = []
     winners: dict[str, WinnerRecord] = {}
     with _trial_log(db, profile, spec, config, tasks) as log:
+        runner = DeviceRunner(device)
         try:
             siblings: list[str] = []
             for task in tasks:
