@@ -336,30 +336,28 @@ def test_trial_recorder_writes_every_flush_every_trials_and_the_rest_on_flush(tm
 
 
 def test_a_problem_first_tries_this_campaigns_winners_of_the_kernels_other_problems(device: Device, tmp_path):
-    """Issue 21: the winners of earlier problems of the same kernel seed the next problem's
-    search (latest first, at most SIBLING_SEEDS, only schedules it can run and has no stored
-    trial of, never the default again), and a campaign of two problems records them."""
+    """The winners of earlier problems of the same kernel seed the next problem's search
+    (latest first, at most SIBLING_SEEDS, only schedules it can run and has no stored trial
+    of, never the default again), and a campaign of two problems records them."""
     from farm import catalog, store
-    from farm.tuning.campaign import SIBLING_SEEDS, Campaign
+    from farm.tuning.campaign import Campaign
+    from farm.tuning.engine import SIBLING_SEEDS, sibling_trials
     from farm.tuning.plan import Task
 
     spec = catalog.get("gemv")
     problem = Problem.of(m=40, n=24)
     space = [s for s in spec.schedules() if not spec.invalid_reason(s, problem, device.profile)]
     pool = TwoTopologyPool(device)
-    db = store.open_store(f"sqlite:///{tmp_path}/farm.db")
-    config = TuneConfig(kernels=("gemv",), sizes={"gemv": [problem]}, budget=3, reps=2, rounds=1)
-    campaign = Campaign(config, pool, db, tmp_path / "artifacts", "farm tune gemv")
     topology = next(iter(pool.topologies()))
     keys = [s.key() for s in space if s != spec.default][: SIBLING_SEEDS + 2]
-    campaign.siblings[(topology, "gemv")] = [spec.default.key(), *keys, keys[0]]
+    siblings = [spec.default.key(), *keys, keys[0]]
     task = Task(topology=topology, kernel="gemv", problem=problem, space=space, budget=3)
     batches = []
-    tried = campaign._sibling_trials(task, {keys[-1]: {}}, lambda batch: batches.append(batch) or ["r"] * len(batch))
+    tried = sibling_trials(task, siblings, {keys[-1]: None}, lambda batch: batches.append(batch) or ["r"] * len(batch))
     assert tried == ["r"] * SIBLING_SEEDS
     assert [s.key() for s in batches[0]] == [keys[0], *keys[-2:0:-1]][:SIBLING_SEEDS]  # latest first, recorded one out
     assert spec.default.key() not in [s.key() for s in batches[0]]
-    assert campaign._sibling_trials(replace(task, kernel="gemm"), {}, batches.append) == []
+    assert sibling_trials(task, [], {}, batches.append) == []  # no earlier winner of this kernel: nothing tried
 
     second = Problem.of(m=24, n=40)
     config = TuneConfig(kernels=("gemv",), sizes={"gemv": [problem, second]}, budget=3, reps=2, rounds=1)

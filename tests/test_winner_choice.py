@@ -1,4 +1,4 @@
-"""Issue 21 in a campaign: the winner is chosen by farm.tuning.finalists over the rounds the
+"""In a campaign the winner is chosen by farm.tuning.finalists over the rounds the
 pool's re-measurement returns; a tie keeps the stored winner; the table and summary carry
 the runner-up and margin. A fake pool (no Ray): plan() only needs the adapter's profile."""
 
@@ -11,7 +11,6 @@ from farm.gpu import Timing
 from farm.schedule import Problem, Status
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 from farm.tuning.campaign import Campaign
-from farm.tuning.finalists import TunedWinner
 from farm.tuning.plan import TuneConfig
 
 CONFIG = TuneConfig(kernels=("gemv",), sizes={"gemv": [Problem.of(m=40, n=24)]}, budget=6, reps=2, rounds=3)
@@ -48,7 +47,7 @@ def test_a_clear_winner_then_a_tie_that_keeps_it(device, tmp_path):
     finalists, rounds, max_rounds, noise = first_pool.asked[0]
     assert (rounds, max_rounds, noise) == (3, CONFIG.max_rounds, CONFIG.noise)
     assert spec.default.key() in finalists and CONFIG.finalists <= len(finalists) <= CONFIG.finalists + 1
-    assert isinstance(first, TunedWinner) and first.tie and first.schedule_key == spec.default.key()
+    assert isinstance(first, store.WinnerRecord) and first.tie and first.schedule_key == spec.default.key()
     (stored,) = store.winners(db, kernel="gemv")  # the decision is in SQL too (revision 0005)
     assert (stored.tie, stored.rounds, stored.runner_up, stored.margin) == (True, 3, first.runner_up, first.margin)
     assert stored.runner_up in finalists and stored.p20_ns == stored.p80_ns == 1000.0

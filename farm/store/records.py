@@ -58,6 +58,20 @@ class WinnerRecord:
     def problem(self) -> Problem:
         return Problem.from_key(self.problem_key)
 
+    @property
+    def knobs(self) -> dict:
+        """The schedule's knob values as its kernel declares them (a user kernel's strings and
+        bools decoded; every knob gemm has); the schedule's own values for a kernel without
+        such a mapping or not loaded in this process."""
+        from farm import catalog
+
+        try:
+            spec = catalog.get(self.kernel)
+        except ValueError:
+            return self.schedule.as_dict()
+        decode = getattr(spec, "knobs", None)
+        return decode(self.schedule) if decode is not None else self.schedule.as_dict()
+
     def is_stale(self, current_source_hash: str) -> bool:
         return self.source_hash != current_source_hash
 

@@ -1,6 +1,6 @@
 """The final choice between close finalists, as pure functions over paired round measurements.
 
-A re-measurement (farm.tuning.bench.TrialBench.remeasure_rounds) times the finalists
+A re-measurement (a trial runner's `remeasure_rounds`, farm.tuning.engine) times the finalists
 interleaved, one median of `reps` dispatches per finalist per round; round i of two
 finalists ran back to back, so their ratio cancels the drift both saw. For each finalist
 against the leader (the least median over rounds) we take the per-round ratios
@@ -17,18 +17,18 @@ equivalence margin `noise` (the ratio band 1 +- noise that counts as "the same s
 Fewer rounds than the sign test needs for CONFIDENCE (`sign_rounds`: 5 at 0.9) decide only
 by a wide margin: the interval must clear the band by EARLY_MARGIN on the verdict's side
 (slower: above 1 + noise + EARLY_MARGIN). So the re-measurement may start with 3 rounds
-(TuneConfig.rounds): a finalist already clearly slower stops there (on the H200 the
-default schedule, always a finalist, is 3-35x the best, often the costliest to time, and
-the third finalist is often 3-6% behind), the leader and close ones go on to the sign test's
-5 rounds and past them only until separated or tied, as before.
+(TuneConfig.rounds): a finalist already clearly slower stops there (the default schedule,
+always a finalist, is often several times the best and the costliest to time), the leader
+and close ones go on to the sign test's 5 rounds and past them only until separated or tied.
+Why an interval and not the best median: docs/decisions/004-finalists-interval.md.
 
 The winner is the leader unless it ties with others: then `prefer` picks among the tied
 (leader included) without looking at their times, so two campaigns whose finalists tie pick
 the same schedule: the previously stored winner if it is among them, else the kernel's
 default schedule, else the *simplest*: the fewest knobs that differ from the default
 schedule, then the smallest canonical key (`Schedule.key()`, sorted JSON) as a deterministic
-last resort. The winner is stored as a WinnerRecord carrying the decision (runner-up, margin,
-interval, timing quantiles over rounds, tie: SQL columns since revision 0005).
+last resort. The winner (farm.tuning.engine.winner_record) is a WinnerRecord carrying the
+decision: runner-up, margin and its interval, timing quantiles over rounds, rounds, tie.
 """
 
 from __future__ import annotations
@@ -41,12 +41,11 @@ from dataclasses import dataclass, field
 
 from farm.gpu import Timing
 from farm.schedule import Schedule
-from farm.store import WinnerRecord
 
 CONFIDENCE = 0.9  # coverage of the sign-test interval on the median ratio
 # Beyond the noise band, the margin a verdict needs while there are fewer paired rounds than
-# the sign test needs for CONFIDENCE: 3 rounds all 5% apart (with noise 1%) is many times
-# the ~0.5% jitter of paired ratios on the H200, a wrong "slower" would need 4% errors alike thrice.
+# the sign test needs for CONFIDENCE: many times the jitter of paired ratios, so a wrong
+# "slower" after 3 rounds would need that many errors of 4%, all alike.
 EARLY_MARGIN = 0.04
 
 Rounds = dict[str, list[float]]  # schedule key -> one median per round, rounds in order (a prefix)
@@ -221,12 +220,6 @@ def decide(
     return dataclasses.replace(
         decision, runner_up=runner_up, margin=c.ratio - 1, margin_low=c.low - 1, margin_high=c.high - 1
     )
-
-
-# A campaign's winner with its decision: the WinnerRecord fields p20_ns/p80_ns (over the
-# re-measurement's rounds), rounds, runner_up/runner_up_ns, margin (see `Decision`) and
-# tie, all stored in SQL since revision 0005 (the name is kept for the callers that use it).
-TunedWinner = WinnerRecord
 
 
 def interleaved_timings(samples: dict[str, list[float] | None]) -> dict[str, Timing | None]:

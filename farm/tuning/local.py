@@ -1,17 +1,22 @@
 """`farm.tune_kernel`: tune one kernel in this process, on the local adapter, without Ray.
 
-For notebooks and scripts: the same trial core as a Ray worker (farm.tuning.bench's
-TrialBench: every candidate certified against the reference, then timed), the same
-strategies (farm.tuning.search) and the same winner rule as a campaign (the best few
-certified schedules and the default re-measured interleaved; the best median wins).
-Nothing is stored unless `db=` names a database (then trials, winners and a campaign row
-are, as `farm tune` would, and `ForgeRuntime` serves the winners).
+For notebooks and scripts: the same engine as `farm tune` (farm.tuning.engine), run
+in-process. The same plan (farm.tuning.plan: each problem's candidate space and budget, a
+CPU adapter's cap), the same search and warm start (farm.tuning.search), the same re-measured
+finalists and winner rule (farm.tuning.finalists), the same winner with its decision (a
+farm.store.WinnerRecord); only the trial runner differs: one device in this process (the
+trial core a Ray worker runs, farm.tuning.bench.TrialBench) instead of the worker pool.
+Without `db=` nothing is stored and nothing is resumed; with it, trials and winners are
+stored as `farm tune` stores them (a campaign row too), the trials stored before for the
+same adapter, kernel source and problem are replayed and warm-start the model search, a
+stored winner breaks a tie, and `ForgeRuntime` serves the winners.
 """
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,34 +26,26 @@ from farm.gpu import Device, choose_adapter
 from farm.schedule import Problem, Schedule, Status
 from farm.store import WinnerRecord
 from farm.trial import TrialResult
-from farm.tuning import search as strategies
 from farm.tuning.bench import TrialBench
+from farm.tuning.engine import MemoryLog, StoreLog, TrialLog, tune_problem
 from farm.tuning.job import Job
-from farm.tuning.plan import parse_dims
+from farm.tuning.plan import Task, TuneConfig, notice_cpu, parse_dims, plan
 from farm.tuning.problems import check_problem
-from farm.tuning.search import Budget
-
-
-@dataclass
-class Winner:
-    problem: Problem
-    schedule: Schedule
-    median_ns: float
-    default_median_ns: float | None
-    speedup: float | None
-    knobs: dict = field(default_factory=dict)  # the schedule's knob values as declared
 
 
 @dataclass
 class Tuned:
-    """What `tune_kernel` found: every trial, and the re-measured winner per problem."""
+    """What `tune_kernel` found: every trial its searches used, and the winner per problem
+    (a WinnerRecord, as `farm winners` lists it: `.schedule`, `.median_ns`, `.speedup`,
+    `.knobs`, and the decision: `.runner_up`, `.margin` with `.margin_low`/`.margin_high`,
+    `.tie`, `.rounds`, `.p20_ns`/`.p80_ns`)."""
 
     kernel: str
     trials: list[TrialResult]
-    winners: dict[str, Winner]  # problem key -> winner
+    winners: dict[str, WinnerRecord]  # problem key -> winner
 
     @property
-    def winner(self) -> Winner:
+    def winner(self) -> WinnerRecord:
         """The winner of the first problem (the usual single-size case)."""
         if not self.winners:
             raise ValueError(f"{self.kernel}: no schedule was certified, so there is no winner; see .trials")
@@ -65,21 +62,30 @@ def tune_kernel(
     warmup: int = 2,
     seed: int = 0,
     finalists: int = 3,
-    rounds: int = 5,
+    rounds: int = 3,
     db: str | None = None,
     adapter: str | None = None,
     device: Device | None = None,
+    noise: float = 0.01,
+    max_rounds: int = 15,
 ) -> Tuned:
     """Tune `kernel` (a farm.Kernel or any catalog name) for each of `sizes` (default: the
-    kernel's own sizes) with `strategy` (exhaustive | random | model) and at most `budget`
-    schedules per problem besides the default (None: all). Returns Tuned(trials, winners).
+    kernel's own sizes) as `farm tune` does, in this process: `strategy` (exhaustive | random
+    | model) within at most `budget` schedules per problem besides the default (None: all;
+    on a CPU adapter at most farm.tuning.plan.CPU_BUDGET, as `farm tune --allow-cpu`), each
+    trial `warmup` untimed and `reps` timed runs; then the best `finalists` certified
+    schedules, the default and any stored winner re-measured interleaved (`rounds` rounds,
+    more up to `max_rounds` until close ones separate), and the winner chosen as a campaign
+    chooses it: a tie within `noise` goes to the stored winner, else the default, else the
+    simplest schedule. Returns Tuned(trials, winners); ValueError (with the first failure)
+    when no schedule certified for any size.
 
     `sizes` is a list of sizes, each a dict {dim: value}, a Problem or a 'dim=value,...'
     string; a single size may also be passed alone (a dict, a Problem or a string; a string
     may hold several sizes separated by ';', as `farm tune --sizes` does). A size that names
     the wrong dimensions, a dimension twice, a value that is not an integer or below 1, or
     needs buffers larger than the adapter binds is a ValueError naming the kernel and the
-    size, before anything runs."""
+    size, before anything runs. `db` (a SQLAlchemy URL): see the module docstring."""
     spec = catalog.get(getattr(kernel, "name", kernel))
     # before the device opens; a size given twice is tuned once (as farm tune --sizes does)
     problems = list(dict.fromkeys(_problem(spec, s) for s in _size_list(spec, sizes))) if sizes else None
@@ -87,37 +93,64 @@ def tune_kernel(
     profile = device.profile
     for problem in problems or ():
         _check(spec, problem, problem.key(), profile)
-    problems = problems or spec.default_problems(profile)
-    search = strategies.strategy(strategy)
-    bench = TrialBench(device, "local", compile_ahead=True)
+    config = TuneConfig(
+        kernels=(spec.name,), sizes={spec.name: problems} if problems else {}, strategy=strategy, budget=budget,
+        reps=reps, warmup=warmup, seed=seed, finalists=finalists, rounds=rounds, noise=noise,
+        max_rounds=max(rounds, max_rounds),
+    )  # fmt: skip
+    tasks = plan(config, profile.topology_hash(), profile)
+    notice_cpu(profile, tasks)
     trials: list[TrialResult] = []
-    winners: dict[str, Winner] = {}
-    try:
-        for problem in problems:
-            spec.reference(problem, spec.default, spec.generate(problem, seed))  # a broken reference fails here
-            results: dict[str, TrialResult] = {}
-
-            def evaluate(batch: list[Schedule], problem=problem, results=results) -> list[TrialResult]:
-                fresh = [s for s in batch if s.key() not in results]
-                jobs = [Job(spec.name, problem, s, seed, warmup, reps) for s in fresh]
-                for result in bench.evaluate(jobs):
-                    results[result.key.schedule.key()] = result
-                return [results[s.key()] for s in batch]
-
-            evaluate([spec.default])
-            space = [s for s in spec.schedules() if s != spec.default and not spec.invalid_reason(s, problem, profile)]
-            search(space, evaluate, Budget(budget), random.Random(f"{seed}:{spec.name}:{problem.key()}"))
-            trials += results.values()
-            winner = _winner(bench, spec, problem, results, reps, rounds, seed, finalists)
-            if winner is not None:
-                winners[problem.key()] = winner
-        if not winners:
-            _no_winner(spec, trials)
-        if db is not None:
-            _store(db, profile, spec, trials, winners, strategy, budget, reps)
-    finally:
-        bench.close()
+    winners: dict[str, WinnerRecord] = {}
+    with _trial_log(db, profile, spec, config, tasks) as log:
+        runner = DeviceRunner(device)
+        try:
+            siblings: list[str] = []
+            for task in tasks:
+                spec.reference(task.problem, spec.default, spec.generate(task.problem, seed))  # a broken one fails here
+                outcome = tune_problem(task, config, runner, log, siblings)
+                trials += outcome.trials
+                if outcome.winner is not None:
+                    winners[task.problem.key()] = outcome.winner
+                    siblings.append(outcome.winner.schedule_key)
+        finally:
+            runner.close()
+    if not winners:
+        _no_winner(spec, trials)
     return Tuned(spec.name, trials, winners)
+
+
+class DeviceRunner:
+    """The engine's trial runner for `tune_kernel`: one device in this process, through the
+    trial core a Ray worker runs (TrialBench: certified, then timed; pipelines compiled ahead)."""
+
+    workers = 1
+
+    def __init__(self, device: Device):
+        self.bench = TrialBench(device, "local", compile_ahead=True)
+        self.device_name = device.profile.device_name
+
+    def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
+        return self.bench.evaluate(jobs)
+
+    def precompile(self, kernel: str, problem: Problem, schedules: list[Schedule], seed: int) -> int:
+        return self.bench.precompile(kernel, problem, schedules, seed)
+
+    def remeasure_rounds(
+        self,
+        kernel: str,
+        problem: Problem,
+        schedules: list[Schedule],
+        reps: int,
+        rounds: int,
+        seed: int,
+        max_rounds: int,
+        noise: float,
+    ) -> dict[str, list[float] | None]:
+        return self.bench.remeasure_rounds(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
+
+    def close(self) -> None:
+        self.bench.close()
 
 
 def _size_list(spec: KernelSpec, sizes) -> list:
@@ -180,29 +213,6 @@ def _expected(spec: KernelSpec) -> str:
     return ",".join(f"{d}=<integer >= 1>" for d in spec.dims)
 
 
-def _winner(bench, spec, problem, results, reps, rounds, seed, finalists) -> Winner | None:
-    certified = sorted((r for r in results.values() if r.status == Status.OK and r.timing), key=_median)
-    if not certified:
-        return None
-    chosen = [r.key.schedule for r in certified[:finalists]]
-    default_ok = results.get(spec.default.key()) is not None and results[spec.default.key()].status == Status.OK
-    if default_ok and spec.default not in chosen:
-        chosen.append(spec.default)
-    timings = bench.remeasure(spec.name, problem, chosen, reps, rounds, seed)
-    medians = {k: t.median_ns for k, t in timings.items() if t is not None}
-    if not medians:
-        medians = {s.key(): results[s.key()].timing.median_ns for s in chosen}
-    best = min((s for s in chosen if s.key() in medians), key=lambda s: medians[s.key()])
-    default_ns = medians.get(spec.default.key()) if default_ok else None
-    knobs = spec.knobs(best) if hasattr(spec, "knobs") else best.as_dict()
-    speedup = default_ns / medians[best.key()] if default_ns else None
-    return Winner(problem, best, medians[best.key()], default_ns, speedup, knobs)
-
-
-def _median(result: TrialResult) -> float:
-    return float(result.timing.median_ns)
-
-
 def _no_winner(spec: KernelSpec, trials: list[TrialResult]) -> None:
     failed = [t for t in trials if t.status != Status.OK]
     first = failed[0] if failed else None
@@ -210,22 +220,31 @@ def _no_winner(spec: KernelSpec, trials: list[TrialResult]) -> None:
     raise ValueError(f"kernel {spec.name!r}: no schedule was certified, so there is no winner{why}")
 
 
-def _store(db, profile, spec, trials, winners, strategy_name, budget, reps) -> None:
+@contextmanager
+def _trial_log(db: str | None, profile, spec: KernelSpec, config: TuneConfig, tasks: list[Task]) -> Iterator[TrialLog]:
+    """The engine's trial log for `tune_kernel`: memory without `db`; with it the database
+    (trials in SQL as each search ends, no Parquet files) under a campaign row that ends
+    done, failed or interrupted (Ctrl-C) with its counters, as `farm tune`'s does."""
+    if db is None:
+        yield MemoryLog()
+        return
     target = store.open_store(db)
     try:
-        topology = store.upsert_topology(target, profile)
-        campaign = store.start_campaign(
-            target, f"farm.tune_kernel({spec.name!r})", strategy_name, budget, reps, len(trials)
-        )
-        store.record_trials(target, campaign, trials)
-        for winner in winners.values():
-            store.save_winner(target, WinnerRecord(
-                topology_hash=topology, kernel=spec.name, problem_key=winner.problem.key(),
-                source_hash=spec.source_hash(), schedule_key=winner.schedule.key(), median_ns=winner.median_ns,
-                default_median_ns=winner.default_median_ns, speedup=winner.speedup, campaign_id=campaign,
-                device_name=profile.device_name,
-            ))  # fmt: skip
-        store.update_campaign(target, campaign, len(trials), sum(t.status != Status.OK for t in trials))
-        store.finish_campaign(target, campaign, "done")
+        store.upsert_topology(target, profile)
+        total = sum(t.trials for t in tasks)
+        command = f"farm.tune_kernel({spec.name!r})"
+        c = config
+        log = StoreLog(target, store.start_campaign(target, command, c.strategy, c.budget, c.reps, total))
+        status = "failed"
+        try:
+            yield log
+            status = "done"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            total = log.done if status == "done" else total  # done: what the searches ran or replayed
+            store.update_campaign(target, log.campaign_id, log.done, log.failures, total)
+            store.finish_campaign(target, log.campaign_id, status)
     finally:
         target.engine.dispose()

@@ -5,7 +5,7 @@ it into one `Task` per (kernel, problem) for a topology, each with the schedules
 run on that adapter and its trial budget (capped at CPU_BUDGET on a CPU adapter, with
 `notice_cpu` saying so).
 
-Budgets that scale with the space (issue 21): without `--budget`, `farm tune` asks for
+Budgets that scale with the space: without `--budget`, `farm tune` asks for
 DEFAULT_BUDGET trials with `space_share` SPACE_SHARE, and the model search's cap grows to
 that share of the problem's valid schedules (`Task.budget`), while the trials past
 DEFAULT_BUDGET (`Task.extend_after`) are spent only while the search still improves on its
@@ -28,13 +28,15 @@ from farm.tuning.problems import check_problem
 CPU_BUDGET = 8  # schedules per (kernel, problem) on a CPU adapter, besides the default
 DEFAULT_BUDGET = 64  # trials per (kernel, problem) for `farm tune` and `farm serve` unless --budget says otherwise
 # Without --budget, `farm tune`'s model search may grow its cap to this share of the valid
-# schedules (spending past DEFAULT_BUDGET only while it still improves): ternary_gemv's 369
-# H200 schedules get up to 123 trials, gemm's 785 up to 262; spaces under 192 keep 64.
+# schedules (spending past DEFAULT_BUDGET only while it still improves): a space of 785
+# schedules gets up to 262 trials; spaces under 192 keep 64.
 SPACE_SHARE = 1 / 3
 
 
 @dataclass(frozen=True)
 class TuneConfig:
+    """What to tune and how: a campaign's (`farm tune`, `farm serve`) or `farm.tune_kernel`'s."""
+
     kernels: tuple[str, ...]
     sizes: dict[str, list[Problem]] = field(default_factory=dict)
     strategy: str = "model"
@@ -45,7 +47,7 @@ class TuneConfig:
     finalists: int = 3
     rounds: int = 3
     out: Path | None = None
-    # Issue 21: the relative difference that counts as noise (ties between finalists within
+    # The relative difference that counts as noise (ties between finalists within
     # it, the model search's stop), the re-measurement's cap on rounds added to separate
     # close finalists, and whether the model search may stop short of `budget` (a cap).
     noise: float = 0.01
