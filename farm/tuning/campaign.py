@@ -126,7 +126,7 @@ class Campaign:
         asked for earlier (they are queued first), else once its first trial is back (the
         first task's reference would otherwise queue behind the next problem's); once its
         winner is stored, they drop `task`'s."""
-        runner = PoolRunner(self.pool, task.topology, profiles)
+        runner = PoolExecutor(self.pool, task.topology, profiles)
         log = CampaignLog(self.db, self.campaign_id, self.recorder, self.progress, self.heartbeat.beat)
         early = _task_key(task) in self._prefetched  # its own inputs and reference are queued ahead of `ahead`'s
         if early:
@@ -177,8 +177,8 @@ class Campaign:
         artifacts.write_campaign_summary(self.out, row, winners, counts, self.tasks)
 
 
-class PoolRunner:
-    """The engine's trial runner for a campaign: the pool's workers of one topology run the
+class PoolExecutor:
+    """The engine's trial executor for a campaign: the pool's workers of one topology run the
     trials, the first of them re-measures the finalists."""
 
     def __init__(self, pool: WorkerPool, topology: str, profiles: dict[str, HardwareProfile]):

@@ -18,7 +18,7 @@
    runner-up, margin and its interval, quantiles over rounds, rounds, tie.
 
 Two things differ between a campaign and a notebook, each behind one small interface the
-strategies never see. A `TrialRunner` runs jobs and re-measures finalists: a campaign's is the
+strategies never see. A `TrialExecutor` runs jobs and re-measures finalists: a campaign's is the
 Ray worker pool's workers of one topology, `tune_kernel`'s one device in this process. A
 `TrialLog` holds what was recorded before (resume, warm start, the stored winner) and takes the
 new trials and the winner: `StoreLog` over a database, `MemoryLog` when there is none.
@@ -52,7 +52,7 @@ class RemeasureFailed(RuntimeError):
     winner is then chosen from the trials' own medians."""
 
 
-class TrialRunner(Protocol):
+class TrialExecutor(Protocol):
     """Who runs a task's trials: `workers` is how many run at once (the model search's batch
     size follows it), `device_name` is stamped on the winner."""
 
@@ -119,7 +119,7 @@ class Outcome:
 def tune_problem(
     task: Task,
     config: TuneConfig,
-    runner: TrialRunner,
+    runner: TrialExecutor,
     log: TrialLog,
     siblings: Sequence[str] = (),
     first_trial_done: Callable[[], None] | None = None,
@@ -155,7 +155,7 @@ def tune_problem(
 def _evaluator(
     task: Task,
     config: TuneConfig,
-    runner: TrialRunner,
+    runner: TrialExecutor,
     log: TrialLog,
     recorded: dict[str, TrialResult],
     used: dict[str, TrialResult],
@@ -202,7 +202,7 @@ def sibling_trials(
 
 
 def warm_start(
-    task: Task, config: TuneConfig, runner: TrialRunner, log: TrialLog, recorded: dict[str, TrialResult]
+    task: Task, config: TuneConfig, runner: TrialExecutor, log: TrialLog, recorded: dict[str, TrialResult]
 ) -> dict:
     """The model strategy's extra arguments: the recorded trials of this problem seed its
     models (counted as replayed, and against the budget), its adaptive stop (config.noise)
@@ -225,7 +225,7 @@ def warm_start(
 
 
 def choose_winner(
-    task: Task, config: TuneConfig, runner: TrialRunner, log: TrialLog, stats: dict
+    task: Task, config: TuneConfig, runner: TrialExecutor, log: TrialLog, stats: dict
 ) -> WinnerRecord | None:
     """The best `config.finalists` certified trials of this problem (any run's), the default
     and the stored winner, re-measured interleaved with rounds added to separate close ones,
@@ -262,7 +262,7 @@ def choose_winner(
 
 
 def _remeasure(
-    task: Task, config: TuneConfig, runner: TrialRunner, finalists: list[Schedule], known: dict[str, TrialResult]
+    task: Task, config: TuneConfig, runner: TrialExecutor, finalists: list[Schedule], known: dict[str, TrialResult]
 ) -> dict[str, list[float] | None]:
     """Per-round medians of the finalists; their trial medians, as one round, when the runner fails."""
     c = config

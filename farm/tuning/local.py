@@ -103,7 +103,7 @@ def tune_kernel(
     trials: list[TrialResult] = []
     winners: dict[str, WinnerRecord] = {}
     with _trial_log(db, profile, spec, config, tasks) as log:
-        runner = DeviceRunner(device)
+        runner = DeviceExecutor(device)
         try:
             siblings: list[str] = []
             for task in tasks:
@@ -120,21 +120,21 @@ def tune_kernel(
     return Tuned(spec.name, trials, winners)
 
 
-class DeviceRunner:
-    """The engine's trial runner for `tune_kernel`: one device in this process, through the
+class DeviceExecutor:
+    """The engine's trial executor for `tune_kernel`: one device in this process, through the
     trial core a Ray worker runs (TrialBench: certified, then timed; pipelines compiled ahead)."""
 
     workers = 1
 
     def __init__(self, device: Device):
-        self.bench = TrialBench(device, "local", compile_ahead=True)
+        self.runner = TrialBench(device, "local", compile_ahead=True)
         self.device_name = device.profile.device_name
 
     def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
-        return self.bench.evaluate(jobs)
+        return self.runner.evaluate(jobs)
 
     def precompile(self, kernel: str, problem: Problem, schedules: list[Schedule], seed: int) -> int:
-        return self.bench.precompile(kernel, problem, schedules, seed)
+        return self.runner.precompile(kernel, problem, schedules, seed)
 
     def remeasure_rounds(
         self,
@@ -147,10 +147,10 @@ class DeviceRunner:
         max_rounds: int,
         noise: float,
     ) -> dict[str, list[float] | None]:
-        return self.bench.remeasure_rounds(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
+        return self.runner.remeasure_rounds(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
 
     def close(self) -> None:
-        self.bench.close()
+        self.runner.close()
 
 
 def _size_list(spec: KernelSpec, sizes) -> list:
