@@ -22,7 +22,6 @@ FLOORS = {
     "farm.recurrent": 4,
     "farm.cli": 5,
     "farm.dashboard": 5,
-    "farm.jobs": 5,
     "farm": 6,  # farm/__init__.py and __main__.py
 }
 MAX_LINES = 400

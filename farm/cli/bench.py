@@ -103,11 +103,6 @@ def copy_timing(device: Device, nbytes: int, reps: int) -> tuple[float, Timing]:
     return 2 * n4 * 16 / timing.median_ns, timing
 
 
-def copy_bandwidth(device: Device, nbytes: int, reps: int) -> float:
-    """GB/s (read + write) of a vec4 WGSL copy of `nbytes` (copy_timing)."""
-    return copy_timing(device, nbytes, reps)[0]
-
-
 def settle_clocks(device: Device, seconds: float = 2.0, nbytes: int = 1 << 28) -> float:
     """Keep the GPU copying `nbytes` for `seconds` (`Device.keep_busy`) and return the
     seconds spent: right after a machine starts, the H200 can need longer than the

@@ -11,7 +11,7 @@ import hashlib
 import json
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -126,7 +126,6 @@ class Buffer:
 class Pipeline:
     handle: Any
     label: str
-    layout_kinds: tuple[str, ...] = field(default=())
 
 class Device(TimedDevice):
     """One wgpu device + queue with a pipeline cache and buffer byte accounting."""

@@ -178,9 +178,6 @@ class BufferPool:
                 self._destroy_oldest()
             return freed
 
-    def free_bytes(self) -> int | None:
-        return None if self.capacity is None else self.capacity - self.held
-
     def _make_room(self, size: int) -> None:
         if self.capacity is None:
             return
