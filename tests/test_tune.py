@@ -109,34 +109,34 @@ def test_recorded_rows_replay_as_trial_results():
     assert result.as_row()["worker_id"] == "w0.0"
 
 
-def test_trial_bench_reuses_uploaded_inputs_across_schedules(device: Device):
-    from farm.tuning.bench import TrialBench
+def test_trial_runner_reuses_uploaded_inputs_across_schedules(device: Device):
     from farm.tuning.job import Job
+    from farm.tuning.runner import TrialRunner
 
-    bench = TrialBench(device, compile_ahead=True)
+    runner = TrialRunner(device, compile_ahead=True)
     spec = catalog.get("gemv")
     problem = spec.problem(m=48, n=40)
     jobs = [Job("gemv", problem, s, 0, 1, 2) for s in spec.schedules()[:4]]
-    results = bench.evaluate(jobs)
+    results = runner.evaluate(jobs)
     in_use = device.memory()["in_use"]
-    results += bench.evaluate(jobs)
+    results += runner.evaluate(jobs)
     assert all(r.status is Status.OK for r in results)
     assert device.memory()["in_use"] == in_use  # nothing re-uploaded, nothing leaked
-    bench.close()
+    runner.close()
 
 
-def test_trial_bench_certifies_topk_against_each_schedules_own_block_size(device: Device):
+def test_trial_runner_certifies_topk_against_each_schedules_own_block_size(device: Device):
     """topk's reference depends on the block (= workgroup_size): one cached reference for the
     problem would fail every schedule but the first."""
-    from farm.tuning.bench import TrialBench
     from farm.tuning.job import Job
+    from farm.tuning.runner import TrialRunner
 
-    bench = TrialBench(device, compile_ahead=False)
+    runner = TrialRunner(device, compile_ahead=False)
     problem = catalog.get("topk").problem(n=1000, k=4)
     schedules = [Schedule.of(workgroup_size=wg, items_per_invocation=1, vector_width=1) for wg in (32, 64, 128)]
-    results = bench.evaluate([Job("topk", problem, s, 0, 1, 2) for s in schedules])
+    results = runner.evaluate([Job("topk", problem, s, 0, 1, 2) for s in schedules])
     assert [r.status for r in results] == [Status.OK] * 3, [r.message for r in results]
-    bench.close()
+    runner.close()
 
 
 class TwoTopologyPool:
@@ -144,9 +144,9 @@ class TwoTopologyPool:
     both backed by the local device: what a campaign sees on a mixed cluster."""
 
     def __init__(self, device: Device):
-        from farm.tuning.bench import TrialBench
+        from farm.tuning.runner import TrialRunner
 
-        self.bench = TrialBench(device, compile_ahead=False)
+        self.runner = TrialRunner(device, compile_ahead=False)
         other = replace(device.profile, device_name="Other GPU 9000", driver_description="other 1.0")
         self._profiles = {"w0": device.profile, "w1": other}
         self.streamed: dict[str, int] = {}
@@ -164,23 +164,23 @@ class TwoTopologyPool:
 
     def stream(self, jobs, topology=None, batch_size=None):
         self.streamed[topology] = self.streamed.get(topology, 0) + len(jobs)
-        for result in self.bench.evaluate(jobs):
+        for result in self.runner.evaluate(jobs):
             yield self._restamp(result, topology)
 
     def remeasure(self, slot, kernel, problem, schedules, reps, rounds, seed=0):
-        return self.bench.remeasure(kernel, problem, schedules, reps, rounds, seed)
+        return self.runner.remeasure(kernel, problem, schedules, reps, rounds, seed)
 
 
 
 class OneWorkerBenchPool(TwoTopologyPool):
-    """One worker on the test device with a real TrialBench (compile-ahead, prefetch, hints)."""
+    """One worker on the test device with a real TrialRunner (compile-ahead, prefetch, hints)."""
 
     def __init__(self, device):
-        from farm.tuning.bench import TrialBench
+        from farm.tuning.runner import TrialRunner
 
         super().__init__(device)
-        self.bench.close()
-        self.bench = TrialBench(device)
+        self.runner.close()
+        self.runner = TrialRunner(device)
         self._profiles = {"w0": device.profile}
 
 class RecordingPool(OneWorkerBenchPool):
@@ -196,11 +196,11 @@ class RecordingPool(OneWorkerBenchPool):
 
     def prefetch(self, kernel, problem, seed=0, topology=None):
         self.events.append(("prefetch", problem.key()))
-        self.bench.prefetch(kernel, problem, seed)
+        self.runner.prefetch(kernel, problem, seed)
 
     def forget(self, kernel, problem, seed=0, topology=None):
         self.events.append(("forget", problem.key()))
-        self.bench.forget(kernel, problem, seed)
+        self.runner.forget(kernel, problem, seed)
 
 
 def test_a_campaign_tunes_each_topology_separately_and_stores_winners_per_topology(device: Device, tmp_path):
@@ -221,7 +221,7 @@ def test_a_campaign_tunes_each_topology_separately_and_stores_winners_per_topolo
         rows = store.trials(db, topology=topology, kernel="gemv")
         assert len(rows) == 4 and {r["topology_hash"] for r in rows} == {topology}
     assert {w.topology_hash for w in store.winners(db, kernel="gemv")} == hashes
-    pool.bench.close()
+    pool.runner.close()
 
 
 def test_format_workers_names_each_workers_gpu_and_placement():
@@ -256,9 +256,9 @@ def test_format_workers_names_each_workers_gpu_and_placement():
     )
 
 
-def test_trial_bench_builds_each_launch_once_when_compiling_ahead(device: Device, monkeypatch):
-    from farm.tuning.bench import TrialBench
+def test_trial_runner_builds_each_launch_once_when_compiling_ahead(device: Device, monkeypatch):
     from farm.tuning.job import Job
+    from farm.tuning.runner import TrialRunner
 
     spec = catalog.get("gemv")
     calls = []
@@ -269,10 +269,10 @@ def test_trial_bench_builds_each_launch_once_when_compiling_ahead(device: Device
         return original(self, schedule, problem, inputs)
 
     monkeypatch.setattr(type(spec), "launch", counted)
-    bench = TrialBench(device, compile_ahead=True)
+    runner = TrialRunner(device, compile_ahead=True)
     schedules = spec.schedules()[:3]
-    results = bench.evaluate([Job("gemv", spec.problem(m=16, n=8), s, 0, 1, 2) for s in schedules])
-    bench.close()
+    results = runner.evaluate([Job("gemv", spec.problem(m=16, n=8), s, 0, 1, 2) for s in schedules])
+    runner.close()
     assert all(r.status is Status.OK for r in results)
     assert calls == schedules
 
@@ -375,8 +375,8 @@ def test_a_problem_first_tries_this_campaigns_winners_of_the_kernels_other_probl
             assert first[w.topology_hash].schedule_key in tried
             checked += 1
     assert checked or all(w.schedule_key == spec.default.key() for w in first.values())
-    campaign.pool.bench.close()
-    pool.bench.close()
+    campaign.pool.runner.close()
+    pool.runner.close()
 
 
 def test_a_campaign_prefetches_the_next_problems_inputs_and_forgets_each_finished_one(device: Device, tmp_path):
@@ -414,9 +414,9 @@ def test_a_campaign_prefetches_the_next_problems_inputs_and_forgets_each_finishe
     assert events.index(("prefetch", d)) < events.index(("stream", b))  # b's own were asked for: before its trials
     assert events.index(("forget", a)) < events.index(("stream", b)) and events[-1] == ("forget", d)
     assert len(threads) == 4 and sum(t.startswith("farm-prefetch") for t in threads) == 3  # the later three, ahead
-    pool.bench.inputs.settled()
-    assert pool.bench.inputs_held() == []
-    pool.bench.close()
+    pool.runner.inputs.settled()
+    assert pool.runner.inputs_held() == []
+    pool.runner.close()
 
 
 def test_a_failed_campaign_has_its_workers_drop_the_current_and_prefetched_inputs(device: Device, tmp_path):
@@ -439,37 +439,37 @@ def test_a_failed_campaign_has_its_workers_drop_the_current_and_prefetched_input
         Campaign(config, pool, db, tmp_path / "artifacts", "farm tune gemv").run()
     forgotten = [key for what, key in pool.events if what == "forget"]
     assert sorted(forgotten) == sorted(["m=40,n=24", "m=24,n=40", "m=32,n=32", "m=16,n=48"])  # each once
-    pool.bench.inputs.settled()
-    assert pool.bench.inputs_held() == []
-    pool.bench.close()
+    pool.runner.inputs.settled()
+    assert pool.runner.inputs_held() == []
+    pool.runner.close()
 
 
 def test_precompile_compiles_hinted_pipelines_ahead_so_their_trials_find_them_cached(device: Device):
     import time
 
-    from farm.tuning import bench as bench_module
-    from farm.tuning.bench import TrialBench
+    from farm.tuning import runner as runner_module
     from farm.tuning.job import Job
+    from farm.tuning.runner import TrialRunner
 
-    bench = TrialBench(device, compile_ahead=True)
+    runner = TrialRunner(device, compile_ahead=True)
     spec = catalog.get("gemv")
     problem = spec.problem(m=40, n=24)
     valid = [s for s in spec.schedules() if not spec.invalid_reason(s, problem, device.profile)]
     hinted, invalid = valid[-3:], Schedule.of(workgroup_size=48, threads_per_row=5)
     before = device.cached_pipelines
-    assert bench.precompile("gemv", problem, [*hinted, invalid]) == 4  # the invalid one is dropped quietly
+    assert runner.precompile("gemv", problem, [*hinted, invalid]) == 4  # the invalid one is dropped quietly
     deadline = time.monotonic() + 60
-    while bench._hinted and time.monotonic() < deadline:
+    while runner._hinted and time.monotonic() < deadline:
         time.sleep(0.01)
     assert device.cached_pipelines == before + 3
-    results = bench.evaluate([Job("gemv", problem, s, 0, 1, 2) for s in hinted])
+    results = runner.evaluate([Job("gemv", problem, s, 0, 1, 2) for s in hinted])
     assert all(r.ok for r in results) and device.cached_pipelines == before + 3  # nothing compiled again
-    assert bench.stage_times()["seconds"]["precompile"] > 0
-    bench._hinted = bench_module.HINTED_MAX  # a full queue: the hint is dropped, nothing queued
-    assert bench.precompile("gemv", problem, valid[:2]) == 0
-    bench._hinted = 0
-    bench.close()
-    plain = TrialBench(device, compile_ahead=False)
+    assert runner.stage_times()["seconds"]["precompile"] > 0
+    runner._hinted = runner_module.HINTED_MAX  # a full queue: the hint is dropped, nothing queued
+    assert runner.precompile("gemv", problem, valid[:2]) == 0
+    runner._hinted = 0
+    runner.close()
+    plain = TrialRunner(device, compile_ahead=False)
     assert plain.precompile("gemv", problem, valid[:1]) == 0
     plain.close()
 
@@ -489,7 +489,7 @@ def test_a_campaigns_model_search_has_its_workers_compile_the_next_likely_picks(
 
         def precompile(self, kernel, problem, schedules, seed=0, topology=None):
             self.hints.append((kernel, problem.key(), [s.key() for s in schedules], len(self.tried)))
-            self.bench.precompile(kernel, problem, schedules, seed)
+            self.runner.precompile(kernel, problem, schedules, seed)
 
     problem = Problem.of(m=40, n=24)
     pool = HintPool(device)
@@ -500,7 +500,7 @@ def test_a_campaigns_model_search_has_its_workers_compile_the_next_likely_picks(
     for kernel, key, hinted, tried_before in pool.hints:
         assert (kernel, key) == ("gemv", problem.key()) and hinted
         assert not set(hinted) & set(pool.tried[:tried_before])  # never one already tried
-    pool.bench.close()
+    pool.runner.close()
 
 
 def test_a_problem_without_winner_says_its_commonest_failure_and_the_compilers_line():

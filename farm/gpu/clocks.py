@@ -46,7 +46,7 @@ CANARY_WGSL = _dependent_loop(64, CANARY_STEPS)
 # The heater (ClockCheck.heater): the same kind of loop in HEATER_GROUPS workgroups of 256,
 # enough to fill every SM of an H200 (132 SMs x 8), ~0.1 ms a dispatch there. Run before a
 # re-timing, and while the canary reads slow before a report's timing or a re-measurement
-# (farm.gpu.timing, farm.tuning.bench): in the recurrent sweep 2.2 s of a 15-25 us
+# (farm.gpu.timing, farm.tuning.runner): in the recurrent sweep 2.2 s of a 15-25 us
 # kernel's own dispatches (8-96 workgroups) left the canary 1.4-2.1x slow, where the long
 # cases' 200-770 us kernels brought it to 1.0 in 0.5 s (NOTES, session 13).
 HEATER_STEPS = 4096

@@ -4,7 +4,7 @@
 CUDA_VISIBLE_DEVICES, which Vulkan ignores) and cross-checks it against `nvidia-smi`;
 `_placement` checks, once the device exists, which GPU the process really holds.
 `GpuWorker` is the Ray actor (farm.tuning.pool starts one per GPU): a threaded actor
-(ACTOR_THREADS) wrapping one TrialBench (farm.tuning.bench) for its whole life.
+(ACTOR_THREADS) wrapping one TrialRunner (farm.tuning.runner) for its whole life.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from farm.gpu import (
 )
 from farm.schedule import Problem, Schedule
 from farm.trial import TrialResult
-from farm.tuning.bench import TrialBench
 from farm.tuning.job import Job
+from farm.tuning.runner import TrialRunner
 
 NVIDIA_SMI_TIMEOUT_S = 20.0
 # Method calls a GpuWorker runs at once (a threaded actor): one batch on the GPU while
-# the next compiles ahead or the previous one drains its comparisons; the TrialBench's
+# the next compiles ahead or the previous one drains its comparisons; the TrialRunner's
 # GPU lock keeps their GPU work apart. Ray doesn't promise a threaded actor starts calls
 # in submission order, and nothing here depends on it.
 ACTOR_THREADS = 2
@@ -114,7 +114,7 @@ class GpuWorker:
             self.startup_error = exc
             return
         marks.append(time.perf_counter())
-        self.bench = TrialBench(Device(adapter), worker_id, compile_ahead)
+        self.runner = TrialRunner(Device(adapter), worker_id, compile_ahead)
         marks.append(time.perf_counter())
         placement = _placement(mapping)
         marks.append(time.perf_counter())
@@ -125,7 +125,7 @@ class GpuWorker:
     def report(self) -> dict:
         if self.startup_error is not None:
             raise self.startup_error
-        profile = self.bench.device.profile
+        profile = self.runner.device.profile
         return {
             "worker_id": self.worker_id,
             "host": socket.gethostname(),
@@ -136,12 +136,12 @@ class GpuWorker:
         }
 
     def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
-        return self.bench.evaluate(jobs)
+        return self.runner.evaluate(jobs)
 
     def remeasure(
         self, kernel: str, problem: Problem, schedules: list[Schedule], reps: int, rounds: int, seed: int = 0
     ) -> dict[str, Timing | None]:
-        return self.bench.remeasure(kernel, problem, schedules, reps, rounds, seed)
+        return self.runner.remeasure(kernel, problem, schedules, reps, rounds, seed)
 
     def remeasure_rounds(
         self,
@@ -154,23 +154,23 @@ class GpuWorker:
         max_rounds: int | None = None,
         noise: float = 0.01,
     ) -> dict[str, list[float] | None]:
-        return self.bench.remeasure_rounds(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
+        return self.runner.remeasure_rounds(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
 
     def prefetch(self, kernel: str, problem: Problem, seed: int = 0) -> None:
-        self.bench.prefetch(kernel, problem, seed)  # returns at once; see TrialBench.prefetch
+        self.runner.prefetch(kernel, problem, seed)  # returns at once; see TrialRunner.prefetch
 
     def forget(self, kernel: str, problem: Problem, seed: int = 0) -> None:
-        self.bench.forget(kernel, problem, seed)  # returns at once; see TrialBench.forget
+        self.runner.forget(kernel, problem, seed)  # returns at once; see TrialRunner.forget
 
     def precompile(self, kernel: str, problem: Problem, schedules: list, seed: int = 0) -> int:
-        return self.bench.precompile(kernel, problem, schedules, seed)  # returns at once
+        return self.runner.precompile(kernel, problem, schedules, seed)  # returns at once
 
     def inputs_held(self) -> list[tuple[str, str, int]]:
-        return self.bench.inputs_held()
+        return self.runner.inputs_held()
 
     def stage_times(self) -> dict:
-        return self.bench.stage_times()
+        return self.runner.stage_times()
 
     def run(self, fn: Callable[[Device, Any], Any], item: Any) -> Any:
-        with self.bench.exclusive() as device:  # never beside another call's GPU work
+        with self.runner.exclusive() as device:  # never beside another call's GPU work
             return fn(device, item)

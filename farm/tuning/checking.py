@@ -1,7 +1,7 @@
 """Certification off the GPU thread: a timed trial waiting for its comparison, and the
 checker thread's work.
 
-farm.tuning.bench's trial loop queues a trial's run (outputs copied to staging buffers in
+farm.tuning.runner's trial loop queues a trial's run (outputs copied to staging buffers in
 the same submission), times it, and hands the outputs to a checker thread
 (`read_and_compare`) while the GPU goes on to the next trials. Until that comparison ends
 the trial is a `PendingTrial`: its timing counts only if the outputs match the reference,
@@ -40,7 +40,7 @@ def read_and_compare(pending: PendingRead, spec: KernelSpec, problem: Problem, e
 class PendingTrial:
     """A trial timed on the GPU whose comparison with the reference is still running.
     `make_result(key, status, message, timing=None, metrics=None)` builds the TrialResult
-    (the bench's, stamped with its host and worker id)."""
+    (the runner's, stamped with its host and worker id)."""
 
     make_result: Callable[..., TrialResult]
     key: TrialKey

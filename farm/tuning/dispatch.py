@@ -3,7 +3,7 @@
 Jobs go out in small batches, at most `max_in_flight` per worker, and come back through
 `ray.wait`. A worker is a threaded actor (farm.tuning.actors.ACTOR_THREADS): its next batch
 compiles and is timed while the previous one finishes its comparisons (see
-farm.tuning.bench), so two batches may be under way at once and a fault can't be pinned on
+farm.tuning.runner), so two batches may be under way at once and a fault can't be pinned on
 the oldest one by itself. The rules:
 
 - a batch running past `trial_timeout_s` per job: the actor is killed and replaced; a

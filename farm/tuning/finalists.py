@@ -1,6 +1,6 @@
 """The final choice between close finalists, as pure functions over paired round measurements.
 
-A re-measurement (farm.tuning.bench.TrialBench.remeasure_rounds) times the finalists
+A re-measurement (farm.tuning.runner.TrialRunner.remeasure_rounds) times the finalists
 interleaved, one median of `reps` dispatches per finalist per round; round i of two
 finalists ran back to back, so their ratio cancels the drift both saw. For each finalist
 against the leader (the least median over rounds) we take the per-round ratios

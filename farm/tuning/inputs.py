@@ -1,5 +1,5 @@
 """A tuning worker's inputs: per (kernel, problem, seed) the generated arrays, their device
-buffers and the numpy references, each made once (farm.tuning.bench's TrialBench holds one
+buffers and the numpy references, each made once (farm.tuning.runner's TrialRunner holds one
 `InputStore`).
 
 Inputs are generated on first use by exactly one thread (a lock per key: two batches never

@@ -49,7 +49,7 @@ class StageTimes:
 
 
 def format_stage_report(report: dict) -> str:
-    """A `TrialBench.stage_times()` report as "stage ms/trial" pairs, stages sorted."""
+    """A `TrialRunner.stage_times()` report as "stage ms/trial" pairs, stages sorted."""
     trials = max(1, report.get("trials", 0))
     return ", ".join(f"{k} {1e3 * v / trials:.0f}" for k, v in sorted(report.get("seconds", {}).items()))
 

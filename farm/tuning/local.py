@@ -1,7 +1,7 @@
 """`farm.tune_kernel`: tune one kernel in this process, on the local adapter, without Ray.
 
-For notebooks and scripts: the same trial core as a Ray worker (farm.tuning.bench's
-TrialBench: every candidate certified against the reference, then timed), the same
+For notebooks and scripts: the same trial core as a Ray worker (farm.tuning.runner's
+TrialRunner: every candidate certified against the reference, then timed), the same
 strategies (farm.tuning.search) and the same winner rule as a campaign (the best few
 certified schedules and the default re-measured interleaved; the best median wins).
 Nothing is stored unless `db=` names a database (then trials, winners and a campaign row
@@ -22,10 +22,10 @@ from farm.schedule import Problem, Schedule, Status
 from farm.store import WinnerRecord
 from farm.trial import TrialResult
 from farm.tuning import search as strategies
-from farm.tuning.bench import TrialBench
 from farm.tuning.job import Job
 from farm.tuning.plan import parse_dims
 from farm.tuning.problems import check_problem
+from farm.tuning.runner import TrialRunner
 from farm.tuning.search import Budget
 
 
@@ -89,7 +89,7 @@ def tune_kernel(
         _check(spec, problem, problem.key(), profile)
     problems = problems or spec.default_problems(profile)
     search = strategies.strategy(strategy)
-    bench = TrialBench(device, "local", compile_ahead=True)
+    bench = TrialRunner(device, "local", compile_ahead=True)
     trials: list[TrialResult] = []
     winners: dict[str, Winner] = {}
     try:

@@ -131,7 +131,7 @@ class WorkerPool(BatchDispatch):
         return {name: dict(slot.report) for name, slot in self._slots.items()}
 
     def stage_times(self) -> dict[str, dict]:
-        """{worker slot: its TrialBench.stage_times()} for the live workers."""
+        """{worker slot: its TrialRunner.stage_times()} for the live workers."""
         slots = list(self._slots.values())
         refs = [slot.actor.stage_times.remote() for slot in slots]
         return {slot.name: times for slot, times in zip(slots, self._ray.get(refs), strict=True)}
@@ -173,7 +173,7 @@ class WorkerPool(BatchDispatch):
     # -- inputs ahead and behind ------------------------------------------------------
     def prefetch(self, kernel: str, problem: Problem, seed: int = 0, topology: str | None = None) -> None:
         """Ask the workers (of `topology`) to generate `problem`'s inputs and reference in
-        the background (TrialBench.prefetch); returns at once. A worker replaced meanwhile
+        the background (TrialRunner.prefetch); returns at once. A worker replaced meanwhile
         just generates them at its first trial."""
         for slot in self._slots_for(topology):
             slot.actor.prefetch.remote(kernel, problem, seed)
@@ -182,13 +182,13 @@ class WorkerPool(BatchDispatch):
         self, kernel: str, problem: Problem, schedules: list, seed: int = 0, topology: str | None = None
     ) -> None:
         """Ask the workers (of `topology`) to compile these schedules' pipelines ahead
-        (TrialBench.precompile: the search's likely next picks); returns at once."""
+        (TrialRunner.precompile: the search's likely next picks); returns at once."""
         for slot in self._slots_for(topology):
             slot.actor.precompile.remote(kernel, problem, schedules, seed)
 
     def forget(self, kernel: str, problem: Problem, seed: int = 0, topology: str | None = None) -> None:
         """Ask the workers (of `topology`) to drop `problem`'s inputs and buffers
-        (TrialBench.forget); returns at once."""
+        (TrialRunner.forget); returns at once."""
         for slot in self._slots_for(topology):
             slot.actor.forget.remote(kernel, problem, seed)
 
@@ -207,7 +207,7 @@ class WorkerPool(BatchDispatch):
         rounds: int = 5,
         seed: int = 0,
     ) -> dict[str, Timing | None]:
-        """Interleaved re-measurement of `schedules` on one worker (see TrialBench.remeasure).
+        """Interleaved re-measurement of `schedules` on one worker (see TrialRunner.remeasure).
 
         Raises WorkerFailure when it runs past the trial timeout per schedule and round
         (the worker is replaced) or the worker dies."""
@@ -227,7 +227,7 @@ class WorkerPool(BatchDispatch):
         noise: float = 0.01,
     ) -> dict[str, list[float] | None]:
         """Per-round medians of an interleaved re-measurement, with rounds added up to
-        `max_rounds` for finalists not yet separated (TrialBench.remeasure_rounds); the
+        `max_rounds` for finalists not yet separated (TrialRunner.remeasure_rounds); the
         same failure rules as `remeasure`, its time limit counted over `max_rounds`."""
         slot = self._slots[worker_id]
         ref = slot.actor.remeasure_rounds.remote(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)

@@ -1,6 +1,6 @@
 """What one tuning worker does with its device, without Ray: turn jobs into trial results.
 
-`TrialBench` owns one `farm.gpu.Device` for its life, and its inputs in an
+`TrialRunner` owns one `farm.gpu.Device` for its life, and its inputs in an
 `farm.tuning.inputs.InputStore`: per (kernel, problem, seed) generated once (ahead of the
 problem's first trial when asked to `prefetch`), uploaded once and kept until the campaign
 says to `forget` them, the numpy reference computed once on a thread of its own,
@@ -28,7 +28,7 @@ Failures become typed results: InvalidSchedule -> invalid_schedule, compile/pipe
 GpuError -> compile_error, any other GpuError -> runtime_error, outputs outside
 tolerance -> wrong_result. Anything else is a bug in a kernel spec and propagates.
 
-`farm.tuning.actors.GpuWorker` wraps a TrialBench in a Ray actor; a trial waiting for its
+`farm.tuning.actors.GpuWorker` wraps a TrialRunner in a Ray actor; a trial waiting for its
 comparison is a farm.tuning.checking.PendingTrial; the Job and StageTimes are farm.tuning.job's.
 """
 
@@ -72,13 +72,13 @@ RECHECK_BAR = 1.03
 REMEASURE_LEAST_S = 0.3
 REMEASURE_WARM_S = 1.0
 CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per worker
-# Hinted compiles (TrialBench.precompile: the search's likely next picks) run on threads of
+# Hinted compiles (TrialRunner.precompile: the search's likely next picks) run on threads of
 # their own, never ahead of a batch's compile-ahead; at most HINTED_MAX outstanding.
 HINT_THREADS = max(1, min(4, (os.cpu_count() or 2) // 4))
 HINTED_MAX = 8
 
 
-class TrialBench:
+class TrialRunner:
     """Runs jobs on one device with inputs kept uploaded; see the module docstring."""
 
     def __init__(self, device: Device, worker_id: str = "local", compile_ahead: bool = True):
@@ -167,7 +167,7 @@ class TrialBench:
         self.inputs.forget(kernel, problem, seed)
 
     def inputs_held(self) -> list[tuple[str, str, int]]:
-        """The (kernel, problem key, seed) whose inputs this bench holds now."""
+        """The (kernel, problem key, seed) whose inputs this runner holds now."""
         return self.inputs.held()
 
     @contextmanager
