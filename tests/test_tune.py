@@ -288,7 +288,7 @@ def test_tune_gpus_flag_takes_a_positive_count(capsys):
 
 
 def test_pool_refuses_a_gpu_cap_below_one():
-    from farm.tuning.pool import WorkerPool
+    from farm.tuning.workers import WorkerPool
 
     with pytest.raises(ValueError, match="gpus=0"):
         WorkerPool(allow_cpu=True, gpus=0)

@@ -4,7 +4,7 @@ Per case: time the op-by-op baseline, the fused kernel and the runtime path (all
 `farm.recurrent`), compare full outputs and stepwise states, then write Markdown, CSVs
 and JSON in the reference sweep's layouts and record the run in SQL and Parquet (both in
 `farm.recurrent.report`). `run_case(device, case, config)` is the
-unit farm.tuning.pool fans out; `run_sweep(config)` drives the whole sweep.
+unit farm.tuning.workers fans out; `run_sweep(config)` drives the whole sweep.
 """
 
 from __future__ import annotations
@@ -208,12 +208,12 @@ def adapter_line(device: Device) -> str:
 
 
 def _fan_out(config: SweepConfig) -> tuple[list[dict], str, dict, dict] | None:
-    """Cases over farm.tuning.pool.WorkerPool when it exists; None means run locally."""
+    """Cases over farm.tuning.workers.WorkerPool when it exists; None means run locally."""
     import importlib.util
 
-    if importlib.util.find_spec("farm.tuning.pool") is None:
+    if importlib.util.find_spec("farm.tuning.workers") is None:
         return None
-    from farm.tuning.pool import WorkerPool
+    from farm.tuning.workers import WorkerPool
 
     # One case in flight per worker: two cases sharing a GPU would skew each other's timings.
     with WorkerPool(allow_cpu=config.allow_cpu, trial_timeout_s=CASE_TIMEOUT_S, max_in_flight=1) as pool:
@@ -247,7 +247,7 @@ def _landed(records, total: int) -> list[dict]:
 
 
 def run_sweep(config: SweepConfig, fan_out: bool = True) -> dict:
-    """Run every case (over the worker pool when farm.tuning.pool exists and `fan_out`),
+    """Run every case (over the worker pool when farm.tuning.workers exists and `fan_out`),
     build the report, print the Markdown, write the artifacts, record to SQL when
     farm.store has record_sweep. Returns the report (the JSON artifact's content)."""
     config = config.normalized()

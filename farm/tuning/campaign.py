@@ -50,10 +50,10 @@ from farm.tuning.finalists import TunedWinner, decide
 from farm.tuning.heartbeat import Heartbeat
 from farm.tuning.job import Job
 from farm.tuning.plan import Task, TuneConfig, notice_cpu, plan
-from farm.tuning.pool import WorkerFailure, WorkerPool
 from farm.tuning.recording import TrialRecorder, result_from_row
 from farm.tuning.report import Progress, failure_summary, format_stage_times, format_task_totals, format_workers
 from farm.tuning.search import POLISH_ROUNDS, Budget, strategy
+from farm.tuning.workers import WorkerFailure, WorkerPool
 
 SIBLING_SEEDS = 4  # this campaign's winners of a kernel's other problems tried first on the next one
 # Problems ahead whose inputs and reference the workers generate in the background. One ahead

@@ -21,7 +21,7 @@ from farm.schedule import Schedule
 from farm.store import WinnerRecord
 from farm.trial import TrialResult
 from farm.tuning.job import format_stage_report
-from farm.tuning.pool import WorkerPool
+from farm.tuning.workers import WorkerPool
 
 
 class Progress:

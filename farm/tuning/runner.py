@@ -14,7 +14,7 @@ most MAX_PENDING comparisons or PENDING_BYTES of held outputs outstanding per ba
 timing of a schedule that fails its comparison is discarded). An idle GPU drops its
 clocks, so a CPU-bound loop of compare-then-time would measure slow clocks and waste the GPU.
 
-Batches overlap: `evaluate` may be called from several threads (`farm.tuning.actors.GpuWorker`
+Batches overlap: `evaluate` may be called from several threads (`farm.tuning.workers.GpuWorker`
 is a threaded actor with two batches in flight). One lock (the GPU lock) serializes
 everything that uses the GPU: a batch's trial loop from its first trial to its last,
 `remeasure`, and `exclusive()` (sweep work); two timings never share the GPU. A batch
@@ -28,7 +28,7 @@ Failures become typed results: InvalidSchedule -> invalid_schedule, compile/pipe
 GpuError -> compile_error, any other GpuError -> runtime_error, outputs outside
 tolerance -> wrong_result. Anything else is a bug in a kernel spec and propagates.
 
-`farm.tuning.actors.GpuWorker` wraps a TrialRunner in a Ray actor; a trial waiting for its
+`farm.tuning.workers.GpuWorker` wraps a TrialRunner in a Ray actor; a trial waiting for its
 comparison is a farm.tuning.checking.PendingTrial; the Job and StageTimes are farm.tuning.job's.
 """
 

@@ -32,9 +32,9 @@ from farm.tuning.campaign import Campaign
 from farm.tuning.device_lock import device_locks
 from farm.tuning.heartbeat import Heartbeat
 from farm.tuning.plan import TuneConfig
-from farm.tuning.pool import WorkerPool
 from farm.tuning.problems import check_problem
 from farm.tuning.report import format_workers
+from farm.tuning.workers import WorkerPool
 
 SHORT = 12
 
