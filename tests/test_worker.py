@@ -325,7 +325,7 @@ def test_a_prefetch_never_waits_behind_a_forget_that_waits_for_the_gpu(runner):
 
 def test_each_trial_is_timed_against_the_best_certified_median_of_its_problem(runner, monkeypatch):
     # the bar for re-timing a competitive trial measured at a slightly low clock
-    # (farm.gpu.timing.RECHECK_TOLERANCE): the problem's best certified median x RECHECK_BAR;
+    # (farm.gpu.device.RECHECK_TOLERANCE): the problem's best certified median x RECHECK_BAR;
     # a wrong result's timing never sets it, and another problem has its own
     from farm.oracle.launch import Prepared
 

@@ -33,7 +33,7 @@ from farm import catalog
 from farm.cli.bench_report import BenchRow, by_problem, print_rows, vendor_speed, write_results
 from farm.cli.vendor import FP32_MATMUL, median_call_ns, set_vendor_fp32, vendor_fn, vendor_kernel_ns
 from farm.gpu import Device, Timing, refuse_cpu
-from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
+from farm.gpu.device import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
 from farm.schedule import Problem, Schedule

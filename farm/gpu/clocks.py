@@ -1,5 +1,5 @@
 """The clock check: whether the GPU ran a timing at its clocks, read from a tiny fixed
-kernel timed right after it (`ClockCheck`; farm.gpu.timing re-times a timing it finds slow).
+kernel timed right after it (`ClockCheck`; farm.gpu.device re-times a timing it finds slow).
 
 On the H200 (2026-12-01) whole runs of a campaign's trials read 1.2-2.4x slow: the
 GPU had dropped its clocks while the host fed it only now and then (a host thread holding
@@ -9,7 +9,7 @@ the clock does: one workgroup running a dependent loop, timed by GPU timestamps 
 submission of its own once the timing's reads are done (the queue is empty then, so it
 overlaps nothing). Its best time on this device is its time at full clocks; a check that
 reads more than CLOCK_TOLERANCE over that best says the timing before it ran slow. Only
-timings shorter than farm.gpu.timing's CLOCK_CHECK_MAX_S are checked: long reps keep the
+timings shorter than farm.gpu.device's CLOCK_CHECK_MAX_S are checked: long reps keep the
 clocks up themselves, and a GPU held at its power limit by them is timed as it runs.
 """
 
@@ -46,7 +46,7 @@ CANARY_WGSL = _dependent_loop(64, CANARY_STEPS)
 # The heater (ClockCheck.heater): the same kind of loop in HEATER_GROUPS workgroups of 256,
 # enough to fill every SM of an H200 (132 SMs x 8), ~0.1 ms a dispatch there. Run before a
 # re-timing, and while the canary reads slow before a report's timing or a re-measurement
-# (farm.gpu.timing, farm.tuning.runner): in the recurrent sweep 2.2 s of a 15-25 us
+# (farm.gpu.device, farm.tuning.runner): in the recurrent sweep 2.2 s of a 15-25 us
 # kernel's own dispatches (8-96 workgroups) left the canary 1.4-2.1x slow, where the long
 # cases' 200-770 us kernels brought it to 1.0 in 0.5 s (NOTES, session 13).
 HEATER_STEPS = 4096

@@ -17,7 +17,7 @@ import numpy as np
 from farm import catalog
 from farm.catalog.recurrent import sweep_decay
 from farm.gpu import Device, nvidia, refuse_cpu
-from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
+from farm.gpu.device import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle.compare import error_metrics
 from farm.recurrent.cases import SweepCase, SweepConfig, default_cases, long_cases, merge_cases
 from farm.recurrent.paths import BaselinePlan, fused_calls, prepare_fused, recurrent_problem

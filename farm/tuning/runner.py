@@ -64,7 +64,7 @@ COMPILE_AHEAD = max(4, min(8, (os.cpu_count() or 2) // 2))
 MAX_PENDING = 64
 PENDING_BYTES = 2 << 30
 # A trial the clock check read slightly slow is timed again when, scaled by the canary, it
-# comes within this factor of the problem's best certified median (farm.gpu.timing.RECHECK_TOLERANCE)
+# comes within this factor of the problem's best certified median (farm.gpu.device.RECHECK_TOLERANCE)
 RECHECK_BAR = 1.03
 # Before the interleaved re-measurement, unless the GPU is hot: REMEASURE_LEAST_S of the first
 # finalist's dispatches, then the clock canary's heater while it reads slow, REMEASURE_WARM_S

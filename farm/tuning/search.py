@@ -161,7 +161,7 @@ def model_based(
     (session 18): 76-85 to 88-96 of 100 there, and on the H200 fft landscape (n=1024 x 16384,
     335 schedules) 57 to 81, for 6-8 more trials (its best, radix 16 wg64 T1, is two knobs
     from radix 16 wg128 T2, 3.5% slower, and the one knob between read 2.2x slow: a
-    misread trial; on the landscape measured again after farm.gpu.timing's re-timing fix
+    misread trial; on the landscape measured again after farm.gpu.device's re-timing fix
     both polishes find the best in 100 of 100, so what the sweep buys is recovery from a
     misread neighbour); at most 3 x 12 = 36. `hint` gets each round's next-ranked neighbours.
     """
