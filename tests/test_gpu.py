@@ -397,18 +397,6 @@ def test_a_second_device_is_independent():
     assert d.profile.topology_hash() == Device().profile.topology_hash()
 
 
-def test_a_device_requires_the_extra_features_asked_for_and_names_the_absent_ones():
-    adapter = choose_adapter()
-    defaults = ("timestamp-query", "subgroup", "shader-f16")
-    extra = next(f for f in sorted(adapter.features) if f not in defaults)
-    device = Device(adapter, features=(extra,))
-    assert extra in device.device.features
-    assert all(f in device.device.features for f in defaults if f in adapter.features)  # the defaults stay
-    assert extra not in Device().device.features  # not asked for, not there
-    with pytest.raises(GpuError, match="device failed: the adapter lacks the feature.s. no-such-feature"):
-        Device(choose_adapter(), features=("no-such-feature",))
-
-
 COUNTER = """
 @group(0) @binding(0) var<storage, read_write> out: array<f32>;
 @compute @workgroup_size(1) fn main() { out[0] = out[0] + 1.0; }

@@ -208,19 +208,13 @@ class Pipeline:
 class Device:
     """One wgpu device + queue with a pipeline cache and buffer byte accounting."""
 
-    def __init__(self, adapter=None, features: tuple[str, ...] = ()):
-        """`features`: adapter features to require besides timestamp-query, subgroup and
-        shader-f16 (asked for where the adapter has them), e.g. ("cooperative-matrix",) for
-        benchmarks/coop_gemm.py; one the adapter lacks is a GpuError at step "device"."""
+    def __init__(self, adapter=None):
         import wgpu
 
         self._wgpu = wgpu
         self.adapter = adapter if adapter is not None else choose_adapter()
         self.profile = HardwareProfile.from_adapter(self.adapter)
-        if missing := [f for f in features if f not in self.adapter.features]:
-            raise GpuError("device", f"the adapter lacks the feature(s) {', '.join(missing)}")
-        defaults = [f for f in ("timestamp-query", "subgroup", "shader-f16") if f in self.adapter.features]
-        features = defaults + [f for f in features if f not in defaults]
+        features = [f for f in ("timestamp-query", "subgroup", "shader-f16") if f in self.adapter.features]
         limits = {k: self.adapter.limits[k] for k in TOPOLOGY_LIMITS if k in self.adapter.limits}
         try:
             self.device = self.adapter.request_device_sync(required_features=features, required_limits=limits)
