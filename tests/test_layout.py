@@ -28,6 +28,7 @@ MAX_LINES = 400
 # Modules over MAX_LINES that are one idea, each with its reason in its docstring.
 ONE_IDEA = {
     "farm/gpu/device.py",
+    "farm/runtime/forge.py",
     "farm/tuning/workers.py",
 }
 
