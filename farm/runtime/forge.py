@@ -38,7 +38,7 @@ from farm.runtime.arrays import DeviceArray, check_host_array
 from farm.runtime.calls import Caller
 from farm.runtime.plans import check_host_out, check_out
 from farm.runtime.pool import BufferPool
-from farm.runtime.requests import Winners
+from farm.runtime.requests import WinnerCache
 from farm.runtime.validation import (
     array_shape,
     as_array,
@@ -135,7 +135,7 @@ class ForgeRuntime:
         self._schedules = Path(schedules) if schedules is not None else None
         self._lookups: dict[tuple[str, str], tuple[Schedule, str]] = {}
         self._warned: set[tuple[str, ...]] = set()
-        self.stored = Winners(db, self._schedules, self.topology_hash, request_tuning, self._warn)
+        self.winner_cache = WinnerCache(db, self._schedules, self.topology_hash, request_tuning, self._warn)
         if self._schedules is not None:
             check_schedules_path(self._schedules)  # FileNotFoundError; ValueError for a directory
             self.winners()  # a malformed file fails here, not in the first kernel call
@@ -143,7 +143,7 @@ class ForgeRuntime:
     # -- schedules ----------------------------------------------------------------------
     def winners(self) -> list[Candidate]:
         """Every stored winner (read once per runtime, again after a miss: farm.runtime.requests)."""
-        return self.stored.get()
+        return self.winner_cache.get()
 
     def tuned_schedule(self, kernel: str, problem: Problem | dict | None = None) -> tuple[Schedule, str]:
         """The schedule a call for (`kernel`, `problem`) uses and where it came from:
@@ -171,7 +171,7 @@ class ForgeRuntime:
             if lookup.warning:
                 self._warn(key, lookup.warning)
             cached = (lookup.schedule, lookup.source)
-            self.stored.missed(spec, problem, lookup.source)
+            self.winner_cache.missed(spec, problem, lookup.source)
             if len(self._lookups) >= _MAX_CACHED_LOOKUPS:
                 self._lookups.clear()
             self._lookups[key] = cached
@@ -475,7 +475,7 @@ class ForgeRuntime:
         to_device = bool(out) or DeviceArray in map(type, inputs.values())
         recent = (kernel, tuple(dims.values()), schedule, tuple(inputs), layout)
         with self._lock:
-            if self.stored.refreshed():  # new winners read after a miss: look the schedules up again
+            if self.winner_cache.refreshed():  # new winners read after a miss: look the schedules up again
                 self._lookups = {}
                 self._caller.forget_recent()  # plans chosen by the old lookups
             plan = self._caller.recent(recent)
