@@ -8,8 +8,8 @@ import random
 import pytest
 
 from farm.schedule import Schedule
+from farm.store import WinnerRecord
 from farm.tuning.finalists import (
-    TunedWinner,
     compare,
     decide,
     measure_until_resolved,
@@ -122,7 +122,7 @@ def test_a_tuned_winner_shows_its_margin_and_spread_in_the_table_and_summary(tmp
     from farm.tuning.report import format_winners_table
 
     decision = dict(p20_ns=1990.0, p80_ns=2030.0, rounds=7, runner_up=B, runner_up_ns=2010.0, margin=0.004)
-    w = TunedWinner("t", "gemv", "m=8,n=8", "s", A, 2000.0, 5000.0, 2.5, **decision, margin_low=-0.002,
+    w = WinnerRecord("t", "gemv", "m=8,n=8", "s", A, 2000.0, 5000.0, 2.5, **decision, margin_low=-0.002,
                     margin_high=0.009, tie=True)  # fmt: skip
     row = format_winners_table([w]).splitlines()[2]
     assert "1.99-2.03" in row and "tie +0.4% [-0.2, +0.9] (7 rounds)" in row

@@ -9,9 +9,9 @@ import json
 from farm import catalog, store
 from farm.gpu import Timing
 from farm.schedule import Problem, Status
+from farm.store import WinnerRecord
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 from farm.tuning.campaign import Campaign
-from farm.tuning.finalists import TunedWinner
 from farm.tuning.plan import TuneConfig
 
 CONFIG = TuneConfig(kernels=("gemv",), sizes={"gemv": [Problem.of(m=40, n=24)]}, budget=6, reps=2, rounds=3)
@@ -48,7 +48,7 @@ def test_a_clear_winner_then_a_tie_that_keeps_it(device, tmp_path):
     finalists, rounds, max_rounds, noise = first_pool.asked[0]
     assert (rounds, max_rounds, noise) == (3, CONFIG.max_rounds, CONFIG.noise)
     assert spec.default.key() in finalists and CONFIG.finalists <= len(finalists) <= CONFIG.finalists + 1
-    assert isinstance(first, TunedWinner) and first.tie and first.schedule_key == spec.default.key()
+    assert isinstance(first, WinnerRecord) and first.tie and first.schedule_key == spec.default.key()
     (stored,) = store.winners(db, kernel="gemv")  # the decision is in SQL too (revision 0005)
     assert (stored.tie, stored.rounds, stored.runner_up, stored.margin) == (True, 3, first.runner_up, first.margin)
     assert stored.runner_up in finalists and stored.p20_ns == stored.p80_ns == 1000.0

@@ -46,7 +46,7 @@ from farm.store import parquet as artifacts
 from farm.store.repo import STALE_AFTER_S, interrupt_stale_campaigns
 from farm.trial import TrialResult
 from farm.tuning.device_lock import device_locks
-from farm.tuning.finalists import TunedWinner, decide
+from farm.tuning.finalists import decide
 from farm.tuning.heartbeat import Heartbeat
 from farm.tuning.job import Job
 from farm.tuning.plan import Task, TuneConfig, notice_cpu, plan
@@ -261,7 +261,7 @@ class Campaign:
         """The best few certified trials of this problem (any campaign's), the default and the
         stored winner, re-measured interleaved with rounds added to separate close ones, and
         chosen by farm.tuning.finalists.decide (a tie within config.noise keeps the stored
-        winner, else the default, else the simplest); stored, and returned as a TunedWinner."""
+        winner, else the default, else the simplest); stored, and returned as a WinnerRecord."""
         spec = catalog.get(task.kernel)
         rows = store.recorded_schedules(self.db, task.topology, task.kernel, spec.source_hash(), task.problem.key())
         certified = sorted((r for r in rows.values() if r["status"] == "ok" and r["median_ns"]), key=_median)
@@ -288,7 +288,7 @@ class Campaign:
         best = decision.timings[decision.winner]
         default = decision.timings.get(spec.default.key())
         runner_up = decision.timings.get(decision.runner_up) if decision.runner_up else None
-        record = TunedWinner(
+        record = WinnerRecord(
             topology_hash=task.topology,
             kernel=task.kernel,
             problem_key=task.problem.key(),

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 
 from farm.gpu import Timing
 from farm.schedule import Schedule
-from farm.store import WinnerRecord
 
 CONFIDENCE = 0.9  # coverage of the sign-test interval on the median ratio
 # Beyond the noise band, the margin a verdict needs while there are fewer paired rounds than
@@ -221,12 +220,6 @@ def decide(
     return dataclasses.replace(
         decision, runner_up=runner_up, margin=c.ratio - 1, margin_low=c.low - 1, margin_high=c.high - 1
     )
-
-
-# A campaign's winner with its decision: the WinnerRecord fields p20_ns/p80_ns (over the
-# re-measurement's rounds), rounds, runner_up/runner_up_ns, margin (see `Decision`) and
-# tie, all stored in SQL since revision 0005 (the name is kept for the callers that use it).
-TunedWinner = WinnerRecord
 
 
 def interleaved_timings(samples: dict[str, list[float] | None]) -> dict[str, Timing | None]:
