@@ -23,7 +23,7 @@ from farm.store.repo import STALE_AFTER_S, campaign_status, interrupt_stale_camp
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 from farm.tuning.campaign import HEARTBEAT_S, Campaign
 from farm.tuning.heartbeat import Heartbeat
-from farm.tuning.plan import TuneConfig
+from farm.tuning.tasks import TuneConfig
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from farm.gpu import Device
 from farm.schedule import Problem, Schedule, Status
 from farm.store import WinnerRecord
 from farm.trial import TrialKey, TrialResult
-from farm.tuning.plan import CPU_BUDGET, TuneConfig, parse_sizes, plan
 from farm.tuning.recording import result_from_row
 from farm.tuning.report import Progress, format_winners_table
+from farm.tuning.tasks import CPU_BUDGET, TuneConfig, parse_sizes, plan
 
 
 def test_parse_sizes_reads_several_kernels_and_repeats():
@@ -341,7 +341,7 @@ def test_a_problem_first_tries_this_campaigns_winners_of_the_kernels_other_probl
     trial of, never the default again), and a campaign of two problems records them."""
     from farm import catalog, store
     from farm.tuning.campaign import SIBLING_SEEDS, Campaign
-    from farm.tuning.plan import Task
+    from farm.tuning.tasks import Task
 
     spec = catalog.get("gemv")
     problem = Problem.of(m=40, n=24)

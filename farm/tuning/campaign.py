@@ -1,14 +1,14 @@
 """The campaign: kernels x problems x schedule candidates, per topology, into SQL + Parquet.
 
 For every topology the pool's workers report, and every (kernel, problem) of the
-campaign (farm.tuning.plan), the default schedule is tried first, then a strategy
+campaign (farm.tuning.tasks), the default schedule is tried first, then a strategy
 (farm.tuning.search) proposes batches from the kernel's schedule space within the budget.
 Trial keys already in the database are not run again: their recorded results are replayed
 to the strategy, which is what makes a re-run of a killed campaign resume where it
 stopped; the model strategy also gets them all as its warm start (any campaign's trials of
 this topology, kernel, source and problem seed its models and count against the budget, a
 cap it may stop short of: config.adaptive, and that may grow with the space, spent past the
-plan only while the search improves: farm.tuning.plan), and so do the winners of this
+plan only while the search improves: farm.tuning.tasks), and so do the winners of this
 campaign's earlier problems of the same kernel (SIBLING_SEEDS of them, tried right after the
 default: a neighbouring problem's winner is a better first guess than a random schedule).
 Results are recorded as they arrive
@@ -49,10 +49,10 @@ from farm.tuning.device_lock import device_locks
 from farm.tuning.finalists import decide
 from farm.tuning.heartbeat import Heartbeat
 from farm.tuning.job import Job
-from farm.tuning.plan import Task, TuneConfig, notice_cpu, plan
 from farm.tuning.recording import TrialRecorder, result_from_row
 from farm.tuning.report import Progress, failure_summary, format_stage_times, format_task_totals, format_workers
 from farm.tuning.search import POLISH_ROUNDS, Budget, strategy
+from farm.tuning.tasks import Task, TuneConfig, notice_cpu, plan
 from farm.tuning.workers import WorkerFailure, WorkerPool
 
 SIBLING_SEEDS = 4  # this campaign's winners of a kernel's other problems tried first on the next one

@@ -23,10 +23,10 @@ from farm.store import WinnerRecord
 from farm.trial import TrialResult
 from farm.tuning import search as strategies
 from farm.tuning.job import Job
-from farm.tuning.plan import parse_dims
 from farm.tuning.problems import check_problem
 from farm.tuning.runner import TrialRunner
 from farm.tuning.search import Budget
+from farm.tuning.tasks import parse_dims
 
 
 @dataclass

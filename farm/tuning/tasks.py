@@ -5,7 +5,7 @@ it into one `Task` per (kernel, problem) for a topology, each with the schedules
 run on that adapter and its trial budget (capped at CPU_BUDGET on a CPU adapter, with
 `notice_cpu` saying so).
 
-Budgets that scale with the space (issue 21): without `--budget`, `farm tune` asks for
+Budgets that scale with the space: without `--budget`, `farm tune` asks for
 DEFAULT_BUDGET trials with `space_share` SPACE_SHARE, and the model search's cap grows to
 that share of the problem's valid schedules (`Task.budget`), while the trials past
 DEFAULT_BUDGET (`Task.extend_after`) are spent only while the search still improves on its
@@ -28,8 +28,8 @@ from farm.tuning.problems import check_problem
 CPU_BUDGET = 8  # schedules per (kernel, problem) on a CPU adapter, besides the default
 DEFAULT_BUDGET = 64  # trials per (kernel, problem) for `farm tune` and `farm serve` unless --budget says otherwise
 # Without --budget, `farm tune`'s model search may grow its cap to this share of the valid
-# schedules (spending past DEFAULT_BUDGET only while it still improves): ternary_gemv's 369
-# H200 schedules get up to 123 trials, gemm's 785 up to 262; spaces under 192 keep 64.
+# schedules (spending past DEFAULT_BUDGET only while it still improves): a space of 369
+# valid schedules gets up to 123 trials; spaces under 192 keep 64.
 SPACE_SHARE = 1 / 3
 
 
