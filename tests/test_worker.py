@@ -9,7 +9,6 @@ import pytest
 import farm.tuning.runner as runner_module
 from farm import catalog
 from farm.schedule import Schedule, Status
-from farm.tuning import checking
 from farm.tuning.job import Job
 from farm.tuning.runner import TrialRunner
 
@@ -103,7 +102,7 @@ def test_two_batches_from_two_threads_overlap_but_never_share_the_gpu(runner, mo
     order: list[str] = []  # batch of each trial, in the order the trials ran
     b_compiled_while_a_on_gpu: list[bool] = []
     drained_under_lock: list[bool] = []
-    real_trial, real_ahead, real_result = fresh._trial, fresh._compile_ahead, checking.PendingTrial.result
+    real_trial, real_ahead, real_result = fresh._trial, fresh._compile_ahead, runner_module.PendingTrial.result
 
     def trial(job, ahead):
         assert fresh._gpu.locked()
@@ -126,7 +125,7 @@ def test_two_batches_from_two_threads_overlap_but_never_share_the_gpu(runner, mo
 
     monkeypatch.setattr(fresh, "_trial", trial)
     monkeypatch.setattr(fresh, "_compile_ahead", compile_ahead)
-    monkeypatch.setattr(checking.PendingTrial, "result", result)
+    monkeypatch.setattr(runner_module.PendingTrial, "result", result)
     got: dict[str, list] = {}
     thread_a = threading.Thread(target=lambda: got.update(A=fresh.evaluate(batch_a)), name="A")
     thread_b = threading.Thread(target=lambda: got.update(B=fresh.evaluate(batch_b)), name="B")
@@ -204,10 +203,10 @@ def test_held_bytes_count_only_comparisons_still_running():
     done, running = Future(), Future()
     done.set_result(None)
     pending = [
-        checking.PendingTrial(None, None, done, None, 100),
-        checking.PendingTrial(None, None, running, None, 7),
+        runner_module.PendingTrial(None, None, done, None, 100),
+        runner_module.PendingTrial(None, None, running, None, 7),
     ]
-    assert checking.held_bytes(pending) == 7
+    assert runner_module.held_bytes(pending) == 7
 
 
 def test_remeasure_rounds_returns_paired_rounds_and_adds_them_only_for_close_finalists(runner):
@@ -224,10 +223,9 @@ def test_remeasure_rounds_returns_paired_rounds_and_adds_them_only_for_close_fin
 
 def test_the_re_measurement_warms_the_first_finalist_then_the_heater_unless_the_gpu_is_hot(runner, monkeypatch):
     """Its rounds decide between close finalists, so they run at the clocks: REMEASURE_LEAST_S
-    of the first finalist, then the canary's heater while it reads slow (session 13: a
-    few-workgroup kernel's own dispatches left the H200's clocks low)."""
+    of the first finalist, then the canary's heater while it reads slow (a few-workgroup
+    kernel's own dispatches may leave the clocks low)."""
     from farm.oracle.launch import Prepared
-    from farm.tuning import runner as runner_module
 
     warms = []
     monkeypatch.setattr(Prepared, "warm_until_clocks", lambda self, *a, **kw: warms.append((a, kw)) or 0.0)
