@@ -1,7 +1,7 @@
 """The Trials page's queries (as `farm.dashboard.data.*`): keyset pages of trials, the
 time-vs-knob chart of the current kernel source, and failures grouped by message pattern.
 
-Sized for a million trials (issue 20): a page is a keyset read (newest first, no OFFSET),
+Sized for a million trials: a page is a keyset read (newest first, no OFFSET),
 the chart reads at most MAX_CHART_TRIALS rows of one source hash, and the failure summary
 groups the newest FAILURE_SCAN failures into at most FAILURE_GROUPS groups whose messages
 have their values stripped.

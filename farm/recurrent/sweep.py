@@ -41,8 +41,7 @@ __all__ = [
 BENCHMARK = "farm recurrent scaling sweep"
 CASE_TIMEOUT_S = 600.0
 # The op-by-op baseline's timed dispatches, at most (while >= MIN_BASELINE_REPS reps): a rep is
-# T·8 dispatches (T=4096: 32,768, 0.35 s of H200 time), each encoded by the host (~0.1 ms each
-# on the H200: 86 of the T=4096 case's 148 s went to its 7 reps, 2 warm-ups and warm-up rounds).
+# T·8 dispatches, each encoded by the host, so a long case's reps would take most of its time.
 BASELINE_DISPATCHES = 1 << 16
 MIN_BASELINE_REPS = 3
 
@@ -89,7 +88,7 @@ def _time_paths(
     with prepare_fused(device, schedule, **inputs) as prepared:
         # The baseline just before is host-bound (hundreds of tiny dispatches): the GPU ran
         # at low clocks for a "long, recent" timing, so the warm-up rules skipped their
-        # rounds and the fused kernel read 2-4x its bench time (issue 17). Keep it busy first,
+        # rounds and the fused kernel read several times slow. Keep it busy first,
         # forced: the same rules took the baseline for a hot GPU and skipped this too; then the
         # heater while the clock canary reads slow (REPORT_WARM_S, REPORT_WARM_MAX_S: as farm bench's rows).
         warm_s = device.warm_until_clocks(fused_calls(device, prepared), REPORT_WARM_S, REPORT_WARM_MAX_S)

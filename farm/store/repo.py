@@ -200,8 +200,8 @@ def insert_trials(store: Store, campaign_id: int | None, results: Sequence[Trial
     Idempotent (INSERT .. ON CONFLICT DO NOTHING .. RETURNING the trial key), so concurrent
     campaigns writing the same keys lose nothing and duplicate nothing. Rows go in key
     order, which keeps two PostgreSQL writers from deadlocking on each other's keys.
-    Driver SQL (transactions.insert_ignoring_sql; issue 20: SQLAlchemy's per-row parameter
-    processing and as_row's dataclasses.asdict were most of the insert time).
+    Driver SQL (transactions.insert_ignoring_sql): SQLAlchemy's per-row parameter processing
+    would be most of the insert time.
     """
     dialect = store.engine.dialect
     rows = _trial_rows(campaign_id, results, bind_processors(TrialRow.__table__, _TRIAL_COLUMNS, dialect))

@@ -1,8 +1,8 @@
 """Winner rows: save (with the decision a campaign made), read back, and `farm bench`'s
 vendor ratio on the row it benchmarked.
 
-Split from farm.store.repo (the campaign and trial queries); same conventions: writes are
-short transactions retried on lock errors, reads return WinnerRecords.
+The conventions of farm.store.repo (the campaign and trial queries): writes are short
+transactions retried on lock errors, reads return WinnerRecords.
 """
 
 from __future__ import annotations
