@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # farm, also under
 from coop_gemm_kernels import SG, VARIANTS, emulated  # noqa: E402
 
 from farm.gpu import Device, GpuError, HardwareProfile, choose_adapter  # noqa: E402
-from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S  # noqa: E402
+from farm.gpu.device import REPORT_WARM_MAX_S, REPORT_WARM_S  # noqa: E402
 
 COOP = "cooperative-matrix"
 PATCH_ENV = "COOP_GEMM_PATCH"

@@ -29,8 +29,8 @@ from farm.gpu import Buffer, Device, benchmark_device
 from farm.oracle.launch import Prepared, compile_launch
 from farm.schedule import Problem
 from farm.tuning.job import Job
-from farm.tuning.pool import WorkerPool
 from farm.tuning.recording import recorded
+from farm.tuning.workers import WorkerPool
 
 IDLE_BEFORE_PASS_S = 0.5  # same GPU state at the start of every pass (see the docstring)
 

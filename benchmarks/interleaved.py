@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from farm.gpu import Device, Timing, benchmark_device
-from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
+from farm.gpu.device import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
 
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from farm import catalog
 from farm.gpu import benchmark_device
 from farm.trial import TrialResult
-from farm.tuning.bench import TrialBench
 from farm.tuning.job import Job
+from farm.tuning.runner import TrialRunner
 from farm.tuning.search import Budget, model_based, random_search
 
 
-def memoized_evaluate(bench: TrialBench, problem, reps: int, cache: dict[str, TrialResult]):
+def memoized_evaluate(bench: TrialRunner, problem, reps: int, cache: dict[str, TrialResult]):
     def evaluate(batch):
         fresh = [s for s in batch if s.key() not in cache]
         for result in bench.evaluate([Job("gemm", problem, s, 0, 2, reps) for s in fresh]):
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = catalog.get("gemm")
     problem = spec.problem(m=args.size, k=args.size, n=args.size)
     space = [s for s in spec.schedules() if s != spec.default]
-    bench = TrialBench(device, "search-bench")
+    bench = TrialRunner(device, "search-bench")
     cache: dict[str, TrialResult] = {}
     evaluate = memoized_evaluate(bench, problem, args.reps, cache)
     found: dict[str, list[float]] = {"model": [], "random": []}

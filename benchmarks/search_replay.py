@@ -31,9 +31,9 @@ from farm import catalog
 from farm.gpu import Timing
 from farm.schedule import Problem, Schedule, Status
 from farm.trial import TrialKey, TrialResult
-from farm.tuning.plan import DEFAULT_BUDGET, SPACE_SHARE, TuneConfig, scaled_budget
 from farm.tuning.recording import result_from_row
 from farm.tuning.search import POLISH_ROUNDS, Budget, model_based
+from farm.tuning.tasks import DEFAULT_BUDGET, SPACE_SHARE, TuneConfig, scaled_budget
 
 FIELDS = ("median_ns", "p20_ns", "p80_ns", "min_ns", "reps", "method")  # Timing's
 

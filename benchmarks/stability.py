@@ -2,7 +2,7 @@
 
 Runs `farm tune` twice on fresh databases (same machine, back to back, each its own
 process and Ray), then re-times both winners of every (kernel, problem) interleaved on
-this machine's adapter (TrialBench.remeasure_rounds: `--rounds` rounds of `--reps`
+this machine's adapter (TrialRunner.remeasure_rounds: `--rounds` rounds of `--reps`
 dispatches, a rotated order each round, the median over rounds) and reports, per row,
 the second winner's time over the first's. Targets (H200): within 3% on >= 18 of 19
 rows, all within 5%, each campaign's wall time no longer than before (134-141 s:
@@ -38,7 +38,7 @@ from pathlib import Path
 from farm import catalog, store
 from farm.gpu import benchmark_device
 from farm.schedule import Problem, Schedule
-from farm.tuning.bench import TrialBench
+from farm.tuning.runner import TrialRunner
 
 
 def run_campaign(name: str, args: argparse.Namespace, work: Path, seed: int) -> dict:
@@ -160,7 +160,7 @@ def _stamp(value) -> datetime.datetime:
     return value if isinstance(value, datetime.datetime) else datetime.datetime.fromisoformat(str(value))
 
 
-def retime(bench: TrialBench, kernel: str, problem_key: str, a: str, b: str, reps: int, rounds: int) -> dict:
+def retime(bench: TrialRunner, kernel: str, problem_key: str, a: str, b: str, reps: int, rounds: int) -> dict:
     spec = catalog.get(kernel)
     problem = Problem.from_key(problem_key)
     schedules = [Schedule.from_key(a)] if a == b else [Schedule.from_key(a), Schedule.from_key(b)]
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     device = benchmark_device(args.allow_cpu)
     if device is None:
         return 2
-    bench = TrialBench(device, "stability")
+    bench = TrialRunner(device, "stability")
     rows = []
     try:
         for key in sorted(set(campaigns[0]["winners"]) | set(campaigns[1]["winners"])):

@@ -35,8 +35,8 @@ from farm import catalog, store
 from farm.gpu import benchmark_device
 from farm.schedule import Problem, Schedule
 from farm.tuning.job import Job, format_stage_report
-from farm.tuning.pool import WorkerPool
 from farm.tuning.recording import recorded
+from farm.tuning.workers import WorkerPool
 
 
 class UtilSampler:

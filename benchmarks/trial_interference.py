@@ -3,8 +3,8 @@
 Two H200 campaigns of session 8 measured the same schedules up to 2.4x apart (ternary_gemv
 m=65536,k=16384, gemm 1024^3), in long runs of one campaign's trials while, on the same
 worker, a background thread generated the next problem's inputs and reference
-(`TrialBench.prefetch`). This times one fixed set of schedules as a tuning worker does
-(TrialBench.evaluate, batches of 4, GPU timestamps, farm's warm-up rules) in rounds, each
+(`TrialRunner.prefetch`). This times one fixed set of schedules as a tuning worker does
+(TrialRunner.evaluate, batches of 4, GPU timestamps, farm's warm-up rules) in rounds, each
 round under one condition:
 
 - quiet: nothing else runs;
@@ -40,8 +40,8 @@ import numpy as np
 
 from farm import catalog
 from farm.gpu import benchmark_device
-from farm.tuning.bench import TrialBench
 from farm.tuning.job import Job
+from farm.tuning.runner import TrialRunner
 
 # (kernel, problem dims, next problem's dims): the two session-8 misses and what followed them
 GPU_CASES = (
@@ -54,11 +54,11 @@ CONDITIONS = ("quiet", "prefetch", "numpy", "python", "python+lead10", "python+l
 
 
 @contextmanager
-def stall(bench: TrialBench, ms: float):
+def stall(bench: TrialRunner, ms: float):
     """The trial thread idles `ms` before each trial with the GPU lock held (the GPU idle
     meanwhile), as a trial waiting for its pipeline's compile does: campaign a of both
     session-9 stability runs (a cold shader cache?) spent 2-4x campaign b's time per problem."""
-    real = TrialBench._trial
+    real = TrialRunner._trial
 
     def stalled(self, job, ahead):
         time.sleep(ms / 1e3)
@@ -74,9 +74,9 @@ def stall(bench: TrialBench, ms: float):
 @contextmanager
 def lead_in(ms: float):
     """Every timing's reps behind a contiguous lead-in of `ms` GPU milliseconds in their own
-    submission (farm.gpu.timing's LEAD_IN_S rule, forced on): whether that brings the clocks
+    submission (farm.gpu.device's LEAD_IN_S rule, forced on): whether that brings the clocks
     back under a host that feeds the GPU only now and then."""
-    from farm.gpu import timing
+    from farm.gpu import device as timing
 
     saved = (timing.LEAD_IN_S, timing.MAX_LEAD_PASSES, timing._rising)
     timing.LEAD_IN_S, timing.MAX_LEAD_PASSES, timing._rising = ms / 1e3, 8192, lambda samples: True
@@ -114,7 +114,7 @@ class Load:
         self.thread.join()
 
 
-def run_case(bench: TrialBench, kernel: str, dims: dict, nxt: dict, count: int, rounds: int) -> dict:
+def run_case(bench: TrialRunner, kernel: str, dims: dict, nxt: dict, count: int, rounds: int) -> dict:
     spec = catalog.get(kernel)
     problem, next_problem = spec.problem(**dims), spec.problem(**nxt)
     profile = bench.device.profile
@@ -177,7 +177,7 @@ def main() -> int:
     if device is None:
         return 2
     cases = CPU_CASES if device.profile.is_cpu else GPU_CASES
-    bench = TrialBench(device, "interference")
+    bench = TrialRunner(device, "interference")
     rows = []
     try:
         for kernel, dims, nxt in cases:

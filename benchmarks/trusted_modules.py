@@ -29,7 +29,7 @@ from farm.cli.bench import bench_problems, tuned_schedules
 from farm.gpu import Device, benchmark_device
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
-from farm.tuning.plan import parse_sizes
+from farm.tuning.tasks import parse_sizes
 
 
 def modules(device: Device, checked: bool) -> Device:

@@ -3,7 +3,7 @@ first session (2026-11-30): session 1's untimed knobs (topk select, ternary stag
 shared vec4/padding/warp layout, fft Stockham), session 2's recurrent chunked kernel and
 ternary pair lookup table (benchmarks/NOTES.md has the predictions and measurements).
 
-Each schedule is certified against the reference, then timed (TrialBench: inputs resident,
+Each schedule is certified against the reference, then timed (TrialRunner: inputs resident,
 warm-up until steady). Prints one table and writes variants.json under --out. A benchmark,
 not a test; refuses a CPU adapter unless --allow-cpu (then with small sizes).
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from farm import catalog
 from farm.gpu import benchmark_device
 from farm.schedule import Problem, Schedule
-from farm.tuning.bench import TrialBench
 from farm.tuning.job import Job
+from farm.tuning.runner import TrialRunner
 
 
 def s(**knobs: int) -> Schedule:
@@ -308,10 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     device = benchmark_device(args.allow_cpu)
     if device is None:
         return 2
-    bench = TrialBench(device, "variants")
+    bench = TrialRunner(device, "variants")
     rows = []
     print(f"{'kernel':<13} {'variant':<18} {'status':<16} {'median_us':>10} {'vs winner':>9}  (kernel-only, "
-          "TrialBench: GPU timestamps on GPUs; each row's method in variants.json)")  # fmt: skip
+          "TrialRunner: GPU timestamps on GPUs; each row's method in variants.json)")  # fmt: skip
     for kernel, gpu_problem, cpu_problem, variants in CASES:
         if (only and kernel not in only) or not any(args.match in label for label, _ in variants):
             continue

@@ -29,7 +29,7 @@ from farm.schedule import Status
 from farm.store.database import Store, open_store
 from farm.store.engine import mask_secrets
 from farm.store.listing import NOT_RECORDED, runner_up_knobs
-from farm.store.models import Campaign, SweepCase, Topology, Trial, Winner, utcnow
+from farm.store.models import CampaignRow, SweepCaseRow, TopologyRow, TrialRow, WinnerRow, utcnow
 from farm.store.records import WinnerRecord
 from farm.store.repo import campaigns, fetch_rows, live_campaigns, trial_status_counts
 from farm.store.sweeps import sweep_cases, sweep_steps, sweeps
@@ -77,7 +77,7 @@ def open_readonly(url: str | None = None) -> Store:
 def require_data(store: Store) -> None:
     """NoData when no campaign, trial, winner or sweep has been recorded."""
     with store.engine.connect() as conn:
-        for table in (Campaign, Trial, Winner, SweepCase):
+        for table in (CampaignRow, TrialRow, WinnerRow, SweepCaseRow):
             if conn.scalar(select(func.count()).select_from(table)):
                 return
     raise NoData(f"The database {store.safe_url} is empty. {START_HINT}")
@@ -88,9 +88,9 @@ def require_data(store: Store) -> None:
 
 def topology_table(store: Store) -> list[dict]:
     """Known adapters with their device names and how many trials and winners each has."""
-    trial_counts = _count_by(store, Trial.topology_hash)
-    winner_counts = _count_by(store, Winner.topology_hash)
-    rows = fetch_rows(store, select(Topology.__table__).order_by(Topology.first_seen, Topology.hash))
+    trial_counts = _count_by(store, TrialRow.topology_hash)
+    winner_counts = _count_by(store, WinnerRow.topology_hash)
+    rows = fetch_rows(store, select(TopologyRow.__table__).order_by(TopologyRow.first_seen, TopologyRow.hash))
     return [
         {
             "device": row["device_name"],
@@ -153,21 +153,25 @@ def status_counts(
 def kernel_names(store: Store) -> list[str]:
     """Kernels that have trials or winners, sorted."""
     with store.engine.connect() as conn:
-        found = set(conn.scalars(select(Trial.kernel).distinct())) | set(conn.scalars(select(Winner.kernel).distinct()))
+        found = set(conn.scalars(select(TrialRow.kernel).distinct())) | set(
+            conn.scalars(select(WinnerRow.kernel).distinct())
+        )
     return sorted(found)
 
 
 def topology_choices(store: Store) -> dict[str, str]:
     """topology hash → `device name (short hash)`, for select boxes."""
-    rows = fetch_rows(store, select(Topology.hash, Topology.device_name).order_by(Topology.device_name, Topology.hash))
+    rows = fetch_rows(
+        store, select(TopologyRow.hash, TopologyRow.device_name).order_by(TopologyRow.device_name, TopologyRow.hash)
+    )
     return {row["hash"]: f"{row['device_name']} ({short(row['hash'])})" for row in rows}
 
 
 def problem_keys(store: Store, kernel: str) -> list[str]:
     """Problem keys tuned or tried for `kernel`, sorted."""
     with store.engine.connect() as conn:
-        keys = set(conn.scalars(select(Trial.problem).where(Trial.kernel == kernel).distinct()))
-        keys |= set(conn.scalars(select(Winner.problem).where(Winner.kernel == kernel).distinct()))
+        keys = set(conn.scalars(select(TrialRow.problem).where(TrialRow.kernel == kernel).distinct()))
+        keys |= set(conn.scalars(select(WinnerRow.problem).where(WinnerRow.kernel == kernel).distinct()))
     return sorted(keys)
 
 
@@ -236,7 +240,7 @@ def decision_cells(w: WinnerRecord) -> dict[str, str]:
 def sweep_table(store: Store) -> list[dict]:
     """Sweep runs, newest first, with adapter, device and strict passes out of cases."""
     devices = {
-        row["hash"]: row["device_name"] for row in fetch_rows(store, select(Topology.hash, Topology.device_name))
+        row["hash"]: row["device_name"] for row in fetch_rows(store, select(TopologyRow.hash, TopologyRow.device_name))
     }
     return [
         {
@@ -299,15 +303,17 @@ def sweep_strict_table(store: Store, run_id: int) -> list[dict]:
 
 def compared_problems(store: Store) -> list[tuple[str, str]]:
     """(kernel, problem) pairs with winners on two or more topologies, sorted; those worth comparing first."""
-    stmt = select(Winner.kernel, Winner.problem, func.count().label("n")).group_by(Winner.kernel, Winner.problem)
+    stmt = select(WinnerRow.kernel, WinnerRow.problem, func.count().label("n")).group_by(
+        WinnerRow.kernel, WinnerRow.problem
+    )
     rows = fetch_rows(store, stmt)
     return [(r["kernel"], r["problem"]) for r in sorted(rows, key=lambda r: (-r["n"], r["kernel"], r["problem"]))]
 
 
 def topology_comparison(store: Store, kernel: str, problem: str) -> list[dict]:
     """The same kernel and problem across GPUs: each topology's winner, fastest first, with time relative to it."""
-    stmt = select(*winner_columns(store)).where(Winner.kernel == kernel, Winner.problem == problem)
-    stmt = stmt.order_by(Winner.median_ns)
+    stmt = select(*winner_columns(store)).where(WinnerRow.kernel == kernel, WinnerRow.problem == problem)
+    stmt = stmt.order_by(WinnerRow.median_ns)
     rows = fetch_rows(store, stmt)
     best = rows[0]["median_ns"] if rows else None
     return [
@@ -327,9 +333,9 @@ def topology_comparison(store: Store, kernel: str, problem: str) -> list[dict]:
 def trials_by_topology(store: Store, kernel: str, problem: str) -> list[dict]:
     """Per topology: trials run and certified for one kernel/problem (how much each GPU was explored)."""
     stmt = (
-        select(Trial.topology_hash, Trial.status, func.count().label("n"))
-        .where(Trial.kernel == kernel, Trial.problem == problem)
-        .group_by(Trial.topology_hash, Trial.status)
+        select(TrialRow.topology_hash, TrialRow.status, func.count().label("n"))
+        .where(TrialRow.kernel == kernel, TrialRow.problem == problem)
+        .group_by(TrialRow.topology_hash, TrialRow.status)
     )
     totals: dict[str, dict[str, int]] = defaultdict(lambda: {"trials": 0, "ok": 0})
     for r in fetch_rows(store, stmt):

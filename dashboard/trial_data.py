@@ -1,7 +1,7 @@
 """The Trials page's queries (as `farm.dashboard.data.*`): keyset pages of trials, the
 time-vs-knob chart of the current kernel source, and failures grouped by message pattern.
 
-Sized for a million trials (issue 20): a page is a keyset read (newest first, no OFFSET),
+Sized for a million trials: a page is a keyset read (newest first, no OFFSET),
 the chart reads at most MAX_CHART_TRIALS rows of one source hash, and the failure summary
 groups the newest FAILURE_SCAN failures into at most FAILURE_GROUPS groups whose messages
 have their values stripped.
@@ -19,7 +19,7 @@ from farm import catalog
 from farm.dashboard.display import schedule_text, short, us
 from farm.schedule import Status
 from farm.store.database import Store
-from farm.store.models import Trial
+from farm.store.models import TrialRow
 from farm.store.paging import trials_keyset
 from farm.store.repo import count_trials, fetch_rows
 
@@ -107,7 +107,7 @@ def chart_source_hash(store: Store, kernel: str) -> str | None:
     longer in the catalog) the newest trial's."""
     if kernel in catalog.names():
         return catalog.get(kernel).source_hash()
-    stmt = select(Trial.source_hash).where(Trial.kernel == kernel).order_by(Trial.id.desc()).limit(1)
+    stmt = select(TrialRow.source_hash).where(TrialRow.kernel == kernel).order_by(TrialRow.id.desc()).limit(1)
     with store.engine.connect() as conn:
         return conn.scalar(stmt)
 
@@ -116,17 +116,17 @@ def knob_timings(store: Store, kernel: str, problem: str | None = None, topology
     """Certified (ok) trials of `kernel`'s current source (chart_source_hash), newest first, at
     most MAX_CHART_TRIALS, as `{problem, median_us, <knob>: value...}` for time-vs-knob charts."""
     source = chart_source_hash(store, kernel)
-    stmt = select(Trial.problem, Trial.schedule, Trial.median_ns).where(
-        Trial.kernel == kernel,
-        Trial.source_hash == source,
-        Trial.status == Status.OK.value,
-        Trial.median_ns.is_not(None),
+    stmt = select(TrialRow.problem, TrialRow.schedule, TrialRow.median_ns).where(
+        TrialRow.kernel == kernel,
+        TrialRow.source_hash == source,
+        TrialRow.status == Status.OK.value,
+        TrialRow.median_ns.is_not(None),
     )
     if problem is not None:
-        stmt = stmt.where(Trial.problem == problem)
+        stmt = stmt.where(TrialRow.problem == problem)
     if topology is not None:
-        stmt = stmt.where(Trial.topology_hash == topology)
-    rows = fetch_rows(store, stmt.order_by(Trial.id.desc()).limit(MAX_CHART_TRIALS))
+        stmt = stmt.where(TrialRow.topology_hash == topology)
+    rows = fetch_rows(store, stmt.order_by(TrialRow.id.desc()).limit(MAX_CHART_TRIALS))
     return [
         {"problem": row["problem"], "median_us": us(row["median_ns"])} | json.loads(row["schedule"]) for row in rows
     ]
@@ -153,15 +153,15 @@ def failure_summary(
     """Failed trials grouped by category (status) and normalized message (normalize_message),
     most frequent first, at most `limit` groups, each with its count and one example message.
     Reads the newest `scan` failures matching the filters (FAILURE_SCAN; None: all of them)."""
-    stmt = select(Trial.status, Trial.message).where(Trial.status.in_(_FAILED))
+    stmt = select(TrialRow.status, TrialRow.message).where(TrialRow.status.in_(_FAILED))
     if kernel is not None:
-        stmt = stmt.where(Trial.kernel == kernel)
+        stmt = stmt.where(TrialRow.kernel == kernel)
     if topology is not None:
-        stmt = stmt.where(Trial.topology_hash == topology)
+        stmt = stmt.where(TrialRow.topology_hash == topology)
     if campaign is not None:
-        stmt = stmt.where(Trial.campaign_id == campaign)
+        stmt = stmt.where(TrialRow.campaign_id == campaign)
     if scan is not None:
-        stmt = stmt.order_by(Trial.id.desc()).limit(scan)
+        stmt = stmt.order_by(TrialRow.id.desc()).limit(scan)
     newest = stmt.subquery()
     stmt = select(newest.c.status, newest.c.message, func.count()).group_by(newest.c.status, newest.c.message)
     groups: dict[tuple[str, str], dict] = {}

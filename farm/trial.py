@@ -39,9 +39,6 @@ class TrialKey:
     problem: Problem
     schedule: Schedule
 
-    def as_tuple(self) -> tuple[str, str, str, str, str]:
-        return (self.topology_hash, self.kernel, self.source_hash, self.problem.key(), self.schedule.key())
-
 
 @dataclass(frozen=True)
 class TrialResult:

@@ -22,7 +22,7 @@ def test_each_bench_timing_warms_to_the_clocks_on_its_own_kernel_first(device, m
     as the sweep's fused column does (the same REPORT_WARM_S / REPORT_WARM_MAX_S)."""
     from farm import catalog
     from farm.cli import bench
-    from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
+    from farm.gpu.device import REPORT_WARM_MAX_S, REPORT_WARM_S
     from farm.oracle.launch import Prepared
     from farm.schedule import Problem
 

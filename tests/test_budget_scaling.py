@@ -17,8 +17,8 @@ from farm.gpu import HardwareProfile
 from farm.schedule import Problem
 from farm.tuning.campaign import Campaign
 from farm.tuning.finalists import compare, decide, measure_until_resolved, sign_rounds
-from farm.tuning.plan import DEFAULT_BUDGET, SPACE_SHARE, TuneConfig, plan, scaled_budget
 from farm.tuning.search import Budget, improving, model_based
+from farm.tuning.tasks import DEFAULT_BUDGET, SPACE_SHARE, TuneConfig, plan, scaled_budget
 
 H200 = HardwareProfile(
     backend="Vulkan", adapter_type="DiscreteGPU", vendor_id=4318, device_id=9013, device_name="NVIDIA H200",

@@ -18,13 +18,12 @@ from farm import catalog, store
 from farm.dashboard import data
 from farm.gpu import Timing
 from farm.schedule import Problem, Status
-from farm.store.models import Campaign as CampaignRow
-from farm.store.models import utcnow
+from farm.store.models import CampaignRow, utcnow
 from farm.store.repo import STALE_AFTER_S, campaign_status, interrupt_stale_campaigns, live_campaigns
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 from farm.tuning.campaign import HEARTBEAT_S, Campaign
 from farm.tuning.heartbeat import Heartbeat
-from farm.tuning.plan import TuneConfig
+from farm.tuning.tasks import TuneConfig
 
 
 @pytest.fixture

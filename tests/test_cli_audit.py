@@ -199,7 +199,7 @@ def test_sizes_refuse_a_repeated_dimension(farm_home, capsys):
 
 
 def test_sizes_keep_a_repeated_problem_once_in_order():
-    from farm.tuning.plan import parse_sizes
+    from farm.tuning.tasks import parse_sizes
 
     sizes = parse_sizes("gemv:m=8,n=8;gemv:m=4,n=4;gemv: m=8 , n=8;gemm:m=2,k=2,n=2")
     assert sizes == {"gemv": [Problem.of(m=8, n=8), Problem.of(m=4, n=4)], "gemm": [Problem.of(m=2, k=2, n=2)]}

@@ -11,7 +11,7 @@ from farm import catalog
 from farm.gpu import CpuAdapterRefused
 from farm.schedule import Schedule, Status
 from farm.tuning.job import Job
-from farm.tuning.pool import WorkerPool
+from farm.tuning.workers import WorkerPool
 
 pytestmark = pytest.mark.slow
 
@@ -184,7 +184,7 @@ def test_a_fault_beside_another_batch_is_rerun_alone_before_any_verdict():
     never sent beside another batch."""
     from collections import deque
 
-    from farm.tuning.dispatch import _Batch, _Slot
+    from farm.tuning.workers import _Batch, _Slot
 
     class Actor:
         class evaluate:  # noqa: N801 - stands in for a Ray actor method
@@ -242,7 +242,7 @@ def test_a_cluster_without_gpus_is_refused_without_allow_cpu(pool):
 def test_guided_batches_shrink_towards_the_end_and_never_merge_retried_trials():
     from collections import deque
 
-    from farm.tuning.dispatch import MAX_BATCH, _Batch
+    from farm.tuning.workers import MAX_BATCH, _Batch
 
     pool = WorkerPool.__new__(WorkerPool)  # _take needs no Ray
     pool.max_in_flight = 2

@@ -12,7 +12,7 @@ from test_store_support import profile, trial
 
 from farm import store
 from farm.dashboard import serve
-from farm.store.models import Campaign, utcnow
+from farm.store.models import CampaignRow, utcnow
 from farm.store.repo import STALE_AFTER_S
 
 APP = str(serve.app_path())
@@ -28,7 +28,7 @@ def url(tmp_path, monkeypatch) -> str:
     store.update_campaign(db, killed, done=2, failures=0)
     with db.engine.begin() as conn:  # its driver died two minutes ago
         stale = utcnow() - timedelta(seconds=STALE_AFTER_S + 60)
-        conn.execute(update(Campaign).where(Campaign.id == killed).values(heartbeat_at=stale))
+        conn.execute(update(CampaignRow).where(CampaignRow.id == killed).values(heartbeat_at=stale))
     db.engine.dispose()
     monkeypatch.setenv("FARM_DATABASE_URL", url)
     return url

@@ -163,14 +163,14 @@ def _double_pipeline(device):
 def test_timestamp_reps_run_in_one_submission_behind_a_lead_in_when_short(device, monkeypatch):
     # one submission a rep let a GIL-holding host thread space the reps out: the H200 idled
     # between them, dropped its clocks and read trials 4-6x slow (trial_interference.py)
-    from farm.gpu import timing as timing_module
+    from farm.gpu import device as device_module
 
     if not device.timestamps:
         pytest.skip("no timestamp queries on this adapter")
     pipeline, buf = _double_pipeline(device), device.empty(4 * 1000)
     calls = [(pipeline, device.bind(pipeline, [buf]), (16, 1, 1))]
     leads, encoded, submits = [], [], []
-    real, queue_type = timing_module.TimedDevice._timestamp_submission, type(device.device.queue)
+    real, queue_type = device_module.Device._timestamp_submission, type(device.device.queue)
     real_submit = queue_type.submit
 
     def spy(self, calls, reps, schedule, lead):
@@ -185,15 +185,15 @@ def test_timestamp_reps_run_in_one_submission_behind_a_lead_in_when_short(device
         submits.append(len(buffers))
         return real_submit(queue, buffers)
 
-    monkeypatch.setattr(timing_module.TimedDevice, "_timestamp_submission", spy)
+    monkeypatch.setattr(device_module.Device, "_timestamp_submission", spy)
     monkeypatch.setattr(queue_type, "submit", counting_submit)
-    monkeypatch.setattr(timing_module, "LEAD_IN_S", 10.0)  # 7 reps of a tiny kernel are shorter
-    monkeypatch.setattr(timing_module, "MAX_LEAD_PASSES", 5)
+    monkeypatch.setattr(device_module, "LEAD_IN_S", 10.0)  # 7 reps of a tiny kernel are shorter
+    monkeypatch.setattr(device_module, "MAX_LEAD_PASSES", 5)
     timing = device.time_calls(calls, warmup=0, reps=7)
     assert timing.reps == 7 and timing.method == "timestamp"
     # each timing: one submission of every pass (the second behind 5 untimed ones), one of the read back
     assert leads == [0, 5] and encoded == [2, 2]
-    monkeypatch.setattr(timing_module, "LEAD_IN_S", 0.0)  # long enough: timed once, no lead-in
+    monkeypatch.setattr(device_module, "LEAD_IN_S", 0.0)  # long enough: timed once, no lead-in
     leads.clear()
     device.time_calls(calls, warmup=0, reps=7)
     assert leads in ([0], [0, 1])  # [0, 1] only when the clocks read as rising (_rising)
@@ -201,7 +201,7 @@ def test_timestamp_reps_run_in_one_submission_behind_a_lead_in_when_short(device
 
 
 def test_rising_samples_are_the_ones_whose_first_third_is_slower_than_the_last():
-    from farm.gpu.timing import _rising
+    from farm.gpu.device import _rising
 
     assert _rising([300.0, 290, 280, 100, 100, 100, 100, 101, 100])
     assert not _rising([100.0, 101, 100, 100, 102, 100, 101, 100, 100])
@@ -212,20 +212,20 @@ def test_a_timing_the_clock_check_reads_slow_is_re_timed_after_the_heater(device
     # on the H200 whole runs of trials read 1.2-2.4x slow at low clocks, where two warm-up
     # rounds agree; a canary timed after the timing sees it (farm.gpu.clocks)
     from farm.gpu import clocks
-    from farm.gpu import timing as timing_module
-    from farm.gpu.timing import RETIME_ATTEMPTS
+    from farm.gpu import device as device_module
+    from farm.gpu.device import RETIME_ATTEMPTS
 
     if not device.timestamps:
         pytest.skip("no timestamp queries on this adapter")
     pipeline, buf = _double_pipeline(device), device.empty(4 * 1000)
     calls = [(pipeline, device.bind(pipeline, [buf]), (16, 1, 1))]
     submissions, busy = [], []
-    real_samples, real_busy = timing_module.TimedDevice._timestamp_samples, timing_module.TimedDevice._busy_for
-    monkeypatch.setattr(timing_module.TimedDevice, "_timestamp_samples",
+    real_samples, real_busy = device_module.Device._timestamp_samples, device_module.Device._busy_for
+    monkeypatch.setattr(device_module.Device, "_timestamp_samples",
                         lambda self, *a: submissions.append(1) or real_samples(self, *a))  # fmt: skip
-    monkeypatch.setattr(timing_module.TimedDevice, "_busy_for",
+    monkeypatch.setattr(device_module.Device, "_busy_for",
                         lambda self, c, sec, s: busy.append((c, sec)) or real_busy(self, c, sec, s))  # fmt: skip
-    monkeypatch.setattr(timing_module, "CLOCK_WARM_S", 0.01)
+    monkeypatch.setattr(device_module, "CLOCK_WARM_S", 0.01)
     monkeypatch.setattr(device, "check_clocks", True)
     monkeypatch.setattr(device, "_clock", None)  # this test's own check (closed below)
     before, slow_before = device.clock_retimes, device.clock_retimes_slow
@@ -241,7 +241,7 @@ def test_a_timing_the_clock_check_reads_slow_is_re_timed_after_the_heater(device
     device.time_calls(calls, warmup=0, reps=3)
     assert device.clock_retimes == before + 2 and device.clock_retimes_slow == slow_before + 1
     assert len(submissions) == 3 + RETIME_ATTEMPTS + 1 and len(busy) == 1 + RETIME_ATTEMPTS
-    monkeypatch.setattr(timing_module, "CLOCK_CHECK_MAX_S", 0.0)  # reps this long are not checked
+    monkeypatch.setattr(device_module, "CLOCK_CHECK_MAX_S", 0.0)  # reps this long are not checked
     device.time_calls(calls, warmup=0, reps=3)
     assert len(submissions) == 3 + RETIME_ATTEMPTS + 2 and device.clock_retimes == before + 2
     device._clock.close()
@@ -252,8 +252,8 @@ def test_a_re_timing_the_canary_still_reads_slow_is_timed_again_and_its_fastest_
     # on the H200 a re-timing after the heater alone still read slow in 31 of 49 (fft's landscape,
     # session 18), and slow readings only ever read slower than the kernel is
     from farm.gpu import clocks
-    from farm.gpu import timing as timing_module
-    from farm.gpu.timing import RETIME_ATTEMPTS
+    from farm.gpu import device as device_module
+    from farm.gpu.device import RETIME_ATTEMPTS
 
     if not device.timestamps:
         pytest.skip("no timestamp queries on this adapter")
@@ -262,9 +262,9 @@ def test_a_re_timing_the_canary_still_reads_slow_is_timed_again_and_its_fastest_
     attempts = [[250.0] * 3, [200.0] * 3, [220.0] * 3][:RETIME_ATTEMPTS]
     draws = iter([[100.0] * 3, [300.0] * 3, *attempts])
     leads = []
-    monkeypatch.setattr(timing_module.TimedDevice, "_timestamp_samples",
+    monkeypatch.setattr(device_module.Device, "_timestamp_samples",
                         lambda self, *a: leads.append(a[3:]) or list(next(draws)))  # fmt: skip
-    monkeypatch.setattr(timing_module.TimedDevice, "_busy_for", lambda self, c, seconds, s: 0.0)
+    monkeypatch.setattr(device_module.Device, "_busy_for", lambda self, c, seconds, s: 0.0)
     monkeypatch.setattr(device, "check_clocks", True)
     monkeypatch.setattr(device, "_clock", None)
     readings = iter([1000.0] + [5000.0] * (1 + RETIME_ATTEMPTS))
@@ -274,8 +274,8 @@ def test_a_re_timing_the_canary_still_reads_slow_is_timed_again_and_its_fastest_
         assert device.time_calls(calls, warmup=0, reps=3).median_ns == 100.0  # the canary's own best
         assert device.time_calls(calls, warmup=0, reps=3).median_ns == min(min(a) for a in attempts)
         assert device.clock_retimes_slow == slow + 1 and len(leads) == 2 + len(attempts)
-        lead = math.ceil(timing_module.RETIME_LEAD_S * 1e9 / 300.0)  # RETIME_LEAD_S of the slow passes
-        assert leads[2:] == [(min(lead, timing_module.MAX_LEAD_PASSES),)] * len(attempts)
+        lead = math.ceil(device_module.RETIME_LEAD_S * 1e9 / 300.0)  # RETIME_LEAD_S of the slow passes
+        assert leads[2:] == [(min(lead, device_module.MAX_LEAD_PASSES),)] * len(attempts)
     finally:
         device._clock.close()
         device.release(buf)
@@ -285,15 +285,15 @@ def test_a_competitive_timing_at_a_slightly_low_clock_is_re_timed_and_the_faster
     # two H200 campaigns with one seed parted on 15 us kernels while the SM clock wandered
     # ~20% under the 1.2x "slow" line: a trial that would beat the bar at full clock is timed again
     from farm.gpu import clocks
-    from farm.gpu import timing as timing_module
+    from farm.gpu import device as device_module
 
     if not device.timestamps:
         pytest.skip("no timestamp queries on this adapter")
     pipeline, buf = _double_pipeline(device), device.empty(4 * 1000)
     calls = [(pipeline, device.bind(pipeline, [buf]), (16, 1, 1))]
     draws = iter([[100.0] * 3, [100.0] * 3, [90.0] * 3, [100.0] * 3, [80.0] * 3, [100.0] * 3])
-    monkeypatch.setattr(timing_module.TimedDevice, "_timestamp_samples", lambda self, *a: list(next(draws)))
-    monkeypatch.setattr(timing_module.TimedDevice, "_busy_for", lambda self, c, seconds, s: 0.0)
+    monkeypatch.setattr(device_module.Device, "_timestamp_samples", lambda self, *a: list(next(draws)))
+    monkeypatch.setattr(device_module.Device, "_busy_for", lambda self, c, seconds, s: 0.0)
     monkeypatch.setattr(device, "check_clocks", True)
     monkeypatch.setattr(device, "_clock", None)
     readings = iter([1000.0, 1100.0, 1000.0, 1100.0, 1150.0, 1100.0])
@@ -318,12 +318,12 @@ def test_a_competitive_timing_at_a_slightly_low_clock_is_re_timed_and_the_faster
 def test_a_canary_that_could_not_be_read_re_checks_nothing(device, monkeypatch):
     # no reading: no ratio to scale by, so nothing is re-timed, however competitive
     from farm.gpu import clocks
-    from farm.gpu import timing as timing_module
+    from farm.gpu import device as device_module
 
     pipeline, buf = _double_pipeline(device), device.empty(4 * 1000)
     calls = [(pipeline, device.bind(pipeline, [buf]), (16, 1, 1))]
-    monkeypatch.setattr(timing_module.TimedDevice, "_timestamp_samples", lambda self, *a: [100.0] * 3)
-    monkeypatch.setattr(timing_module.TimedDevice, "_busy_for", lambda self, c, seconds, s: 0.0)
+    monkeypatch.setattr(device_module.Device, "_timestamp_samples", lambda self, *a: [100.0] * 3)
+    monkeypatch.setattr(device_module.Device, "_busy_for", lambda self, c, seconds, s: 0.0)
     monkeypatch.setattr(device, "timestamps", True)
     monkeypatch.setattr(device, "check_clocks", True)
     monkeypatch.setattr(device, "_clock", None)
@@ -397,18 +397,6 @@ def test_a_second_device_is_independent():
     assert d.profile.topology_hash() == Device().profile.topology_hash()
 
 
-def test_a_device_requires_the_extra_features_asked_for_and_names_the_absent_ones():
-    adapter = choose_adapter()
-    defaults = ("timestamp-query", "subgroup", "shader-f16")
-    extra = next(f for f in sorted(adapter.features) if f not in defaults)
-    device = Device(adapter, features=(extra,))
-    assert extra in device.device.features
-    assert all(f in device.device.features for f in defaults if f in adapter.features)  # the defaults stay
-    assert extra not in Device().device.features  # not asked for, not there
-    with pytest.raises(GpuError, match="device failed: the adapter lacks the feature.s. no-such-feature"):
-        Device(choose_adapter(), features=("no-such-feature",))
-
-
 COUNTER = """
 @group(0) @binding(0) var<storage, read_write> out: array<f32>;
 @compute @workgroup_size(1) fn main() { out[0] = out[0] + 1.0; }
@@ -417,8 +405,8 @@ COUNTER = """
 
 def _warm_settings(device, monkeypatch, least, idle, most):
     # the warm-up tests count dispatches: the timed reps' own lead-in (a separate rule) stays off
-    monkeypatch.setattr("farm.gpu.timing.LEAD_IN_S", 0.0)
-    monkeypatch.setattr("farm.gpu.timing._rising", lambda samples: False)
+    monkeypatch.setattr("farm.gpu.device.LEAD_IN_S", 0.0)
+    monkeypatch.setattr("farm.gpu.device._rising", lambda samples: False)
     monkeypatch.setattr(device, "warm_s", least)
     monkeypatch.setattr(device, "warm_idle_s", idle)
     monkeypatch.setattr(device, "warm_max_s", most)
@@ -460,20 +448,20 @@ def test_gpu_warm_up_rounds_are_skipped_only_after_long_recent_work_and_capped(d
     pipeline = device.pipeline(COUNTER, label="counter")
     buf = device.upload(np.zeros(1, np.float32), "storage")
     _warm_settings(device, monkeypatch, 0.3, 0.3, 0.6)
-    monkeypatch.setattr("farm.gpu.timing.WARM_STEADY", float("inf"))  # any two rounds agree
-    monkeypatch.setattr("farm.gpu.timing.HOT_SPAN_S", 10.0)  # every timing counts as short
-    monkeypatch.setattr("farm.gpu.timing.HOT_BUSY", 2.0)  # and the GPU never as busy enough
+    monkeypatch.setattr("farm.gpu.device.WARM_STEADY", float("inf"))  # any two rounds agree
+    monkeypatch.setattr("farm.gpu.device.HOT_SPAN_S", 10.0)  # every timing counts as short
+    monkeypatch.setattr("farm.gpu.device.HOT_BUSY", 2.0)  # and the GPU never as busy enough
     device.time(pipeline, [buf], 1, warmup=0, reps=1)
     before = device.read(buf, np.float32, 1)[0]
     device.time(pipeline, [buf], 1, warmup=1, reps=2)
     short = device.read(buf, np.float32, 1)[0] - before
     assert 1 + 2 < short <= 1 + 2 * 2 + 2  # two rounds (batch 1, then at most 2)
-    monkeypatch.setattr("farm.gpu.timing.HOT_SPAN_S", 0.0)  # every timing counts as long
+    monkeypatch.setattr("farm.gpu.device.HOT_SPAN_S", 0.0)  # every timing counts as long
     device.time(pipeline, [buf], 1, warmup=0, reps=1)
     before = device.read(buf, np.float32, 1)[0]
     device.time(pipeline, [buf], 1, warmup=1, reps=2)
     assert device.read(buf, np.float32, 1)[0] - before == 1 + 2
-    monkeypatch.setattr("farm.gpu.timing.WARM_STEADY", -1.0)  # rounds never agree: the cap ends it
+    monkeypatch.setattr("farm.gpu.device.WARM_STEADY", -1.0)  # rounds never agree: the cap ends it
     monkeypatch.setattr(device, "_busy_until", time.perf_counter() - 2 * HOT_GAP_S)
     start = time.perf_counter()
     device.time(pipeline, [buf], 1, warmup=0, reps=1)
@@ -491,9 +479,9 @@ def test_gpu_warm_up_rounds_are_skipped_while_recent_timings_kept_the_gpu_busy(d
     pipeline = device.pipeline(COUNTER, label="counter")
     buf = device.upload(np.zeros(1, np.float32), "storage")
     _warm_settings(device, monkeypatch, 0.01, 0.01, 0.6)
-    monkeypatch.setattr("farm.gpu.timing.WARM_STEADY", float("inf"))  # any two rounds agree
-    monkeypatch.setattr("farm.gpu.timing.HOT_SPAN_S", 10.0)  # no single timing counts as long
-    monkeypatch.setattr("farm.gpu.timing.HOT_WINDOW_S", 1.0)
+    monkeypatch.setattr("farm.gpu.device.WARM_STEADY", float("inf"))  # any two rounds agree
+    monkeypatch.setattr("farm.gpu.device.HOT_SPAN_S", 10.0)  # no single timing counts as long
+    monkeypatch.setattr("farm.gpu.device.HOT_WINDOW_S", 1.0)
 
     def dispatches(busy_s: float) -> float:
         now = time.perf_counter()
@@ -548,7 +536,7 @@ def test_warm_until_clocks_goes_on_while_the_canary_reads_slow_up_to_its_most(de
             return [(heater, device.bind(heater, [heat]), 1)]
 
     monkeypatch.setattr(device, "_clock_check", lambda: Canary())
-    monkeypatch.setattr("farm.gpu.timing.CLOCK_WARM_S", 0.01)
+    monkeypatch.setattr("farm.gpu.device.CLOCK_WARM_S", 0.01)
     kernel_before = device.read(buf, np.float32, 1)[0]
     spent = device.warm_until_clocks(calls, 0.02, 0.5)  # forced although the GPU just ran (clocks "up")
     assert 0.05 <= spent < 0.5 and next(readings, None) is None  # on until the canary read fast
@@ -592,7 +580,7 @@ def test_recent_timings_are_kept_for_the_window_only_also_without_warm_up(device
     pipeline = device.pipeline(COUNTER, label="counter")
     buf = device.upload(np.zeros(1, np.float32), "storage")
     monkeypatch.setattr(device, "warm_s", 0.0)
-    monkeypatch.setattr("farm.gpu.timing.HOT_WINDOW_S", 0.001)
+    monkeypatch.setattr("farm.gpu.device.HOT_WINDOW_S", 0.001)
     for _ in range(5):
         device.time(pipeline, [buf], 1, warmup=0, reps=1)
         time.sleep(0.002)

@@ -107,7 +107,7 @@ def test_heartbeat_revision_adds_and_drops_its_column_and_keeps_the_campaigns(st
 
     from sqlalchemy import select
 
-    from farm.store.models import Campaign
+    from farm.store.models import CampaignRow
     from farm.store.repo import campaign
 
     upgrade(store_url, "0001_initial")
@@ -117,7 +117,7 @@ def test_heartbeat_revision_adds_and_drops_its_column_and_keeps_the_campaigns(st
     values |= {"budget": None, "reps": 5, "host": "h", "total": 4, "done": 2, "failures": 0}
     try:
         with engine.begin() as conn:  # a campaign a driver of revision 0001 was running
-            cid = conn.execute(Campaign.__table__.insert().values(values)).inserted_primary_key[0]
+            cid = conn.execute(CampaignRow.__table__.insert().values(values)).inserted_primary_key[0]
         upgrade(store_url, "0002_campaign_heartbeat")
         assert "heartbeat_at" in {c["name"] for c in inspect(engine).get_columns("campaigns")}
         store = open_store(store_url)
@@ -128,7 +128,7 @@ def test_heartbeat_revision_adds_and_drops_its_column_and_keeps_the_campaigns(st
         downgrade(store_url, "0001_initial")
         assert "heartbeat_at" not in {c["name"] for c in inspect(engine).get_columns("campaigns")}
         with engine.connect() as conn:
-            kept = conn.execute(select(Campaign.id, Campaign.status, Campaign.done)).all()
+            kept = conn.execute(select(CampaignRow.id, CampaignRow.status, CampaignRow.done)).all()
         assert [tuple(r) for r in kept] == [(cid, "running", 2)]
     finally:
         engine.dispose()

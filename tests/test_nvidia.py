@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from farm.gpu import nvidia
-from farm.tuning import actors
+from farm.tuning import workers
 
 H200_ROWS = "0, 00000000:18:00.0, GPU-aaaa, NVIDIA H200\n1, 00000000:2A:00.0, GPU-bbbb, NVIDIA H200\n"
 
@@ -109,16 +109,16 @@ def test_hanging_nvidia_smi_times_out_to_none(fake_smi):
 
 def test_cluster_crosscheck_and_placement_read_the_fake(fake_smi):
     fake_smi(gpu=H200_ROWS, apps=f"{os.getpid()}, GPU-bbbb\n1, GPU-aaaa\n")
-    mapping = actors._nvidia_smi_crosscheck(1, "NVIDIA H200")
+    mapping = workers._nvidia_smi_crosscheck(1, "NVIDIA H200")
     assert mapping == {
         "nvidia_smi": {"index": "1", "pci_bus_id": "00000000:2A:00.0", "uuid": "GPU-bbbb", "name": "NVIDIA H200"},
         "name_matches": True,
     }
-    assert actors._placement(mapping) == {"placement_uuids": ["GPU-bbbb"], "placement_ok": True}
-    assert actors._nvidia_smi_crosscheck(7, "NVIDIA H200") == {"nvidia_smi": None}
+    assert workers._placement(mapping) == {"placement_uuids": ["GPU-bbbb"], "placement_ok": True}
+    assert workers._nvidia_smi_crosscheck(7, "NVIDIA H200") == {"nvidia_smi": None}
 
 
 def test_cluster_placement_without_nvidia_smi(fake_smi):
     fake_smi(rc=1)
-    assert actors._nvidia_smi_crosscheck(0, "anything") == {"nvidia_smi": None}
-    assert actors._placement({"nvidia_smi": {"uuid": "GPU-aaaa"}}) == {"placement_uuid": None}
+    assert workers._nvidia_smi_crosscheck(0, "anything") == {"nvidia_smi": None}
+    assert workers._placement({"nvidia_smi": {"uuid": "GPU-aaaa"}}) == {"placement_uuid": None}

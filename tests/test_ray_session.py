@@ -188,7 +188,7 @@ def head():
 
 JOIN = """
 import sys, ray
-from farm.tuning.pool import WorkerPool
+from farm.tuning.workers import WorkerPool
 with WorkerPool(ray_address=sys.argv[1], allow_cpu=True, connect_timeout_s=10) as pool:
     print(ray.get_runtime_context().gcs_address, len(pool.profiles()))
 """
@@ -198,7 +198,7 @@ with WorkerPool(ray_address=sys.argv[1], allow_cpu=True, connect_timeout_s=10) a
 def test_a_running_head_is_joined_only_when_named_and_cluster_stop_forgets_it(head, capsys):
     import ray
 
-    from farm.tuning.pool import WorkerPool
+    from farm.tuning.workers import WorkerPool
 
     recorded = head.temp_dir / "ray_current_cluster"
     gcs = recorded.read_text().strip()  # what `ray start` wrote: the head's GCS address

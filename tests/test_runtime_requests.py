@@ -31,7 +31,7 @@ def test_a_miss_queues_one_request_per_kernel_and_problem(url, device):
     for _ in range(3):
         _gemv(rt, 40, 24)
     _gemv(rt, 48, 24)
-    assert rt.stored.background.wait(30)
+    assert rt.winner_cache.background.wait(30)
     rows = q.requests(open_store(url))
     assert sorted(r["problem"] for r in rows) == ["m=40,n=24", "m=48,n=24"]
     row = rows[0]
@@ -41,7 +41,7 @@ def test_a_miss_queues_one_request_per_kernel_and_problem(url, device):
     # another runtime's miss of the same problem finds the open request
     other = ForgeRuntime(url, device=device, request_tuning=True)
     _gemv(other, 40, 24)
-    assert other.stored.background.wait(30)
+    assert other.winner_cache.background.wait(30)
     assert len(q.requests(open_store(url))) == 2
 
 
@@ -50,9 +50,9 @@ def test_request_tuning_is_off_unless_asked(url, device, monkeypatch):
     _gemv(ForgeRuntime(url, device=device), 40, 24)
     monkeypatch.setenv("FARM_REQUEST_TUNING", "1")
     rt = ForgeRuntime(url, device=device)
-    assert rt.stored.request_tuning
+    assert rt.winner_cache.request_tuning
     _gemv(rt, 56, 24)
-    assert rt.stored.background.wait(30)
+    assert rt.winner_cache.background.wait(30)
     assert [r["problem"] for r in q.requests(open_store(url))] == ["m=56,n=24"]
 
 
@@ -64,15 +64,15 @@ def test_an_unreachable_database_warns_once_and_never_fails_the_call(device, far
         for m in (40, 48, 56):
             _gemv(rt, m, 24)
         assert time.perf_counter() - started < 5.0  # the calls never waited for the database
-        assert rt.stored.background.wait(30)
+        assert rt.winner_cache.background.wait(30)
         _gemv(rt, 64, 24)
-        assert rt.stored.background.wait(30)
+        assert rt.winner_cache.background.wait(30)
     queued = [r.getMessage() for r in caplog.records if "tuning requests" in r.getMessage()]
     assert len(queued) == 1 and "this runtime queues no more" in queued[0], queued
     # Stopped trying after the first failure: m=64, missed after it, is never requested. Misses
     # made while the first request was still in flight (m=48, m=56 on a busy machine) may be
     # recorded, but _enqueue skips them once the runtime knows the database is broken: one warning.
-    assert ("gemv", "m=40,n=24") in rt.stored.requested and ("gemv", "m=64,n=24") not in rt.stored.requested
+    assert ("gemv", "m=40,n=24") in rt.winner_cache.requested and ("gemv", "m=64,n=24") not in rt.winner_cache.requested
 
 
 def test_a_winner_tuned_meanwhile_serves_after_the_ttl(url, device, monkeypatch):
@@ -89,7 +89,7 @@ def test_a_winner_tuned_meanwhile_serves_after_the_ttl(url, device, monkeypatch)
     save_winner(db, WinnerRecord(rt.topology_hash, "gemv", problem.key(), spec.source_hash(), schedule.key(), 1000.0,
                                  2000.0, 2.0, None, device.profile.device_name))  # fmt: skip
     _gemv(rt, 40, 24)  # due: the re-read starts in the background
-    assert rt.stored.background.wait(30)
+    assert rt.winner_cache.background.wait(30)
     _gemv(rt, 40, 24)  # the new winners replace the old, the lookup runs again
     assert rt.tuned_schedule("gemv", problem) == (schedule, "tuned")
     assert rt._caller.recent  # the call path's plan cache still works
@@ -100,5 +100,5 @@ def test_a_tuned_lookup_is_not_a_miss(url, device, monkeypatch):
     monkeypatch.setenv("FARM_WINNERS_TTL_S", "0")
     rt = ForgeRuntime(url, device=device, request_tuning=True)
     spec = catalog.get("gemv")
-    rt.stored.missed(spec, spec.problem(m=8, n=8), "tuned")
-    assert rt.stored.requested == set() and not rt.stored.refreshed()
+    rt.winner_cache.missed(spec, spec.problem(m=8, n=8), "tuned")
+    assert rt.winner_cache.requested == set() and not rt.winner_cache.refreshed()

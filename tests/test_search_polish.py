@@ -191,7 +191,7 @@ def test_on_the_h200_fft_landscape_the_two_knob_sweep_reaches_the_radix_16_basin
     """fft n=1024 x 16384, all 335 valid schedules measured on the H200 (session 18, part 46),
     replayed: from radix 16 wg128 T2 (87.6 us) the best, wg64 T1 (84.6 us), is two knobs away
     and its one-knob path goes through wg128 T1, read at 188 us (a misreading: 86.3 re-timed;
-    about 1 trial in 10 of that landscape read up to 3x slow, fixed in farm.gpu.timing's
+    about 1 trial in 10 of that landscape read up to 3x slow, fixed in farm.gpu.device's
     re-timing since). A two-knob round of POLISH_BATCH left 14 of 30 seeds there or in
     radix 8's basin; the two-knob sweep leaves 6. (On part 49's landscape, measured with the
     fix, both find the best in 100 of 100.)"""

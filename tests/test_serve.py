@@ -19,8 +19,8 @@ from farm.schedule import Problem, Status
 from farm.store import open_store, trials, winners
 from farm.store import queue as q
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
-from farm.tuning.plan import TuneConfig
 from farm.tuning.serve import Drainer
+from farm.tuning.tasks import TuneConfig
 
 CONFIG = TuneConfig(kernels=(), budget=2, reps=2, rounds=1)
 

@@ -12,9 +12,9 @@ from farm.gpu import Device
 from farm.schedule import Problem, Schedule, Status
 from farm.store import WinnerRecord
 from farm.trial import TrialKey, TrialResult
-from farm.tuning.plan import CPU_BUDGET, TuneConfig, parse_sizes, plan
 from farm.tuning.recording import result_from_row
 from farm.tuning.report import Progress, format_winners_table
+from farm.tuning.tasks import CPU_BUDGET, TuneConfig, parse_sizes, plan
 
 
 def test_parse_sizes_reads_several_kernels_and_repeats():
@@ -110,10 +110,10 @@ def test_recorded_rows_replay_as_trial_results():
 
 
 def test_trial_bench_reuses_uploaded_inputs_across_schedules(device: Device):
-    from farm.tuning.bench import TrialBench
     from farm.tuning.job import Job
+    from farm.tuning.runner import TrialRunner
 
-    bench = TrialBench(device, compile_ahead=True)
+    bench = TrialRunner(device, compile_ahead=True)
     spec = catalog.get("gemv")
     problem = spec.problem(m=48, n=40)
     jobs = [Job("gemv", problem, s, 0, 1, 2) for s in spec.schedules()[:4]]
@@ -128,10 +128,10 @@ def test_trial_bench_reuses_uploaded_inputs_across_schedules(device: Device):
 def test_trial_bench_certifies_topk_against_each_schedules_own_block_size(device: Device):
     """topk's reference depends on the block (= workgroup_size): one cached reference for the
     problem would fail every schedule but the first."""
-    from farm.tuning.bench import TrialBench
     from farm.tuning.job import Job
+    from farm.tuning.runner import TrialRunner
 
-    bench = TrialBench(device, compile_ahead=False)
+    bench = TrialRunner(device, compile_ahead=False)
     problem = catalog.get("topk").problem(n=1000, k=4)
     schedules = [Schedule.of(workgroup_size=wg, items_per_invocation=1, vector_width=1) for wg in (32, 64, 128)]
     results = bench.evaluate([Job("topk", problem, s, 0, 1, 2) for s in schedules])
@@ -144,9 +144,9 @@ class TwoTopologyPool:
     both backed by the local device: what a campaign sees on a mixed cluster."""
 
     def __init__(self, device: Device):
-        from farm.tuning.bench import TrialBench
+        from farm.tuning.runner import TrialRunner
 
-        self.bench = TrialBench(device, compile_ahead=False)
+        self.bench = TrialRunner(device, compile_ahead=False)
         other = replace(device.profile, device_name="Other GPU 9000", driver_description="other 1.0")
         self._profiles = {"w0": device.profile, "w1": other}
         self.streamed: dict[str, int] = {}
@@ -173,14 +173,14 @@ class TwoTopologyPool:
 
 
 class OneWorkerBenchPool(TwoTopologyPool):
-    """One worker on the test device with a real TrialBench (compile-ahead, prefetch, hints)."""
+    """One worker on the test device with a real TrialRunner (compile-ahead, prefetch, hints)."""
 
     def __init__(self, device):
-        from farm.tuning.bench import TrialBench
+        from farm.tuning.runner import TrialRunner
 
         super().__init__(device)
         self.bench.close()
-        self.bench = TrialBench(device)
+        self.bench = TrialRunner(device)
         self._profiles = {"w0": device.profile}
 
 class RecordingPool(OneWorkerBenchPool):
@@ -257,8 +257,8 @@ def test_format_workers_names_each_workers_gpu_and_placement():
 
 
 def test_trial_bench_builds_each_launch_once_when_compiling_ahead(device: Device, monkeypatch):
-    from farm.tuning.bench import TrialBench
     from farm.tuning.job import Job
+    from farm.tuning.runner import TrialRunner
 
     spec = catalog.get("gemv")
     calls = []
@@ -269,7 +269,7 @@ def test_trial_bench_builds_each_launch_once_when_compiling_ahead(device: Device
         return original(self, schedule, problem, inputs)
 
     monkeypatch.setattr(type(spec), "launch", counted)
-    bench = TrialBench(device, compile_ahead=True)
+    bench = TrialRunner(device, compile_ahead=True)
     schedules = spec.schedules()[:3]
     results = bench.evaluate([Job("gemv", spec.problem(m=16, n=8), s, 0, 1, 2) for s in schedules])
     bench.close()
@@ -288,7 +288,7 @@ def test_tune_gpus_flag_takes_a_positive_count(capsys):
 
 
 def test_pool_refuses_a_gpu_cap_below_one():
-    from farm.tuning.pool import WorkerPool
+    from farm.tuning.workers import WorkerPool
 
     with pytest.raises(ValueError, match="gpus=0"):
         WorkerPool(allow_cpu=True, gpus=0)
@@ -342,7 +342,7 @@ def test_a_problem_first_tries_this_campaigns_winners_of_the_kernels_other_probl
     from farm import catalog, store
     from farm.tuning.campaign import Campaign
     from farm.tuning.engine import SIBLING_SEEDS, sibling_trials
-    from farm.tuning.plan import Task
+    from farm.tuning.tasks import Task
 
     spec = catalog.get("gemv")
     problem = Problem.of(m=40, n=24)
@@ -445,11 +445,11 @@ def test_a_failed_campaign_has_its_workers_drop_the_current_and_prefetched_input
 def test_precompile_compiles_hinted_pipelines_ahead_so_their_trials_find_them_cached(device: Device):
     import time
 
-    from farm.tuning import bench as bench_module
-    from farm.tuning.bench import TrialBench
+    from farm.tuning import runner as bench_module
     from farm.tuning.job import Job
+    from farm.tuning.runner import TrialRunner
 
-    bench = TrialBench(device, compile_ahead=True)
+    bench = TrialRunner(device, compile_ahead=True)
     spec = catalog.get("gemv")
     problem = spec.problem(m=40, n=24)
     valid = [s for s in spec.schedules() if not spec.invalid_reason(s, problem, device.profile)]
@@ -467,7 +467,7 @@ def test_precompile_compiles_hinted_pipelines_ahead_so_their_trials_find_them_ca
     assert bench.precompile("gemv", problem, valid[:2]) == 0
     bench._hinted = 0
     bench.close()
-    plain = TrialBench(device, compile_ahead=False)
+    plain = TrialRunner(device, compile_ahead=False)
     assert plain.precompile("gemv", problem, valid[:1]) == 0
     plain.close()
 

@@ -201,7 +201,7 @@ def test_softmax_example_is_short_and_public():
     imported = {a.name for n in code if isinstance(n, ast.Import) for a in n.names}
     imported |= {f"{n.module}.{a.name}" for n in code if isinstance(n, ast.ImportFrom) for a in n.names}
     assert imported == {"numpy", "farm.Kernel"}
-    assert json.dumps(sorted(files.loaded())).count("examples") == 2
+    assert json.dumps(sorted(files._LOADED)).count("examples") == 2
 
 
 BOOM = '''from farm import Kernel

@@ -11,7 +11,7 @@ from farm.gpu import Timing
 from farm.schedule import Problem, Status
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 from farm.tuning.campaign import Campaign
-from farm.tuning.plan import TuneConfig
+from farm.tuning.tasks import TuneConfig
 
 CONFIG = TuneConfig(kernels=("gemv",), sizes={"gemv": [Problem.of(m=40, n=24)]}, budget=6, reps=2, rounds=3)
 

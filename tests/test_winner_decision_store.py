@@ -103,14 +103,14 @@ def test_revision_0005_round_trip_keeps_the_winners(store_url):  # noqa: F811
     upgrade(store_url, "0004_tuning_requests")
     engine = create_store_engine(store_url)
     try:
-        from farm.store.models import Topology, Winner
+        from farm.store.models import TopologyRow, WinnerRow
 
         topo = profile().topology_hash()
         with engine.begin() as conn:  # a row a farm of revision 0004 wrote
-            conn.execute(Topology.__table__.insert().values(
+            conn.execute(TopologyRow.__table__.insert().values(
                 hash=topo, device_name="llvmpipe", backend="Vulkan", adapter_type="CPU", vendor_id=1, device_id=0,
                 driver_description="Mesa", profile_json={}, first_seen=datetime(2026, 1, 1, tzinfo=UTC)))  # fmt: skip
-            conn.execute(Winner.__table__.insert().values(
+            conn.execute(WinnerRow.__table__.insert().values(
                 topology_hash=topo, kernel="gemv", problem="m=64,n=64", schedule=FAST, source_hash="src-1",
                 median_ns=1000.0, device_name="llvmpipe", updated_at=datetime(2026, 1, 1, tzinfo=UTC)))  # fmt: skip
         # A reader of the newer farm on the older database (read-only: never migrates) sees unknowns.
@@ -131,7 +131,9 @@ def test_revision_0005_round_trip_keeps_the_winners(store_url):  # noqa: F811
         columns = {c["name"] for c in inspect(engine).get_columns("winners")}
         assert not {"margin", "runner_up", "tie", "vendor_ratio"} & columns
         with engine.connect() as conn:
-            kept = conn.execute(Winner.__table__.select().with_only_columns(Winner.schedule, Winner.median_ns)).all()
+            kept = conn.execute(
+                WinnerRow.__table__.select().with_only_columns(WinnerRow.schedule, WinnerRow.median_ns)
+            ).all()
         assert [tuple(r) for r in kept] == [(FAST, 1000.0)]
         upgrade(store_url)
         db = open_store(store_url)

@@ -1,4 +1,4 @@
-"""TrialBench keeps the GPU busy: comparisons with the reference run behind the timing of
+"""TrialRunner keeps the GPU busy: comparisons with the reference run behind the timing of
 later trials and pipelines compile ahead, yet every result is the one its job earned."""
 
 from __future__ import annotations
@@ -6,17 +6,16 @@ from __future__ import annotations
 import faulty_kernels  # noqa: F401  (registers the fault_* kernels)
 import pytest
 
-import farm.tuning.bench as bench_module
+import farm.tuning.runner as runner_module
 from farm import catalog
 from farm.schedule import Schedule, Status
-from farm.tuning import checking
-from farm.tuning.bench import TrialBench
 from farm.tuning.job import Job
+from farm.tuning.runner import TrialRunner
 
 
 @pytest.fixture
-def bench(device):
-    b = TrialBench(device, "test")
+def runner(device):
+    b = TrialRunner(device, "test")
     yield b
     b.close()
 
@@ -29,16 +28,16 @@ def _gemv_jobs(kernel: str, count: int) -> list[Job]:
 
 
 @pytest.mark.parametrize("limits", [(4, 2 << 30), (64, 0)], ids=["count", "bytes"])
-def test_results_keep_job_order_across_more_trials_than_pending_comparisons(bench, monkeypatch, limits):
+def test_results_keep_job_order_across_more_trials_than_pending_comparisons(runner, monkeypatch, limits):
     # past MAX_PENDING trials, or PENDING_BYTES of held outputs (0: every trial waits for
     # the oldest comparison still running), the loop waits; order and verdicts are kept
-    monkeypatch.setattr(bench_module, "MAX_PENDING", limits[0])
-    monkeypatch.setattr(bench_module, "PENDING_BYTES", limits[1])
+    monkeypatch.setattr(runner_module, "MAX_PENDING", limits[0])
+    monkeypatch.setattr(runner_module, "PENDING_BYTES", limits[1])
     good = _gemv_jobs("gemv", 4 + 3)
     wrong = _gemv_jobs("fault_wrong", 2)
     invalid = Job("gemv", good[0].problem, Schedule.of(workgroup_size=48, threads_per_row=5), 0, 0, 2)
     jobs = good[:3] + [wrong[0], invalid] + good[3:] + [wrong[1]]
-    results = bench.evaluate(jobs)
+    results = runner.evaluate(jobs)
     assert [r.key.kernel for r in results] == [j.kernel for j in jobs]
     assert [r.key.schedule for r in results] == [j.schedule for j in jobs]
     for job, result in zip(jobs, results, strict=True):
@@ -53,15 +52,15 @@ def test_results_keep_job_order_across_more_trials_than_pending_comparisons(benc
             assert result.metrics.max_abs <= 1e-5
 
 
-def test_compile_errors_ahead_of_time_land_on_their_own_trial(bench):
+def test_compile_errors_ahead_of_time_land_on_their_own_trial(runner):
     ok = _gemv_jobs("gemv", 2)
     broken = _gemv_jobs("fault_compile", 1)
-    results = bench.evaluate([ok[0], broken[0], ok[1]])
+    results = runner.evaluate([ok[0], broken[0], ok[1]])
     assert [r.status for r in results] == [Status.OK, Status.COMPILE_ERROR, Status.OK]
 
 
 @pytest.mark.parametrize("together", [True, False], ids=["reference_set", "one_key_at_a_time"])
-def test_references_are_computed_once_per_reference_key(bench, monkeypatch, together):
+def test_references_are_computed_once_per_reference_key(runner, monkeypatch, together):
     """topk's reference depends on the block size alone: every block size from one
     reference_set on the problem's first reference (or, for a spec without one, one
     reference per block size), each right."""
@@ -77,7 +76,7 @@ def test_references_are_computed_once_per_reference_key(bench, monkeypatch, toge
     monkeypatch.setattr(type(spec), "reference_set", reference_set)
     problem = spec.problem(n=1000, k=4)
     schedules = [Schedule.of(workgroup_size=wg, items_per_invocation=ipi) for wg in (32, 64) for ipi in (1, 2)]
-    results = bench.evaluate([Job("topk", problem, s, 0, 0, 1) for s in schedules])
+    results = runner.evaluate([Job("topk", problem, s, 0, 0, 1) for s in schedules])
     assert [r.status for r in results] == [Status.OK] * 4
     assert sets == [1] and calls == ([] if together else [32, 64])
 
@@ -86,7 +85,7 @@ def _summary(results):
     return [(r.key, r.status, r.timing is not None, r.metrics.max_abs) for r in results]
 
 
-def test_two_batches_from_two_threads_overlap_but_never_share_the_gpu(bench, monkeypatch):
+def test_two_batches_from_two_threads_overlap_but_never_share_the_gpu(runner, monkeypatch):
     """Batch B compiles ahead while batch A holds the GPU lock; their trial loops never
     interleave; every result is the one the job earns run alone; comparisons are awaited
     after the lock is released."""
@@ -96,14 +95,14 @@ def test_two_batches_from_two_threads_overlap_but_never_share_the_gpu(bench, mon
     other = spec.problem(m=40, n=72)  # batch B also needs inputs batch A doesn't
     batch_a = _gemv_jobs("gemv", 5) + _gemv_jobs("fault_wrong", 1)
     batch_b = [Job("gemv", other, j.schedule, 0, 0, 2) for j in _gemv_jobs("gemv", 3)] + _gemv_jobs("gemv", 2)
-    expected_a, expected_b = bench.evaluate(batch_a), bench.evaluate(batch_b)
+    expected_a, expected_b = runner.evaluate(batch_a), runner.evaluate(batch_b)
 
-    fresh = TrialBench(bench.device, "test")
+    fresh = TrialRunner(runner.device, "test")
     a_on_gpu, b_compiled = threading.Event(), threading.Event()
     order: list[str] = []  # batch of each trial, in the order the trials ran
     b_compiled_while_a_on_gpu: list[bool] = []
     drained_under_lock: list[bool] = []
-    real_trial, real_ahead, real_result = fresh._trial, fresh._compile_ahead, checking.PendingTrial.result
+    real_trial, real_ahead, real_result = fresh._trial, fresh._compile_ahead, runner_module.PendingTrial.result
 
     def trial(job, ahead):
         assert fresh._gpu.locked()
@@ -126,7 +125,7 @@ def test_two_batches_from_two_threads_overlap_but_never_share_the_gpu(bench, mon
 
     monkeypatch.setattr(fresh, "_trial", trial)
     monkeypatch.setattr(fresh, "_compile_ahead", compile_ahead)
-    monkeypatch.setattr(checking.PendingTrial, "result", result)
+    monkeypatch.setattr(runner_module.PendingTrial, "result", result)
     got: dict[str, list] = {}
     thread_a = threading.Thread(target=lambda: got.update(A=fresh.evaluate(batch_a)), name="A")
     thread_b = threading.Thread(target=lambda: got.update(B=fresh.evaluate(batch_b)), name="B")
@@ -147,7 +146,7 @@ def test_two_batches_from_two_threads_overlap_but_never_share_the_gpu(bench, mon
     assert {"gpu_wait", "certify_drain", "time"} <= set(stages["seconds"])
 
 
-def test_inputs_are_generated_once_when_threads_ask_together(bench, monkeypatch):
+def test_inputs_are_generated_once_when_threads_ask_together(runner, monkeypatch):
     import threading
     import time
 
@@ -163,7 +162,7 @@ def test_inputs_are_generated_once_when_threads_ask_together(bench, monkeypatch)
     monkeypatch.setattr(type(spec), "generate", slow)
     job = _gemv_jobs("gemv", 1)[0]
     entries = []
-    threads = [threading.Thread(target=lambda: entries.append(bench.inputs.entry(spec, job))) for _ in range(4)]
+    threads = [threading.Thread(target=lambda: entries.append(runner.inputs.entry(spec, job))) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -171,7 +170,7 @@ def test_inputs_are_generated_once_when_threads_ask_together(bench, monkeypatch)
     assert len(calls) == 1 and len({id(e) for e in entries}) == 1
 
 
-def test_multi_pass_launches_run_certify_and_time_through_the_worker(bench):
+def test_multi_pass_launches_run_certify_and_time_through_the_worker(runner):
     # ternary_gemv stage_x=4: a planes pass, the loop and a split sum over scratch buffers
     spec = catalog.get("ternary_gemv")
     problem = spec.problem(m=100, k=5000)
@@ -179,23 +178,23 @@ def test_multi_pass_launches_run_certify_and_time_through_the_worker(bench):
         Schedule.of(workgroup_size=64, items_per_invocation=2, vector_width=1, threads_per_row=4, stage_x=4, splits=s)
         for s in (1, 2)
     ]
-    results = bench.evaluate([Job("ternary_gemv", problem, s, 0, 0, 2) for s in schedules])
+    results = runner.evaluate([Job("ternary_gemv", problem, s, 0, 0, 2) for s in schedules])
     assert [r.status for r in results] == [Status.OK, Status.OK], [r.message for r in results]
     assert all(r.metrics.max_abs == 0.0 and r.timing.reps == 2 for r in results)
-    timings = bench.remeasure("ternary_gemv", problem, schedules, reps=2, rounds=1)
+    timings = runner.remeasure("ternary_gemv", problem, schedules, reps=2, rounds=1)
     assert all(t is not None for t in timings.values())
 
 
-def test_remeasure_and_exclusive_work_hold_the_gpu_lock(bench, monkeypatch):
+def test_remeasure_and_exclusive_work_hold_the_gpu_lock(runner, monkeypatch):
     job = _gemv_jobs("gemv", 1)[0]
     held = []
-    real = bench._prepare
-    monkeypatch.setattr(bench, "_prepare", lambda *a, **k: held.append(bench._gpu.locked()) or real(*a, **k))
-    timings = bench.remeasure("gemv", job.problem, [job.schedule], reps=2, rounds=1)
+    real = runner._prepare
+    monkeypatch.setattr(runner, "_prepare", lambda *a, **k: held.append(runner._gpu.locked()) or real(*a, **k))
+    timings = runner.remeasure("gemv", job.problem, [job.schedule], reps=2, rounds=1)
     assert timings[job.schedule.key()] is not None and held == [True]
-    with bench.exclusive() as device:
-        assert device is bench.device and bench._gpu.locked()
-    assert not bench._gpu.locked()
+    with runner.exclusive() as device:
+        assert device is runner.device and runner._gpu.locked()
+    assert not runner._gpu.locked()
 
 
 def test_held_bytes_count_only_comparisons_still_running():
@@ -204,41 +203,40 @@ def test_held_bytes_count_only_comparisons_still_running():
     done, running = Future(), Future()
     done.set_result(None)
     pending = [
-        checking.PendingTrial(None, None, done, None, 100),
-        checking.PendingTrial(None, None, running, None, 7),
+        runner_module.PendingTrial(None, None, done, None, 100),
+        runner_module.PendingTrial(None, None, running, None, 7),
     ]
-    assert checking.held_bytes(pending) == 7
+    assert runner_module.held_bytes(pending) == 7
 
 
-def test_remeasure_rounds_returns_paired_rounds_and_adds_them_only_for_close_finalists(bench):
+def test_remeasure_rounds_returns_paired_rounds_and_adds_them_only_for_close_finalists(runner):
     # issue 21: per-round medians, rounds past `rounds` only for finalists not yet separated
     # (a noise of 1e9 makes every pair a tie at once: no extra rounds), None for a failure
     jobs = _gemv_jobs("gemv", 2)
     bad = Schedule.of(workgroup_size=48, threads_per_row=5)
     schedules = [jobs[0].schedule, jobs[1].schedule, bad]
-    samples = bench.remeasure_rounds("gemv", jobs[0].problem, schedules, reps=2, rounds=2, max_rounds=4, noise=1e9)
+    samples = runner.remeasure_rounds("gemv", jobs[0].problem, schedules, reps=2, rounds=2, max_rounds=4, noise=1e9)
     assert [len(samples[s.key()]) for s in schedules[:2]] == [2, 2] and samples[bad.key()] is None
-    capped = bench.remeasure_rounds("gemv", jobs[0].problem, schedules[:2], reps=2, rounds=2, max_rounds=3, noise=0)
+    capped = runner.remeasure_rounds("gemv", jobs[0].problem, schedules[:2], reps=2, rounds=2, max_rounds=3, noise=0)
     assert 2 <= len(capped[schedules[0].key()]) <= 3 and all(v > 0 for v in capped[schedules[0].key()])
 
 
-def test_the_re_measurement_warms_the_first_finalist_then_the_heater_unless_the_gpu_is_hot(bench, monkeypatch):
+def test_the_re_measurement_warms_the_first_finalist_then_the_heater_unless_the_gpu_is_hot(runner, monkeypatch):
     """Its rounds decide between close finalists, so they run at the clocks: REMEASURE_LEAST_S
-    of the first finalist, then the canary's heater while it reads slow (session 13: a
-    few-workgroup kernel's own dispatches left the H200's clocks low)."""
+    of the first finalist, then the canary's heater while it reads slow (a few-workgroup
+    kernel's own dispatches may leave the clocks low)."""
     from farm.oracle.launch import Prepared
-    from farm.tuning import bench as bench_module
 
     warms = []
     monkeypatch.setattr(Prepared, "warm_until_clocks", lambda self, *a, **kw: warms.append((a, kw)) or 0.0)
     jobs = _gemv_jobs("gemv", 2)
-    bench.remeasure_rounds("gemv", jobs[0].problem, [j.schedule for j in jobs], reps=2, rounds=1)
-    least, most = bench_module.REMEASURE_LEAST_S, bench_module.REMEASURE_WARM_S
+    runner.remeasure_rounds("gemv", jobs[0].problem, [j.schedule for j in jobs], reps=2, rounds=1)
+    least, most = runner_module.REMEASURE_LEAST_S, runner_module.REMEASURE_WARM_S
     assert warms == [((least, most), {"unless_hot": True})] and 0 < least <= most
 
 
-def _settled(bench: TrialBench) -> None:
-    bench.inputs.settled()  # prefetch and forget return at once
+def _settled(runner: TrialRunner) -> None:
+    runner.inputs.settled()  # prefetch and forget return at once
 
 
 def _counting(monkeypatch, spec, method: str) -> list[str]:
@@ -256,7 +254,7 @@ def _counting(monkeypatch, spec, method: str) -> list[str]:
     return calls
 
 
-def test_prefetch_generates_inputs_and_reference_off_the_gpu_and_the_trial_reuses_them(bench, monkeypatch):
+def test_prefetch_generates_inputs_and_reference_off_the_gpu_and_the_trial_reuses_them(runner, monkeypatch):
     """A campaign asks for its next problem's inputs while this one's trials hold the GPU:
     they are generated (and the reference queued) without waiting for the GPU lock, and the
     problem's first trial generates nothing."""
@@ -264,37 +262,37 @@ def test_prefetch_generates_inputs_and_reference_off_the_gpu_and_the_trial_reuse
     generated = _counting(monkeypatch, spec, "generate")
     referenced = _counting(monkeypatch, spec, "reference")
     job = _gemv_jobs("gemv", 1)[0]
-    with bench._gpu:  # another batch's trials hold the GPU meanwhile
-        bench.prefetch("gemv", job.problem, job.seed)
-        _settled(bench)
-        assert bench.inputs_held() == [("gemv", job.problem.key(), 0)]
-    assert [r.status for r in bench.evaluate([job])] == [Status.OK]
+    with runner._gpu:  # another batch's trials hold the GPU meanwhile
+        runner.prefetch("gemv", job.problem, job.seed)
+        _settled(runner)
+        assert runner.inputs_held() == [("gemv", job.problem.key(), 0)]
+    assert [r.status for r in runner.evaluate([job])] == [Status.OK]
     assert len(generated) == 1 and generated[0].startswith("farm-prefetch")
     assert len(referenced) == 1 and referenced[0].startswith("farm-reference")
-    assert bench.stage_times()["seconds"]["prefetch"] > 0
+    assert runner.stage_times()["seconds"]["prefetch"] > 0
 
 
-def test_forget_drops_a_problems_inputs_and_buffers_and_a_later_trial_generates_them_again(bench, monkeypatch):
+def test_forget_drops_a_problems_inputs_and_buffers_and_a_later_trial_generates_them_again(runner, monkeypatch):
     spec = catalog.get("gemv")
     generated = _counting(monkeypatch, spec, "generate")
     released = []
-    real_release = bench.device.release
-    monkeypatch.setattr(bench.device, "release", lambda *b: released.extend(b) or real_release(*b))
+    real_release = runner.device.release
+    monkeypatch.setattr(runner.device, "release", lambda *b: released.extend(b) or real_release(*b))
     jobs = _gemv_jobs("gemv", 2)
     other = Job("gemv", spec.problem(m=32, n=16), jobs[0].schedule, 0, 0, 2)
-    assert [r.status for r in bench.evaluate([*jobs, other])] == [Status.OK] * 3
-    entry = bench.inputs._inputs[("gemv", jobs[0].problem.key(), 0)]
+    assert [r.status for r in runner.evaluate([*jobs, other])] == [Status.OK] * 3
+    entry = runner.inputs._inputs[("gemv", jobs[0].problem.key(), 0)]
     kept = [*entry.uploaded.values(), *entry.outputs.values()]
     released.clear()
-    bench.forget("gemv", jobs[0].problem, 0)
-    _settled(bench)
-    assert bench.inputs_held() == [("gemv", other.problem.key(), 0)]  # the other problem's stay
+    runner.forget("gemv", jobs[0].problem, 0)
+    _settled(runner)
+    assert runner.inputs_held() == [("gemv", other.problem.key(), 0)]  # the other problem's stay
     assert kept and all(any(b is k for b in released) for k in kept)
-    assert [r.status for r in bench.evaluate(jobs[:1])] == [Status.OK]
+    assert [r.status for r in runner.evaluate(jobs[:1])] == [Status.OK]
     assert len(generated) == 3  # two problems, then the forgotten one again
 
 
-def test_a_prefetch_that_fails_leaves_the_error_to_the_trial(bench, monkeypatch):
+def test_a_prefetch_that_fails_leaves_the_error_to_the_trial(runner, monkeypatch):
     spec = catalog.get("gemv")
 
     def broken(self, problem, seed):
@@ -302,30 +300,30 @@ def test_a_prefetch_that_fails_leaves_the_error_to_the_trial(bench, monkeypatch)
 
     monkeypatch.setattr(type(spec), "generate", broken)
     job = _gemv_jobs("gemv", 1)[0]
-    bench.prefetch("gemv", job.problem, job.seed)
-    _settled(bench)
-    assert bench.inputs_held() == []
+    runner.prefetch("gemv", job.problem, job.seed)
+    _settled(runner)
+    assert runner.inputs_held() == []
     with pytest.raises(RuntimeError, match="generate bug"):  # a spec bug propagates, as without prefetch
-        bench.evaluate([job])
+        runner.evaluate([job])
 
 
-def test_a_prefetch_never_waits_behind_a_forget_that_waits_for_the_gpu(bench):
+def test_a_prefetch_never_waits_behind_a_forget_that_waits_for_the_gpu(runner):
     jobs = _gemv_jobs("gemv", 1)
-    assert [r.status for r in bench.evaluate(jobs)] == [Status.OK]
+    assert [r.status for r in runner.evaluate(jobs)] == [Status.OK]
     other = catalog.get("gemv").problem(m=16, n=8)
-    with bench._gpu:  # a batch holds the GPU: the forget waits for it
-        bench.forget("gemv", jobs[0].problem, 0)
-        bench.prefetch("gemv", other, 0)
-        bench.inputs._prefetcher.submit(lambda: None).result(timeout=60)
-        assert ("gemv", other.key(), 0) in bench.inputs_held()  # generated meanwhile
-        assert ("gemv", jobs[0].problem.key(), 0) in bench.inputs_held()  # not yet forgotten
-    _settled(bench)
-    assert bench.inputs_held() == [("gemv", other.key(), 0)]
+    with runner._gpu:  # a batch holds the GPU: the forget waits for it
+        runner.forget("gemv", jobs[0].problem, 0)
+        runner.prefetch("gemv", other, 0)
+        runner.inputs._prefetcher.submit(lambda: None).result(timeout=60)
+        assert ("gemv", other.key(), 0) in runner.inputs_held()  # generated meanwhile
+        assert ("gemv", jobs[0].problem.key(), 0) in runner.inputs_held()  # not yet forgotten
+    _settled(runner)
+    assert runner.inputs_held() == [("gemv", other.key(), 0)]
 
 
-def test_each_trial_is_timed_against_the_best_certified_median_of_its_problem(bench, monkeypatch):
+def test_each_trial_is_timed_against_the_best_certified_median_of_its_problem(runner, monkeypatch):
     # the bar for re-timing a competitive trial measured at a slightly low clock
-    # (farm.gpu.timing.RECHECK_TOLERANCE): the problem's best certified median x RECHECK_BAR;
+    # (farm.gpu.device.RECHECK_TOLERANCE): the problem's best certified median x RECHECK_BAR;
     # a wrong result's timing never sets it, and another problem has its own
     from farm.oracle.launch import Prepared
 
@@ -333,9 +331,9 @@ def test_each_trial_is_timed_against_the_best_certified_median_of_its_problem(be
     real = Prepared.time
     monkeypatch.setattr(Prepared, "time", lambda self, **kw: bars.append(kw.get("beat_ns")) or real(self, **kw))
     for job in _gemv_jobs("fault_wrong", 2):  # one batch each: the first's verdict is in before the second
-        assert bench.evaluate([job])[0].status is Status.WRONG_RESULT
-    first = bench.evaluate(_gemv_jobs("gemv", 1))[0]
-    bench.evaluate(_gemv_jobs("gemv", 1))
+        assert runner.evaluate([job])[0].status is Status.WRONG_RESULT
+    first = runner.evaluate(_gemv_jobs("gemv", 1))[0]
+    runner.evaluate(_gemv_jobs("gemv", 1))
     other = Job("gemv", catalog.get("gemv").problem(m=32, n=32), first.key.schedule, 0, 0, 2)
-    bench.evaluate([other])
-    assert bars == [None, None, None, pytest.approx(first.median_ns * bench_module.RECHECK_BAR), None]
+    runner.evaluate([other])
+    assert bars == [None, None, None, pytest.approx(first.median_ns * runner_module.RECHECK_BAR), None]

@@ -59,10 +59,6 @@ def load(paths: list[str]) -> list[str]:
     return names
 
 
-def loaded() -> list[str]:
-    return list(_LOADED)
-
-
 def bundle() -> str | None:
     """The loaded kernel files and the files they read, for a Ray runtime_env (None when none)."""
     if not _LOADED:

@@ -16,7 +16,7 @@ Like with like, and every row says how it was timed (`method`):
   ("cuda-graph replay": the call captured once, replayed back to back between CUDA
   events), or by the profiler's kernel time where a graph can't be captured
   ("profiler kernel time"). Timing a Python call with CUDA events includes the launch
-  path: it made a 2x slower kernel read 2-4x faster (NOTES, 2026-12-01).
+  path, which can make a slower kernel read faster.
 - per call ("host wall, sync each call"): the farm through ForgeRuntime on DeviceArrays,
   the vendor on device tensors, each followed by a synchronize.
 """
@@ -33,7 +33,7 @@ from farm import catalog
 from farm.cli.bench_report import BenchRow, by_problem, print_rows, vendor_speed, write_results
 from farm.cli.vendor import FP32_MATMUL, median_call_ns, set_vendor_fp32, vendor_fn, vendor_kernel_ns
 from farm.gpu import Device, Timing, refuse_cpu
-from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
+from farm.gpu.device import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
 from farm.schedule import Problem, Schedule
@@ -53,7 +53,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
 
 def bench_problems(spec_name: str, profile) -> list[Problem]:
-    """Realistic sizes from issue 7 (the kernel's GPU default problems)."""
+    """Realistic sizes: the kernel's GPU default problems."""
     spec = catalog.get(spec_name)
     return spec.default_problems(profile)
 
@@ -103,17 +103,12 @@ def copy_timing(device: Device, nbytes: int, reps: int) -> tuple[float, Timing]:
     return 2 * n4 * 16 / timing.median_ns, timing
 
 
-def copy_bandwidth(device: Device, nbytes: int, reps: int) -> float:
-    """GB/s (read + write) of a vec4 WGSL copy of `nbytes` (copy_timing)."""
-    return copy_timing(device, nbytes, reps)[0]
-
-
 def settle_clocks(device: Device, seconds: float = 2.0, nbytes: int = 1 << 28) -> float:
     """Keep the GPU copying `nbytes` for `seconds` (`Device.keep_busy`) and return the
-    seconds spent: right after a machine starts, the H200 can need longer than the
-    per-timing warm-up rounds allow to reach its clocks (a probe's first shape read 3x
-    slow, two rounds agreeing at low clocks). A no-op on a CPU adapter. For the probes that
-    time without a warm-up of their own (`farm bench` warms each kernel itself)."""
+    seconds spent: right after a machine starts, a GPU can need longer than the
+    per-timing warm-up rounds allow to reach its clocks (two rounds agree at low clocks).
+    A no-op on a CPU adapter. For benchmarks that time without a warm-up of their own
+    (`farm bench` warms each kernel itself)."""
     if device.profile.is_cpu or seconds <= 0:
         return 0.0
     n4 = nbytes // 16
@@ -277,7 +272,7 @@ def _vendor_run(torch, spec, problem, inputs, schedule, reps, fp32: str = "ieee"
         return [BenchRow(spec.name, problem.key(), "vendor", "-", math.nan, 0, 0, False, label)]
     label = f"{label} fp32 {fp32}" if spec.name in FP32_MATMUL else label
     if label.startswith("fla") and (label, problem.key()) not in _ANNOUNCED:  # else minutes of silence
-        _ANNOUNCED.add((label, problem.key()))  # (FLA autotunes 4-36 configurations a kernel: part 29)
+        _ANNOUNCED.add((label, problem.key()))  # FLA autotunes several configurations a kernel
         print(f"{spec.name} {problem.key()}: {label} autotunes its Triton kernels on first use", file=sys.stderr)
     got = fn()
     got = got if isinstance(got, dict) else {checks[0]: got}

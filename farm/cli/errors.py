@@ -189,11 +189,6 @@ def seconds(text: str) -> float:
     return _finite(text, positive=True, high=MAX_SECONDS)
 
 
-def positive_float(text: str) -> float:
-    """A finite number > 0 (no nan, no inf)."""
-    return _finite(text, positive=True)
-
-
 def finite_float(text: str) -> float:
     return _finite(text, positive=False)
 

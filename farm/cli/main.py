@@ -29,7 +29,7 @@ from farm.cli.errors import (
     writable_dir,
 )
 from farm.cli.vendor import VENDOR_FP32
-from farm.tuning.plan import DEFAULT_BUDGET, SPACE_SHARE
+from farm.tuning.tasks import DEFAULT_BUDGET, SPACE_SHARE
 
 # `farm tune` without --budget (a sentinel: --budget all is None): the budget scales with the space.
 SCALED_BUDGET = object()
@@ -67,7 +67,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from farm.cli.bench import run_bench
     from farm.cli.bench_report import bench_passed
-    from farm.tuning.plan import parse_sizes, sizes_among
+    from farm.tuning.tasks import parse_sizes, sizes_among
 
     sizes = parse_sizes(args.sizes) if args.sizes is not None else {}
     kernels = args.kernels or list(sizes) or catalog.names()
@@ -178,8 +178,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from farm.store import farm_home
     from farm.store.engine import mask_command
     from farm.tuning.campaign import tune
-    from farm.tuning.plan import TuneConfig, parse_sizes
     from farm.tuning.report import format_winners_table
+    from farm.tuning.tasks import TuneConfig, parse_sizes
 
     sizes = parse_sizes(args.sizes) if args.sizes is not None else {}
     kernels = list(sizes) if sizes and not args.kernels and not args.all else _kernel_names(args)
@@ -218,8 +218,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def _check_sizes(sizes: dict, kernels: list[str], args: argparse.Namespace) -> None:
     """Before Ray starts: every --sizes kernel is one being tuned, and every problem fits the
     adapter a local cluster's workers will use (parse_sizes already refused what fits none)."""
-    from farm.tuning.plan import sizes_among
     from farm.tuning.problems import check_sizes
+    from farm.tuning.tasks import sizes_among
 
     sizes_among(sizes, kernels, "the kernels to tune")
     check_sizes(sizes, _local_profile(args) if sizes else None)

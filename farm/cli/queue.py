@@ -14,7 +14,7 @@ from pathlib import Path
 
 from farm import catalog
 from farm.cli.errors import budget, count, positive_int, priority, seconds, small_nonnegative_int
-from farm.tuning.plan import DEFAULT_BUDGET
+from farm.tuning.tasks import DEFAULT_BUDGET
 
 DB_HELP = "SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)"
 SHORT = 12
@@ -62,7 +62,7 @@ def add_parsers(sub) -> None:
 def cmd_request(args: argparse.Namespace) -> int:
     from farm.store import open_existing, open_store
     from farm.store import queue as q
-    from farm.tuning.plan import parse_sizes, sizes_among
+    from farm.tuning.tasks import parse_sizes, sizes_among
 
     if args.list:
         if args.kernels or args.sizes is not None:
@@ -173,8 +173,8 @@ def age(seconds: float) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from farm.tuning.plan import TuneConfig
     from farm.tuning.serve import serve
+    from farm.tuning.tasks import TuneConfig
 
     config = TuneConfig(
         kernels=(),

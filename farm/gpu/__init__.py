@@ -1,7 +1,7 @@
 """The wgpu layer: which adapter and what identifies it (`adapter`), the device that
-compiles, binds, dispatches and reads back (`device`), how a dispatch is timed
-(`timing`), whether a timing ran at the GPU's clocks (`clocks`), the spinning wait for
-the GPU (`waits`), and the only place that asks `nvidia-smi` (`nvidia`).
+compiles, binds, dispatches, reads back and times dispatches (`device`), whether a timing
+ran at the GPU's clocks (`clocks`), the spinning wait for the GPU (`waits`), and the only
+place that asks `nvidia-smi` (`nvidia`).
 
 The names below are the layer's surface; `from farm.gpu import Device` is the usual way in.
 """
@@ -17,8 +17,17 @@ from farm.gpu.adapter import (
     enumerate_adapters,
     refuse_cpu,
 )
-from farm.gpu.device import STAGING_KEEP, Buffer, Device, PendingRead, Pipeline, benchmark_device, fold_groups
-from farm.gpu.timing import HOT_GAP_S, Timing
+from farm.gpu.device import (
+    HOT_GAP_S,
+    STAGING_KEEP,
+    Buffer,
+    Device,
+    PendingRead,
+    Pipeline,
+    Timing,
+    benchmark_device,
+    fold_groups,
+)
 
 __all__ = [
     "HOT_GAP_S",

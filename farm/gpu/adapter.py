@@ -44,6 +44,7 @@ class GpuError(RuntimeError):
         sched = f" schedule {schedule}" if schedule is not None else ""
         super().__init__(f"{step} failed{where}{sched}: {message}")
 
+
 class NoAdapterError(RuntimeError):
     pass
 
@@ -56,6 +57,7 @@ def refuse_cpu(profile: HardwareProfile, allow_cpu: bool, what: str) -> None:
     """Raise CpuAdapterRefused when `profile` is a CPU adapter and `allow_cpu` is false."""
     if profile.is_cpu and not allow_cpu:
         raise CpuAdapterRefused(f"refusing to {what} on CPU adapter {profile.summary}; pass --allow-cpu")
+
 
 def _configure_instance() -> None:
     """Ask for ns-normalized timestamps; must run before the first adapter request."""
@@ -108,6 +110,7 @@ def choose_adapter(spec: str | None = None):
         names = "; ".join(a.summary for a in adapters)
         raise NoAdapterError(f"no adapter matches FARM_ADAPTER={spec!r}; have: {names}")
     return adapters[0]
+
 
 @dataclass(frozen=True)
 class HardwareProfile:

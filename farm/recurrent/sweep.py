@@ -4,7 +4,7 @@ Per case: time the op-by-op baseline, the fused kernel and the runtime path (all
 `farm.recurrent`), compare full outputs and stepwise states, then write Markdown, CSVs
 and JSON in the reference sweep's layouts and record the run in SQL and Parquet (both in
 `farm.recurrent.report`). `run_case(device, case, config)` is the
-unit farm.tuning.pool fans out; `run_sweep(config)` drives the whole sweep.
+unit farm.tuning.workers fans out; `run_sweep(config)` drives the whole sweep.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from farm import catalog
 from farm.catalog.recurrent import sweep_decay
 from farm.gpu import Device, nvidia, refuse_cpu
-from farm.gpu.timing import REPORT_WARM_MAX_S, REPORT_WARM_S
+from farm.gpu.device import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle.compare import error_metrics
 from farm.recurrent.cases import SweepCase, SweepConfig, default_cases, long_cases, merge_cases
 from farm.recurrent.paths import BaselinePlan, fused_calls, prepare_fused, recurrent_problem
@@ -41,8 +41,7 @@ __all__ = [
 BENCHMARK = "farm recurrent scaling sweep"
 CASE_TIMEOUT_S = 600.0
 # The op-by-op baseline's timed dispatches, at most (while >= MIN_BASELINE_REPS reps): a rep is
-# T·8 dispatches (T=4096: 32,768, 0.35 s of H200 time), each encoded by the host (~0.1 ms each
-# on the H200: 86 of the T=4096 case's 148 s went to its 7 reps, 2 warm-ups and warm-up rounds).
+# T·8 dispatches, each encoded by the host, so a long case's reps would take most of its time.
 BASELINE_DISPATCHES = 1 << 16
 MIN_BASELINE_REPS = 3
 
@@ -89,7 +88,7 @@ def _time_paths(
     with prepare_fused(device, schedule, **inputs) as prepared:
         # The baseline just before is host-bound (hundreds of tiny dispatches): the GPU ran
         # at low clocks for a "long, recent" timing, so the warm-up rules skipped their
-        # rounds and the fused kernel read 2-4x its bench time (issue 17). Keep it busy first,
+        # rounds and the fused kernel read several times slow. Keep it busy first,
         # forced: the same rules took the baseline for a hot GPU and skipped this too; then the
         # heater while the clock canary reads slow (REPORT_WARM_S, REPORT_WARM_MAX_S: as farm bench's rows).
         warm_s = device.warm_until_clocks(fused_calls(device, prepared), REPORT_WARM_S, REPORT_WARM_MAX_S)
@@ -208,12 +207,12 @@ def adapter_line(device: Device) -> str:
 
 
 def _fan_out(config: SweepConfig) -> tuple[list[dict], str, dict, dict] | None:
-    """Cases over farm.tuning.pool.WorkerPool when it exists; None means run locally."""
+    """Cases over farm.tuning.workers.WorkerPool when it exists; None means run locally."""
     import importlib.util
 
-    if importlib.util.find_spec("farm.tuning.pool") is None:
+    if importlib.util.find_spec("farm.tuning.workers") is None:
         return None
-    from farm.tuning.pool import WorkerPool
+    from farm.tuning.workers import WorkerPool
 
     # One case in flight per worker: two cases sharing a GPU would skew each other's timings.
     with WorkerPool(allow_cpu=config.allow_cpu, trial_timeout_s=CASE_TIMEOUT_S, max_in_flight=1) as pool:
@@ -247,7 +246,7 @@ def _landed(records, total: int) -> list[dict]:
 
 
 def run_sweep(config: SweepConfig, fan_out: bool = True) -> dict:
-    """Run every case (over the worker pool when farm.tuning.pool exists and `fan_out`),
+    """Run every case (over the worker pool when farm.tuning.workers exists and `fan_out`),
     build the report, print the Markdown, write the artifacts, record to SQL when
     farm.store has record_sweep. Returns the report (the JSON artifact's content)."""
     config = config.normalized()

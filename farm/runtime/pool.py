@@ -26,8 +26,8 @@ from farm.runtime.validation import positive_bytes
 MIN_CLASS = 256
 _SERIALS = itertools.count(1)  # shared by every pool: a serial never names two buffers in one process
 DEFAULT_IDLE_BYTES = 4 << 30  # idle buffers kept for the next call, when no capacity is set
-# (a gemv 16384^2 call holds 2 GiB: its input and the input's staging; at 1 GiB every call
-# destroyed and re-created them, 3x slower on the H200)
+# (a gemv 16384^2 call holds 2 GiB, its input and the input's staging: a smaller bound would
+# destroy and re-create them on every call)
 
 
 def size_class(nbytes: int, largest: int) -> int:
@@ -177,9 +177,6 @@ class BufferPool:
             while self._free:
                 self._destroy_oldest()
             return freed
-
-    def free_bytes(self) -> int | None:
-        return None if self.capacity is None else self.capacity - self.held
 
     def _make_room(self, size: int) -> None:
         if self.capacity is None:

@@ -1,6 +1,6 @@
-"""The stored winners as a ForgeRuntime sees them, and what it does about a miss.
+"""The runtime's cache of the stored winners, and what it does about a miss.
 
-`Winners` reads the winners once (farm.runtime.winners.load_candidates). A lookup that is
+`WinnerCache` reads the winners once (farm.runtime.winners.load_candidates). A lookup that is
 not "tuned" (nearest, same-device, default) is a miss: with request tuning on
 (`ForgeRuntime(request_tuning=True)` or `$FARM_REQUEST_TUNING=1`) the (kernel, problem) is
 queued for `farm serve` (farm.store.queue.enqueue: deduplicated there too), at most once
@@ -73,8 +73,9 @@ class Background:
                 log.debug("runtime background job failed", exc_info=True)
 
 
-class Winners:
-    """The winners a runtime serves, its misses, and its tuning requests (module docstring)."""
+class WinnerCache:
+    """The winners a runtime serves (read once, re-read after a miss), its misses and its tuning
+    requests (module docstring)."""
 
     def __init__(
         self,

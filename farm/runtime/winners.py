@@ -34,8 +34,6 @@ from farm.catalog import KernelSpec
 from farm.gpu import HardwareProfile
 from farm.schedule import Problem, Schedule
 
-SOURCES = ("tuned", "nearest", "same-device", "default")
-
 
 @dataclass(frozen=True)
 class Candidate:
@@ -64,8 +62,8 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Lookup:
-    """The schedule a call uses, where it came from (one of SOURCES), and the warning to log
-    for it ("" when the exact tuned winner serves)."""
+    """The schedule a call uses, where it came from ("tuned", "nearest", "same-device" or
+    "default"), and the warning to log for it ("" when the exact tuned winner serves)."""
 
     schedule: Schedule
     source: str

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from sqlalchemy import func, select
 
 from farm.store.database import Store
-from farm.store.models import Trial
+from farm.store.models import TrialRow
 from farm.store.parquet import SCHEMA_VERSION, TRIAL_SCHEMA, farm_version, write_trials
 from farm.store.repo import fetch_rows, live_campaigns
 
@@ -121,7 +121,9 @@ def compact_partition(out: str | Path, topology: str, kernel: str) -> Path | Non
 
 
 def sql_partition_counts(store: Store) -> dict[tuple[str, str], int]:
-    stmt = select(Trial.topology_hash, Trial.kernel, func.count()).group_by(Trial.topology_hash, Trial.kernel)
+    stmt = select(TrialRow.topology_hash, TrialRow.kernel, func.count()).group_by(
+        TrialRow.topology_hash, TrialRow.kernel
+    )
     with store.engine.connect() as conn:
         return {(t, k): int(n) for t, k, n in conn.execute(stmt).all()}
 
@@ -136,8 +138,8 @@ def restore_from_sql(store: Store, out: str | Path, campaign_id: int | None = No
         if count <= parquet_rows(out, topology, kernel):
             continue
         have = _parquet_keys(out, topology, kernel)
-        stmt = select(Trial.id, Trial.campaign_id, *(Trial.__table__.c[k] for k in KEY)).where(
-            Trial.topology_hash == topology, Trial.kernel == kernel
+        stmt = select(TrialRow.id, TrialRow.campaign_id, *(TrialRow.__table__.c[k] for k in KEY)).where(
+            TrialRow.topology_hash == topology, TrialRow.kernel == kernel
         )
         missing = [
             row["id"]
@@ -161,7 +163,7 @@ def _parquet_keys(out: str | Path, topology: str, kernel: str) -> set[tuple]:
 def _write_rows(store: Store, out: str | Path, ids: list[int]) -> None:
     by_campaign: dict[int | None, list[dict]] = {}
     for start in range(0, len(ids), FETCH_CHUNK):
-        stmt = select(Trial.__table__).where(Trial.id.in_(ids[start : start + FETCH_CHUNK])).order_by(Trial.id)
+        stmt = select(TrialRow.__table__).where(TrialRow.id.in_(ids[start : start + FETCH_CHUNK])).order_by(TrialRow.id)
         for row in fetch_rows(store, stmt):
             by_campaign.setdefault(row["campaign_id"], []).append(row)
     for campaign, rows in by_campaign.items():

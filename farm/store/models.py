@@ -1,8 +1,11 @@
 """SQLAlchemy 2 typed models: topologies, campaigns, trials, winners, the recurrent sweep tables
 and the tuning queue (tuning_requests).
 
-Queries live in `farm.store.repo`, not here. Constraint names come from the naming
-convention so they are the same on SQLite and PostgreSQL (Alembic relies on that).
+Each class is a row of its table and named so (`CampaignRow` is a row of `campaigns`); the
+domain's objects, such as farm.tuning.campaign.Campaign and farm.store.WinnerRecord, are
+other classes. Queries live in `farm.store.repo` and beside it, not here. Constraint names
+come from the naming convention so they are the same on SQLite and PostgreSQL (Alembic
+relies on that).
 Every timestamp is a timezone-aware UTC datetime on both dialects (`UtcDateTime`).
 """
 
@@ -69,7 +72,7 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
-class Topology(Base):
+class TopologyRow(Base):
     """One adapter identity; winners and trials are keyed by its hash."""
 
     __tablename__ = "topologies"
@@ -85,7 +88,7 @@ class Topology(Base):
     first_seen: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
-class Campaign(Base):
+class CampaignRow(Base):
     """One `farm tune` run: its command, strategy, progress and heartbeat."""
 
     __tablename__ = "campaigns"
@@ -107,7 +110,7 @@ class Campaign(Base):
     heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
-class Trial(Base):
+class TrialRow(Base):
     """One measured and certified (topology, kernel, source, problem, schedule); failures included."""
 
     __tablename__ = "trials"
@@ -144,7 +147,7 @@ class Trial(Base):
     finished_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
-class Winner(Base):
+class WinnerRow(Base):
     """The best certified schedule per (topology, kernel, problem); stale when source_hash changed.
 
     Revision 0005 adds how it was decided (NULL on older rows): quantiles over the
@@ -181,7 +184,7 @@ class Winner(Base):
     vendor_measured_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
-class SweepRun(Base):
+class SweepRunRow(Base):
     """One `farm sweep recurrent` run on one topology."""
 
     __tablename__ = "sweep_runs"
@@ -204,7 +207,7 @@ STEP_MAX_COLUMNS = tuple(f"step_{t}_{m}" for t in ("context", "rho") for m in ME
 STEP_METRIC_COLUMNS = CASE_METRIC_COLUMNS
 
 
-class SweepCase(Base):
+class SweepCaseRow(Base):
     """One sweep case's timings, errors vs the baseline, stepwise-consistency maxima and strict pass."""
 
     __tablename__ = "sweep_cases"
@@ -245,7 +248,7 @@ class SweepCase(Base):
     gpu_util: Mapped[float | None] = mapped_column(Float)
 
 
-class SweepStep(Base):
+class SweepStepRow(Base):
     """Stepwise consistency of one case at one step: the 8 error metrics of context and rho."""
 
     __tablename__ = "sweep_steps"
@@ -273,7 +276,7 @@ ANY_TOPOLOGY = "any"
 _OPEN_REQUEST = "status IN ('queued', 'claimed')"
 
 
-class TuningRequest(Base):
+class TuningRequestRow(Base):
     """One wanted (topology, kernel, problem, source): from `farm request` or a runtime miss,
     drained by `farm serve` (farm.store.queue holds the queries). At most one open (queued or
     claimed) request per key: a partial unique index, so a second enqueue finds the first."""

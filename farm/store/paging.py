@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from farm.store.database import Store
-from farm.store.models import Trial
+from farm.store.models import TrialRow
 from farm.store.repo import _trial_filters, fetch_rows
 
 
@@ -27,10 +27,10 @@ def trials_keyset(
         raise ValueError(f"limit must be >= 1, got {limit}")
     if before is not None and after is not None:
         raise ValueError("pass before or after, not both")
-    stmt = _trial_filters(select(Trial.__table__), topology, kernel, status, campaign)
+    stmt = _trial_filters(select(TrialRow.__table__), topology, kernel, status, campaign)
     if after is not None:
-        rows = fetch_rows(store, stmt.where(Trial.id > after).order_by(Trial.id).limit(limit))
+        rows = fetch_rows(store, stmt.where(TrialRow.id > after).order_by(TrialRow.id).limit(limit))
         return rows[::-1]
     if before is not None:
-        stmt = stmt.where(Trial.id < before)
-    return fetch_rows(store, stmt.order_by(Trial.id.desc()).limit(limit))
+        stmt = stmt.where(TrialRow.id < before)
+    return fetch_rows(store, stmt.order_by(TrialRow.id.desc()).limit(limit))

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import case, func, inspect, select, text, update
 
 from farm.store.database import Store
-from farm.store.models import ANY_TOPOLOGY, REQUEST_STATUSES, TuningRequest, utcnow
+from farm.store.models import ANY_TOPOLOGY, REQUEST_STATUSES, TuningRequestRow, utcnow
 from farm.store.repo import fetch_rows
 from farm.store.transactions import dialect_insert, write_transaction
 
@@ -48,7 +48,7 @@ MAX_ERROR_CHARS = 2000
 KEY = ("topology_hash", "kernel", "problem", "source_hash")
 _OPEN = ("queued", "claimed")
 OPEN_SQL = text("status IN ('queued', 'claimed')")  # the open-request index's predicate (models, 0004)
-_T = TuningRequest
+_T = TuningRequestRow
 
 
 def has_queue(store: Store) -> bool:

@@ -18,7 +18,7 @@ from sqlalchemy.sql import Select
 from farm.schedule import Status
 from farm.store.database import Store
 from farm.store.engine import mask_secrets
-from farm.store.models import CAMPAIGN_STATUSES, Campaign, Topology, Trial, utcnow
+from farm.store.models import CAMPAIGN_STATUSES, CampaignRow, TopologyRow, TrialRow, utcnow
 from farm.store.transactions import bind_processors, dialect_insert, insert_ignoring_sql, write_transaction
 from farm.trial import TrialResult
 
@@ -52,7 +52,7 @@ def upsert_topology(store: Store, profile: HardwareProfile) -> str:
         "profile_json": profile.to_dict(),
         "first_seen": utcnow(),
     }
-    stmt = dialect_insert(store, Topology.__table__).values(row).on_conflict_do_nothing(index_elements=["hash"])
+    stmt = dialect_insert(store, TopologyRow.__table__).values(row).on_conflict_do_nothing(index_elements=["hash"])
     with store.engine.begin() as conn:
         conn.execute(stmt)
     return topology_hash
@@ -60,11 +60,11 @@ def upsert_topology(store: Store, profile: HardwareProfile) -> str:
 
 def topologies(store: Store) -> list[dict]:
     """Every known topology, oldest first; `profile_json` is the HardwareProfile as a dict."""
-    return fetch_rows(store, select(Topology.__table__).order_by(Topology.first_seen, Topology.hash))
+    return fetch_rows(store, select(TopologyRow.__table__).order_by(TopologyRow.first_seen, TopologyRow.hash))
 
 
 def require_topologies(conn: Connection, hashes: set[str]) -> None:
-    known = set(conn.scalars(select(Topology.hash).where(Topology.hash.in_(sorted(hashes)))))
+    known = set(conn.scalars(select(TopologyRow.hash).where(TopologyRow.hash.in_(sorted(hashes)))))
     missing = sorted(hashes - known)
     if missing:
         raise ValueError(f"unknown topology hash(es) {missing}: call upsert_topology(store, profile) first")
@@ -82,7 +82,7 @@ def start_campaign(store: Store, command: str, strategy: str, budget: int | None
         raise ValueError(f"total must be >= 0, got {total}")
     if budget is not None and budget < 1:
         raise ValueError(f"budget must be >= 1 or None, got {budget}")
-    row = Campaign.__table__.insert().values(
+    row = CampaignRow.__table__.insert().values(
         started_at=utcnow(),
         status="running",
         command=mask_secrets(command),
@@ -110,8 +110,8 @@ def update_campaign(store: Store, campaign_id: int, done: int, failures: int, to
         raise ValueError(f"need 0 <= failures <= done, got done={done} failures={failures}")
     if total is not None and total < 0:
         raise ValueError(f"total must be >= 0, got {total}")
-    revived = (Campaign.status == "interrupted") & Campaign.finished_at.is_(None)
-    status = case((revived, "running"), else_=Campaign.status)
+    revived = (CampaignRow.status == "interrupted") & CampaignRow.finished_at.is_(None)
+    status = case((revived, "running"), else_=CampaignRow.status)
     values: dict[str, Any] = {"done": done, "failures": failures, "heartbeat_at": utcnow(), "status": status}
     if total is not None:
         values["total"] = total
@@ -134,11 +134,13 @@ def interrupt_stale_campaigns(store: Store, now: datetime | None = None) -> list
     those rows (id, command, host, started_at, heartbeat_at, done, total), oldest first.
     finished_at stays NULL: they never finished, and heartbeat_at is when they were last seen."""
     cutoff = (now or utcnow()) - timedelta(seconds=STALE_AFTER_S)
-    stale = (Campaign.status == "running") & (func.coalesce(Campaign.heartbeat_at, Campaign.started_at) < cutoff)
-    columns = (Campaign.id, Campaign.command, Campaign.host, Campaign.started_at, Campaign.heartbeat_at)
-    stmt = update(Campaign).where(stale).values(status="interrupted")
+    stale = (CampaignRow.status == "running") & (
+        func.coalesce(CampaignRow.heartbeat_at, CampaignRow.started_at) < cutoff
+    )
+    columns = (CampaignRow.id, CampaignRow.command, CampaignRow.host, CampaignRow.started_at, CampaignRow.heartbeat_at)
+    stmt = update(CampaignRow).where(stale).values(status="interrupted")
     with store.engine.begin() as conn:
-        rows = conn.execute(stmt.returning(*columns, Campaign.done, Campaign.total)).mappings().all()
+        rows = conn.execute(stmt.returning(*columns, CampaignRow.done, CampaignRow.total)).mappings().all()
     return sorted((dict(row) for row in rows), key=lambda row: row["id"])
 
 
@@ -153,14 +155,14 @@ def campaign_status(row: dict, now: datetime | None = None) -> str:
 
 def live_campaigns(store: Store) -> list[int]:
     """Ids of the campaigns running now (status running, heartbeat within STALE_AFTER_S)."""
-    columns = (Campaign.id, Campaign.status, Campaign.started_at, Campaign.heartbeat_at)
-    rows = fetch_rows(store, select(*columns).where(Campaign.status == "running").order_by(Campaign.id))
+    columns = (CampaignRow.id, CampaignRow.status, CampaignRow.started_at, CampaignRow.heartbeat_at)
+    rows = fetch_rows(store, select(*columns).where(CampaignRow.status == "running").order_by(CampaignRow.id))
     now = utcnow()
     return [int(row["id"]) for row in rows if campaign_status(row, now) == "running"]
 
 
 def _update_campaign(store: Store, campaign_id: int, **values: Any) -> None:
-    stmt = update(Campaign).where(Campaign.id == campaign_id).values(**values)
+    stmt = update(CampaignRow).where(CampaignRow.id == campaign_id).values(**values)
     with store.engine.begin() as conn:
         if conn.execute(stmt).rowcount != 1:
             raise ValueError(f"no campaign with id {campaign_id!r}")
@@ -168,14 +170,14 @@ def _update_campaign(store: Store, campaign_id: int, **values: Any) -> None:
 
 def campaigns(store: Store, limit: int | None = None) -> list[dict]:
     """Campaigns, newest first; `status` as shown (campaign_status: a dead driver's is interrupted)."""
-    rows = fetch_rows(store, _paged(select(Campaign.__table__).order_by(Campaign.id.desc()), limit, 0))
+    rows = fetch_rows(store, _paged(select(CampaignRow.__table__).order_by(CampaignRow.id.desc()), limit, 0))
     now = utcnow()
     return [row | {"status": campaign_status(row, now)} for row in rows]
 
 
 def campaign(store: Store, campaign_id: int) -> dict:
     """One campaign as a dict (`status` as campaigns() shows it); ValueError when the id is unknown."""
-    rows = fetch_rows(store, select(Campaign.__table__).where(Campaign.id == campaign_id))
+    rows = fetch_rows(store, select(CampaignRow.__table__).where(CampaignRow.id == campaign_id))
     if not rows:
         raise ValueError(f"no campaign with id {campaign_id!r}")
     return rows[0] | {"status": campaign_status(rows[0])}
@@ -198,11 +200,11 @@ def insert_trials(store: Store, campaign_id: int | None, results: Sequence[Trial
     Idempotent (INSERT .. ON CONFLICT DO NOTHING .. RETURNING the trial key), so concurrent
     campaigns writing the same keys lose nothing and duplicate nothing. Rows go in key
     order, which keeps two PostgreSQL writers from deadlocking on each other's keys.
-    Driver SQL (transactions.insert_ignoring_sql; issue 20: SQLAlchemy's per-row parameter
-    processing and as_row's dataclasses.asdict were most of the insert time).
+    Driver SQL (transactions.insert_ignoring_sql): SQLAlchemy's per-row parameter processing
+    would be most of the insert time.
     """
     dialect = store.engine.dialect
-    rows = _trial_rows(campaign_id, results, bind_processors(Trial.__table__, _TRIAL_COLUMNS, dialect))
+    rows = _trial_rows(campaign_id, results, bind_processors(TrialRow.__table__, _TRIAL_COLUMNS, dialect))
     if not rows:
         return []
     inserted: set[tuple] = set()
@@ -212,7 +214,7 @@ def insert_trials(store: Store, campaign_id: int | None, results: Sequence[Trial
         require_topologies(conn, {row[_TOPOLOGY_INDEX] for row in ordered})
         for start in range(0, len(ordered), chunk_rows):
             chunk = ordered[start : start + chunk_rows]
-            sql, params = insert_ignoring_sql(Trial.__table__, _TRIAL_COLUMNS, TRIAL_KEY, dialect, chunk)
+            sql, params = insert_ignoring_sql(TrialRow.__table__, _TRIAL_COLUMNS, TRIAL_KEY, dialect, chunk)
             inserted.update(tuple(r) for r in conn.exec_driver_sql(sql, params))  # rowcount is -1 on psycopg
     return [result for key, (_, result) in rows.items() if key in inserted]
 
@@ -251,11 +253,11 @@ def recorded_schedules(
     store: Store, topology_hash: str, kernel: str, source_hash: str, problem_key: str
 ) -> dict[str, dict]:
     """Trials already stored for one (topology, kernel, source, problem), by schedule key: resume skips these."""
-    stmt = select(Trial.__table__).where(
-        Trial.topology_hash == topology_hash,
-        Trial.kernel == kernel,
-        Trial.source_hash == source_hash,
-        Trial.problem == problem_key,
+    stmt = select(TrialRow.__table__).where(
+        TrialRow.topology_hash == topology_hash,
+        TrialRow.kernel == kernel,
+        TrialRow.source_hash == source_hash,
+        TrialRow.problem == problem_key,
     )
     return {row["schedule"]: row for row in fetch_rows(store, stmt)}
 
@@ -270,7 +272,7 @@ def trials(
     offset: int = 0,
 ) -> list[dict]:
     """Stored trials matching every given filter, in insertion order, one page at a time."""
-    stmt = _trial_filters(select(Trial.__table__), topology, kernel, status, campaign).order_by(Trial.id)
+    stmt = _trial_filters(select(TrialRow.__table__), topology, kernel, status, campaign).order_by(TrialRow.id)
     return fetch_rows(store, _paged(stmt, limit, offset))
 
 
@@ -282,7 +284,7 @@ def count_trials(
     campaign: int | None = None,
 ) -> int:
     """How many trials `trials(...)` with the same filters would return without a limit (for paging)."""
-    stmt = _trial_filters(select(func.count()).select_from(Trial), topology, kernel, status, campaign)
+    stmt = _trial_filters(select(func.count()).select_from(TrialRow), topology, kernel, status, campaign)
     with store.engine.connect() as conn:
         return int(conn.scalar(stmt))
 
@@ -291,7 +293,9 @@ def trial_status_counts(
     store: Store, topology: str | None = None, kernel: str | None = None, campaign: int | None = None
 ) -> dict[str, int]:
     """Trials per status (only statuses that occur), e.g. {"ok": 40, "invalid_schedule": 3}."""
-    stmt = _trial_filters(select(Trial.status, func.count()), topology, kernel, None, campaign).group_by(Trial.status)
+    stmt = _trial_filters(select(TrialRow.status, func.count()), topology, kernel, None, campaign).group_by(
+        TrialRow.status
+    )
     with store.engine.connect() as conn:
         return {status: int(n) for status, n in conn.execute(stmt).all()}
 
@@ -299,13 +303,13 @@ def trial_status_counts(
 def _trial_filters(stmt: Select, topology: str | None, kernel: str | None, status: str | None, campaign: int | None):
     if status is not None:
         Status(status)  # ValueError naming the bad status
-        stmt = stmt.where(Trial.status == status)
+        stmt = stmt.where(TrialRow.status == status)
     if topology is not None:
-        stmt = stmt.where(Trial.topology_hash == topology)
+        stmt = stmt.where(TrialRow.topology_hash == topology)
     if kernel is not None:
-        stmt = stmt.where(Trial.kernel == kernel)
+        stmt = stmt.where(TrialRow.kernel == kernel)
     if campaign is not None:
-        stmt = stmt.where(Trial.campaign_id == campaign)
+        stmt = stmt.where(TrialRow.campaign_id == campaign)
     return stmt
 
 

@@ -24,7 +24,14 @@ from typing import Any
 from sqlalchemy import Integer, cast, func, select
 
 from farm.store.database import Store
-from farm.store.models import CASE_METRIC_COLUMNS, STEP_MAX_COLUMNS, STEP_METRIC_COLUMNS, SweepCase, SweepRun, SweepStep
+from farm.store.models import (
+    CASE_METRIC_COLUMNS,
+    STEP_MAX_COLUMNS,
+    STEP_METRIC_COLUMNS,
+    SweepCaseRow,
+    SweepRunRow,
+    SweepStepRow,
+)
 from farm.store.repo import fetch_rows, require_topologies
 from farm.store.transactions import write_transaction
 
@@ -41,7 +48,7 @@ def record_sweep(store: Store, topology_hash: str, report: dict) -> int:
         raise ValueError(f"sweep report has duplicate case names: {names}")
     steps = [step_row(i, step, set(names)) for i, step in enumerate(report.get("steps", []))]
     before, after = report.get("memory_before") or {}, report.get("memory_after") or {}
-    run = SweepRun.__table__.insert().values(
+    run = SweepRunRow.__table__.insert().values(
         topology_hash=topology_hash,
         adapter=str(report.get("adapter", "")),
         config=report.get("config") or {},
@@ -54,9 +61,9 @@ def record_sweep(store: Store, topology_hash: str, report: dict) -> int:
         require_topologies(conn, {topology_hash})
         run_id = int(conn.execute(run).inserted_primary_key[0])
         if cases:
-            conn.execute(SweepCase.__table__.insert(), [case | {"run_id": run_id} for case in cases])
+            conn.execute(SweepCaseRow.__table__.insert(), [case | {"run_id": run_id} for case in cases])
         if steps:
-            conn.execute(SweepStep.__table__.insert(), [step | {"run_id": run_id} for step in steps])
+            conn.execute(SweepStepRow.__table__.insert(), [step | {"run_id": run_id} for step in steps])
     return run_id
 
 
@@ -99,17 +106,17 @@ def sweeps(store: Store) -> list[dict]:
     """Sweep runs, newest first, each with `cases` (how many) and `strict_passed` (how many passed)."""
     counts = (
         select(
-            SweepCase.run_id,
+            SweepCaseRow.run_id,
             func.count().label("cases"),
-            func.sum(cast(SweepCase.strict_pass, Integer)).label("strict_passed"),
+            func.sum(cast(SweepCaseRow.strict_pass, Integer)).label("strict_passed"),
         )
-        .group_by(SweepCase.run_id)
+        .group_by(SweepCaseRow.run_id)
         .subquery()
     )
     stmt = (
-        select(SweepRun.__table__, counts.c.cases, counts.c.strict_passed)
-        .outerjoin(counts, counts.c.run_id == SweepRun.id)
-        .order_by(SweepRun.id.desc())
+        select(SweepRunRow.__table__, counts.c.cases, counts.c.strict_passed)
+        .outerjoin(counts, counts.c.run_id == SweepRunRow.id)
+        .order_by(SweepRunRow.id.desc())
     )
     rows = fetch_rows(store, stmt)
     for row in rows:
@@ -120,12 +127,14 @@ def sweeps(store: Store) -> list[dict]:
 
 def sweep_cases(store: Store, run_id: int) -> list[dict]:
     """A run's cases in the order they were reported."""
-    return fetch_rows(store, select(SweepCase.__table__).where(SweepCase.run_id == run_id).order_by(SweepCase.id))
+    return fetch_rows(
+        store, select(SweepCaseRow.__table__).where(SweepCaseRow.run_id == run_id).order_by(SweepCaseRow.id)
+    )
 
 
 def sweep_steps(store: Store, run_id: int, case: str | None = None) -> list[dict]:
     """A run's per-step metrics (optionally one case), ordered by case then step."""
-    stmt = select(SweepStep.__table__).where(SweepStep.run_id == run_id)
+    stmt = select(SweepStepRow.__table__).where(SweepStepRow.run_id == run_id)
     if case is not None:
-        stmt = stmt.where(SweepStep.case == case)
-    return fetch_rows(store, stmt.order_by(SweepStep.case, SweepStep.step))
+        stmt = stmt.where(SweepStepRow.case == case)
+    return fetch_rows(store, stmt.order_by(SweepStepRow.case, SweepStepRow.step))

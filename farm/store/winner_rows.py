@@ -1,8 +1,8 @@
 """Winner rows: save (with the decision a campaign made), read back, and `farm bench`'s
 vendor ratio on the row it benchmarked.
 
-Split from farm.store.repo (the campaign and trial queries); same conventions: writes are
-short transactions retried on lock errors, reads return WinnerRecords.
+The conventions of farm.store.repo (the campaign and trial queries): writes are short
+transactions retried on lock errors, reads return WinnerRecords.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy import case, func, inspect, select, update
 
 from farm.store.database import Store
-from farm.store.models import Winner, utcnow
+from farm.store.models import WinnerRow, utcnow
 from farm.store.records import DECISION_FIELDS, VENDOR_FIELDS, WinnerRecord
 from farm.store.repo import fetch_rows, require_topologies
 from farm.store.transactions import dialect_insert, write_transaction
@@ -44,11 +44,13 @@ def save_winner(store: Store, record: WinnerRecord) -> None:
         **{name: _finite(getattr(record, name)) for name in DECISION_FIELDS},
         **{name: getattr(record, name) for name in VENDOR_FIELDS},
     }
-    insert = dialect_insert(store, Winner.__table__).values(values)
+    insert = dialect_insert(store, WinnerRow.__table__).values(values)
     changed = {k: insert.excluded[k] for k in values if k not in WINNER_KEY and k not in VENDOR_FIELDS}
-    same_kernel = (Winner.schedule == insert.excluded.schedule) & (Winner.source_hash == insert.excluded.source_hash)
+    same_kernel = (WinnerRow.schedule == insert.excluded.schedule) & (
+        WinnerRow.source_hash == insert.excluded.source_hash
+    )
     for name in VENDOR_FIELDS:  # a new record's own vendor values win; else the stored ones, if still its kernel
-        column = Winner.__table__.c[name]
+        column = WinnerRow.__table__.c[name]
         changed[name] = func.coalesce(insert.excluded[name], case((same_kernel, column), else_=None))
     with store.engine.begin() as conn:
         require_topologies(conn, {record.topology_hash})
@@ -77,12 +79,12 @@ def save_vendor_ratio(
     if not (isinstance(ratio, int | float) and math.isfinite(ratio) and ratio > 0):
         raise ValueError(f"vendor ratio must be a finite positive number, got {ratio!r}")
     stmt = (
-        update(Winner)
+        update(WinnerRow)
         .where(
-            Winner.topology_hash == topology_hash,
-            Winner.kernel == kernel,
-            Winner.problem == problem_key,
-            Winner.schedule == schedule_key,
+            WinnerRow.topology_hash == topology_hash,
+            WinnerRow.kernel == kernel,
+            WinnerRow.problem == problem_key,
+            WinnerRow.schedule == schedule_key,
         )
         .values(vendor_ratio=float(ratio), vendor_method=method, vendor_measured_at=measured_at or utcnow())
     )
@@ -95,18 +97,18 @@ def winners(store: Store, kernel: str | None = None, topology: str | None = None
 
     A read-only store of an older revision (not migrated: readers never migrate) reads the
     columns it has; the rest come back None."""
-    stmt = select(*winner_columns(store)).order_by(Winner.kernel, Winner.problem, Winner.topology_hash)
+    stmt = select(*winner_columns(store)).order_by(WinnerRow.kernel, WinnerRow.problem, WinnerRow.topology_hash)
     if kernel is not None:
-        stmt = stmt.where(Winner.kernel == kernel)
+        stmt = stmt.where(WinnerRow.kernel == kernel)
     if topology is not None:
-        stmt = stmt.where(Winner.topology_hash == topology)
+        stmt = stmt.where(WinnerRow.topology_hash == topology)
     return [winner_record(row) for row in fetch_rows(store, stmt)]
 
 
 def winner_columns(store: Store) -> list:
     """The winners table's columns this database has: all of them once migrated (a writable
     store is), else those the table holds (a read-only store of an older revision)."""
-    table = Winner.__table__
+    table = WinnerRow.__table__
     if not store.read_only:
         return list(table.c)
     present = {column["name"] for column in inspect(store.engine).get_columns("winners")}

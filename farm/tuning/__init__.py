@@ -1,6 +1,6 @@
 """Campaigns on Ray. The driver side: the campaign that ties everything to the store
-(`campaign`), what it plans (`plan`), records (`recording`) and prints (`report`), the
-search strategies (`search`), the worker pool (`pool`) with its batch loop and failure
-rules (`dispatch`) and its Ray connection (`ray_session`). The worker side: the Ray actor
-and its GPU mapping (`actors`), each GPU's trial bench (`bench`) with its checker threads'
-work (`checking`), and what a worker is asked and how it accounts its time (`job`)."""
+(`campaign`), the tasks it plans (`tasks`), records (`recording`) and prints (`report`), the
+search strategies (`search`) and its Ray connection (`ray_session`). The Ray crossing
+(`workers`): the WorkerPool with its batch loop and failure rules, and the GpuWorker actor
+on each GPU. On the worker: its trial runner (`runner`), the inputs it keeps (`inputs`), and
+what a worker is asked and how it accounts its time (`job`)."""

@@ -1,7 +1,7 @@
 """The campaign: kernels x problems x schedule candidates, per topology, into SQL + Parquet.
 
 For every topology the pool's workers report, the campaign plans one task per (kernel,
-problem) (farm.tuning.plan) and runs each through the tuning engine (farm.tuning.engine:
+problem) (farm.tuning.tasks) and runs each through the tuning engine (farm.tuning.engine:
 search, re-measurement of the finalists, the winner and its decision), with the pool's
 workers of that topology as the engine's trial runner and the database as its trial log.
 Trials already in the database are replayed, not run again, which is what makes a re-run
@@ -39,10 +39,10 @@ from farm.tuning.device_lock import device_locks
 from farm.tuning.engine import RemeasureFailed, StoreLog, tune_problem
 from farm.tuning.heartbeat import Heartbeat
 from farm.tuning.job import Job
-from farm.tuning.plan import Task, TuneConfig, notice_cpu, plan
-from farm.tuning.pool import WorkerFailure, WorkerPool
 from farm.tuning.recording import TrialRecorder
 from farm.tuning.report import Progress, format_stage_times, format_task_totals, format_workers
+from farm.tuning.tasks import Task, TuneConfig, notice_cpu, plan
+from farm.tuning.workers import WorkerFailure, WorkerPool
 
 # Tasks ahead whose inputs and reference the workers generate in the background: one ahead
 # left a GPU idle before a problem whose inputs take longer than the previous problem's

@@ -1,7 +1,7 @@
 """The tuning engine: one problem searched, its finalists re-measured, its winner decided.
 
 `tune_problem` is what `farm tune` (farm.tuning.campaign) and `farm.tune_kernel`
-(farm.tuning.local) both run for each (kernel, problem) of their plan (farm.tuning.plan.Task):
+(farm.tuning.local) both run for each (kernel, problem) of their plan (farm.tuning.tasks.Task):
 
 1. the default schedule first, then the strategy (farm.tuning.search) over the task's space
    within its budget. A schedule with a recorded trial is not run again: the recorded result
@@ -39,10 +39,10 @@ from farm.store import WinnerRecord
 from farm.trial import TrialResult
 from farm.tuning.finalists import Decision, decide
 from farm.tuning.job import Job
-from farm.tuning.plan import Task, TuneConfig
 from farm.tuning.recording import result_from_row
 from farm.tuning.report import failure_summary
 from farm.tuning.search import POLISH_ROUNDS, Budget, strategy
+from farm.tuning.tasks import Task, TuneConfig
 
 SIBLING_SEEDS = 4  # this run's winners of a kernel's other problems tried first on the next one
 

@@ -1,5 +1,5 @@
 """A tuning worker's inputs: per (kernel, problem, seed) the generated arrays, their device
-buffers and the numpy references, each made once (farm.tuning.bench's TrialBench holds one
+buffers and the numpy references, each made once (farm.tuning.runner's TrialRunner holds one
 `InputStore`).
 
 Inputs are generated on first use by exactly one thread (a lock per key: two batches never
@@ -129,8 +129,7 @@ class InputStore:
         reference for `schedule` (default: the kernel's default, a campaign's first trial)
         on the prefetch thread, without the GPU lock, and return at once: a campaign asks for
         its next problem's while this one's trials run, so the GPU does not wait for the CPU
-        between problems (on the H200 the gaps were 1-13 s a problem, 59 s of a 201 s
-        campaign). A failure is left to the trial that needs the inputs, which generates
+        between problems. A failure is left to the trial that needs the inputs, which generates
         them again and reports it."""
         self._prefetcher.submit(self._prefetch, kernel, problem, seed, schedule)
 

@@ -14,7 +14,7 @@ from farm.schedule import Problem, Schedule
 
 class StageTimes:
     """Seconds spent per stage, summed over the threads running batches, and trials: where
-    a worker's time goes (`farm.tuning.pool.WorkerPool.stage_times`, benchmarks/throughput.py).
+    a worker's time goes (`farm.tuning.workers.WorkerPool.stage_times`, benchmarks/throughput.py).
 
     Stages under the GPU lock (compile_wait, prepare, run, time, map, certify_wait, and
     launch but for a batch's first COMPILE_AHEAD launches, built before it takes the lock)
@@ -49,7 +49,7 @@ class StageTimes:
 
 
 def format_stage_report(report: dict) -> str:
-    """A `TrialBench.stage_times()` report as "stage ms/trial" pairs, stages sorted."""
+    """A `TrialRunner.stage_times()` report as "stage ms/trial" pairs, stages sorted."""
     trials = max(1, report.get("trials", 0))
     return ", ".join(f"{k} {1e3 * v / trials:.0f}" for k, v in sorted(report.get("seconds", {}).items()))
 

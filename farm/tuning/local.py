@@ -1,11 +1,11 @@
 """`farm.tune_kernel`: tune one kernel in this process, on the local adapter, without Ray.
 
 For notebooks and scripts: the same engine as `farm tune` (farm.tuning.engine), run
-in-process. The same plan (farm.tuning.plan: each problem's candidate space and budget, a
+in-process. The same plan (farm.tuning.tasks: each problem's candidate space and budget, a
 CPU adapter's cap), the same search and warm start (farm.tuning.search), the same re-measured
 finalists and winner rule (farm.tuning.finalists), the same winner with its decision (a
 farm.store.WinnerRecord); only the trial runner differs: one device in this process (the
-trial core a Ray worker runs, farm.tuning.bench.TrialBench) instead of the worker pool.
+trial core a Ray worker runs, farm.tuning.runner.TrialRunner) instead of the worker pool.
 Without `db=` nothing is stored and nothing is resumed; with it, trials and winners are
 stored as `farm tune` stores them (a campaign row too), the trials stored before for the
 same adapter, kernel source and problem are replayed and warm-start the model search, a
@@ -26,11 +26,11 @@ from farm.gpu import Device, choose_adapter
 from farm.schedule import Problem, Schedule, Status
 from farm.store import WinnerRecord
 from farm.trial import TrialResult
-from farm.tuning.bench import TrialBench
 from farm.tuning.engine import MemoryLog, StoreLog, TrialLog, tune_problem
 from farm.tuning.job import Job
-from farm.tuning.plan import Task, TuneConfig, notice_cpu, parse_dims, plan
 from farm.tuning.problems import check_problem
+from farm.tuning.runner import TrialRunner
+from farm.tuning.tasks import Task, TuneConfig, notice_cpu, parse_dims, plan
 
 
 @dataclass
@@ -72,7 +72,7 @@ def tune_kernel(
     """Tune `kernel` (a farm.Kernel or any catalog name) for each of `sizes` (default: the
     kernel's own sizes) as `farm tune` does, in this process: `strategy` (exhaustive | random
     | model) within at most `budget` schedules per problem besides the default (None: all;
-    on a CPU adapter at most farm.tuning.plan.CPU_BUDGET, as `farm tune --allow-cpu`), each
+    on a CPU adapter at most farm.tuning.tasks.CPU_BUDGET, as `farm tune --allow-cpu`), each
     trial `warmup` untimed and `reps` timed runs; then the best `finalists` certified
     schedules, the default and any stored winner re-measured interleaved (`rounds` rounds,
     more up to `max_rounds` until close ones separate), and the winner chosen as a campaign
@@ -122,12 +122,12 @@ def tune_kernel(
 
 class DeviceExecutor:
     """The engine's trial executor for `tune_kernel`: one device in this process, through the
-    trial core a Ray worker runs (TrialBench: certified, then timed; pipelines compiled ahead)."""
+    trial core a Ray worker runs (TrialRunner: certified, then timed; pipelines compiled ahead)."""
 
     workers = 1
 
     def __init__(self, device: Device):
-        self.runner = TrialBench(device, "local", compile_ahead=True)
+        self.runner = TrialRunner(device, "local", compile_ahead=True)
         self.device_name = device.profile.device_name
 
     def evaluate(self, jobs: list[Job]) -> list[TrialResult]:

@@ -21,7 +21,7 @@ from farm.schedule import Schedule
 from farm.store import WinnerRecord
 from farm.trial import TrialResult
 from farm.tuning.job import format_stage_report
-from farm.tuning.pool import WorkerPool
+from farm.tuning.workers import WorkerPool
 
 
 class Progress:
@@ -150,7 +150,7 @@ def format_workers(reports: dict[str, dict]) -> str:
     """One line per worker: where it runs and which GPU it holds (Ray GPU id -> wgpu
     adapter index, nvidia-smi's UUID for it, and whether the process really sits there), and
     the seconds of its start-up steps (choosing the adapter with nvidia-smi's cross-check,
-    making the device and bench, nvidia-smi's placement check)."""
+    making the device and trial runner, nvidia-smi's placement check)."""
     lines = []
     for slot, report in sorted(reports.items()):
         mapping = report.get("mapping", {})

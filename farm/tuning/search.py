@@ -135,7 +135,7 @@ def model_based(
 
     Hint (`hint` given): with each model batch, the HINT_COUNT best-ranked candidates it
     did not pick (the likely picks of the next round) go to `hint`, which a campaign uses
-    to have its workers compile their pipelines ahead (TrialBench.precompile): a batch
+    to have its workers compile their pipelines ahead (TrialRunner.precompile): a batch
     otherwise starts with a compile its trial waits for, the GPU idle meanwhile.
 
     Polish (`polish` rounds, a campaign's POLISH_ROUNDS; 0: none): however the search ended

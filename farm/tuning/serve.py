@@ -5,7 +5,7 @@ Each round: leases that ran out are put back (or failed after their attempts), q
 requests for a topology none of this drainer's workers has are noted as such and left
 queued, then up to `batch` requests for its topologies (and "any") are claimed under a
 lease. They are grouped per topology ("any" goes to the topology with the most workers)
-and each group is one campaign (farm.tuning.campaign.Campaign, with farm.tuning.plan's
+and each group is one campaign (farm.tuning.campaign.Campaign, with farm.tuning.tasks's
 config: the requested problems only) on that topology's workers, with trials and winners
 stored as `farm tune` stores them. A request with a winner is done; one whose campaign
 raised or found no certified schedule is retried (up to `max_attempts`), then failed with
@@ -31,10 +31,10 @@ from farm.store.queue import ANY_TOPOLOGY, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
 from farm.tuning.campaign import Campaign
 from farm.tuning.device_lock import device_locks
 from farm.tuning.heartbeat import Heartbeat
-from farm.tuning.plan import TuneConfig
-from farm.tuning.pool import WorkerPool
 from farm.tuning.problems import check_problem
 from farm.tuning.report import format_workers
+from farm.tuning.tasks import TuneConfig
+from farm.tuning.workers import WorkerPool
 
 SHORT = 12
 

@@ -1,6 +1,6 @@
 """What one tuning worker does with its device, without Ray: turn jobs into trial results.
 
-`TrialBench` owns one `farm.gpu.Device` for its life, and its inputs in an
+`TrialRunner` owns one `farm.gpu.Device` for its life, and its inputs in an
 `farm.tuning.inputs.InputStore`: per (kernel, problem, seed) generated once (ahead of the
 problem's first trial when asked to `prefetch`), uploaded once and kept until the campaign
 says to `forget` them, the numpy reference computed once on a thread of its own,
@@ -14,7 +14,7 @@ most MAX_PENDING comparisons or PENDING_BYTES of held outputs outstanding per ba
 timing of a schedule that fails its comparison is discarded). An idle GPU drops its
 clocks, so a CPU-bound loop of compare-then-time would measure slow clocks and waste the GPU.
 
-Batches overlap: `evaluate` may be called from several threads (`farm.tuning.actors.GpuWorker`
+Batches overlap: `evaluate` may be called from several threads (`farm.tuning.workers.GpuWorker`
 is a threaded actor with two batches in flight). One lock (the GPU lock) serializes
 everything that uses the GPU: a batch's trial loop from its first trial to its last,
 `remeasure`, and `exclusive()` (sweep work); two timings never share the GPU. A batch
@@ -28,8 +28,13 @@ Failures become typed results: InvalidSchedule -> invalid_schedule, compile/pipe
 GpuError -> compile_error, any other GpuError -> runtime_error, outputs outside
 tolerance -> wrong_result. Anything else is a bug in a kernel spec and propagates.
 
-`farm.tuning.actors.GpuWorker` wraps a TrialBench in a Ray actor; a trial waiting for its
-comparison is a farm.tuning.checking.PendingTrial; the Job and StageTimes are farm.tuning.job's.
+A trial timed but waiting for its comparison is a `PendingTrial`: its timing counts only if
+the outputs match the reference, and its staging bytes (`held_bytes`) bound how many the
+loop lets pile up. `farm.tuning.workers.GpuWorker` wraps a TrialRunner in a Ray actor; the
+Job and StageTimes are farm.tuning.job's.
+
+This is one idea in one module: one trial, from its job to its certified result, with the
+overlap of compiling, timing and checking that keeps the GPU busy.
 """
 
 from __future__ import annotations
@@ -39,46 +44,47 @@ import os
 import socket
 import threading
 from collections import deque
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from farm import catalog
 from farm.catalog import KernelSpec, Launch, check_launch
-from farm.gpu import Device, GpuError, Pipeline, Timing
+from farm.gpu import Device, GpuError, PendingRead, Pipeline, Timing
+from farm.oracle.compare import Certification, compare
 from farm.oracle.launch import Prepared, compile_launch
 from farm.schedule import InvalidSchedule, Problem, Schedule, Status
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
-from farm.tuning.checking import PendingTrial, held_bytes, read_and_compare
 from farm.tuning.finalists import interleaved_timings, measure_until_resolved
 from farm.tuning.inputs import InputStore, Transient
 from farm.tuning.job import Job, StageTimes
 
 # Trials whose pipelines compile (on as many threads) while the current one runs: a gemm
-# pipeline takes the H200's driver about as long to compile as 1-4 trials take to run.
+# pipeline can take a driver as long to compile as several trials take to run.
 COMPILE_AHEAD = max(4, min(8, (os.cpu_count() or 2) // 2))
 # Trials timed but not yet certified, per batch: each holds its outputs in a staging buffer
 # until a checker has read them. The trial loop waits for the oldest comparison only past
 # MAX_PENDING trials or PENDING_BYTES of held outputs: enough for the first 2-4 s of gemm
-# 4096^3 trials (64 MB each) to run while the worker's reference is still being computed
-# (with 6, two H200 workers each waited 1.5 s for it, 10% of their run).
+# 4096^3 trials (64 MB each) to run while the worker's reference is still being computed.
 MAX_PENDING = 64
 PENDING_BYTES = 2 << 30
 # A trial the clock check read slightly slow is timed again when, scaled by the canary, it
-# comes within this factor of the problem's best certified median (farm.gpu.timing.RECHECK_TOLERANCE)
+# comes within this factor of the problem's best certified median (farm.gpu.device.RECHECK_TOLERANCE)
 RECHECK_BAR = 1.03
 # Before the interleaved re-measurement, unless the GPU is hot: REMEASURE_LEAST_S of the first
 # finalist's dispatches, then the clock canary's heater while it reads slow, REMEASURE_WARM_S
-# in all (a few-workgroup kernel's own dispatches may not lift the clocks: NOTES, session 13).
+# in all (a few-workgroup kernel's own dispatches may not lift the clocks).
 REMEASURE_LEAST_S = 0.3
 REMEASURE_WARM_S = 1.0
 CHECKERS = max(1, min(4, (os.cpu_count() or 2) // 2))  # comparison threads per worker
-# Hinted compiles (TrialBench.precompile: the search's likely next picks) run on threads of
+# Hinted compiles (TrialRunner.precompile: the search's likely next picks) run on threads of
 # their own, never ahead of a batch's compile-ahead; at most HINTED_MAX outstanding.
 HINT_THREADS = max(1, min(4, (os.cpu_count() or 2) // 4))
 HINTED_MAX = 8
 
 
-class TrialBench:
+class TrialRunner:
     """Runs jobs on one device with inputs kept uploaded; see the module docstring."""
 
     def __init__(self, device: Device, worker_id: str = "local", compile_ahead: bool = True):
@@ -138,8 +144,8 @@ class TrialBench:
         """Start compiling the pipelines of `schedules` (the search's likely next picks) on
         the hint threads and return at once, how many were queued (at most HINTED_MAX
         outstanding; the rest of a hint is dropped). A trial whose pipeline is compiled
-        already finds it in the Device's cache and does not wait: on the H200 the first of
-        two campaigns spent 2-4x the second's time per problem, its compiles uncached."""
+        already finds it in the Device's cache and does not wait: uncached compiles can
+        take longer than the trials themselves."""
         if self._compiler is None:
             return 0
         spec, queued = catalog.get(kernel), 0
@@ -167,7 +173,7 @@ class TrialBench:
         self.inputs.forget(kernel, problem, seed)
 
     def inputs_held(self) -> list[tuple[str, str, int]]:
-        """The (kernel, problem key, seed) whose inputs this bench holds now."""
+        """The (kernel, problem key, seed) whose inputs this runner holds now."""
         return self.inputs.held()
 
     @contextmanager
@@ -382,3 +388,41 @@ class TrialBench:
     def _release_transient(self, prepared: Prepared) -> None:
         self.device.release(*(b for b in prepared.buffers if isinstance(b, Transient)))
 
+
+# -- certification off the GPU thread ---------------------------------------------------
+
+
+def held_bytes(pending: Iterable[PendingTrial]) -> int:
+    """Staging bytes still held by the pending trials whose comparison has not finished."""
+    return sum(p.held for p in pending if not p.verdict.done())
+
+
+def read_and_compare(pending: PendingRead, spec: KernelSpec, problem: Problem, expected: Future) -> Certification:
+    """A checker thread's work: the outputs from their staging buffers, compared with
+    the reference once it is computed."""
+    try:
+        outputs = pending.collect()
+    except GpuError as exc:
+        return Certification(Status.RUNTIME_ERROR, ErrorMetrics(), str(exc))
+    return compare(spec, problem, outputs, expected.result())
+
+
+@dataclass
+class PendingTrial:
+    """A trial timed on the GPU whose comparison with the reference is still running.
+    `make_result(key, status, message, timing=None, metrics=None)` builds the TrialResult
+    (the runner's, stamped with its host and worker id)."""
+
+    make_result: Callable[..., TrialResult]
+    key: TrialKey
+    verdict: Future
+    timing: Timing
+    held: int = 0  # staging bytes its outputs hold until the comparison has read them
+
+    def result(self) -> TrialResult:
+        certification: Certification = self.verdict.result()
+        if not certification.ok:
+            return self.make_result(
+                self.key, certification.status, certification.message, metrics=certification.metrics
+            )
+        return self.make_result(self.key, Status.OK, "", timing=self.timing, metrics=certification.metrics)

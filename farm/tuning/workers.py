@@ -1,0 +1,655 @@
+"""The Ray crossing: the `WorkerPool` a campaign drives, and the `GpuWorker` actor on each GPU.
+
+This is one idea in one module: the pool's batch loop, its failure rules and the actor's
+threads decide together what a timeout or a dead worker means, so they are read together.
+
+`WorkerPool` starts (or joins) Ray (farm.tuning.ray_session), starts one `GpuWorker` per GPU
+(`num_gpus=1`; on a cluster without GPUs, CPU-adapter workers only when `allow_cpu`:
+`cpu_workers` of them, by default one per node with a CPU, spread over the nodes), and
+collects each worker's report (HardwareProfile, adapter mapping) before any work. Besides
+trials: interleaved re-measurement on one worker (`remeasure`), any picklable function on
+the workers' devices (`map`), and per-worker stage times.
+
+Trials go out in small batches, at most `max_in_flight` per worker, and come back through
+`ray.wait`. A worker is a threaded actor (ACTOR_THREADS): its next batch compiles and is
+timed while the previous one finishes its comparisons (farm.tuning.runner), so two batches
+may be under way at once and a fault can't be pinned on the oldest one by itself. The rules:
+
+- a batch running past `trial_timeout_s` per job: the actor is killed and replaced in its
+  slot; a multi-job batch is split and re-run job by job, a single job is recorded `timeout`;
+- an actor process that dies: completed batches are kept, queued ones re-sent, the
+  dying batch split; a single job is retried on fresh actors up to `max_retries`
+  times, then recorded `worker_lost`;
+- a verdict (`timeout`, a retry counted) only falls on a single job that had the worker
+  to itself: one that shared it with another batch is re-run alone first. Retried and
+  split-off batches always run alone on their worker (nothing queued beside them).
+Any other exception from a worker is a bug and propagates.
+
+On the worker side, `pick_adapter` maps a worker's Ray GPU id to a wgpu adapter (Ray only
+sets CUDA_VISIBLE_DEVICES, which Vulkan ignores) and cross-checks it against `nvidia-smi`;
+`_placement` checks, once the device exists, which GPU the process really holds. A
+`GpuWorker` wraps one TrialRunner (farm.tuning.runner) for its whole life.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from farm import catalog
+from farm.catalog.rules import KernelError
+from farm.gpu import (
+    CpuAdapterRefused,
+    Device,
+    HardwareProfile,
+    NoAdapterError,
+    Timing,
+    enumerate_adapters,
+    nvidia,
+    refuse_cpu,
+)
+from farm.schedule import Problem, Schedule, Status
+from farm.trial import TrialKey, TrialResult
+from farm.tuning.finalists import interleaved_timings
+from farm.tuning.job import Job
+from farm.tuning.ray_session import init_ray
+from farm.tuning.runner import TrialRunner
+
+_POLL_S = 0.5
+DEATH_SETTLE_S = 10.0  # how long a dead actor's earlier batches may take to resolve
+MAX_BATCH = 8  # trials per batch sent to a worker (guided sizing shrinks it towards the end)
+NVIDIA_SMI_TIMEOUT_S = 20.0
+# Method calls a GpuWorker runs at once (a threaded actor): one batch on the GPU while
+# the next compiles ahead or the previous one drains its comparisons; the TrialRunner's
+# GPU lock keeps their GPU work apart. Ray doesn't promise a threaded actor starts calls
+# in submission order, and nothing here depends on it.
+ACTOR_THREADS = 2
+
+
+class WorkerFailure(RuntimeError):
+    """A worker call that timed out or whose actor died outside the trial machinery."""
+
+
+# What a worker raises that is the user's to fix, not the farm's: a user kernel's own mistake
+# (its reference raised), and no adapter for the worker (FARM_ADAPTER, no GPU without --allow-cpu)
+USERS_ERRORS = (KernelError, NoAdapterError, CpuAdapterRefused)
+
+
+def raise_users_error(exc: BaseException) -> None:
+    """Raise, as itself, the user's error a Ray task error carries (the CLI's one line); return otherwise."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, USERS_ERRORS):
+        raise cause.with_traceback(None) from None
+
+
+@dataclass
+class _Slot:
+    """One worker position (a GPU, or a CPU worker); its actor is replaced on failure."""
+
+    name: str
+    actor: Any = None
+    generation: int = 0
+    report: dict = field(default_factory=dict)
+    fifo: deque = field(default_factory=deque)  # in-flight _Batch, oldest first
+
+    @property
+    def worker_id(self) -> str:
+        return f"{self.name}.{self.generation}"
+
+    @property
+    def profile(self) -> HardwareProfile:
+        return HardwareProfile.from_dict(self.report["profile"])
+
+
+@dataclass
+class _Batch:
+    items: list[tuple[int, Job]]
+    retries: int = 0
+    ref: Any = None
+    started: float = 0.0
+    alone: bool = False  # a retried or split-off trial: never merged with others again
+
+
+class WorkerPool:
+    """Ray workers, one per GPU, and the batch loop and failure rules (module docstring)."""
+
+    def __init__(
+        self,
+        ray_address: str | None = None,
+        allow_cpu: bool = False,
+        trial_timeout_s: float = 60.0,
+        max_in_flight: int = 2,
+        max_retries: int = 2,
+        cpu_workers: int | None = None,
+        num_cpus: int | None = None,
+        compile_ahead: bool = True,
+        startup_timeout_s: float = 300.0,
+        gpus: int | None = None,
+        connect_timeout_s: float | None = None,
+    ):
+        import ray
+
+        if (
+            trial_timeout_s <= 0
+            or max_in_flight < 1
+            or max_retries < 0
+            or (cpu_workers is not None and cpu_workers < 1)
+            or (gpus is not None and gpus < 1)
+        ):
+            raise ValueError(
+                f"bad pool settings: trial_timeout_s={trial_timeout_s}, max_in_flight={max_in_flight}, "
+                f"max_retries={max_retries}, cpu_workers={cpu_workers}, gpus={gpus}"
+            )
+        self._ray = ray
+        self.allow_cpu = allow_cpu
+        self.trial_timeout_s = float(trial_timeout_s)
+        self.max_in_flight = max_in_flight
+        self.max_retries = max_retries
+        self.compile_ahead = compile_ahead
+        self.startup_timeout_s = startup_timeout_s
+        self._owns_ray = init_ray(ray_address, num_cpus, connect_timeout_s)
+        resources = ray.cluster_resources()
+        self.gpus = int(resources.get("GPU", 0))
+        if gpus is not None and self.gpus > gpus:
+            self.gpus = gpus  # use only `gpus` of the cluster's GPUs (scaling measurements)
+        if self.gpus == 0 and not allow_cpu:
+            self.shutdown()
+            raise CpuAdapterRefused(
+                f"the Ray cluster has no GPUs (resources: {_resources_text(resources)}); "
+                "pass --allow-cpu to tune on a CPU adapter such as lavapipe"
+            )
+        count = self.gpus or cpu_workers or _cpu_nodes(ray.nodes())
+        self._slots = {f"w{i}": _Slot(f"w{i}") for i in range(count)}
+        self.replacements = 0
+        try:
+            self._start_all()
+        except Exception:
+            self.shutdown()
+            raise
+
+    # -- membership ------------------------------------------------------------------
+    def _actor_class(self):
+        # CPU workers spread over the nodes (one per node by default), as GPU workers follow the GPUs.
+        options = {"num_gpus": 1, "num_cpus": 1} if self.gpus else {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+        return self._ray.remote(GpuWorker).options(
+            max_restarts=0, max_task_retries=0, max_concurrency=ACTOR_THREADS, **options
+        )
+
+    def _start_all(self) -> None:
+        cls = self._actor_class()
+        for slot in self._slots.values():
+            slot.actor = cls.remote(slot.worker_id, self.allow_cpu, self.compile_ahead)
+        for slot in self._slots.values():
+            self._await_report(slot)
+
+    def _await_report(self, slot: _Slot) -> None:
+        ref = slot.actor.report.remote()
+        ready, _ = self._ray.wait([ref], timeout=self.startup_timeout_s)
+        if not ready:
+            raise WorkerFailure(f"worker {slot.worker_id} did not start within {self.startup_timeout_s:.0f} s")
+        try:
+            slot.report = self._ray.get(ref)
+        except self._ray.exceptions.RayTaskError as exc:
+            raise_users_error(exc)  # GpuWorker.startup_error: no adapter for it
+            raise
+        refuse_cpu(slot.profile, self.allow_cpu, f"tune with worker {slot.worker_id}")
+
+    def _replace(self, slot: _Slot) -> None:
+        """Kill `slot`'s actor (if still alive) and start a fresh one in its place."""
+        try:
+            self._ray.kill(slot.actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - the actor may already be gone
+            pass
+        slot.fifo.clear()
+        slot.generation += 1
+        self.replacements += 1
+        slot.actor = self._actor_class().remote(slot.worker_id, self.allow_cpu, self.compile_ahead)
+        self._await_report(slot)
+
+    def profiles(self) -> dict[str, HardwareProfile]:
+        """{worker slot: HardwareProfile} as each worker reported it."""
+        return {name: slot.profile for name, slot in self._slots.items()}
+
+    def reports(self) -> dict[str, dict]:
+        """Each worker's report: host, pid, profile, topology hash and adapter mapping."""
+        return {name: dict(slot.report) for name, slot in self._slots.items()}
+
+    def stage_times(self) -> dict[str, dict]:
+        """{worker slot: its TrialRunner.stage_times()} for the live workers."""
+        slots = list(self._slots.values())
+        refs = [slot.actor.stage_times.remote() for slot in slots]
+        return {slot.name: times for slot, times in zip(slots, self._ray.get(refs), strict=True)}
+
+    def topologies(self) -> dict[str, list[str]]:
+        """{topology hash: worker slots}: a campaign tunes each topology separately."""
+        groups: dict[str, list[str]] = {}
+        for name, slot in self._slots.items():
+            groups.setdefault(slot.report["topology_hash"], []).append(name)
+        return groups
+
+    def worker_id(self, slot: str) -> str:
+        """The current actor's id for `slot` (it changes when the actor is replaced)."""
+        return self._slots[slot].worker_id
+
+    # -- trials ----------------------------------------------------------------------
+    def stream(
+        self, jobs: list[Job], topology: str | None = None, batch_size: int | None = None
+    ) -> Iterator[TrialResult]:
+        """Run `jobs` on the workers of `topology` (all workers when None); yield results as they arrive."""
+        for _, result in self._run(jobs, self._slots_for(topology), batch_size):
+            yield result
+
+    def evaluate(self, worker_id: str, jobs: list[Job], batch_size: int | None = None) -> list[TrialResult]:
+        """Run `jobs` on one worker slot; results in job order."""
+        if worker_id not in self._slots:
+            raise ValueError(f"unknown worker {worker_id!r}; have {sorted(self._slots)}")
+        results: dict[int, TrialResult] = dict(self._run(jobs, [self._slots[worker_id]], batch_size))
+        return [results[i] for i in range(len(jobs))]
+
+    def _slots_for(self, topology: str | None) -> list[_Slot]:
+        if topology is None:
+            return list(self._slots.values())
+        names = self.topologies().get(topology)
+        if not names:
+            raise ValueError(f"no worker has topology {topology!r}; have {sorted(self.topologies())}")
+        return [self._slots[n] for n in names]
+
+    # -- the batch loop and failure rules (module docstring) ---------------------------
+    def _run(self, jobs: list[Job], slots: list[_Slot], batch_size: int | None) -> Iterator[tuple[int, TrialResult]]:
+        """Batches of `batch_size`, or guided: each batch takes its share of what is left,
+        ceil(left / (workers x in-flight)) clamped to 1..MAX_BATCH, so workers get large
+        batches while plenty is left and single trials at the end, where a fixed size left
+        some GPUs idle behind the last full batches."""
+        indexed = list(enumerate(jobs))
+        size = batch_size or 1
+        pending = deque(_Batch(indexed[i : i + size]) for i in range(0, len(indexed), size))
+        owner: dict[Any, _Slot] = {}
+        guided = batch_size is None
+        while pending or owner:
+            self._fill(slots, pending, owner, guided)
+            ready, _ = self._ray.wait(list(owner), num_returns=1, timeout=_POLL_S)
+            for ref in ready:
+                if ref in owner:
+                    yield from self._collect(owner[ref], ref, pending, owner)
+            for slot in slots:
+                if slot.fifo and self._overdue(slot.fifo[0]):
+                    yield from self._on_timeout(slot, pending, owner)
+
+    def _fill(self, slots: list[_Slot], pending: deque, owner: dict, guided: bool = False) -> None:
+        for slot in slots:
+            while pending and len(slot.fifo) < self.max_in_flight and not _kept_apart(slot, pending[0]):
+                batch = self._take(pending, len(slots)) if guided else pending.popleft()
+                batch.ref = slot.actor.evaluate.remote([job for _, job in batch.items])
+                batch.started = time.monotonic()
+                slot.fifo.append(batch)
+                owner[batch.ref] = slot
+
+    def _take(self, pending: deque, workers: int) -> _Batch:
+        """The next batch: single fresh trials at the head of `pending` merged up to the
+        guided size; a retried or split-off trial goes alone."""
+        first = pending.popleft()
+        if first.alone or first.retries:
+            return first
+        left = len(first.items) + sum(len(b.items) for b in pending)
+        # With one worker too: results stream back (progress, resume after a kill) in halves.
+        want = max(1, min(MAX_BATCH, -(-left // (workers * self.max_in_flight))))
+        items = list(first.items)
+        while pending and len(items) < want and not pending[0].alone and not pending[0].retries:
+            items += pending.popleft().items
+        return _Batch(items)
+
+    def _overdue(self, batch: _Batch) -> bool:
+        return time.monotonic() - batch.started > self.trial_timeout_s * len(batch.items)
+
+    def _collect(self, slot: _Slot, ref, pending: deque, owner: dict) -> Iterator[tuple[int, TrialResult]]:
+        ray = self._ray
+        try:
+            results = ray.get(ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            yield from self._on_death(slot, pending, owner)
+            return
+        except ray.exceptions.RayTaskError as exc:
+            raise_users_error(exc)
+            raise WorkerFailure(f"worker {slot.worker_id} raised: {exc}") from exc
+        batch = next(b for b in slot.fifo if b.ref == ref)
+        was_head = batch is slot.fifo[0]
+        slot.fifo.remove(batch)
+        del owner[ref]
+        if was_head and slot.fifo:
+            # the next batch's time starts when this one ends; a later batch finishing
+            # first (a threaded worker) leaves the head's clock running
+            slot.fifo[0].started = time.monotonic()
+        yield from zip((i for i, _ in batch.items), results, strict=True)
+
+    def _on_timeout(self, slot: _Slot, pending: deque, owner: dict) -> Iterator[tuple[int, TrialResult]]:
+        culprit = slot.fifo[0]
+        limit = self.trial_timeout_s * len(culprit.items)
+        shared = len(slot.fifo) > 1  # a batch beside it may hold the GPU: no verdict yet
+        self._requeue_behind(slot, culprit, pending, owner)
+        if len(culprit.items) > 1:
+            pending.extendleft(_Batch([item], alone=True) for item in reversed(culprit.items))
+        elif shared:
+            pending.appendleft(_Batch(culprit.items, culprit.retries, alone=True))
+        else:
+            index, job = culprit.items[0]
+            yield index, self._failure(slot, job, Status.TIMEOUT, f"trial exceeded {limit:.1f} s; worker replaced")
+        self._replace(slot)
+
+    def _on_death(self, slot: _Slot, pending: deque, owner: dict) -> Iterator[tuple[int, TrialResult]]:
+        """Keep batches that finished before the death; the first unfinished one is the culprit."""
+        ray = self._ray
+        while slot.fifo:
+            batch = slot.fifo[0]
+            try:
+                # Not timeout=0: a batch that finished just before the death may not have
+                # its result here yet, and would be blamed for the crash. With the actor
+                # dead every ref resolves promptly, to its results or to the death.
+                results = ray.get(batch.ref, timeout=DEATH_SETTLE_S)
+            except Exception:  # noqa: BLE001 - this batch died with the actor
+                break
+            slot.fifo.popleft()
+            del owner[batch.ref]
+            yield from zip((i for i, _ in batch.items), results, strict=True)
+        if not slot.fifo:
+            self._replace(slot)
+            return
+        culprit = slot.fifo[0]
+        shared = len(slot.fifo) > 1  # the batch beside it may have killed the worker
+        self._requeue_behind(slot, culprit, pending, owner)
+        lost_id = slot.worker_id
+        self._replace(slot)
+        if len(culprit.items) > 1:
+            pending.extendleft(_Batch([item], alone=True) for item in reversed(culprit.items))
+        elif shared:
+            pending.appendleft(_Batch(culprit.items, culprit.retries, alone=True))
+        elif culprit.retries < self.max_retries:
+            pending.appendleft(_Batch(culprit.items, retries=culprit.retries + 1, alone=True))
+        else:
+            index, job = culprit.items[0]
+            message = f"worker {lost_id} died on this trial {culprit.retries + 1} times"
+            yield index, self._failure(slot, job, Status.WORKER_LOST, message)
+
+    def _requeue_behind(self, slot: _Slot, culprit: _Batch, pending: deque, owner: dict) -> None:
+        """Batches queued behind `culprit` never started: send them again unchanged."""
+        behind = [b for b in slot.fifo if b is not culprit]
+        for batch in [culprit, *behind]:
+            owner.pop(batch.ref, None)
+        pending.extendleft(_Batch(b.items, b.retries, alone=True) for b in reversed(behind))
+        slot.fifo.clear()
+
+    def _failure(self, slot: _Slot, job: Job, status: Status, message: str) -> TrialResult:
+        spec = catalog.get(job.kernel)
+        key = TrialKey(slot.report["topology_hash"], job.kernel, spec.source_hash(), job.problem, job.schedule)
+        return TrialResult(key, status, message, host=slot.report.get("host", ""), worker_id=slot.worker_id)
+
+    # -- inputs ahead and behind ------------------------------------------------------
+    def prefetch(self, kernel: str, problem: Problem, seed: int = 0, topology: str | None = None) -> None:
+        """Ask the workers (of `topology`) to generate `problem`'s inputs and reference in
+        the background (TrialRunner.prefetch); returns at once. A worker replaced meanwhile
+        just generates them at its first trial."""
+        for slot in self._slots_for(topology):
+            slot.actor.prefetch.remote(kernel, problem, seed)
+
+    def precompile(
+        self, kernel: str, problem: Problem, schedules: list, seed: int = 0, topology: str | None = None
+    ) -> None:
+        """Ask the workers (of `topology`) to compile these schedules' pipelines ahead
+        (TrialRunner.precompile: the search's likely next picks); returns at once."""
+        for slot in self._slots_for(topology):
+            slot.actor.precompile.remote(kernel, problem, schedules, seed)
+
+    def forget(self, kernel: str, problem: Problem, seed: int = 0, topology: str | None = None) -> None:
+        """Ask the workers (of `topology`) to drop `problem`'s inputs and buffers
+        (TrialRunner.forget); returns at once."""
+        for slot in self._slots_for(topology):
+            slot.actor.forget.remote(kernel, problem, seed)
+
+    def inputs_held(self, worker_id: str) -> list[tuple[str, str, int]]:
+        """The (kernel, problem key, seed) whose inputs that worker holds now."""
+        return self._ray.get(self._slots[worker_id].actor.inputs_held.remote())
+
+    # -- other work ------------------------------------------------------------------
+    def remeasure(
+        self,
+        worker_id: str,
+        kernel: str,
+        problem: Problem,
+        schedules: list[Schedule],
+        reps: int = 10,
+        rounds: int = 5,
+        seed: int = 0,
+    ) -> dict[str, Timing | None]:
+        """Interleaved re-measurement of `schedules` on one worker (see TrialRunner.remeasure).
+
+        Raises WorkerFailure when it runs past the trial timeout per schedule and round
+        (the worker is replaced) or the worker dies."""
+        samples = self.remeasure_rounds(worker_id, kernel, problem, schedules, reps, rounds, seed)
+        return interleaved_timings(samples)
+
+    def remeasure_rounds(
+        self,
+        worker_id: str,
+        kernel: str,
+        problem: Problem,
+        schedules: list[Schedule],
+        reps: int = 10,
+        rounds: int = 5,
+        seed: int = 0,
+        max_rounds: int | None = None,
+        noise: float = 0.01,
+    ) -> dict[str, list[float] | None]:
+        """Per-round medians of an interleaved re-measurement, with rounds added up to
+        `max_rounds` for finalists not yet separated (TrialRunner.remeasure_rounds); the
+        same failure rules as `remeasure`, its time limit counted over `max_rounds`."""
+        slot = self._slots[worker_id]
+        ref = slot.actor.remeasure_rounds.remote(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
+        limit = self.trial_timeout_s * max(1, len(schedules)) * max(rounds, max_rounds or 0)
+        ready, _ = self._ray.wait([ref], timeout=limit)
+        if not ready:
+            self._replace(slot)
+            raise WorkerFailure(f"re-measuring {kernel} {problem} exceeded {limit:.0f} s")
+        try:
+            return self._ray.get(ref)
+        except self._ray.exceptions.RayActorError as exc:
+            self._replace(slot)
+            raise WorkerFailure(f"worker {worker_id} died re-measuring {kernel} {problem}") from exc
+
+    def map(self, fn: Callable[[Device, Any], Any], items: Iterable[Any], topology: str | None = None) -> Iterator[Any]:
+        """Run picklable `fn(device, item)` on the workers (of `topology`), at most
+        `max_in_flight` per worker, yielding results as they arrive (not in item order).
+        Exceptions raised by `fn` propagate."""
+        slots = self._slots_for(topology)
+        queue = deque(items)
+        owner: dict[Any, _Slot] = {}
+        load = {slot.name: 0 for slot in slots}
+        while queue or owner:
+            for slot in slots:
+                while queue and load[slot.name] < self.max_in_flight:
+                    owner[slot.actor.run.remote(fn, queue.popleft())] = slot
+                    load[slot.name] += 1
+            ready, _ = self._ray.wait(list(owner), num_returns=1)
+            for ref in ready:
+                load[owner.pop(ref).name] -= 1
+                yield self._ray.get(ref)
+
+    def shutdown(self) -> None:
+        """Stop the workers; stop Ray too when this pool started it."""
+        for slot in getattr(self, "_slots", {}).values():
+            if slot.actor is not None:
+                try:
+                    self._ray.kill(slot.actor, no_restart=True)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+                slot.actor = None
+        if self._owns_ray and self._ray.is_initialized():
+            self._ray.shutdown()
+        self._owns_ray = False
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def _kept_apart(slot: _Slot, head: _Batch) -> bool:
+    """Whether `head` must wait for `slot` to empty: a retried or split-off batch runs alone
+    on its worker, and nothing joins one, so a fault during it is its own."""
+    return bool(slot.fifo) and (head.alone or any(batch.alone for batch in slot.fifo))
+
+
+def _cpu_nodes(nodes: list[dict]) -> int:
+    """How many live Ray nodes can hold a CPU worker (at least 1: a worker that can't be placed
+    times out with the startup error rather than the pool having no slot)."""
+    return max(1, sum(1 for n in nodes if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1))
+
+
+def _resources_text(resources: dict) -> str:
+    keep = {k: v for k, v in resources.items() if not k.startswith("node:") and "memory" not in k}
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(keep.items())) or "none"
+
+
+# -- the worker side: the actor on each GPU ------------------------------------------
+
+
+def pick_adapter(gpu_ids: list, allow_cpu: bool) -> tuple[Any, dict]:
+    """The wgpu adapter for this worker and a record of how it was chosen.
+
+    Ray only sets CUDA_VISIBLE_DEVICES, which Vulkan ignores, so with Ray GPU id N we take
+    the N-th GPU adapter of the preferred backend in driver enumeration order (PCI order
+    on NVIDIA), and cross-check its name against `nvidia-smi` when that is available.
+    """
+    adapters = enumerate_adapters()
+    gpus = [a for a in adapters if a.info.get("adapter_type") != "CPU"]
+    if gpu_ids:
+        if not gpus:
+            raise RuntimeError(f"Ray assigned GPU ids {gpu_ids} but wgpu sees no GPU adapter")
+        backend = gpus[0].info.get("backend_type")
+        same_backend = [a for a in gpus if a.info.get("backend_type") == backend]
+        index = int(gpu_ids[0])
+        if index >= len(same_backend):
+            raise RuntimeError(f"Ray GPU id {index} but only {len(same_backend)} {backend} GPU adapters")
+        adapter = same_backend[index]
+        mapping = {"ray_gpu_ids": [str(g) for g in gpu_ids], "adapter_index": index, "gpu_adapters": len(same_backend)}
+        mapping |= _nvidia_smi_crosscheck(index, adapter.info.get("device", ""))
+        return adapter, mapping
+    from farm.gpu import choose_adapter
+
+    adapter = choose_adapter()
+    refuse_cpu(HardwareProfile.from_adapter(adapter), allow_cpu, "tune")
+    return adapter, {"ray_gpu_ids": [], "adapter_index": None, "gpu_adapters": len(gpus)}
+
+
+def _nvidia_smi_crosscheck(index: int, adapter_name: str) -> dict:
+    gpus = nvidia.query_gpus(("index", "pci.bus_id", "uuid", "name"), timeout_s=NVIDIA_SMI_TIMEOUT_S)
+    row = next((g for g in gpus or [] if g["index"] == str(index)), None)
+    if row is None:
+        return {"nvidia_smi": None}
+    name = row["name"]
+    return {
+        "nvidia_smi": {"index": row["index"], "pci_bus_id": row["pci.bus_id"], "uuid": row["uuid"], "name": name},
+        "name_matches": name.lower().replace("nvidia ", "") in adapter_name.lower(),
+    }
+
+
+def _placement(mapping: dict) -> dict:
+    """Which GPU this process really holds a context on (nvidia-smi's process list), once the
+    device exists; `placement_ok` says whether it is the GPU Ray assigned."""
+    expected = (mapping.get("nvidia_smi") or {}).get("uuid")
+    if not expected:
+        return {}
+    apps = nvidia.compute_apps(("pid", "gpu_uuid"), timeout_s=NVIDIA_SMI_TIMEOUT_S)
+    if apps is None:
+        return {"placement_uuid": None}
+    mine = [app["gpu_uuid"] for app in apps if app["pid"] == str(os.getpid())]
+    return {"placement_uuids": mine, "placement_ok": mine == [expected] if mine else None}
+
+
+class GpuWorker:
+    """Holds one Device (and its pipeline + input caches) for the actor's whole life.
+    Runs as a threaded actor: its methods may run concurrently (see ACTOR_THREADS)."""
+
+    def __init__(self, worker_id: str, allow_cpu: bool = False, compile_ahead: bool = True):
+        import ray
+
+        os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+        gpu_ids = list(ray.get_gpu_ids()) if ray.is_initialized() else []
+        self.worker_id = worker_id
+        # No adapter for this worker (FARM_ADAPTER naming none, no GPU): the user's setup, not
+        # a crash. report(), the driver's first call, raises it, and the pool passes it on
+        # as itself (an actor that raised in __init__ only dies, with its error as text).
+        self.startup_error: Exception | None = None
+        # Seconds of each start-up step: the worker line prints them, since start-up is a
+        # visible share of a short campaign's wall time.
+        marks = [time.perf_counter()]
+        try:
+            adapter, mapping = pick_adapter(gpu_ids, allow_cpu)
+        except (NoAdapterError, CpuAdapterRefused) as exc:
+            self.startup_error = exc
+            return
+        marks.append(time.perf_counter())
+        self.runner = TrialRunner(Device(adapter), worker_id, compile_ahead)
+        marks.append(time.perf_counter())
+        placement = _placement(mapping)
+        marks.append(time.perf_counter())
+        names = ("adapter", "device", "placement")
+        steps = {name: marks[i + 1] - marks[i] for i, name in enumerate(names)}
+        self.mapping = mapping | {"adapter": adapter.summary} | placement | {"startup_s": steps}
+
+    def report(self) -> dict:
+        if self.startup_error is not None:
+            raise self.startup_error
+        profile = self.runner.device.profile
+        return {
+            "worker_id": self.worker_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "profile": profile.to_dict(),
+            "topology_hash": profile.topology_hash(),
+            "mapping": self.mapping,
+        }
+
+    def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
+        return self.runner.evaluate(jobs)
+
+    def remeasure(
+        self, kernel: str, problem: Problem, schedules: list[Schedule], reps: int, rounds: int, seed: int = 0
+    ) -> dict[str, Timing | None]:
+        return self.runner.remeasure(kernel, problem, schedules, reps, rounds, seed)
+
+    def remeasure_rounds(
+        self,
+        kernel: str,
+        problem: Problem,
+        schedules: list[Schedule],
+        reps: int,
+        rounds: int,
+        seed: int = 0,
+        max_rounds: int | None = None,
+        noise: float = 0.01,
+    ) -> dict[str, list[float] | None]:
+        return self.runner.remeasure_rounds(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
+
+    def prefetch(self, kernel: str, problem: Problem, seed: int = 0) -> None:
+        self.runner.prefetch(kernel, problem, seed)  # returns at once; see TrialRunner.prefetch
+
+    def forget(self, kernel: str, problem: Problem, seed: int = 0) -> None:
+        self.runner.forget(kernel, problem, seed)  # returns at once; see TrialRunner.forget
+
+    def precompile(self, kernel: str, problem: Problem, schedules: list, seed: int = 0) -> int:
+        return self.runner.precompile(kernel, problem, schedules, seed)  # returns at once
+
+    def inputs_held(self) -> list[tuple[str, str, int]]:
+        return self.runner.inputs_held()
+
+    def stage_times(self) -> dict:
+        return self.runner.stage_times()
+
+    def run(self, fn: Callable[[Device, Any], Any], item: Any) -> Any:
+        with self.runner.exclusive() as device:  # never beside another call's GPU work
+            return fn(device, item)
