@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--reps", type=int, default=10, help="dispatches per round when re-timing")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds when re-timing")
-    parser.add_argument("--wall-target", type=float, default=141.0, help="seconds per campaign (tune --all on one H200)")
+    parser.add_argument("--wall-target", type=float, default=141.0, help="seconds per campaign")
     parser.add_argument("--label", default="h200")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--allow-cpu", action="store_true")

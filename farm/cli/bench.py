@@ -15,8 +15,8 @@ Like with like, and every row says how it was timed (`method`):
 - kernel-only: ours by GPU timestamps ("timestamp"), the vendor's by CUDA-graph replay
   ("cuda-graph replay": the call captured once, replayed back to back between CUDA
   events), or by the profiler's kernel time where a graph can't be captured
-  ("profiler kernel time"). Timing a Python call with CUDA events includes the launch
-  path: it made a 2x slower kernel read 2-4x faster (NOTES, 2026-12-01).
+  ("profiler kernel time"). Timing a Python call with CUDA events would include the launch
+  path, which makes short vendor kernels read several times faster than they run.
 - per call ("host wall, sync each call"): the farm through ForgeRuntime on DeviceArrays,
   the vendor on device tensors, each followed by a synchronize.
 """
@@ -53,7 +53,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
 
 def bench_problems(spec_name: str, profile) -> list[Problem]:
-    """Realistic sizes from issue 7 (the kernel's GPU default problems)."""
+    """Realistic sizes: the kernel's GPU default problems."""
     spec = catalog.get(spec_name)
     return spec.default_problems(profile)
 
@@ -103,16 +103,10 @@ def copy_timing(device: Device, nbytes: int, reps: int) -> tuple[float, Timing]:
     return 2 * n4 * 16 / timing.median_ns, timing
 
 
-def copy_bandwidth(device: Device, nbytes: int, reps: int) -> float:
-    """GB/s (read + write) of a vec4 WGSL copy of `nbytes` (copy_timing)."""
-    return copy_timing(device, nbytes, reps)[0]
-
-
 def settle_clocks(device: Device, seconds: float = 2.0, nbytes: int = 1 << 28) -> float:
     """Keep the GPU copying `nbytes` for `seconds` (`Device.keep_busy`) and return the
-    seconds spent: right after a machine starts, the H200 can need longer than the
-    per-timing warm-up rounds allow to reach its clocks (a probe's first shape read 3x
-    slow, two rounds agreeing at low clocks). A no-op on a CPU adapter. For the probes that
+    seconds spent: right after a machine starts, a GPU can need longer than the per-timing
+    warm-up rounds allow to reach its clocks. A no-op on a CPU adapter. For benchmarks that
     time without a warm-up of their own (`farm bench` warms each kernel itself)."""
     if device.profile.is_cpu or seconds <= 0:
         return 0.0
@@ -277,7 +271,7 @@ def _vendor_run(torch, spec, problem, inputs, schedule, reps, fp32: str = "ieee"
         return [BenchRow(spec.name, problem.key(), "vendor", "-", math.nan, 0, 0, False, label)]
     label = f"{label} fp32 {fp32}" if spec.name in FP32_MATMUL else label
     if label.startswith("fla") and (label, problem.key()) not in _ANNOUNCED:  # else minutes of silence
-        _ANNOUNCED.add((label, problem.key()))  # (FLA autotunes 4-36 configurations a kernel: part 29)
+        _ANNOUNCED.add((label, problem.key()))  # FLA autotunes 4-36 configurations a kernel
         print(f"{spec.name} {problem.key()}: {label} autotunes its Triton kernels on first use", file=sys.stderr)
     got = fn()
     got = got if isinstance(got, dict) else {checks[0]: got}
