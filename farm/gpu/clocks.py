@@ -1,10 +1,10 @@
 """The clock check: whether the GPU ran a timing at its clocks, read from a tiny fixed
 kernel timed right after it (`ClockCheck`; farm.gpu.timing re-times a timing it finds slow).
 
-On the H200 (2026-12-01) whole runs of a campaign's trials read 1.2-2.4x slow: the
-GPU had dropped its clocks while the host fed it only now and then (a host thread holding
-the GIL made trials read 4-6x slow: benchmarks/trial_interference.py). Warm-up rounds do
-not see it, because two rounds at low clocks agree. A kernel whose time depends only on
+A GPU drops its clocks while the host feeds it only now and then (a host thread holding the
+GIL is enough), and whole runs of a campaign's trials then read slow
+(docs/decisions/002-clock-canary-and-heater.md). Warm-up rounds do not see it, because two
+rounds at low clocks agree. A kernel whose time depends only on
 the clock does: one workgroup running a dependent loop, timed by GPU timestamps in a
 submission of its own once the timing's reads are done (the queue is empty then, so it
 overlaps nothing). Its best time on this device is its time at full clocks; a check that
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 CLOCK_TOLERANCE = 1.2  # a check this much over its best on the device reads as low clocks
-CANARY_STEPS = 2048  # the loop's dependent steps: a few microseconds at the H200's clocks
+CANARY_STEPS = 2048  # the loop's dependent steps: a few microseconds at a large GPU's clocks
 
 
 def _dependent_loop(threads: int, steps: int) -> str:
@@ -46,9 +46,8 @@ CANARY_WGSL = _dependent_loop(64, CANARY_STEPS)
 # The heater (ClockCheck.heater): the same kind of loop in HEATER_GROUPS workgroups of 256,
 # enough to fill every SM of an H200 (132 SMs x 8), ~0.1 ms a dispatch there. Run before a
 # re-timing, and while the canary reads slow before a report's timing or a re-measurement
-# (farm.gpu.timing, farm.tuning.bench): in the recurrent sweep 2.2 s of a 15-25 us
-# kernel's own dispatches (8-96 workgroups) left the canary 1.4-2.1x slow, where the long
-# cases' 200-770 us kernels brought it to 1.0 in 0.5 s (NOTES, session 13).
+# (farm.gpu.timing, farm.tuning.bench): a short kernel's own few workgroups can't bring a GPU
+# to its clocks (docs/decisions/002-clock-canary-and-heater.md).
 HEATER_STEPS = 4096
 HEATER_GROUPS = 1056
 # A fresh canary's first reading would be its own best, so the first timing it checks could
@@ -136,7 +135,7 @@ def trace_check(
 ) -> None:
     """With FARM_CLOCK_TRACE=1: one line on stderr per clock-checked timing (its median, the
     canary's ratio; for a re-timed one the re-timing's median and the canary after it, and
-    nvidia-smi's clocks). A diagnostic for trials that read slow (NOTES, session 18)."""
+    nvidia-smi's clocks). A diagnostic for trials that read slow."""
     if os.environ.get("FARM_CLOCK_TRACE", "") != "1":
         return
     line = f"farm clock: {schedule}: {statistics.median(samples) / 1e3:.1f} us, canary {ratio or 0:.2f}"
