@@ -9,8 +9,8 @@ overhead is the difference in wall time per trial. Each pass of either path star
 IDLE_BEFORE_PASS_S of GPU idle, so both begin from the same clocks: otherwise the bare
 warm pass started on a GPU its cold pass had just left hot while the farm's started after
 the Ray and SQL round trips between passes (> 0.25 s), and its first trial's warm-up
-rounds (~25 ms, once per pass, not per trial) read as 0.6 ms of per-trial overhead on
-the H200. A benchmark, not a test.
+rounds (~25 ms, once per pass, not per trial) read as per-trial overhead. A benchmark,
+not a test.
 
     python benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --out benchmarks/results
 """

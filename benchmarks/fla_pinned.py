@@ -1,12 +1,12 @@
 """`farm bench` with flash-linear-attention's chunk_rwkv6 autotuning cut to a few configurations.
 
 FLA's chunk kernels autotune 4-36 Triton configurations each on first use at a shape; in fp32
-(`TRITON_F32_DEFAULT=ieee`, farm bench's default) their compiles are slower than in TF32
-(chunk_fwd_kernel_h 97 against 54 s), and on a fresh H200 the whole autotune ran past a 250 s
-call (part 30, session30.log, 2026-12-02). PINNED keeps, per kernel, the configuration that
-part 30's full ieee autotune selected (chunk_gla_fwd_kernel_o, which it did not finish: the
-TF32 autotune's choice and three neighbours), so the vendor's time is its autotuned
-configuration's, minus the search. The rows say nothing of the pinning: this script does.
+(`TRITON_F32_DEFAULT=ieee`, farm bench's default) their compiles are slower than in TF32, and
+on a fresh GPU the whole autotune can take minutes. PINNED keeps, per kernel, the
+configuration a full ieee autotune selected on an H200 at B1 H8 VH8 T1024 L64 E768
+(chunk_gla_fwd_kernel_o: the TF32 autotune's choice and three neighbours), so the vendor's
+time is its autotuned configuration's, minus the search; at other shapes a full autotune
+could pick faster ones. The rows say nothing of the pinning: this script does.
 
     python3 benchmarks/fla_pinned.py --kernels recurrent --sizes "recurrent:B=1,...,E=768" --db URL --out DIR
 """

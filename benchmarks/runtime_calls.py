@@ -1,4 +1,4 @@
-"""What a program pays per ForgeRuntime call, next to plain wgpu-py and torch (issue 15).
+"""What a program pays per ForgeRuntime call, next to plain wgpu-py and torch .
 
 Every number is a per-call median of host wall time with a sync each call (perf_counter
 around the call and its wait), unless its method says otherwise:
@@ -20,11 +20,11 @@ around the call and its wait), unless its method says otherwise:
   (device_python_us: DeviceArrays and a sync; numpy_python_us: from numpy, for outputs up
   to 1 MB, where copying them out doesn't drown it), and the wgpu-native calls per call of
   the runtime against plain wgpu-py's for the same passes and transfers (*_wgpu_calls,
-  *_floor_wgpu_calls: each goes through wgpu-py's error-capturing proxy; on the H200 they
+  *_floor_wgpu_calls: each goes through wgpu-py's error-capturing proxy; on a fast GPU they
   are most of a call's host time).
 Prints a table; writes runtime-calls.{md,json} under --out.
 
-    python3 benchmarks/runtime_calls.py --db sqlite:///.h200/farm.db --out /tmp/rc [--quick] [--allow-cpu]
+    python3 benchmarks/runtime_calls.py --db sqlite:///farm.db --out /tmp/rc [--quick] [--allow-cpu]
 """
 
 from __future__ import annotations
@@ -402,7 +402,7 @@ def main() -> int:
     if not args.skip_chains:
         result["chains"] = chains(rt, torch, args.quick)
     e96 = next((row for row in result["kernels"] if row["case"] == "recurrent E=96"), {})
-    result["runtime_python_us"] = e96.get("device_python_us")  # the figure NOTES.md follows
+    result["runtime_python_us"] = e96.get("device_python_us")  # the runtime's own Python per call, the headline figure
     (out / "runtime-calls.json").write_text(json.dumps(result, indent=2))
     text = markdown(result)
     (out / "runtime-calls.md").write_text(text)

@@ -7,12 +7,12 @@ CPU benchmark on GPU numbers: no device, the landscape's median times stand in f
 trials (so measurement noise is left out: the stored numbers are the same at every visit).
 
 Prints, per problem, how often the search ends within 1% / 3% of the landscape's best and
-the trials it spent, and writes benchmarks/results/<date>-<label>-search-replay.json:
+the trials it spent, and writes <out>/<date>-<label>-search-replay.json:
 
-    python benchmarks/search_replay.py --db .h200/part43/gemm2048.db --seeds 40 --label h200-s17
+    python benchmarks/search_replay.py --db gemm2048.db --seeds 40 --label h200
 
 A landscape is a database's trials or a `.json.gz` written by `--export DIR` (a few tens of
-KB, kept in benchmarks/results/landscapes/ so a replay needs no database).
+KB, so a replay needs no database; tests/data/landscapes/ holds two measured on an H200).
 """
 
 from __future__ import annotations

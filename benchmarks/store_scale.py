@@ -1,4 +1,4 @@
-"""Storage at scale (issue 20): N realistic trials through the store API into SQLite and
+"""Storage at scale: N realistic trials through the store API into SQLite and
 PostgreSQL, then inserts, every dashboard data function and Parquet write/read timed.
 
     .venv/bin/python benchmarks/store_scale.py --trials 200000 [--no-postgres] [--json out.json]

@@ -1,16 +1,15 @@
 """Do a landscape's readings repeat? Two campaigns that measured the same schedules of one
 problem on one machine (an exhaustive landscape and a search, `farm tune --db A` and
-`--db B`) disagree by 2-3x on some of them, both ways, each with a tight p20-p80 (H200,
-session 18, fft n=1024 x 16384: radix 16 wg64 T1 read 84.6 us in one and 233.4 in the
-other, wg128 T1 187.8 and 86.2). This script takes the schedules whose readings disagree
-by more than `--threshold` and the `--best` fastest of the first database, prepares each
-on one Device, certifies it, and times them interleaved (`--rounds`, the order rotated
-each round, `--reps` dispatches a timing after a fifth of `farm bench`'s clock warm-up,
-GPU timestamps with the clock check), reading the clock canary after each timing. Prints
-one table (each schedule's two stored readings, the rounds' median, its spread over
-rounds, the worst canary ratio) and writes trial-repeat.json under --out:
+`--db B`) can disagree on some of them, both ways, each with a tight p20-p80. This script
+takes the schedules whose readings disagree by more than `--threshold` and the `--best`
+fastest of the first database, prepares each on one Device, certifies it, and times them
+interleaved (`--rounds`, the order rotated each round, `--reps` dispatches a timing after a
+fifth of `farm bench`'s clock warm-up, GPU timestamps with the clock check), reading the
+clock canary after each timing. Prints one table (each schedule's two stored readings, the
+rounds' median, its spread over rounds, the worst canary ratio) and writes trial-repeat.json
+under --out:
 
-    python3 benchmarks/trial_repeat.py --db .h200/part46/fft1024.db --db .h200/part46/fft.db --out DIR
+    python3 benchmarks/trial_repeat.py --db fft-landscape.db --db fft-search.db --out DIR
 
 If every schedule repeats at the lower of its two readings, the slow ones were the trial's
 conditions (clocks, what ran before it), not the schedule; if a schedule's rounds spread as
@@ -19,21 +18,41 @@ far, its time itself is bimodal. A benchmark, not a test: numbers mean something
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from interleaved import options, rounds_us  # benchmarks/, on the path as the script's folder
-from search_replay import landscapes
+from search_replay import landscapes  # benchmarks/, on the path as the script's folder
 
 from farm import catalog
-from farm.gpu import benchmark_device
+from farm.gpu import Timing, benchmark_device
+from farm.gpu.device import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle import compare as oracle
 from farm.oracle.launch import prepare
 from farm.schedule import Problem, Schedule
+
+
+def rounds_us(
+    arms: dict, reps: int, rounds: int, after: Callable[[str, Timing], None] | None = None
+) -> dict[str, list[float]]:
+    """{name: its median in us in each round} of the arms (Prepared), timed interleaved: the
+    order rotated each round, so clock drift and a fresh machine's first seconds fall on
+    every arm alike; `after(name, timing)` runs after each timing."""
+    medians: dict[str, list[float]] = {name: [] for name in arms}
+    order = list(arms)
+    for r in range(rounds):
+        for name in order[r % len(order) :] + order[: r % len(order)] if order else []:
+            arms[name].warm_until_clocks(REPORT_WARM_S / 5, REPORT_WARM_MAX_S / 4)
+            timing = arms[name].time(warmup=3, reps=reps)
+            medians[name].append(timing.median_ns / 1e3)
+            if after is not None:
+                after(name, timing)
+    return medians
 
 
 def disagreeing(first: dict, second: dict, threshold: float, best: int) -> list[tuple[str, float, float | None]]:
@@ -48,7 +67,11 @@ def disagreeing(first: dict, second: dict, threshold: float, best: int) -> list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = options(__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=20, help="dispatches a timing")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--allow-cpu", action="store_true")
     parser.add_argument("--db", type=Path, action="append", required=True, help="a landscape (twice: two to compare)")
     parser.add_argument("--kernel", default="fft")
     parser.add_argument("--threshold", type=float, default=0.1, help="relative disagreement that picks a schedule")

@@ -199,8 +199,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 // three base-256 digit planes, plane p of word q one vec4<u32> whose u32 j packs the digits
 // of x at positions 16q + j + 4b for b = 0..3 (byte b): the lanes that the mask
 // 0x03030303 << 2j selects from a word of 2-bit fields. A weight word becomes
-// U = (w & 0x55555555) + 0x55555555 - ((w >> 1) & 0x55555555): every 2-bit field holds
-// t + 1 in 0..2 (code 3: 1, t = 0), no borrows. Fields j = 0 and 2 are masked in place
+// U = w + 0x55555555 - (((w >> 1) & 0x55555555) | (w & 0xaaaaaaaa)): every 2-bit field holds
+// t + 1 in 0..2 (code 3: 1, t = 0; the carries and borrows between fields cancel, see
+// farm/catalog/ternary_variants.py's _dp4a_body). Fields j = 0 and 2 are masked in place
 // (U & 0x03030303, (U >> 4) & 0x03030303); j = 1 and 3 stay shifted by 2 bits (x4) and go
 // to their own accumulators, divided by 4 exactly at the tile's end. The offset (t + 1
 // instead of t) is removed exactly in integers: the thread subtracts the digit sums of the
@@ -214,7 +215,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 // in workgroup memory), VW = 1 or 4 (vec4<u32> weight loads; vectors past a row's end
 // clamp to its last vector and meet zero x planes). One thread writes a word's three plane
 // vectors and digit sums, and each is read with one 16-byte load (four u32 loads per plane
-// vector cost ~25% of the loop on the H200). Slots are swizzled (q + q / 8): the 8 lanes of
+// vector would cost about a quarter of the loop). Slots are swizzled (q + q / 8): the 8 lanes of
 // a 16-byte load phase, reading words 4 apart (vec4 weights), hit distinct bank groups.
 const WG: u32 = {{WG}}u;
 const TPR: u32 = {{TPR}}u;
@@ -350,8 +351,7 @@ fn tile_scale(bits: u32) -> f32 {
 // kernel builds them in each workgroup, behind two more barriers per tile). One workgroup
 // per tile of TILE packed words (16 * TILE x values, zero past k), one word per thread at
 // a time: planes[3q + p] = plane p of word q, tscale[tile] = 2^(e - 22) (see //// digits),
-// and the digit sums (SUMS: clear_sums, add_sums, write_sums): per word, dsum[q]
-// (//// word_sums), or with TernaryGemv.tile_sums per tile and lane of pass 2,
+// and the digit sums (SUMS: clear_sums, add_sums, write_sums) per tile and lane of pass 2,
 // tsum[tile * TPR + l] (//// lane_sums).
 struct Params { m: u32, k: u32, kw: u32, groups: u32, splits: u32, span: u32, tiles: u32, blocks: u32 }
 
@@ -405,21 +405,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 
-//// word_sums
-// Pass 1's digit sums per word (TernaryGemv.tile_sums False): dsum[g], staged by pass 2
-// with the planes (msum) and added up word by word in its loop.
-@group(0) @binding(6) var<storage, read_write> dsum: array<vec4<i32>>;
-
-fn clear_sums(lid: u32) {}
-
-fn add_sums(g: u32, q: u32, sums: vec4<i32>) {
-    dsum[g] = sums;
-}
-
-fn write_sums(tile: u32, lid: u32) {}
-
 //// lane_sums
-// Pass 1's digit sums per tile and lane of pass 2 (TernaryGemv.tile_sums): pass 2's lane l
+// Pass 1's digit sums per tile and lane of pass 2: pass 2's lane l
 // reads the weight vectors c = l, l + TPR, ... of VW words of every tile, that is the words
 // q with (q / VW) % TPR == l (vectors past a row's end clamp to its last vector and meet
 // the zero planes and zero digit sums of words past k: they add nothing). tsum[tile * TPR + l]
@@ -466,15 +453,10 @@ fn write_sums(tile: u32, lid: u32) {
 // its partial sum to part[s * m + row], which pass 3 adds in split order (deterministic).
 // R rows per thread, TPR threads per row (interleaved weight vectors), VW = 1 or 4; weight
 // vectors past a row's end clamp to its last vector and meet zero planes (words past k
-// are zero in every plane and digit sum). The digit sums (SUM_BINDING, DIGIT_SUMS): with
-// TernaryGemv.tile_sums each lane reads its own per tile, tsum[tile * TPR + lane] (//// lane_sums),
-// and no msum is staged; otherwise the digit sums of every word, dsum, are staged in msum
-// with the planes and the body adds up those of the words it reads. Staging: a thread
-// stages the words q = lid, lid + WG, ... < TILE of a tile (none when lid >= TILE). With
-// TernaryGemv.prefetch it loads them into registers, the first tile's before the loop
-// (PREFETCH) and the next tile's right after a tile's second barrier (NEXT), so that those
-// loads overlap the tile's body, and STAGE stores the registers to xp (and msum) between
-// the barrier pair; otherwise STAGE loads them from storage there.
+// are zero in every plane and digit sum). Each lane reads its own digit sums per tile,
+// tsum[tile * TPR + lane] (//// lane_sums), so none are staged. A thread stages the words
+// q = lid, lid + WG, ... < TILE of a tile (none when lid >= TILE). FIRST_LOADS: each row's
+// first weight vector, loaded before the loop (the body loads the next one an iteration ahead).
 struct Params { m: u32, k: u32, kw: u32, groups: u32, splits: u32, span: u32, tiles: u32, blocks: u32 }
 
 @group(0) @binding(1) var<storage, read> w: array<{{VEC}}>;
@@ -482,7 +464,7 @@ struct Params { m: u32, k: u32, kw: u32, groups: u32, splits: u32, span: u32, ti
 @group(0) @binding(4) var<uniform> p: Params;
 @group(0) @binding(5) var<storage, read> planes: array<vec4<u32>>;
 @group(0) @binding(7) var<storage, read> tscale: array<f32>;
-{{SUM_BINDING}}
+@group(0) @binding(9) var<storage, read> tsum: array<vec4<i32>>;
 
 const WG: u32 = {{WG}}u;
 const TPR: u32 = {{TPR}}u;
@@ -523,15 +505,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 {{ROWS}}
     let first = split * p.span;
     let last = min(first + p.span, p.tiles);
-{{PREFETCH}}
+{{FIRST_LOADS}}
     for (var tile = first; tile < last; tile++) {
         let t0 = tile * TILE;
         workgroupBarrier();  // the previous tile's reads are done
-{{STAGE}}
+        for (var q = lid; q < TILE; q += WG) {
+            let s = slot_of(q);
+            let at = t0 + q;
+            xp[s] = planes[3u * at];
+            xp[PAD + s] = planes[3u * at + 1u];
+            xp[2u * PAD + s] = planes[3u * at + 2u];
+        }
         workgroupBarrier();
-{{NEXT}}
         let f = tscale[tile];
-{{DIGIT_SUMS}}
+        let ts = tsum[tile * TPR + lane];
+        let m0 = ts.x;
+        let m1 = ts.y;
+        let m2 = ts.z;
 {{SUMS}}
 {{LOOP}}
 {{BODY}}

@@ -1,4 +1,4 @@
-"""settle_clocks (benchmarks/ternary_probe.py and runtime_calls.py call it): seconds of copies
+"""settle_clocks (benchmarks/runtime_calls.py calls it): seconds of copies
 before the first timing on a GPU, nothing on a CPU adapter."""
 
 from collections import deque
@@ -17,9 +17,9 @@ def test_settle_clocks_keeps_a_gpu_busy_and_skips_a_cpu_adapter(device, monkeypa
 
 
 def test_each_bench_timing_warms_to_the_clocks_on_its_own_kernel_first(device, monkeypatch):
-    """The H200's first bench rows read 2.6-3x slow: the vendor import between settle_clocks
-    and the first timing left the GPU idle. Every timed row now warms on its kernel first,
-    as the sweep's fused column does (the same REPORT_WARM_S / REPORT_WARM_MAX_S)."""
+    """A pause between settle_clocks and the first timing (the vendor import) leaves the GPU
+    idle and its first rows slow, so every timed row warms on its kernel first, as the
+    sweep's fused column does (the same REPORT_WARM_S / REPORT_WARM_MAX_S)."""
     from farm import catalog
     from farm.cli import bench
     from farm.gpu.device import REPORT_WARM_MAX_S, REPORT_WARM_S

@@ -1,9 +1,8 @@
 """fft's workgroup layouts (farm.catalog.fft_slots): the pad layout (swizzle 4) and the
-stages' folded slot arithmetic, against the whole `slot` expression they replace."""
+stages' folded slot arithmetic, against the whole `slot` expression it stands for."""
 
 import re
 
-import numpy as np
 import pytest
 from test_fft import _wavefronts
 
@@ -11,7 +10,6 @@ from farm import catalog
 from farm.catalog.fft_slots import PAD, Slots, swizzle_expr, swizzled
 from farm.catalog.fft_stockham import stage_radices, stockham_stages
 from farm.oracle import compare as oracle
-from farm.oracle.launch import run
 from farm.schedule import Schedule, Status
 
 SPEC = catalog.get("fft")
@@ -84,8 +82,6 @@ def test_folded_stages_name_one_base_slot_and_immediate_offsets():
     assert "let wb = slot(tr, o);" in source and "s0[wb + 17u] = y1;" in source  # first stage: 16j + q
     assert "let rb = slot(tr, j);" in source and "v1 = s0[rb + 68u];" in source  # j + 64: 64 + 4 pads
     assert "slot(tr, j + " not in source and "slot(tr, o + " not in source
-    unfolded = stockham_stages(1024, 16, single=True, stage_table=2, slots=Slots(swizzle=1, radix=16, fold=False))
-    assert "s0[slot(tr, o + 1u)] = y1;" in unfolded and "rb" not in unfolded
 
 
 @pytest.mark.parametrize("radix,reads_take", [(4, 2), (8, 2), (16, 1), (32, 1)])
@@ -143,12 +139,6 @@ def test_pad_schedules_take_the_pad_slots_in_workgroup_memory():
     ],
     ids=str,
 )
-def test_folded_stages_give_the_unfolded_kernels_outputs_bit_for_bit(device, schedule, monkeypatch):
-    problem = SPEC.problem(n=1024, batch=5)
-    x = SPEC.generate(problem, 3)["x"]
-    x[1, 9, 0] = np.inf
-    folded = run(device, SPEC, schedule, problem, {"x": x})["y"]
-    monkeypatch.setattr(type(SPEC), "slots", lambda self, s: Slots(s.get("swizzle", 0), s.get("stockham", 0), False))
-    source = SPEC.launch(schedule, problem, {"x": x}).source
-    assert "slot(tr, j + " in source or "slot(tr, o + " in source
-    np.testing.assert_array_equal(folded, run(device, SPEC, schedule, problem, {"x": x})["y"])
+def test_folded_stages_certify_with_each_swizzle(device, schedule):
+    result = oracle.certify(SPEC, schedule, SPEC.problem(n=1024, batch=5), device)
+    assert result.status is Status.OK, result.message

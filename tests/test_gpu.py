@@ -161,8 +161,8 @@ def _double_pipeline(device):
 
 
 def test_timestamp_reps_run_in_one_submission_behind_a_lead_in_when_short(device, monkeypatch):
-    # one submission a rep let a GIL-holding host thread space the reps out: the H200 idled
-    # between them, dropped its clocks and read trials 4-6x slow (trial_interference.py)
+    # one submission a rep lets a GIL-holding host thread space the reps out: the GPU idles
+    # between them and drops its clocks (docs/decisions/002-clock-canary-and-heater.md)
     from farm.gpu import device as device_module
 
     if not device.timestamps:
@@ -209,8 +209,8 @@ def test_rising_samples_are_the_ones_whose_first_third_is_slower_than_the_last()
 
 
 def test_a_timing_the_clock_check_reads_slow_is_re_timed_after_the_heater(device, monkeypatch):
-    # on the H200 whole runs of trials read 1.2-2.4x slow at low clocks, where two warm-up
-    # rounds agree; a canary timed after the timing sees it (farm.gpu.clocks)
+    # a GPU at low clocks reads whole runs of trials slow while two warm-up rounds agree;
+    # a canary timed after the timing sees it (farm.gpu.clocks)
     from farm.gpu import clocks
     from farm.gpu import device as device_module
     from farm.gpu.device import RETIME_ATTEMPTS
@@ -249,8 +249,8 @@ def test_a_timing_the_clock_check_reads_slow_is_re_timed_after_the_heater(device
 
 
 def test_a_re_timing_the_canary_still_reads_slow_is_timed_again_and_its_fastest_attempt_kept(device, monkeypatch):
-    # on the H200 a re-timing after the heater alone still read slow in 31 of 49 (fft's landscape,
-    # session 18), and slow readings only ever read slower than the kernel is
+    # a re-timing after the heater alone can still read slow, and slow readings only ever read
+    # slower than the kernel is (docs/decisions/002-clock-canary-and-heater.md)
     from farm.gpu import clocks
     from farm.gpu import device as device_module
     from farm.gpu.device import RETIME_ATTEMPTS
@@ -282,8 +282,8 @@ def test_a_re_timing_the_canary_still_reads_slow_is_timed_again_and_its_fastest_
 
 
 def test_a_competitive_timing_at_a_slightly_low_clock_is_re_timed_and_the_faster_clock_kept(device, monkeypatch):
-    # two H200 campaigns with one seed parted on 15 us kernels while the SM clock wandered
-    # ~20% under the 1.2x "slow" line: a trial that would beat the bar at full clock is timed again
+    # a short kernel timed while the SM clock wanders just under the "slow" line can lose to a
+    # worse one: a trial that would beat the bar at full clock is timed again
     from farm.gpu import clocks
     from farm.gpu import device as device_module
 
@@ -620,8 +620,8 @@ def test_subgroup_size_is_known_but_not_part_of_the_topology_hash(device):
 
 
 def test_topology_hashes_stored_before_subgroup_max_size_still_match(device):
-    """The H200's hash as the sweep stored it on 2026-12-01 (benchmarks/results/
-    2026-12-01-h200-s11-sweep.json), before profiles carried subgroup_max_size; and this
+    """The H200's hash as a sweep stored it on 2026-12-01, before profiles carried
+    subgroup_max_size; and this
     adapter's, computed as topology_hash did then: the identity fields without subgroup_min_size."""
     h200 = {
         "backend": "Vulkan", "adapter_type": "DiscreteGPU", "vendor_id": 4318, "device_id": 9013,

@@ -2,9 +2,8 @@
 up to POLISH_ROUNDS rounds measure the models' best-ranked unmeasured schedules within two
 knobs of the best one (a round sweeps every one-knob neighbour while any is unmeasured, then
 the best-ranked two-knob ones), the next round only while the last beat the best or swept one
-knob. On the H200 two
-campaigns each settled in their first basin and never measured the other's winner, two
-knobs away (2026-12-01 stability: recurrent E=256, B8 T1024 E256)."""
+knob. Without it two campaigns can each settle in their first basin and never measure the
+other's winner, two knobs away."""
 
 from __future__ import annotations
 
@@ -188,13 +187,11 @@ def test_generic_knobs_the_kernel_s_own_knobs_fix_are_left_out_of_the_distance()
 
 
 def test_on_the_h200_fft_landscape_the_two_knob_sweep_reaches_the_radix_16_basin(tmp_path):
-    """fft n=1024 x 16384, all 335 valid schedules measured on the H200 (session 18, part 46),
+    """fft n=1024 x 16384, all 335 valid schedules measured on an H200 (tests/data/landscapes),
     replayed: from radix 16 wg128 T2 (87.6 us) the best, wg64 T1 (84.6 us), is two knobs away
     and its one-knob path goes through wg128 T1, read at 188 us (a misreading: 86.3 re-timed;
-    about 1 trial in 10 of that landscape read up to 3x slow, fixed in farm.gpu.device's
-    re-timing since). A two-knob round of POLISH_BATCH left 14 of 30 seeds there or in
-    radix 8's basin; the two-knob sweep leaves 6. (On part 49's landscape, measured with the
-    fix, both find the best in 100 of 100.)"""
+    the landscape predates farm.gpu.device's re-timing of slow readings). A two-knob round of
+    POLISH_BATCH leaves 14 of 30 seeds there or in radix 8's basin; the two-knob sweep, 6."""
     import json
     import os
     import subprocess
@@ -202,7 +199,7 @@ def test_on_the_h200_fft_landscape_the_two_knob_sweep_reaches_the_radix_16_basin
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    landscape = root / "benchmarks" / "results" / "landscapes" / "h200-s18-part46-fft-n=1024-batch=16384.json.gz"
+    landscape = root / "tests" / "data" / "landscapes" / "h200-fft-n=1024-batch=16384.json.gz"
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "search_replay.py"), "--db", str(landscape),
                           "--seeds", "30", "--label", "t", "--out", str(tmp_path)], capture_output=True, text=True,
                          timeout=300, env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip

@@ -155,6 +155,31 @@ def test_ternary_gemv_staged_and_dp4a_match_numpy_exactly(device, schedule, m, k
     assert result.metrics.max_abs == 0.0
 
 
+def _tuned(wg, rows, vw, tpr, stage):
+    knobs = {"items_per_invocation": rows, "vector_width": vw, "threads_per_row": tpr, "stage_x": stage}
+    return Schedule.of(workgroup_size=wg, **knobs)
+
+
+# Vec4 schedules of the kind farm tune picks on a GPU (stage_x=1-3 leaders, a sample of
+# SPLIT_SPACE and its winners' layouts), at sizes of several tiles and workgroups.
+TUNED = [
+    _tuned(128, 1, 4, 1, 1), _tuned(256, 4, 4, 32, 1),
+    _tuned(128, 2, 4, 1, 2), _tuned(256, 2, 4, 2, 2), _tuned(512, 2, 4, 4, 2),
+    _tuned(256, 2, 4, 8, 3), _tuned(128, 2, 4, 4, 3), _tuned(256, 4, 4, 8, 3), _tuned(256, 1, 4, 4, 3),
+    _tuned(256, 2, 4, 16, 3), _tuned(512, 2, 4, 8, 3), _tuned(256, 8, 4, 16, 3), _tuned(128, 8, 4, 8, 3),
+    *(split_schedule(*s) for s in ((128, 2, 4, 2, 1), (128, 4, 4, 4, 2), (256, 2, 4, 2, 4), (256, 4, 4, 8, 8))),
+    split_schedule(256, 4, 4, 8, 1), split_schedule(128, 4, 4, 8, 8),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("schedule", TUNED, ids=str)
+def test_ternary_gemv_tuned_kinds_of_schedule_certify_exactly_at_several_tiles(device, schedule):
+    for m, k in ((512, 4096), (1024, 2048)):  # small-integer data: exact
+        result = oracle.certify(SPEC, schedule, SPEC.problem(m=m, k=k), device)
+        assert result.status is Status.OK, result.message
+        assert result.metrics.max_abs == 0.0
+
+
 def test_ternary_gemv_staged_declares_its_x_tile_in_workgroup_bytes():
     staged = Schedule.of(workgroup_size=256, stage_x=1)
     assert SPEC.workgroup_bytes(staged, SPEC.problem(m=8, k=65536)) == 4 * 256 + 64 * 256  # 4096 x values

@@ -26,8 +26,8 @@ Speed knobs, 0 by default (a schedule that leaves them out runs the original ker
 - `single_buffer` (needs `stockham`): 1 exchanges through one workgroup buffer instead of
   two: a stage between the first and the last reads its points into registers, waits at a
   barrier, then writes (two barriers an exchange instead of one), in half the workgroup
-  memory, so twice the transforms fit a workgroup or an SM (the H200 winner, radix 16 in
-  256 threads, held one transform: 64 threads busy, 8 transforms an SM). Each thread holds
+  memory, so twice the transforms fit a workgroup or an SM (a radix 16 schedule of 256
+  threads holding one transform keeps only 64 threads busy). Each thread holds
   one unit of such a stage, so workgroup_size must be >= items_per_invocation · n / radix
   for them (rejected otherwise, naming both);
 - `swizzle` (needs `stockham`): 0 stores point i at i; 1 XORs i's low 4 bits with bits
@@ -166,7 +166,7 @@ class Fft(KernelSpec):
         """The original 48 (speed knobs left out, so keys and winners carry over), each of
         them as Stockham radix 4, 8 and 16 with the swizzles of SPACE_SWIZZLES, and the 24
         with vector_width 2 as radix 8, 16 and 32 with single_buffer=1, every Stockham one
-        with stage_twiddles=1, and the single-buffered ones (every H200 winner since session 14)
+        with stage_twiddles=1, and the single-buffered ones (where large-GPU winners fall)
         again with stage_twiddles=2: 624 in all (radix 2, the other swizzles and
         stage_twiddles=0 are accepted, but not searched)."""
         base = [Schedule.of(**dict(zip(BASE_SPACE, v, strict=True))) for v in itertools.product(*BASE_SPACE.values())]

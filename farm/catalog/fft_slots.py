@@ -67,13 +67,11 @@ def swizzled(swizzle: int, radix: int, i: int) -> int:
 
 @dataclass(frozen=True)
 class Slots:
-    """The layout of a schedule's workgroup buffers (`swizzle`, the knob's `radix`) and
-    whether the stages fold their accesses into a base slot (`fold`; False emits the whole
-    `slot` expression at every access, the kernels before session 19, kept for A/B timing)."""
+    """The layout of a schedule's workgroup buffers (`swizzle`, the knob's `radix`); the
+    stages fold their accesses into a base slot wherever the layout allows it."""
 
     swizzle: int
     radix: int
-    fold: bool = True
 
     def span(self, n: int) -> int:
         """Slots one transform takes in a workgroup buffer."""
@@ -85,14 +83,14 @@ class Slots:
 
     def reads(self, stride: int, r: int) -> tuple[list[str], list[str]]:
         """(lines before, slot index of each q) for unit j's points j + q·stride, j < stride."""
-        if self.fold and (self.swizzle != PAD or stride % self.radix == 0):
+        if self.swizzle != PAD or stride % self.radix == 0:
             return ["let rb = slot(tr, j);"], [self._at("rb", q * stride) for q in range(r)]
         return [], [f"slot(tr, j + {q * stride}u)" for q in range(r)]
 
     def writes(self, ns: int, r: int) -> tuple[list[str], list[str]]:
         """(lines before, slot index of each q) for the outputs o + q·ns of unit j, with
         o = (j / ns)·ns·r + j mod ns a WGSL value already defined."""
-        if self.fold and (self.swizzle != PAD or ns % self.radix == 0 or self.radix % (ns * r) == 0):
+        if self.swizzle != PAD or ns % self.radix == 0 or self.radix % (ns * r) == 0:
             return ["let wb = slot(tr, o);"], [self._at("wb", q * ns) for q in range(r)]
         return [], [f"slot(tr, o + {q * ns}u)" for q in range(r)]
 

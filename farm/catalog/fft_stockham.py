@@ -61,7 +61,7 @@ def stockham_stages(n: int, radix: int, single: bool = False, stage_table: int =
     stages between the first and the last through one buffer (`_exchange`); with
     `stage_table` 1, twiddles read from `stage_twiddles(n, radix, half)` instead of the half
     table; with 2, only the power-of-two points' read from it, the others their products.
-    `slots`: the buffers' layout and its index arithmetic (unswizzled, folded by default)."""
+    `slots`: the buffers' layout and its index arithmetic (unswizzled by default)."""
     slots = slots or Slots(0, radix)
     radices = stage_radices(n, radix)
     lines, ns, base = [], 1, 0

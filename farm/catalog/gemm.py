@@ -25,22 +25,21 @@ from farm.schedule import InvalidSchedule, Problem, Schedule
 TILES = (8, 16, 32, 64, 128)
 REG_TILES = (1, 2, 4, 8)
 THREADS = (64, 128, 256)
-MAX_SPACE_WORKGROUP_BYTES = 48 * 1024  # the largest limit we target (H200); adapters may reject more
+MAX_SPACE_WORKGROUP_BYTES = 48 * 1024  # the largest limit we target (NVIDIA's 48 KiB); adapters may reject more
 # The speed knobs: absent from the default and from the original space's schedules, 0 = off.
 SPEED_KNOBS = {"shared_vec4": 0, "pad_shared": 0, "warp_cols": 0, "split_k": 0, "unroll_k": 0}
 SPLIT_SUM_WG = 256  # threads per workgroup of split_k's summing pass
-# split_k's schedules: the tilings that won 1024^3-4096^3 on the H200 and their neighbours
+# split_k's schedules: tilings that win 1024^3-4096^3 on large GPUs and their neighbours
 # (bm, bn, tm, tn), where the tiles alone fill the GPU least.
 SPLIT_TILINGS = ((32, 64, 4, 4), (64, 64, 4, 4), (64, 64, 8, 8), (64, 128, 8, 8), (128, 128, 8, 8))
-# Past the 128x128 tile of 8x8 that won 2048^3 and 4096^3 on the H200 (0.72-0.75 of cuBLAS with
-# trusted modules): 128x256 / 256x128 tiles of 8x16 / 16x8 a thread in 256 threads. 24 operand
-# loads for 128 FMAs (8x8: 16 for 64) and a third more FMAs per loaded slice; the risk is the
-# 128 accumulators spilling, which the tuner measures. Not in the original space's loops.
+# Past the 128x128 tile of 8x8 (a large-GPU winner at 2048^3 and 4096^3): 128x256 / 256x128
+# tiles of 8x16 / 16x8 a thread in 256 threads. 24 operand loads for 128 FMAs (8x8: 16 for 64)
+# and a third more FMAs per loaded slice; the risk is the 128 accumulators spilling, which the
+# tuner measures. Not in the original space's loops.
 BIG_TILINGS = ((128, 256, 8, 16), (256, 128, 16, 8))
-# tile_k 32 (session 17): 1024^3's best tilings (unroll_k 1, vec4 tiles) with slices twice as
-# deep as the speed schedules' 16, so a workgroup crosses half the barriers a C tile. On the H200
-# 64x128 8x4 wc8 k32 won 1024^3 by 0.6% (74.2-74.3 us in two landscapes); 8x8 tiles at k32 lost
-# 12-100% at 1024^3-4096^3 (twice the straight-line code), so they are left out.
+# tile_k 32: 1024^3's best tilings (unroll_k 1, vec4 tiles) with slices twice as deep as the
+# speed schedules' 16, so a workgroup crosses half the barriers a C tile; 8x8 tiles at k32 are
+# left out (twice the straight-line code, and slower wherever they were measured).
 DEEP_TILINGS = ((64, 64, 8, 4), (64, 128, 8, 4))
 
 
@@ -68,10 +67,6 @@ class Gemm(KernelSpec):
     name = "gemm"
     source_file = "gemm.wgsl"
     dims = ("m", "k", "n")
-    # The kernels test only the bounds the problem's shape can cross, and store A's lanes from
-    # one division (farm.catalog.gemm_tiling.guards and _puts); False: the kernels before
-    # session 19, every bound tested (for A/B timing, benchmarks/gemm_guards.py).
-    trimmed = True
     space = {
         "workgroup_size": THREADS,
         "items_per_invocation": (1, 2, 4, 8, 16, 32, 64, 128),
@@ -177,11 +172,9 @@ class Gemm(KernelSpec):
 
     def unroll_schedules(self) -> list[Schedule]:
         """unroll_k=1 twins of the speed, big and split schedules with vec4 workgroup tiles
-        (the layout every H200 winner since session 3 had): 276 + 30, and 24 split ones with
-        warp_cols 8 where it is another layout (tiles 16 threads wide), 330 in all. On the
-        H200 (session 16) unroll_k won 8-11% on 128x128 8x8 tiles; with split_k it lost at
-        1024^3 (86.5 us at best against 75.7 without split) but won 4096^3 in one campaign
-        (64x128 8x8 wc8 split 4)."""
+        (the layout large-GPU winners have): 276 + 30, and 24 split ones with warp_cols 8
+        where it is another layout (tiles 16 threads wide), 330 in all. unroll_k pays on large
+        register tiles; with split_k it can win or lose by size, so both are searched."""
         twins = [s for s in self.speed_schedules() + self.big_schedules() if s.get("shared_vec4", 0)]
         return [Schedule.of(**s.as_dict(), unroll_k=1) for s in twins] + _split_fitting(warp_cols=(0, 8), unroll_k=1)
 
@@ -265,7 +258,7 @@ class Gemm(KernelSpec):
             "PAD": t.pad,
             "VEC": "f32" if t.vw == 1 else "vec4<f32>",
         }
-        values |= unrolled_blocks(t, self.trimmed) | guards(t, m, n, kp, np_, full=not self.trimmed)
+        values |= unrolled_blocks(t) | guards(t, m, n, kp, np_)
         parts = sections(self.source_file)
         args = [
             Arg("a", "read", a),
@@ -345,8 +338,8 @@ PARALLEL_REFERENCE_FLOPS = 1 << 30  # below this a float64 product takes millise
 
 def matmul64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b in float64. A Ray worker runs with OMP_NUM_THREADS=1 (Ray's setting for an
-    actor of num_cpus=1), so its BLAS is single-threaded and a 4096^3 reference took 2.5 s
-    on the H200 host (each worker of a 2-GPU campaign waited 1.5 s for it). There, and when
+    actor of num_cpus=1), so its BLAS is single-threaded and a 4096^3 reference takes
+    seconds, which every worker of a campaign would wait for. There, and when
     BLAS is limited to one thread otherwise, the product is split by rows over the shared
     numpy pool (farm.parallel); each row block is the same BLAS call on a slice."""
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)

@@ -83,11 +83,11 @@ class Tiling:
         return 2 if self.double_buffer else 1
 
 
-def unrolled_blocks(t: Tiling, fold: bool = True) -> dict[str, str]:
+def unrolled_blocks(t: Tiling) -> dict[str, str]:
     """The WGSL the template leaves to the host: the thread layout, the workgroup tiles,
     the register tile, the staged loads and the C stores written out as straight-line code
     over named scalars, so no private array is indexed in a loop (drivers may put those in
-    local memory). `fold` False stores A's lanes as before session 19 (`_puts`)."""
+    local memory)."""
     loads_a = -(-t.bm * t.bk // (t.vw * t.threads))
     loads_b = -(-t.bk * t.bn // (t.vw * t.threads))
     vec = "f32" if t.vw == 1 else "vec4<f32>"
@@ -99,7 +99,7 @@ def unrolled_blocks(t: Tiling, fold: bool = True) -> dict[str, str]:
     stash = [f"put_a(buf, lid + {i * t.threads}u, a_next_{i});" for i in range(loads_a)]
     stash += [f"put_b(buf, lid + {i * t.threads}u, b_next_{i});" for i in range(loads_b)]
     blocks = {"DECLARE": declare, "FETCH": fetch, "STASH": stash, "MULTIPLY": _multiply(t), "WRITE": _write(t)}
-    blocks |= {"LAYOUT": _layout(t), "RANGE": _k_range(t)} | _puts(t, fold)
+    blocks |= {"LAYOUT": _layout(t), "RANGE": _k_range(t)} | _puts(t)
     out = {name: "\n    ".join(lines) for name, lines in blocks.items()} | {"TILES": "\n".join(_tiles(t))}
     return out | _split_output(t)
 
@@ -152,19 +152,15 @@ def _tiles(t: Tiling) -> list[str]:
     return ["var<workgroup> a_tile: array<f32, NBUF * BK * AS>;", "var<workgroup> b_tile: array<f32, NBUF * BK * BN>;"]
 
 
-def _puts(t: Tiling, fold: bool = True) -> dict[str, list[str]]:
+def _puts(t: Tiling) -> dict[str, list[str]]:
     """PUT_A / PUT_B: one loaded value (its lanes) into the tiles at float offset `at`;
-    with shared_vec4 and `fold`, A's lanes from one division of `at` (else one each)."""
+    with shared_vec4, A's lanes from one division of `at`."""
     lanes = ["v"] if t.vw == 1 else ["v.x", "v.y", "v.z", "v.w"]
     if not t.shared_vec4:
         put_a = [f"a_tile[at + {q * (t.bm + t.pad)}u] = {lane};" for q, lane in enumerate(lanes)]
         put_b = [f"b_tile[at + {q}u] = {lane};" for q, lane in enumerate(lanes)]
         return {"PUT_A": put_a, "PUT_B": put_b}
     put_b = ["b_tile[at / 4u][at % 4u] = v;"] if t.vw == 1 else ["b_tile[at / 4u] = v;"]
-    if not fold:
-        offsets = [f"at + {q * (t.bm + t.pad)}u" for q in range(len(lanes))]
-        put_a = [f"a_tile[({at}) / 4u][({at}) % 4u] = {lane};" for at, lane in zip(offsets, lanes, strict=True)]
-        return {"PUT_A": put_a, "PUT_B": put_b}
     # A's k-rows are AS = BM + PAD floats apart, a multiple of 4 (reg_m is): lane q of the
     # value lands AS/4 vec4s past lane 0, in the same component, so one division serves all.
     put_a = ["let a4 = at / 4u;", "let am = at % 4u;"]
@@ -281,7 +277,7 @@ def _speed_problem(t: Tiling) -> str:
     return ""
 
 
-def guards(t: Tiling, m: int, n: int, kp: int, np_: int, full: bool = False) -> dict[str, str]:
+def guards(t: Tiling, m: int, n: int, kp: int, np_: int) -> dict[str, str]:
     """The conditions kernels/gemm.wgsl tests before a global load, a tile store and a C
     store, as WGSL: each drops the parts the problem's shape makes always true (A_INSIDE's
     row < m when BM divides m, its k part when BK divides the padded k; B_INSIDE's likewise
@@ -289,12 +285,11 @@ def guards(t: Tiling, m: int, n: int, kp: int, np_: int, full: bool = False) -> 
     when the tiles cover C exactly). Every dropped test is one the launch's own shape makes
     true for every workgroup, so the trusted module (no runtime checks) still never reads or
     writes outside its buffers: the source is rendered per problem, and `launch` sizes the
-    buffers and Params from that problem. `full` keeps every part (the kernel before session
-    19, for A/B timing)."""
+    buffers and Params from that problem."""
     a_vecs, b_vecs = t.bm * t.bk // t.vw, t.bk * t.bn // t.vw
 
     def join(parts: list[tuple[str, bool]]) -> str:
-        kept = [part for part, needed in parts if needed or full]
+        kept = [part for part, needed in parts if needed]
         return " && ".join(kept) or "true"
 
     a_idx, b_idx = ("idx < A_VECS", a_vecs % t.threads != 0), ("idx < B_VECS", b_vecs % t.threads != 0)

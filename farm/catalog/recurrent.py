@@ -124,9 +124,8 @@ class Recurrent(KernelSpec):
         "attention_pass": ATTENTION_PASS,  # chunked forms: the chunks' attention matrices computed once, first
     }
     STEPWISE = ("workgroup_size", "items_per_invocation", "vector_width", "threads_per_column", "reduce", "chunk")
-    # Best across E = 96..768 (B1 H8 T64 L64) in an exhaustive tune on an H200: the per-step
-    # latency chain, not bandwidth, bounds this kernel, so 16 lanes per column win.
-    # The documented default (workgroup_size 64, like every kernel); `farm tune` finds better.
+    # The documented default (workgroup_size 64, like every kernel); `farm tune` finds better: the
+    # per-step latency chain, not bandwidth, bounds this kernel, so large GPUs' winners take 16 lanes a column.
     default = Schedule.of(workgroup_size=64, items_per_invocation=1, vector_width=1, threads_per_column=4, reduce=0)
     atol = 1e-3
     rtol = 1e-4

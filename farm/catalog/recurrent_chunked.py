@@ -126,12 +126,9 @@ def check_chunked(kernel: str, schedule: Schedule, problem: Problem, profile: Ha
         raise InvalidSchedule(kernel, schedule, reason)
 
 
-def chunked_sources(schedule: Schedule, problem: Problem, drop: frozenset[str] = frozenset()) -> tuple[str, str, str]:
+def chunked_sources(schedule: Schedule, problem: Problem) -> tuple[str, str, str]:
     """Form 1's WGSL: (chunk_state, chunk_scan, chunk_output); with attention_pass=1 the
-    output pass reads the attention scratch (binding 8) that `attention_source` fills.
-    `drop` names blocks to render empty (ATTENTION, STATE_FMA, ATT_FMA, FMA, LOAD_Q,
-    LOAD_V, LOAD_S, LOAD_QS): a diagnostic only, whose results are wrong;
-    benchmarks/recurrent_chunked.py --ablate times what each block costs on the GPU."""
+    output pass reads the attention scratch (binding 8) that `attention_source` fills."""
     c, eb, wg, l_dim = schedule["chunk_size"], schedule["block_e"], schedule.workgroup_size, problem["L"]
     parts = sections(SOURCE_FILE)
     common = render(parts["chunked_common"], {"WG": wg, "C": c, "EB": eb, "L": l_dim})
@@ -142,11 +139,8 @@ def chunked_sources(schedule: Schedule, problem: Problem, drop: frozenset[str] =
         put = render(parts["chunk_put"], {"OUT": out}) if out else ""
         tile = {"TILE": parts["chunk_tile"], "TILE_DECL": parts["chunk_tile_decl"].rstrip("\n"), "PUT": put}
         values = {"COMMON": common} | tile | snippets | blocks
-        return render(parts[name], values | {key: "" for key in drop if key in values})
+        return render(parts[name], values)
 
-    droppable = {"ATTENTION", "LOAD_Q", "LOAD_V", "LOAD_S", "LOAD_QS", "FMA", "STATE_FMA", "ATT_FMA"}
-    if set(drop) - droppable:
-        raise ValueError(f"drop {sorted(set(drop) - droppable)}: form 1's blocks are {sorted(droppable)}")
     return (
         source("chunk_state", _state_blocks(mq), "states"),
         each(source("chunk_scan", {"AHEAD": SCAN_AHEAD}), SCAN_AHEAD, "$a"),

@@ -13,14 +13,10 @@ bit equality; larger k uses normal x and a summation-error tolerance.
 Kernels (knob `stage_x`): 0 direct (the default), 1 x staged in workgroup memory, 2 a
 pair lookup table, 3 integer dot products over x's digit planes, 4 the same over planes
 built by a pass of their own with k split over several workgroups (split_launch, in
-farm/catalog/ternary_split.py; with the class attribute `tile_sums`, on by default, its
-first pass also writes each tile's digit sums per lane of the loop, which then stages and
-adds none; `prefetch`, off, loads the next tile's planes during a tile's body; `lean`, on,
-decodes a weight word in one instruction fewer in stage_x=3 and 4; `unroll`, 1, puts that
-many weight vectors in a loop iteration; `chain` adds each dot product to its accumulator in
-a statement of its own (off: the driver makes the same code of it); `ahead`, on, stage_x=4
-only, loads each weight vector an iteration early).
-Their WGSL emitters and tile layouts are in farm/catalog/ternary_variants.py.
+farm/catalog/ternary_split.py: its first pass also writes each tile's digit sums per lane
+of the loop, and the loop loads each weight vector an iteration early).
+Their WGSL emitters and tile layouts are in farm/catalog/ternary_variants.py; the design and
+its bound: docs/decisions/006-ternary-gemv-bound.md.
 """
 
 from __future__ import annotations
@@ -67,8 +63,7 @@ LUT_SPACE = tuple(
 # stage_x=3 schedules: (workgroup_size, items_per_invocation, vector_width, threads_per_row)
 # with 16-256 rows per workgroup (the per-tile planes are built once per workgroup: fewer
 # rows leave them dominant; more leave too few workgroups on the 16384-row shape) and 2-8
-# rows per thread (each row a thread adds amortizes its per-word plane reads; on the H200
-# compute-only took 256 / 198 / 147 us at 1 / 2 / 4 rows).
+# rows per thread (each row a thread adds amortizes its per-word plane reads).
 DP4A_SPACE = tuple(
     (wg, rows, vw, tpr)
     for wg, rows, vw, tpr in itertools.product((64, 128, 256, 512), (2, 4, 8), (1, 4), (1, 2, 4, 8, 16, 32))
@@ -76,9 +71,9 @@ DP4A_SPACE = tuple(
 )
 # stage_x=4 schedules: (workgroup_size, items_per_invocation, vector_width, threads_per_row,
 # splits). The planes come from a pass of their own, so rows per workgroup no longer
-# amortize them: 8-256 rows per workgroup, vec4 loads (the stage_x=3 winners all had
-# them), and k split over 1-8 workgroups per row block (the 16384-row shape had 64
-# workgroups of 256 rows for 132 SMs).
+# amortize them: 8-256 rows per workgroup, vec4 loads (stage_x=3's winners have them), and
+# k split over 1-8 workgroups per row block (the 16384-row shape has only 64 workgroups of
+# 256 rows for a GPU's 100+ SMs).
 SPLITS = (1, 2, 4, 8)
 SPLIT_SPACE = tuple(
     (wg, rows, 4, tpr, splits)
@@ -143,17 +138,6 @@ class TernaryGemv(KernelSpec):
         "splits": SPLITS,
     }  # stage_x=2, 3 and 4 also take threads_per_row 2 and workgroup_size 512 (LUT_SPACE, DP4A_SPACE,
     # SPLIT_SPACE); stage_x=4 adds the knob `splits`
-    # stage_x=4 (farm/catalog/ternary_split.py): pass 1 writes each tile's digit sums per lane of pass 2,
-    # which neither stages nor adds per-word ones (tile_sums); pass 2 loads the next tile's planes into
-    # registers during a tile's body (prefetch: off, 1.04x slower on the H200's winners); stage_x=3 and 4
-    # decode a weight word in one instruction fewer and loop a known count (lean). False: the kernel
-    # before (for A/B timing, benchmarks/ternary_hooks.py).
-    tile_sums = True
-    prefetch = False
-    lean = True
-    unroll = 1  # weight vectors a loop iteration with lean, their loads first (2 and 4: 1.02-1.3x slower on the H200)
-    chain = False  # each dot product added to its accumulator alone (a += d0; a += d2), not the pair's sum
-    ahead = True  # stage_x=4: each weight vector loaded one loop iteration early (H200: tall winner 0.94x the time)
 
     def schedules(self) -> list[Schedule]:
         """The original direct space (without `stage_x`, so its keys and winners carry over),
@@ -190,7 +174,6 @@ class TernaryGemv(KernelSpec):
         """The host code that unrolls the staged and pair-table bodies, and its constants."""
         host = [*EMITTERS, *SPLIT_EMITTERS]
         consts = repr((STAGE_TILE_WORDS, LUT_TILE_WORDS, LUT_PAD, DP4A_TILE_WORDS, UNROLLED))
-        consts += repr((self.tile_sums, self.prefetch, self.lean, self.unroll, self.chain, self.ahead))
         return "".join(inspect.getsource(f) for f in host) + consts
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
@@ -278,8 +261,8 @@ class TernaryGemv(KernelSpec):
         if stage == 2:
             vw, tpr = schedule.vector_width, schedule.get("threads_per_row", 1)
             return partial + 4 * (LUT_TILE_WORDS // vw) * lut_group(vw, tpr)
-        if stage in (3, 4):  # three digit planes and the digit sums (not with tile_sums), a vec4 per word
-            vecs = 3 if stage == 4 and self.tile_sums else 4
+        if stage in (3, 4):  # three digit planes and (stage_x=3) the digit sums, a vec4 per word
+            vecs = 3 if stage == 4 else 4
             planes = vecs * 16 * (DP4A_TILE_WORDS + DP4A_TILE_WORDS // 8)  # swizzle padding
             return partial + planes + (8 if stage == 3 else 0)  # stage_x=3: two maxima
         return partial
@@ -315,11 +298,9 @@ class TernaryGemv(KernelSpec):
         tpr = schedule.get("threads_per_row", 1)
         groups = -(-m // ((wg // tpr) * ipi))
         if schedule.get("stage_x", 0) == 4:
-            splits = schedule.get("splits", 1)
-            hooks = (self.tile_sums, self.prefetch, self.lean, self.unroll, self.chain, self.ahead)
-            return split_launch(inputs, m, k, wg, tpr, ipi, vw, splits, *hooks)
+            return split_launch(inputs, m, k, wg, tpr, ipi, vw, schedule.get("splits", 1))
         if schedule.get("stage_x", 0) == 3:
-            source = dp4a_source(wg, tpr, ipi, vw, kw, self.lean, self.unroll, self.chain)
+            source = dp4a_source(wg, tpr, ipi, vw, kw)
         else:
             source = (direct_source, staged_source, lut_source)[schedule.get("stage_x", 0)](wg, tpr, ipi, vw, kw)
         return Launch(source=source, args=_args(inputs, m, [m, k, kw, groups]), groups=groups)

@@ -35,11 +35,11 @@ Kernels (knob `stage_x`):
 - 4: stage_x=3's loop and row sums over x's planes written by a pass of their own, k
   split over `splits` workgroups per row block; `split_launch` (farm/catalog/ternary_split.py,
   the launch being three passes) renders it from `_dp4a_values` and the //// planes and split
-  sections. By default (the spec's `tile_sums`) pass 1 also writes each tile's digit sums
-  per lane of pass 2, whose body then adds none (`_dp4a_body` without word_sums); the spec's
-  `prefetch` (off) has pass 2 load the next tile's planes into registers during a tile's body.
-- 3 and 4 with the spec's `lean` (on): one instruction fewer to decode a weight word, the
-  slots of a vec4's words from one slot_of, and a loop of known count (see _dp4a_body).
+  sections. Pass 1 also writes each tile's digit sums per lane of pass 2, whose body then
+  adds none (`_dp4a_body` without word_sums).
+- 3 and 4 decode a weight word in three operations, take the slots of a vec4's words from
+  one slot_of and loop a known count (see _dp4a_body and _dp4a_loop).
+The design and its bound: docs/decisions/006-ternary-gemv-bound.md.
 """
 
 from __future__ import annotations
@@ -120,46 +120,28 @@ def lut_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     )
 
 
-def _dp4a_values(
-    wg: int,
-    tpr: int,
-    rows: int,
-    vw: int,
-    word_sums: bool = True,
-    lean: bool = True,
-    unroll: int = 1,
-    chain: bool = False,
-) -> dict[str, object]:
+def _dp4a_values(wg: int, tpr: int, rows: int, vw: int, word_sums: bool = True) -> dict[str, object]:
     """The placeholders the stage_x=3 and stage_x=4 loops share (layout, rows, loop, body;
-    without `word_sums` the body adds no digit sums: stage_x=4's tile sums; `lean` and
-    `chain`: see _dp4a_body; `unroll` (with lean): weight vectors a trip, see _dp4a_unrolled)."""
-    trips = min(unroll, DP4A_TILE_WORDS // (vw * tpr)) if lean else 1
+    without `word_sums` the body adds no digit sums: stage_x=4's tile sums)."""
     return _layout(wg, tpr, vw) | {
-        "LOOP": _lines(_dp4a_loop(lean, trips), 8),
+        "LOOP": _lines(_dp4a_loop(), 8),
         "R": rows,
         "TILE_WORDS": DP4A_TILE_WORDS,
         "ROWS": _lines(_row_setup(rows, ("acc",)), 4),
         "SUMS": _lines(
             (f"var {n}{r}{p} = {'0' if p == 2 else '0u'};" for r in range(rows) for n in "ab" for p in range(3)), 8
         ),
-        "BODY": _lines(
-            _dp4a_unrolled(rows, vw, word_sums, trips, chain)
-            if trips > 1
-            else _dp4a_body(rows, vw, word_sums, lean, chain),
-            12,
-        ),
+        "BODY": _lines(_dp4a_body(rows, vw, word_sums), 12),
         "CONVERT": _lines(_dp4a_convert(rows), 8),
     }
 
 
-def dp4a_source(
-    wg: int, tpr: int, rows: int, vw: int, kw: int, lean: bool = True, unroll: int = 1, chain: bool = False
-) -> str:
+def dp4a_source(wg: int, tpr: int, rows: int, vw: int, kw: int) -> str:
     """The integer dot-product kernel: x as three int8 digit planes per tile, 4 codes per dot."""
     parts = sections(SOURCE_FILE)
     return render(
         parts["dp4a"],
-        _dp4a_values(wg, tpr, rows, vw, lean=lean, unroll=unroll, chain=chain)
+        _dp4a_values(wg, tpr, rows, vw)
         | {
             "DIGITS": parts["digits"],
             "REDUCE": _lines((f"finish(row{r}, acc{r}, lid, lane);" for r in range(rows)), 4),
@@ -167,57 +149,30 @@ def dp4a_source(
     )
 
 
-def _dp4a_loop(lean: bool, trips: int = 1) -> list[str]:
-    """The loop over this lane's weight vectors c = lane, lane + TPR, ... of a tile; `lean`:
-    as a count the driver knows (TILE / VW / TPR iterations, exact: powers of two with
-    TPR * VW <= TILE) rather than a bound on c, which starts at the runtime lane; `trips`
-    vectors an iteration (a power of two dividing the count: _dp4a_unrolled's body)."""
-    if not lean:
-        return ["for (var c = lane; c < TILE / VW; c += TPR) {"]
-    if trips > 1:
-        return [f"for (var i = 0u; i < TILE / VW / TPR; i += {trips}u) {{"]
+def _dp4a_loop() -> list[str]:
+    """The loop over this lane's weight vectors c = lane, lane + TPR, ... of a tile, as a
+    count the driver knows (TILE / VW / TPR iterations, exact: powers of two with
+    TPR * VW <= TILE) rather than a bound on c, which starts at the runtime lane."""
     return ["for (var i = 0u; i < TILE / VW / TPR; i++) {", "    let c = lane + i * TPR;"]
 
 
-def _dp4a_unrolled(rows: int, vw: int, word_sums: bool, trips: int, chain: bool = False) -> list[str]:
-    """`trips` of the lean body in one iteration, every weight load first (the driver keeps
-    a single vector's loads next to their use: each trip's weights then wait out the memory
-    latency; on the H200 the loop was not unrolled)."""
-    body = _dp4a_body(rows, vw, word_sums, True, chain)
-    loads = {f"let v{r} = w[wrow{r} + min(t0 / VW + c, nv - 1u)];" for r in range(rows)}
-    lines = []
-    for j in range(trips):
-        lines.append(f"let c{j} = lane + (i + {j}u) * TPR;")
-        lines += [f"let v{r}_{j} = w[wrow{r} + min(t0 / VW + c{j}, nv - 1u)];" for r in range(rows)]
-    for j in range(trips):
-        lines += ["{", f"    let c = c{j};", *(f"    let v{r} = v{r}_{j};" for r in range(rows))]
-        lines += ["    " + line for line in body if line not in loads] + ["}"]
-    return lines
-
-
-def _dp4a_body(rows: int, vw: int, word_sums: bool = True, lean: bool = True, chain: bool = False) -> list[str]:
+def _dp4a_body(rows: int, vw: int, word_sums: bool = True) -> list[str]:
     """One weight vector (vw words) per row: per word its three plane vectors and (with
     `word_sums`) digit sums once (16-byte loads from the tile in workgroup memory; the digit
     sums added to m0-m2), then per row U (t + 1 per field) and 12 dot products (4 field
     groups x 3 planes; groups 1 and 3 are left shifted by 2 and summed in the b accumulators).
-    `lean` (exact, the same integers): U = w + 0x55555555 - B3, where B3 holds each field's
-    high bit in both its bits (one select: (w >> 1) & 0x55555555 | w & 0xaaaaaaaa), so
-    U = sum of 4^f (c_f + 1 - 3 b1_f) = sum of 4^f (t_f + 1) with every field in 0..2 (the
-    carries and borrows in between cancel: the total is the same integer); and the words of a
-    vec4 sit in consecutive slots (slot_of(4c + u) = slot_of(4c) + u for u < 4).
-    `chain` (exact: u32/i32 adds wrap, so any order gives the same bits) adds each dot to its
-    accumulator in a statement of its own (`a += d0; a += d2;`), the shape of an integer dot
-    product that accumulates (IDP with its third operand), instead of the pair's sum
-    (`a += d0 + d2`: the NVIDIA driver makes that two IDPs into the zero register and an
-    IADD3, an instruction more per pair)."""
+    U = w + 0x55555555 - B3, where B3 holds each field's high bit in both its bits (one
+    select: (w >> 1) & 0x55555555 | w & 0xaaaaaaaa), so U = sum of 4^f (c_f + 1 - 3 b1_f) =
+    sum of 4^f (t_f + 1) with every field in 0..2 (the carries and borrows in between cancel:
+    the total is the same integer); and the words of a vec4 sit in consecutive slots
+    (slot_of(4c + u) = slot_of(4c) + u for u < 4)."""
     lines = ["let q0 = c * VW;"]
     lines += [f"let v{r} = w[wrow{r} + min(t0 / VW + c, nv - 1u)];" for r in range(rows)]
-    if lean:
-        lines.append("let s0 = slot_of(q0);")
+    lines.append("let s0 = slot_of(q0);")
     for u in range(vw):
         lines += [
             "{",
-            (f"    let s = s0 + {u}u;" if u else "    let s = s0;") if lean else f"    let s = slot_of(q0 + {u}u);",
+            f"    let s = s0 + {u}u;" if u else "    let s = s0;",
             "    let pa = xp[s];",
             "    let pb = xp[PAD + s];",
             "    let pc = xp[2u * PAD + s];",
@@ -226,10 +181,7 @@ def _dp4a_body(rows: int, vw: int, word_sums: bool = True, lean: bool = True, ch
             lines += ["    let ms = msum[s];", "    m0 += ms.x;", "    m1 += ms.y;", "    m2 += ms.z;"]
         for r in range(rows):
             word = f"v{r}" if vw == 1 else f"v{r}.{'xyzw'[u]}"
-            if lean:
-                decode = f"{word} + 0x55555555u - ((({word} >> 1u) & 0x55555555u) | ({word} & 0xaaaaaaaau))"
-            else:
-                decode = f"({word} & 0x55555555u) + 0x55555555u - (({word} >> 1u) & 0x55555555u)"
+            decode = f"{word} + 0x55555555u - ((({word} >> 1u) & 0x55555555u) | ({word} & 0xaaaaaaaau))"
             lines += [
                 "    {",
                 f"        let t = {decode};",
@@ -238,23 +190,21 @@ def _dp4a_body(rows: int, vw: int, word_sums: bool = True, lean: bool = True, ch
                 "        let l1 = t & 0x0c0c0c0cu;",
                 "        let l2 = h & 0x03030303u;",
                 "        let l3 = h & 0x0c0c0c0cu;",
-                *_dots(r, chain),
+                *_dots(r),
                 "    }",
             ]
         lines.append("}")
     return lines
 
 
-def _dots(r: int, chain: bool) -> list[str]:
+def _dots(r: int) -> list[str]:
     """Row r's 12 dot products of a word: per plane p (pa, pb, pc; the top plane signed) the
-    field groups 0 and 2 into a{r}p, 1 and 3 into b{r}p, a pair a statement or (chain) a dot
-    a statement."""
+    field groups 0 and 2 into a{r}p, 1 and 3 into b{r}p, a pair a statement."""
     lines = []
     for p, (plane, dot) in enumerate((("pa", "dot4U8Packed"), ("pb", "dot4U8Packed"), ("pc", "dot4I8Packed"))):
         for acc, (f, g), (x, y) in (("a", (0, 2), "xz"), ("b", (1, 3), "yw")):
             d, e = f"{dot}(l{f}, {plane}.{x})", f"{dot}(l{g}, {plane}.{y})"
-            target = f"        {acc}{r}{p} += "
-            lines += [target + d + ";", target + e + ";"] if chain else [target + d + " + " + e + ";"]
+            lines.append(f"        {acc}{r}{p} += " + d + " + " + e + ";")
     return lines
 
 
@@ -357,7 +307,6 @@ EMITTERS = (
     tile_words,
     lut_group,
     _dp4a_loop,
-    _dp4a_unrolled,
     _dp4a_body,
     _dots,
     _dp4a_convert,

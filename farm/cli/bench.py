@@ -15,8 +15,8 @@ Like with like, and every row says how it was timed (`method`):
 - kernel-only: ours by GPU timestamps ("timestamp"), the vendor's by CUDA-graph replay
   ("cuda-graph replay": the call captured once, replayed back to back between CUDA
   events), or by the profiler's kernel time where a graph can't be captured
-  ("profiler kernel time"). Timing a Python call with CUDA events includes the launch
-  path, which can make a slower kernel read faster.
+  ("profiler kernel time"). Timing a Python call with CUDA events would include the launch
+  path, which makes short vendor kernels read several times faster than they run.
 - per call ("host wall, sync each call"): the farm through ForgeRuntime on DeviceArrays,
   the vendor on device tensors, each followed by a synchronize.
 """
@@ -105,10 +105,9 @@ def copy_timing(device: Device, nbytes: int, reps: int) -> tuple[float, Timing]:
 
 def settle_clocks(device: Device, seconds: float = 2.0, nbytes: int = 1 << 28) -> float:
     """Keep the GPU copying `nbytes` for `seconds` (`Device.keep_busy`) and return the
-    seconds spent: right after a machine starts, a GPU can need longer than the
-    per-timing warm-up rounds allow to reach its clocks (two rounds agree at low clocks).
-    A no-op on a CPU adapter. For benchmarks that time without a warm-up of their own
-    (`farm bench` warms each kernel itself)."""
+    seconds spent: right after a machine starts, a GPU can need longer than the per-timing
+    warm-up rounds allow to reach its clocks. A no-op on a CPU adapter. For benchmarks that
+    time without a warm-up of their own (`farm bench` warms each kernel itself)."""
     if device.profile.is_cpu or seconds <= 0:
         return 0.0
     n4 = nbytes // 16
@@ -272,7 +271,7 @@ def _vendor_run(torch, spec, problem, inputs, schedule, reps, fp32: str = "ieee"
         return [BenchRow(spec.name, problem.key(), "vendor", "-", math.nan, 0, 0, False, label)]
     label = f"{label} fp32 {fp32}" if spec.name in FP32_MATMUL else label
     if label.startswith("fla") and (label, problem.key()) not in _ANNOUNCED:  # else minutes of silence
-        _ANNOUNCED.add((label, problem.key()))  # FLA autotunes several configurations a kernel
+        _ANNOUNCED.add((label, problem.key()))  # FLA autotunes 4-36 configurations a kernel
         print(f"{spec.name} {problem.key()}: {label} autotunes its Triton kernels on first use", file=sys.stderr)
     got = fn()
     got = got if isinstance(got, dict) else {checks[0]: got}

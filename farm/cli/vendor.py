@@ -24,8 +24,8 @@ def set_vendor_fp32(torch, precision: str) -> None:
     attention's chunk kernels) in fp32 FMAs through TRITON_F32_DEFAULT, read when Triton
     compiles, with a cache directory of their own so that no binary compiled for TF32 is
     reused. "tf32": TF32 allowed in cuBLAS, and Triton's environment as it was (its dots in TF32
-    where a kernel allows it); such rows fail fp32 tolerances, e.g. FLA chunk_rwkv6's context
-    at T=1024 by 80x (NOTES session 11). Triton keeps compiled kernels in memory whatever the
+    where a kernel allows it); such rows fail fp32 tolerances (FLA chunk_rwkv6's context
+    at T=1024 by far). Triton keeps compiled kernels in memory whatever the
     environment says: one precision per process."""
     if precision not in VENDOR_FP32:
         raise ValueError(f"vendor fp32 precision {precision!r} is not one of {', '.join(VENDOR_FP32)}")
@@ -142,12 +142,12 @@ def vendor_fn(torch, name, problem, t, schedule):
     return None, (), "no torch equivalent"
 
 
-def _fla_recurrent(torch, problem, t, chunked: bool | None = None):
+def _fla_recurrent(torch, problem, t):
     """flash-linear-attention computing our recurrence exactly: r = q, k = decay·q,
     w = log(decay), u = 0, scale = 1, initial state rho; its `fused_recurrent_rwkv6` below
-    T = FLA_CHUNK_FROM steps and its `chunk_rwkv6` from there (the faster of the two on an
-    H200 at each length). The mapped inputs are built once, outside the timed call (in
-    fla's favour). `chunked` picks the kernel explicitly (benchmarks/recurrent_chunked.py times both)."""
+    T = FLA_CHUNK_FROM steps and its `chunk_rwkv6` from there (the faster of the two on a
+    large GPU at each length). The mapped inputs are built once, outside the timed call (in
+    fla's favour)."""
     try:
         from fla.ops.rwkv6 import chunk_rwkv6, fused_recurrent_rwkv6
     except ImportError as exc:
@@ -161,7 +161,7 @@ def _fla_recurrent(torch, problem, t, chunked: bool | None = None):
     u = torch.zeros(h, l_dim, device=r.device, dtype=torch.float32)
     rho = t["rho"].contiguous()
 
-    chunked = steps >= FLA_CHUNK_FROM if chunked is None else chunked
+    chunked = steps >= FLA_CHUNK_FROM
     kernel = chunk_rwkv6 if chunked else fused_recurrent_rwkv6
 
     def fla():

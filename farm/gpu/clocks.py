@@ -1,9 +1,10 @@
 """The clock check: whether the GPU ran a timing at its clocks, read from a tiny fixed
 kernel timed right after it (`ClockCheck`; farm.gpu.device re-times a timing it finds slow).
 
-Whole runs of a campaign's trials can read slow: the GPU drops its clocks while the host
-feeds it only now and then (a host thread holding the GIL is enough). Warm-up rounds do
-not see it, because two rounds at low clocks agree. A kernel whose time depends only on
+A GPU drops its clocks while the host feeds it only now and then (a host thread holding the
+GIL is enough), and whole runs of a campaign's trials then read slow
+(docs/decisions/002-clock-canary-and-heater.md). Warm-up rounds do not see it, because two
+rounds at low clocks agree. A kernel whose time depends only on
 the clock does: one workgroup running a dependent loop, timed by GPU timestamps in a
 submission of its own once the timing's reads are done (the queue is empty then, so it
 overlaps nothing). Its best time on this device is its time at full clocks; a check that
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 CLOCK_TOLERANCE = 1.2  # a check this much over its best on the device reads as low clocks
-CANARY_STEPS = 2048  # the loop's dependent steps: a few microseconds on a datacenter GPU
+CANARY_STEPS = 2048  # the loop's dependent steps: a few microseconds at a large GPU's clocks
 
 
 def _dependent_loop(threads: int, steps: int) -> str:
@@ -46,8 +47,8 @@ CANARY_WGSL = _dependent_loop(64, CANARY_STEPS)
 # The heater (ClockCheck.heater): the same kind of loop in HEATER_GROUPS workgroups of 256,
 # enough to fill every SM of a large GPU (132 SMs x 8), ~0.1 ms a dispatch. Run before a
 # re-timing, and while the canary reads slow before a report's timing or a re-measurement
-# (farm.gpu.device, farm.tuning.runner): a short few-workgroup kernel's own dispatches may
-# leave the clocks low where a GPU-filling loop lifts them.
+# (farm.gpu.device, farm.tuning.runner): a short kernel's own few workgroups can't bring a GPU
+# to its clocks (docs/decisions/002-clock-canary-and-heater.md).
 HEATER_STEPS = 4096
 HEATER_GROUPS = 1056
 # A fresh canary's first reading would be its own best, so the first timing it checks could

@@ -3,9 +3,8 @@
 wgpu-py's `create_shader_module` makes every module checked: naga clamps each dynamically
 indexed array access into range and bounds every loop. wgpu-native 29 also exports
 `wgpuDeviceCreateShaderModuleTrusted(device, descriptor, runtimeChecks)`; with runtime checks
-0 it emits neither. On the H200 the catalog's tuned winners ran 0.73-0.99x their checked time
-trusted (recurrent 0.73-0.86x, gemm 0.89-0.95x, ternary_gemv 0.91x; every one certified;
-benchmarks/trusted_modules.py, NOTES session 14). A trusted module's out-of-range access is
+0 it emits neither, and the catalog's tuned kernels run faster without them
+(docs/decisions/001-trusted-shader-modules.md). A trusted module's out-of-range access is
 undefined instead of clamped, so only kernels whose WGSL checks every access itself (the
 built-in catalog's: `KernelSpec.runtime_checks` False) are made trusted; a user's WGSL, and a
 KernelSpec subclass defined outside farm.catalog, stays checked.

@@ -9,9 +9,9 @@ that buffer is mapped once. Plain wgpu-py maps one staging buffer per output, an
 a mapping, gfx-rs/wgpu-native#305); staging here is only written by the copies just
 submitted, so that submission is skipped. The map is resolved by wgpu-py's poller thread.
 Waiting by this thread's own blocking poll as well (which runs the callback here, no
-hand-off) saved 10-35 us per read on lavapipe but cost 3.5-13 ms per numpy call on the
-H200 (2026-12-01, benchmarks/results/2026-12-01-h200-runtime-calls-s7.md: two threads in
-a blocking wgpuDevicePoll), so it is not done.
+hand-off) is not done: it saves microseconds per read on lavapipe but costs milliseconds
+per numpy call on a discrete GPU, where two threads then sit in a blocking wgpuDevicePoll
+(benchmarks/runtime_calls.py measures a call's cost).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import numpy as np
 from farm.gpu import Device, GpuError
 from farm.runtime.pool import BufferPool, Slab
 
-# Uploads of this many bytes or more go through a mapped staging buffer. H200, plain wgpu-py
-# (benchmarks/runtime_calls.py floors): write_buffer 63/242/1010/3820 us for 256 KB/1/4/16 MB,
-# mapped (map included) 179/361/581/1610 us; the runtime's staging is mapped ahead.
+# Uploads of this many bytes or more go through a mapped staging buffer: past about 2 MB a
+# mapped copy beats write_buffer on a discrete GPU (benchmarks/runtime_calls.py's floors),
+# and the runtime's staging is mapped ahead.
 MAPPED_UPLOAD_MIN = 2 << 20
 READ_MAP_MODE = "READ_NOSYNC"  # "READ" without its empty submission (a mode of wgpu-py 0.32, pinned)
 
@@ -88,8 +88,8 @@ def read_back(
 def write(device: Device, pool: BufferPool, slab: Slab, value: np.ndarray, encoder, taken: list[Slab]) -> None:
     """Upload `value` into `slab`: small ones by `queue.write_buffer`, large ones into a
     pooled mapped staging buffer and a copy recorded in `encoder` (wgpu's write_buffer
-    stages through a new buffer each time: 1.8 GB/s against 8.9 through a reused one on
-    lavapipe; benchmarks/runtime_calls.py measures both). The staging slab joins `taken`,
+    stages through a new buffer each time, several times slower than a reused one;
+    benchmarks/runtime_calls.py measures both). The staging slab joins `taken`,
     for `give_back` once the submission is made: mapping it again waits for that copy."""
     raw = np.ascontiguousarray(value)
     if raw.nbytes % 4:  # uploads and copies move whole words

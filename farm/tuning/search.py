@@ -27,7 +27,8 @@ Evaluate = Callable[[list[Schedule]], list[TrialResult]]
 HINT_COUNT = 8  # model_based's `hint`: the next best-ranked candidates after each batch
 # model_based's final polish of the incumbent's neighbourhood (schedules of its knob names
 # that differ in at most POLISH_RADIUS knobs): at most POLISH_ROUNDS rounds of POLISH_BATCH
-# (or one per worker), the next only while the last beat the best: a few trials a problem.
+# (or one per worker), the next only while the last beat the best: a few extra trials a
+# problem cost seconds of a `farm tune --all`.
 POLISH_ROUNDS, POLISH_BATCH, POLISH_RADIUS = 3, 4, 2
 # A polish round that sweeps: every unmeasured schedule one knob from the incumbent, up to this
 # many (gemm's schedules have 3-12 such neighbours in a space of 1275), or once they are all
@@ -108,9 +109,8 @@ def model_based(
     two models' ranks, takes the `batch_size` best (an `explore` share of each batch drawn
     at random from the rest), evaluates them, and refits. `batch_size` defaults to
     max(4, 2 x workers): small batches refit often (the better search), but every worker
-    of the topology needs work in flight. On replayed gemm landscapes
-    (benchmarks/search_replay.py) and on the synthetic gemm-shaped cost the two models
-    together beat the k-NN model alone.
+    of the topology needs work in flight. On replayed gemm landscapes and on the synthetic
+    gemm-shaped cost this beats the k-NN model alone.
 
     Warm start: `prior` results (trials stored by earlier campaigns for this problem) are
     known to the models from the start and take the place of as many random seeds; each
@@ -148,12 +148,12 @@ def model_based(
     best are unmeasured a round sweeps them all instead (up to POLISH_SWEEP; generic knobs the
     kernel's own fix, `derived_knobs`, don't count as knobs apart), and a sweep that finds
     nothing better is followed by a sweep of the two-knob neighbours (the POLISH_SWEEP
-    best-ranked), the polish's last round unless it beats the best. Why: a model search tends
-    to settle in the first basin its models find, and two campaigns that differ there often
-    differ by a schedule one or two knobs from each other's winner; the sweeps measure those
-    neighbours (and recover from a misread one) for a few trials a problem, at most 3 x 12 =
-    36 (benchmarks/search_replay.py replays stored landscapes to measure this). `hint` gets
-    each round's next-ranked neighbours.
+    best-ranked), the polish's last round unless it beats the best. Without it two
+    campaigns can each settle in the first basin their models found and never measure the
+    other's winner, a knob or two away; the sweeps make searches replayed on measured
+    landscapes (benchmarks/search_replay.py) end within 1% of the best far more often, for
+    a few more trials a problem, and recover from a misread neighbour. At most 3 x 12 = 36.
+    `hint` gets each round's next-ranked neighbours.
     """
     total = min(len(space), budget.remaining)
     if total <= 0:
@@ -238,11 +238,11 @@ def polish_round(
     (`derived_knobs`) are left out of the distance.
 
     Sweep (`sweep` > 0): while one-knob neighbours of the incumbent are unmeasured, the round
-    measures all of them instead (up to `sweep`, best-ranked first): a search that ends short
-    of the best has often stopped one knob from it, that neighbour ranked below the round's
-    picks. Once they are all measured it sweeps the two-knob ones (the `sweep` best-ranked).
-    Returns the round's results ([] when it had none to run) and the sweep's radius (1 or 2;
-    0: not a sweep)."""
+    measures all of them instead (up to `sweep`, best-ranked first): on replayed gemm
+    landscapes (benchmarks/search_replay.py) most searches that ended > 1% from the best had
+    stopped one knob from it, that neighbour ranked below the round's picks. Once they are
+    all measured it sweeps the two-knob ones (the `sweep` best-ranked). Returns the round's
+    results ([] when it had none to run) and the sweep's radius (1 or 2; 0: not a sweep)."""
     ok = [(r.median_ns, n) for n, r in enumerate(results) if r.ok and r.median_ns]
     if not ok or size <= 0:
         return [], False
@@ -290,8 +290,8 @@ def derived_knobs(space: list[Schedule]) -> frozenset[str]:
     no two schedules agree on all the others and differ in it (a knob a schedule lacks
     counting as 0), each tested against the knobs not already found derived. gemm's
     workgroup_size is (tile_m/reg_m)·(tile_n/reg_n) and its items_per_invocation reg_m·reg_n,
-    so a tile twice as tall at the same register tile is one knob away, not two, and the
-    polish measures such neighbours."""
+    so a tile twice as tall at the same register tile is one knob away, not two; the polish
+    measures such neighbours."""
     names = sorted({name for s in space for name in s.as_dict()})
     derived: set[str] = set()
     for name in (n for n in DERIVABLE if n in names):
@@ -307,9 +307,10 @@ def covering(order: list[int], space: list[Schedule], seen: list[int], count: in
     """`count` seeds from `order` (shuffled): first, in that order, one schedule of each
     family no seen schedule belongs to (a family: the schedules with the same knob names, as a
     kernel's second form with knobs of its own), then the rest of the order. Every family is
-    then measured before the models predict, so two campaigns don't differ in whether their
-    random seeds happened to sample one (a kernel's second form may hold its best schedule).
-    Covering every knob value instead was no better on replayed gemm landscapes."""
+    then measured before the models predict, so two campaigns no longer differ in whether
+    their random seeds happened to sample one (recurrent's chunked form can be the faster
+    family at one size). Covering every knob value instead was no better on replayed gemm
+    landscapes."""
     families = {tuple(space[i].as_dict()) for i in seen}
     picks = []
     for i in order:
