@@ -7,9 +7,9 @@ consumes results as they arrive and records them in SQLite and Parquet in batche
 Both run the same schedules twice, cold (compiling) and warm (pipelines cached); the
 overhead is the difference in wall time per trial. Each pass of either path starts after
 IDLE_BEFORE_PASS_S of GPU idle, so both begin from the same clocks: otherwise the bare
-warm pass started on a GPU its cold pass had just left hot while the farm's started after
+warm pass would start on a GPU its cold pass just left hot while the farm's starts after
 the Ray and SQL round trips between passes (> 0.25 s), and its first trial's warm-up
-rounds (~25 ms, once per pass, not per trial) read as per-trial overhead. A benchmark,
+rounds (~25 ms, once per pass, not per trial) would read as per-trial overhead. A benchmark,
 not a test.
 
     python benchmarks/farm_overhead.py --kernel gemv --size m=4096,n=4096 --out benchmarks/results

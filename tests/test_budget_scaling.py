@@ -1,4 +1,4 @@
-"""Issue 21: a trial cap that scales with the space (spent past the plan only while the search
+"""A trial cap that scales with the space (spent past the plan only while the search
 still improves; `--budget` stays an explicit cap), and a cheaper final decision (a clearly
 separated pair stops at the first rounds; close ones still get the sign test's rounds)."""
 
@@ -59,7 +59,7 @@ def test_an_explicit_budget_still_caps_it():
 
 @pytest.mark.parametrize(("argv", "budget", "share"), [
     ([], DEFAULT_BUDGET, SPACE_SHARE), (["--budget", "64"], 64, 0.0), (["--budget", "all"], None, 0.0),
-    (["--strategy", "exhaustive"], None, 0.0),  # the whole space (on the H200 it had measured only 64 of 1270)
+    (["--strategy", "exhaustive"], None, 0.0),  # the whole space, not the default budget
     (["--strategy", "exhaustive", "--budget", "12"], 12, 0.0),
 ])  # fmt: skip
 def test_farm_tune_scales_only_without_budget(argv, budget, share, tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Campaign lifecycle (issue 16.3): the heartbeat that tells a killed driver's campaign from a
+"""Campaign lifecycle: the heartbeat that tells a killed driver's campaign from a
 running one, the re-run that marks it interrupted, Ctrl-C, and replayed trials counted as done.
 
 Store functions on SQLite and PostgreSQL; the campaign over a fake pool (no Ray, no GPU work:

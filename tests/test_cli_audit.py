@@ -272,8 +272,8 @@ def test_a_sweep_on_a_cpu_adapter_without_allow_cpu_is_refused_before_ray(farm_h
 
 
 def test_db_upgrade_to_an_unknown_revision_creates_nothing(tmp_path, capsys):
-    """Audit, session 10: `farm db upgrade bogusrev` created the database's directory, an empty
-    database and its lock file before Alembic found no such revision."""
+    """`farm db upgrade bogusrev` checks the revision first: no database directory, empty
+    database or lock file is left behind."""
     target = tmp_path / "nd" / "x.db"
     code, out, err = run(["db", "upgrade", "bogusrev", "--db", f"sqlite:///{target}"], capsys)
     one_line(code, out, err, "migrations: Can't locate revision identified by 'bogusrev'")
@@ -281,7 +281,7 @@ def test_db_upgrade_to_an_unknown_revision_creates_nothing(tmp_path, capsys):
 
 
 def test_relative_and_branch_revisions_are_left_to_alembic():
-    """Review, session 10: the pre-check refused `head-1`, `base+1` and `x@head`, which Alembic resolves."""
+    """The pre-check lets through `head-1`, `base+1` and `x@head`, which Alembic resolves."""
     from alembic.util.exc import CommandError
 
     from farm.store.migrate import check_revision
@@ -293,8 +293,8 @@ def test_relative_and_branch_revisions_are_left_to_alembic():
 
 
 def test_a_request_for_a_topology_prefix_without_a_database_creates_nothing(tmp_path, capsys):
-    """Audit, session 10: `farm request ... --topology zzz --db NEW` created the database
-    before finding no stored topology to match."""
+    """`farm request ... --topology zzz --db NEW` finds no stored topology to match without
+    creating the database."""
     target = tmp_path / "rq" / "x.db"
     for topology in ("zzz", "all", "41b7"):
         argv = ["request", "gemv", "--sizes", "gemv:m=64,n=64", "--topology", topology, "--db", f"sqlite:///{target}"]
@@ -303,8 +303,8 @@ def test_a_request_for_a_topology_prefix_without_a_database_creates_nothing(tmp_
 
 
 def test_tune_on_a_cpu_only_machine_without_allow_cpu_makes_nothing(farm_home, capsys):
-    """Audit, session 10: `farm tune` without --allow-cpu on a machine whose adapter is a CPU
-    was refused only once Ray had started, leaving an empty database and artifacts directory."""
+    """`farm tune` without --allow-cpu on a machine whose adapter is a CPU is refused before
+    Ray starts, leaving no database or artifacts directory."""
     line = one_line(*run(["tune", "--sizes", "gemv:m=64,n=64"], capsys), "a CPU adapter whose timings")
     assert "pass --allow-cpu to tune" in line and not ray_started()
     assert not list(farm_home.iterdir()), sorted(p.name for p in farm_home.iterdir())

@@ -180,8 +180,8 @@ def test_a_failing_ray_start_is_one_line(tmp_path, monkeypatch, capsys):
 
 
 def test_a_relative_temp_dir_names_the_head_from_here(tmp_path, procs, monkeypatch):
-    """Review, session 10: Ray takes only an absolute --temp-dir, so `stop --temp-dir ./ray`
-    matched nothing and left the head running."""
+    """Ray takes only an absolute --temp-dir, so `stop --temp-dir ./ray` resolves it from
+    here; matching it as given would find nothing and leave the head running."""
     raylet = _sleeper("raylet", f"--temp-dir={tmp_path / 'ray'}")
     procs.append(raylet)
     monkeypatch.chdir(tmp_path)
@@ -189,8 +189,8 @@ def test_a_relative_temp_dir_names_the_head_from_here(tmp_path, procs, monkeypat
 
 
 def test_a_process_that_outlives_sigterm_is_killed_though_no_scan_finds_it_again(tmp_path, procs, monkeypatch):
-    """Review, session 10: the SIGKILL pass killed only what a new scan found; a worker whose
-    raylet had exited (reparented, no temp dir of its own) outlived the stop."""
+    """The SIGKILL pass kills what was signalled, not only what a new scan finds: a worker
+    whose raylet has exited (reparented, no temp dir of its own) must not outlive the stop."""
     from farm.cli import ray_processes
 
     stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "

@@ -1,5 +1,5 @@
 """Every user error of the `farm` command is one line `farm: error: ...`, a non-zero exit, no
-traceback and no password (issue 16, section 4): bad flags, bad problem sizes (refused before
+traceback and no password: bad flags, bad problem sizes (refused before
 Ray starts), unusable paths and databases, unknown revisions, topologies and kernels. Also:
 read-only commands create nothing, `farm certify` fails when it certified nothing, `farm
 winners --topology` takes the prefix it prints, and the dashboard says one sentence for a

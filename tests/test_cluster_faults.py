@@ -260,9 +260,9 @@ def test_guided_batches_shrink_towards_the_end_and_never_merge_retried_trials():
 
 
 def test_a_farm_adapter_naming_no_adapter_is_one_line_not_a_dead_actor(tmp_path):
-    """Audit, session 10: FARM_ADAPTER naming no adapter killed the worker in __init__ and
-    `farm tune` printed Ray's ActorDiedError traceback; the worker keeps the NoAdapterError
-    for its first call, the pool raises it as itself, and the CLI says one line."""
+    """FARM_ADAPTER naming no adapter must not kill the worker in __init__ (Ray's
+    ActorDiedError traceback): the worker keeps the NoAdapterError for its first call, the
+    pool raises it as itself, and the CLI says one line."""
     import os
     import subprocess
     import sys

@@ -1,4 +1,4 @@
-"""Database passwords never leave the URL they came in (issue 16, section 2): masked in every
+"""Database passwords never leave the URL they came in: masked in every
 message, stored command line and artifact, and never on a process's argv the farm starts.
 The end-to-end test tunes into a real PostgreSQL with a password in the URL and looks for it
 in every table, every artifact byte, every output and the dashboard server's argv."""

@@ -156,8 +156,8 @@ def test_dashboard_command_binds_loopback_with_the_db_in_its_environment():
 
 
 def test_dashboard_command_says_in_one_line_when_it_cannot_serve_on_the_address(tmp_path):
-    """Audit, session 10: a port in use exited 1 with Streamlit's own message, a bad host with
-    a socket.gaierror traceback; both are one `farm: error:` line and status 2 now."""
+    """A port in use and a bad host are each one `farm: error:` line and status 2, not
+    Streamlit's own message or a socket.gaierror traceback."""
     env = {**os.environ, "FARM_HOME": str(tmp_path)}
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))

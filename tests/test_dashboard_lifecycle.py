@@ -1,5 +1,5 @@
-"""The dashboard over a campaign whose driver was killed (issue 16.3): shown as interrupted, and no
-page refreshes itself for it (before, every page re-ran every 5 s forever)."""
+"""The dashboard over a campaign whose driver was killed: shown as interrupted, and no page
+refreshes itself for it (a live campaign's pages re-run every few seconds; a dead one's would forever)."""
 
 from __future__ import annotations
 

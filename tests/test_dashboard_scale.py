@@ -1,4 +1,4 @@
-"""The Trials page's queries at scale (issue 20): the knob chart shows the current kernel
+"""The Trials page's queries at scale: the knob chart shows the current kernel
 source only, newest first; failures group by message pattern, limited; pages by keyset."""
 
 from __future__ import annotations

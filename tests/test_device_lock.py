@@ -1,4 +1,4 @@
-"""One campaign per local GPU (issue 16.3): the per-adapter flock under $FARM_HOME/locks that a
+"""One campaign per local GPU: the per-adapter flock under $FARM_HOME/locks that a
 second campaign on the same GPU waits on (or, FARM_DEVICE_LOCK=warn, only warns about)."""
 
 from __future__ import annotations

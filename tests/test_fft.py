@@ -276,7 +276,7 @@ def test_fft_speed_knobs_at_zero_emit_the_original_kernel():
     assert "main_stockham" not in original.source and original.entry_point == "main"
 
 
-# -- NaN and Inf (issue 16 §5): numpy's answer where both algorithms agree ------------------
+# -- NaN and Inf: numpy's answer where both algorithms agree --------------------------------
 
 NONFINITE = np.array([np.inf, -np.inf, np.nan], np.float32)
 NONFINITE_SCHEDULES = [
@@ -405,8 +405,8 @@ fn tw_mul(v: vec2<f32>, t: u32) -> vec2<f32> {
 
 
 def _generic_twiddles(n, r, ns, table=None, products=False):
-    """The twiddle lines before the host specialized them (session 14's): every point through
-    tw_mul, which selects the exact 1 and -1 at run time (over today's branch-free `tw`)."""
+    """The generic twiddle lines, unspecialized by the host: every point through tw_mul, which
+    selects the exact 1 and -1 at run time (where the emitted lines use the branch-free `tw`)."""
     if ns == 1:
         return []
     return [f"let k = j % {ns}u;", *(f"v{q} = tw_mul(v{q}, k * {q * n // (r * ns)}u);" for q in range(1, r))]

@@ -574,7 +574,7 @@ def test_a_fresh_canary_on_a_gpu_is_primed_so_its_first_check_can_read_slow(devi
 
 
 def test_recent_timings_are_kept_for_the_window_only_also_without_warm_up(device, monkeypatch):
-    # a CPU adapter never runs the warm-up rules, which used to be the only pruning
+    # a CPU adapter never runs the warm-up rules, so recording a timing must prune the window itself
     import time
 
     pipeline = device.pipeline(COUNTER, label="counter")
@@ -620,9 +620,8 @@ def test_subgroup_size_is_known_but_not_part_of_the_topology_hash(device):
 
 
 def test_topology_hashes_stored_before_subgroup_max_size_still_match(device):
-    """The H200's hash as a sweep stored it on 2026-12-01, before profiles carried
-    subgroup_max_size; and this
-    adapter's, computed as topology_hash did then: the identity fields without subgroup_min_size."""
+    """An H200's hash as stored before profiles carried subgroup_max_size, and this adapter's
+    computed the same way (the identity fields without subgroup_min_size): both still match."""
     h200 = {
         "backend": "Vulkan", "adapter_type": "DiscreteGPU", "vendor_id": 4318, "device_id": 9013,
         "device_name": "NVIDIA H200", "driver_description": "580.159.04",

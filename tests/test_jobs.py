@@ -152,7 +152,7 @@ def test_stop_head_stops_only_that_heads_processes(tmp_path):
     marker = tmp_path / "ray"
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     # a stand-in Ray daemon: argv[0] names a Ray component and it carries the head's temp dir
-    # as Ray passes it (a process that only mentions the path is not the head's: audit, session 10)
+    # as Ray passes it (a process that only mentions the path is not the head's)
     mine = subprocess.Popen(["raylet", "-c", "import time; time.sleep(60)", f"--temp-dir={marker}"],
                             executable=sys.executable)  # fmt: skip
     try:

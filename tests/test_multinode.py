@@ -1,4 +1,4 @@
-"""A real two-node Ray cluster on one machine (issue 18 item 7): a head (`farm cluster start`'s
+"""A real two-node Ray cluster on one machine: a head (`farm cluster start`'s
 `start_head`) and a second node (`start_node`, `ray start --address`), each with its own temp dir
 and one CPU; a submitted `farm tune --kernels-file` job whose CPU workers run one per node.
 

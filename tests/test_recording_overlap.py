@@ -1,8 +1,6 @@
-"""Two campaigns recording overlapping trials (issue 16.3): Parquet gets only what SQL inserted,
-so the files hold every SQL key once, with SQL's values, and no key SQL skipped.
-
-Before, each campaign wrote its whole batch to Parquet whatever ON CONFLICT kept: two identical
-runs left SQL 31 keys and Parquet 50 rows, one key with two different medians."""
+"""Two campaigns recording overlapping trials: Parquet gets only what SQL inserted, so the
+files hold every SQL key once, with SQL's values, and no key SQL skipped (a campaign writing
+its whole batch whatever ON CONFLICT kept would leave keys twice, with different medians)."""
 
 from __future__ import annotations
 

@@ -156,7 +156,7 @@ def test_paths_release_their_buffers(device):
 
 def test_one_baseline_plan_reloaded_each_step_matches_a_fresh_plan_per_step(device):
     """stepwise_consistency builds one T=1 baseline plan and loads each step into it (a plan
-    per step made and freed a dozen buffers a step: minutes at T=4096 on the H200)."""
+    per step would make and free a dozen buffers a step: minutes at T=4096)."""
     q, v, rho, decay = _inputs(2, 1, True)
     in_use = device.memory()["in_use"]
     with BaselinePlan.build(device, q[:, :, :1], v[:, :, :1], rho, decay) as plan:
@@ -261,7 +261,7 @@ def _nonfinite_cases(rng):
 
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=str)
 def test_inf_and_nan_propagate_as_in_numpy_with_padding_rows(device, schedule):
-    """Issue 16 §5: padding rows computed (0 + 0·v)·d, so an Inf in value or decay became NaN
+    """Padding rows must not compute (0 + 0·v)·d, which turns an Inf in value or decay into NaN
     in every context of its column where numpy has ±Inf."""
     problem = SPEC.problem(B=1, H=2, VH=1, T=5, L=7, E=8)
     for name, q, v, rho, decay in _nonfinite_cases(np.random.default_rng(16)):

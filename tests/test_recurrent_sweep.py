@@ -54,7 +54,7 @@ def test_flag_defaults_match_the_issue():
 
 
 def test_warmup_and_repetitions_have_minimum_one(capsys):
-    for flag in ("--warmup", "--repetitions"):  # the CLI refuses 0 (issue 16: it was silently raised to 1)
+    for flag in ("--warmup", "--repetitions"):  # the CLI refuses 0 rather than raising it to 1
         with pytest.raises(SystemExit) as exit_info:
             _config(flag, "0")
         assert exit_info.value.code == 2 and "expected a positive integer, got '0'" in capsys.readouterr().err
@@ -80,7 +80,7 @@ def test_case_flag_adds_and_replaces_by_name():
 
 
 def test_long_flag_adds_the_long_sequence_cases_opt_in():
-    """Issue 17: T=1024 and 4096 (and B=8, VH=H) are opt-in cases of the sweep, after the defaults."""
+    """T=1024 and 4096 (and B=8, VH=H) are opt-in cases of the sweep, after the defaults."""
     from farm.recurrent.cases import long_cases
 
     assert _config().cases == tuple(default_cases())
@@ -241,8 +241,8 @@ def test_stepwise_consistency_through_the_runtime_matches_the_direct_fused_steps
 
 
 def test_only_the_longest_baselines_are_held_to_the_dispatch_budget():
-    """A rep of the op-by-op baseline is T·8 dispatches, each encoded by the host: T=4096's 7
-    reps and 2 warm-ups took 86 of its 148 s on the H200. Up to T=1024 nothing changes."""
+    """A rep of the op-by-op baseline is T·8 dispatches, each encoded by the host, so T=4096's
+    reps would take most of its case's time; up to T=1024 the sweep's counts stand."""
     assert baseline_counts(8 * 64, 2, 7) == (2, 7)
     assert baseline_counts(8 * 1024, 2, 7) == (2, 7)  # 57,344 timed dispatches
     assert baseline_counts(8 * 4096, 2, 7) == (1, 3)

@@ -1,9 +1,9 @@
-"""The runtime audit's defects, each refused with a clear error before anything touches the GPU:
+"""Wrong runtime inputs, each refused with a clear error before anything touches the GPU:
 
 1. `rt.run(kernel, dims, inputs)` holds the dims to the kernel's and every input to the dtype
-   and shape its spec declares for them (it used to return wrong numbers for a gemv whose
-   dims disagreed with its arrays, cast a float64 input, and fail with KeyError,
-   AttributeError or OverflowError); the keyword form of a built-in says where schedule= goes;
+   and shape its spec declares for them (unchecked, a gemv whose dims disagree with its
+   arrays returns wrong numbers, a float64 input is cast, and KeyError, AttributeError or
+   OverflowError surface); the keyword form of a built-in says where schedule= goes;
 2. `rt.tuned_schedule(kernel, problem)` takes a Problem or a dict of exactly the kernel's dims;
 3. `rt.empty` and `DeviceArray.view` check shape (no int64 overflow) and dtype;
 4. the constructor's numeric arguments are checked by name;

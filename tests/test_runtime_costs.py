@@ -1,4 +1,4 @@
-"""What a repeated ForgeRuntime call costs the host beyond the GPU (issue 15), counted, not
+"""What a repeated ForgeRuntime call costs the host beyond the GPU, counted, not
 timed: a call on DeviceArrays with a sync makes exactly the wgpu-native calls plain
 wgpu-py makes for the same passes (farm.runtime.costs.plain_dispatch), and a call from
 numpy makes fewer than plain wgpu-py doing its transfers (plain_transfer): one submission

@@ -247,8 +247,8 @@ def test_a_gemm_the_host_pads_reads_device_inputs_back_and_is_still_right(rt):
 
 
 def test_a_spinning_synchronize_waits_for_the_chain_like_a_blocking_one(device, tmp_path):
-    """`spin_wait_us` polls without sleeping before it blocks (the lever on the H200's
-    121 us submit+wait): the synchronized results are the blocking runtime's, whether the
+    """`spin_wait_us` polls without sleeping before it blocks (a blocking wait's wake-up is
+    most of a short call's submit+wait): the synchronized results are the blocking runtime's, whether the
     GPU finishes within the spin or after it (0.001 us: it always falls back to blocking)."""
     a, x = f32(256, 192), f32(192)
     expected = None
@@ -295,8 +295,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 def test_a_spinning_wait_idle_returns_only_once_a_long_kernel_is_done(device):
     """wgpuDevicePoll's result is no "queue empty" (a one-byte Rust bool read as 32 bits:
-    true while busy, on the H200 and lavapipe), so a spinning wait that trusted it returned
-    at once. On a kernel of >= 60 ms (more workgroups until it is): after
+    true while busy, on lavapipe and discrete GPUs alike), so a spinning wait that trusted it
+    would return at once. On a kernel of >= 60 ms (more workgroups until it is): after
     wait_idle(spin_s=1.0) a blocking wait finds nothing left, and the results are the
     blocking wait's."""
     pipeline = device.pipeline(LONG_LOOP, label="long_loop")

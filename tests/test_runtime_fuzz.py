@@ -1,4 +1,4 @@
-"""Issue 16 §5: a fuzz of every ForgeRuntime method with generated bad and edge inputs.
+"""A fuzz of every ForgeRuntime method with generated bad and edge inputs.
 
 Each of over 2,000 cases (seeded numpy Generator: the same cases every run) is either
 - bad input: it must raise ValueError/TypeError whose message names the argument at

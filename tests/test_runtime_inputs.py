@@ -1,12 +1,11 @@
-"""Issue 16 §5, the part that needs farm/runtime/forge.py to call the new checks
-(applied).
+"""ForgeRuntime's input checks that farm/runtime/forge.py makes before any work:
 
 - gemm's output-size check comes before anything is packed into u32 parameters
-  (a (2^19, 1)·(1, 2^19) product raised numpy's OverflowError);
+  (a (2^19, 1)·(1, 2^19) product must not reach numpy's OverflowError);
 - recurrent_attention: L > 2048 (MAX_L) and outputs over the binding limit are ValueErrors
-  naming query/value (L > 2048 raised InvalidSchedule, and with the v2 call path, which
-  no longer runs spec.check, ran the invalid default with 513 state floats per thread);
-- p64_project takes uint64 records of any layout (Fortran order, strided, reversed raised
+  naming query/value (not InvalidSchedule, and never the invalid default run with 513
+  state floats per thread: the call path does not run spec.check);
+- p64_project takes uint64 records of any layout (Fortran order, strided, reversed: not
   numpy's "the last axis must be contiguous");
 - ternary_gemv's buffer-limit error names the argument packed_w, not the kernel's w_packed;
 - topk's k error says which schedule's block size was in force;

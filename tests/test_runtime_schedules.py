@@ -51,7 +51,7 @@ def other_driver(profile):
 
 
 def test_a_multi_pass_winner_runs_through_the_runtime(device, db):
-    # ternary_gemv stage_x=4 (the H200's winner): planes pass, loop over 2 split ranges, split sum
+    # ternary_gemv stage_x=4 (a three-pass winner): planes pass, loop over 2 split ranges, split sum
     from farm.catalog.ternary_gemv import pack_codes, split_schedule, unpack_ternary
 
     url, store = db
@@ -147,8 +147,8 @@ def test_winner_invalid_for_the_call_falls_back_to_default(device, db, caplog):
 
 
 def test_topk_k_above_the_tuned_block_is_a_value_error_naming_it(device, db):
-    """Issue 16 §5: k=40 above a winner's block of 32 used to fall back to the default block of
-    64, changing the output layout (docs/guides/runtime.md: k outside 1..block_size raises ValueError)."""
+    """k=40 above a winner's block of 32 raises, rather than falling back to the default block of
+    64 and changing the output layout (docs/guides/runtime.md: k outside 1..block_size raises ValueError)."""
     url, store = db
     topk = catalog.get("topk")
     small = Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=1)
@@ -274,7 +274,7 @@ def test_choose_winner_orders_sources(device):
     assert choose_winner([], GEMV, GEMV.problem(m=9, n=8), profile) == (None, "default")
 
 
-# -- malformed schedules files (issue 16 §5): ValueError naming the file and the entry -------
+# -- malformed schedules files: ValueError naming the file and the entry --------------------
 
 
 def _file(tmp_path, winners=None, raw=None, **top):

@@ -293,6 +293,6 @@ def test_random_bad_inputs_raise_only_value_or_type_errors(runtime, method):
     ],
 )
 def test_masked_arrays_are_refused_not_unmasked(runtime, method, args, name):
-    """Issue 16 §5: a masked array's data went to the GPU and its mask was ignored."""
+    """A masked array is refused: its data would go to the GPU with its mask ignored."""
     with pytest.raises(TypeError, match=f"^{name}: .*masked array"):
         getattr(runtime, method)(*args)

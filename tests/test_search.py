@@ -163,7 +163,7 @@ def replay_evaluate(problem_key: str, table: dict[str, float]):
 
 @pytest.mark.parametrize("problem_key", sorted(h200_landscapes()))
 def test_model_based_beats_random_on_measured_h200_gemm_timings(problem_key):
-    """Replays real H200 gemm trials (70-77 schedules per size) as the landscape: at a
+    """Replays gemm trials measured on an H200 (70-77 schedules per size) as the landscape: at a
     budget of 16, the model's best is closer to the optimum than random's, over 60 seeds."""
     table = h200_landscapes()[problem_key]
     space = [Schedule.from_key(k) for k in sorted(table)]
@@ -196,7 +196,7 @@ def test_model_rejects_a_worker_count_below_one():
 
 
 def test_model_seeds_sample_every_family_of_schedules():
-    """Issue 21: a kernel's second form (its own knob names: recurrent's chunked schedules,
+    """A kernel's second form (its own knob names: recurrent's chunked schedules,
     27 of 840) is measured among the seeds of every search, so two campaigns don't differ in
     whether their random seeds happened to sample it; one-family spaces seed as before."""
     from farm.tuning.search import covering

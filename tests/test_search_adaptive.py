@@ -1,4 +1,4 @@
-"""Issue 21: the model search's adaptive stop (keep searching while the models predict an
+"""The model search's adaptive stop (keep searching while the models predict an
 improvement beyond the noise; `budget` stays the cap) and its warm start from stored trials,
 on synthetic landscapes."""
 

@@ -1,6 +1,6 @@
 """Which modules keep naga's runtime checks: the built-in kernels' WGSL checks every access
-itself, so their modules are made without the clamps and loop bounds (farm.gpu.modules; 0.73-
-0.99x the checked time on the H200); a user's kernel keeps them. Both kinds compile, run and
+itself, so their modules are made without the clamps and loop bounds (farm.gpu.modules,
+docs/decisions/001-trusted-shader-modules.md); a user's kernel keeps them. Both kinds compile, run and
 fail to compile the same way on lavapipe."""
 
 from __future__ import annotations

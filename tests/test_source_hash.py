@@ -1,4 +1,4 @@
-"""Staleness covers the Python that shapes the work (issue 18 item 5): a built-in kernel's
+"""Staleness covers the Python that shapes the work: a built-in kernel's
 source_hash covers its template, host_source() and code_source() (its modules' text)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Parquet at scale (issue 20): few files per partition, and nothing SQL holds missing after a crash.
+"""Parquet at scale: few files per partition, and nothing SQL holds missing after a crash.
 
 A campaign writes one file per (topology, kernel) at its end and compacts; a killed driver
 loses only its Parquet buffer, which the next campaign's end (or `farm compact`) restores

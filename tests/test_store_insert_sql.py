@@ -1,4 +1,4 @@
-"""insert_trials' driver SQL (issue 20: multi-row VALUES on SQLite, column arrays through
+"""insert_trials' driver SQL (multi-row VALUES on SQLite, column arrays through
 unnest on PostgreSQL) stores what TrialResult.as_row() says, NaN as NULL, and returns
 exactly the results SQL inserted, across chunk boundaries; the failure summary reads only
 the newest `scan` failures."""

@@ -378,12 +378,11 @@ def test_a_problem_first_tries_this_campaigns_winners_of_the_kernels_other_probl
 
 
 def test_a_campaign_prefetches_the_next_problems_inputs_and_forgets_each_finished_one(device: Device, tmp_path):
-    """Issue 21 (wall time): on the H200 the GPU waited 1-13 s between problems (59 s of a
-    201 s campaign) for the next problem's inputs and reference. The campaign now asks its
-    workers for the next PREFETCH_AHEAD problems' (each problem once: ternary_gemv's ~6 s of
-    inputs outlasted one short problem), after the first problem's first trial, before the
-    later ones' (their own were asked for earlier), and
-    drops each problem's inputs once its winner is stored."""
+    """So the GPU does not wait between problems for the next problem's inputs and reference,
+    the campaign asks its workers for the next PREFETCH_AHEAD problems' (each problem once: a
+    large problem's inputs can outlast one short problem), after the first problem's first
+    trial, before the later ones' (their own were asked for earlier), and drops each
+    problem's inputs once its winner is stored (docs/decisions/014-keep-the-gpu-busy.md)."""
     import threading
 
     from farm import store
@@ -502,8 +501,8 @@ def test_a_campaigns_model_search_has_its_workers_compile_the_next_likely_picks(
 
 
 def test_a_problem_without_winner_says_its_commonest_failure_and_the_compilers_line():
-    """Audit, session 10: a WGSL error under `farm tune` printed only "no certified schedule",
-    never the compiler's line (farm certify did)."""
+    """A WGSL error under `farm tune` reports the compiler's line, as farm certify does, not
+    only "no certified schedule"."""
     from farm.tuning.report import failure_summary
 
     compile_error = (

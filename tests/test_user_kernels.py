@@ -1,4 +1,4 @@
-"""User kernels (farm.Kernel, issue 18): the two examples tuned end to end on the local
+"""User kernels (farm.Kernel): the two examples tuned end to end on the local
 adapter and run through ForgeRuntime, their errors, staleness and shipping to workers."""
 
 from __future__ import annotations
@@ -222,9 +222,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 
 def test_a_raising_reference_is_the_kernels_error_in_process_and_on_the_cli(tmp_path, farm_home):
-    """Audit, session 10: a user's reference that raised gave a traceback from `farm certify`
-    and a WorkerFailure traceback from `farm tune` (Ray); both now say one line naming the
-    kernel, the function and the problem, and tune_kernel raises the same KernelError."""
+    """A user's reference that raises is one line from `farm certify` and from `farm tune`
+    (Ray), not a traceback or a WorkerFailure, naming the kernel, the function and the problem;
+    tune_kernel raises the same KernelError."""
     boom = scaled(name="boom_in_process", reference=lambda x, factor: 1 / 0)
     with pytest.raises(KernelError, match=r"kernel 'boom_in_process': its reference \(.*\) raised ZeroDivisionError"):
         farm.tune_kernel(boom, budget=2)

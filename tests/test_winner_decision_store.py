@@ -1,4 +1,4 @@
-"""Issue 21: the winner's decision (quantiles, rounds, runner-up, margin, tie) and `farm
+"""The winner's decision (quantiles, rounds, runner-up, margin, tie) and `farm
 bench`'s vendor ratio are stored on the winner row (revision 0005), on SQLite and PostgreSQL;
 older rows and older databases read as unknown ("–")."""
 

@@ -210,7 +210,7 @@ def test_held_bytes_count_only_comparisons_still_running():
 
 
 def test_remeasure_rounds_returns_paired_rounds_and_adds_them_only_for_close_finalists(runner):
-    # issue 21: per-round medians, rounds past `rounds` only for finalists not yet separated
+    # per-round medians, rounds past `rounds` only for finalists not yet separated
     # (a noise of 1e9 makes every pair a tie at once: no extra rounds), None for a failure
     jobs = _gemv_jobs("gemv", 2)
     bad = Schedule.of(workgroup_size=48, threads_per_row=5)

@@ -292,7 +292,7 @@ class Device:
         """A buffer holding `data`; `kind` is read (read-only storage), storage or uniform."""
         if isinstance(data, (bytes, bytearray, memoryview)):
             raw = memoryview(data).cast("B")
-        else:  # no intermediate bytes copy: a 256 MB input was copied twice before
+        else:  # no intermediate bytes copy: a large input would be copied twice
             raw = memoryview(np.ascontiguousarray(data)).cast("B")
         nbytes = max(_align4(len(raw)), 4 if kind != "uniform" else 16)
         buffer = self.empty(nbytes, kind)

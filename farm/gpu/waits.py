@@ -4,8 +4,8 @@ until the work submitted so far is done, for at most `spin_s`, and says whether 
 wgpuDevicePoll's return value can't say so: wgpu-native 29's Rust function returns a
 one-byte bool while its header (and wgpu-py's cffi) declares a 32-bit WGPUBool, so the
 upper bytes are whatever the register held (lavapipe: e.g. 0x03583000 busy, 0x03583001
-idle): nonzero, true, while busy, so on the H200 a 55 ms gemm's spinning wait returned
-after 0.2 ms, and on lavapipe a 60 ms kernel's after 0.2 ms.
+idle): nonzero, true, while busy, so a spinning wait on it returns while a long kernel is
+still running (docs/decisions/010-spin-wait-and-recorded-submissions.md).
 So each wait asks the queue for a callback when the work submitted before it is done
 (wgpuQueueOnSubmittedWorkDone) and spins on non-blocking polls, which run that callback,
 until it has run. One cffi callback serves every device and wait (creating one costs

@@ -22,7 +22,7 @@ staging buffer, mapped once (farm.runtime.transfers). A call on DeviceArrays alo
 recorded, not submitted: its passes join one command encoder with the calls after it,
 submitted every FLUSH_CALLS calls or as soon as anything else needs the GPU (a read,
 `synchronize`, a numpy call, an upload, a plan's release), so a chain pays a submission
-(53 us of host time on the H200, benchmarks/runtime_calls.py's submit_only) every
+(tens of microseconds of host time: benchmarks/runtime_calls.py's submit_only) every
 FLUSH_CALLS calls, not every call. The slabs such passes bind are pinned in the pool
 until the submission (farm.runtime.pool): released meanwhile, they are neither reused
 nor destroyed.

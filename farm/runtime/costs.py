@@ -1,10 +1,11 @@
-"""What a ForgeRuntime call costs the host beyond the GPU's own work (issue 15), measured
+"""What a ForgeRuntime call costs the host beyond the GPU's own work, measured
 the two ways benchmarks/runtime_calls.py reports and tests/test_runtime_costs.py keeps
 from regressing:
 
 - `count_wgpu_calls()` counts, by name, every call into wgpu-native made on this thread.
   Each one goes through wgpu-py's error-capturing proxy, and most build cffi structs and
-  wrapper objects first: on the H200 they are two thirds of a synced call's host time. A
+  wrapper objects first, which makes them most of a synced call's host time
+  (docs/decisions/010-spin-wait-and-recorded-submissions.md). A
   runtime call should make exactly the calls plain wgpu-py makes for the same work
   (`plain_dispatch`, the benchmark's submit+wait floor), or fewer.
 - `no_gpu(runtime)` replaces the runtime's wgpu device (its queue, encoders, passes and

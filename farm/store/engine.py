@@ -24,7 +24,7 @@ from sqlalchemy.pool import NullPool
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Page cache per connection (KiB; SQLite's default is 2 MiB): at a million trials the trial
 # table's five indexes are hundreds of MiB, and inserts and dashboard reads that miss the
-# cache pay a read per page (issue 20). Memory is taken as pages are used, not up front.
+# cache pay a read per page. Memory is taken as pages are used, not up front.
 SQLITE_CACHE_KIB = 64 * 1024
 PG_CONNECT_TIMEOUT_S = 10  # an unreachable host fails in seconds, not after the OS's TCP timeout
 MASK = "***"

@@ -1,8 +1,8 @@
 """Whether a campaign can run a problem at all, decided before any worker starts.
 
 A `--sizes` problem that no schedule of its kernel can run (a dimension below 1, topk's k
-above every block size, a buffer larger than an adapter binds) used to reach the Ray
-workers, which generated its inputs (3.64 TiB for gemv m=n=10^6) or failed with a
+above every block size, a buffer larger than an adapter binds) would reach the Ray
+workers, which would generate its inputs (3.64 TiB for gemv m=n=10^6) or fail with a
 traceback. `check_problem` refuses it with one sentence naming the kernel and the size.
 
 Checks run against the adapter the workers will use when that is known (a local cluster:
@@ -19,8 +19,8 @@ from farm.gpu import HardwareProfile
 from farm.gpu.adapter import TOPOLOGY_FEATURES, TOPOLOGY_LIMITS
 from farm.schedule import Problem
 
-# Vulkan's maxStorageBufferRange is 32-bit: no Vulkan adapter binds 4 GiB or more (the H200
-# reports 2147483644). The other limits are as large as the checks could want.
+# Vulkan's maxStorageBufferRange is 32-bit: no Vulkan adapter binds 4 GiB or more (large
+# GPUs report about 2 GiB). The other limits are as large as the checks could want.
 MAX_BINDING_ANY_ADAPTER = 2**32 - 1
 _LARGE = 2**31 - 1
 ANY_ADAPTER = HardwareProfile(

@@ -307,7 +307,7 @@ def covering(order: list[int], space: list[Schedule], seen: list[int], count: in
     """`count` seeds from `order` (shuffled): first, in that order, one schedule of each
     family no seen schedule belongs to (a family: the schedules with the same knob names, as a
     kernel's second form with knobs of its own), then the rest of the order. Every family is
-    then measured before the models predict, so two campaigns no longer differ in whether
+    then measured before the models predict, so two campaigns don't differ in whether
     their random seeds happened to sample one (recurrent's chunked form can be the faster
     family at one size). Covering every knob value instead was no better on replayed gemm
     landscapes."""

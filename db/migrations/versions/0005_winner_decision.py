@@ -1,6 +1,6 @@
 """winner decision: how each winner was chosen, and farm bench's ratio to the vendor library
 
-Issue 21: winners.p20_ns/p80_ns (quantiles over the re-measurement's rounds), rounds, the
+Adds winners.p20_ns/p80_ns (quantiles over the re-measurement's rounds), rounds, the
 runner-up (schedule key and median) and margin (runner_up / winner - 1, with its sign-test
 interval margin_low/margin_high), tie (chosen among finalists within the noise), and
 vendor_ratio (vendor kernel-only time / tuned time, from `farm bench`) with vendor_method
