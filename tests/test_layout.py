@@ -1,10 +1,12 @@
 """The package layout shows the data flow (docs/architecture.md): imports run one way, from
 what users type down to the wgpu layer, and no two modules import each other even
-indirectly. Read from the source (every import, also those inside functions)."""
+indirectly. Read from the source (every import, also those inside functions). Code and docs
+carry no lab history a reader of the repository can't follow."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,3 +139,35 @@ def test_modules_stay_small_or_say_why():
     assert long == []
     for rel in ONE_IDEA:
         assert "one idea" in ast.get_docstring(ast.parse((ROOT / rel).read_text())), rel
+
+
+# Lab history a reader of the repository can't follow: notebook sections, numbered parts,
+# sessions and issues, the lab's notebook and its raw results (a file under benchmarks/results;
+# the folder alone is the benchmarks' default output), which left the tree.
+HISTORY = re.compile(
+    r"§\s*\d|\b(?:parts?|sessions?|issues?)\s+#?\d+\b|NOTES\.md|benchmarks/results/[\w.*{-]", re.IGNORECASE
+)
+HISTORY_DIRS = ("farm", "dashboard", "kernels", "benchmarks", "docs")
+TEXT_SUFFIXES = {".py", ".wgsl", ".md", ".css", ".js", ".json", ".yml", ".yaml", ".toml", ".sh", ".txt", ".html"}
+# The performance page and the decision records name the commit that keeps the lab, exactly so.
+LAB_COMMIT = "6d03ecc:benchmarks/NOTES.md"
+
+
+def _names_the_lab_commit(rel: Path) -> bool:
+    return rel == Path("docs/performance.md") or rel.parts[:2] == ("docs", "decisions")
+
+
+def test_code_and_docs_carry_no_lab_history():
+    found = []
+    for top in HISTORY_DIRS:
+        for path in sorted((ROOT / top).rglob("*")):
+            rel = path.relative_to(ROOT)
+            if path.suffix not in TEXT_SUFFIXES or not path.is_file() or "__pycache__" in rel.parts:
+                continue
+            if rel.parts[:2] == ("benchmarks", "results"):  # the benchmarks' own output, ignored by git
+                continue
+            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                text = line.replace(LAB_COMMIT, "") if _names_the_lab_commit(rel) else line
+                if HISTORY.search(text):
+                    found.append(f"{rel}:{number}: {line.strip()[:120]}")
+    assert found == []
