@@ -23,11 +23,10 @@ import numpy as np
 from farm import catalog, store
 from farm.catalog import KernelSpec
 from farm.gpu import Device, choose_adapter
-from farm.schedule import Problem, Schedule, Status
+from farm.schedule import Problem, Status
 from farm.store import WinnerRecord
 from farm.trial import TrialResult
 from farm.tuning.engine import MemoryLog, StoreLog, TrialLog, tune_problem
-from farm.tuning.job import Job
 from farm.tuning.problems import check_problem
 from farm.tuning.runner import TrialRunner
 from farm.tuning.tasks import Task, TuneConfig, notice_cpu, parse_dims, plan
@@ -103,7 +102,7 @@ def tune_kernel(
     trials: list[TrialResult] = []
     winners: dict[str, WinnerRecord] = {}
     with _trial_log(db, profile, spec, config, tasks) as log:
-        runner = DeviceExecutor(device)
+        runner = TrialRunner(device, "local", compile_ahead=True)
         try:
             siblings: list[str] = []
             for task in tasks:
@@ -118,39 +117,6 @@ def tune_kernel(
     if not winners:
         _no_winner(spec, trials)
     return Tuned(spec.name, trials, winners)
-
-
-class DeviceExecutor:
-    """The engine's trial executor for `tune_kernel`: one device in this process, through the
-    trial core a Ray worker runs (TrialRunner: certified, then timed; pipelines compiled ahead)."""
-
-    workers = 1
-
-    def __init__(self, device: Device):
-        self.runner = TrialRunner(device, "local", compile_ahead=True)
-        self.device_name = device.profile.device_name
-
-    def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
-        return self.runner.evaluate(jobs)
-
-    def precompile(self, kernel: str, problem: Problem, schedules: list[Schedule], seed: int) -> int:
-        return self.runner.precompile(kernel, problem, schedules, seed)
-
-    def remeasure_rounds(
-        self,
-        kernel: str,
-        problem: Problem,
-        schedules: list[Schedule],
-        reps: int,
-        rounds: int,
-        seed: int,
-        max_rounds: int,
-        noise: float,
-    ) -> dict[str, list[float] | None]:
-        return self.runner.remeasure_rounds(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
-
-    def close(self) -> None:
-        self.runner.close()
 
 
 def _size_list(spec: KernelSpec, sizes) -> list:

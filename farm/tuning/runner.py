@@ -85,13 +85,17 @@ HINTED_MAX = 8
 
 
 class TrialRunner:
-    """Runs jobs on one device with inputs kept uploaded; see the module docstring."""
+    """Runs jobs on one device with inputs kept uploaded; see the module docstring. It is
+    also the engine's trial executor for `tune_kernel` (farm.tuning.engine.TrialExecutor)."""
+
+    workers = 1  # one device: the model search's batches are sized for one runner
 
     def __init__(self, device: Device, worker_id: str = "local", compile_ahead: bool = True):
         self.device = device
         self.worker_id = worker_id
         self.host = socket.gethostname()
         self.topology_hash = device.profile.topology_hash()
+        self.device_name = device.profile.device_name
         self._gpu = threading.Lock()  # held by whatever uses the GPU; see the module docstring
         self._compiler = (
             ThreadPoolExecutor(max_workers=COMPILE_AHEAD, thread_name_prefix="farm-compile") if compile_ahead else None
