@@ -167,8 +167,8 @@ class TwoTopologyPool:
         for result in self.bench.evaluate(jobs):
             yield self._restamp(result, topology)
 
-    def remeasure(self, slot, kernel, problem, schedules, reps, rounds, seed=0):
-        return self.bench.remeasure(kernel, problem, schedules, reps, rounds, seed)
+    def remeasure_rounds(self, slot, kernel, problem, schedules, reps, rounds, seed=0, max_rounds=None, noise=0.01):
+        return self.bench.remeasure_rounds(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
 
 
 

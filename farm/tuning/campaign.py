@@ -206,12 +206,8 @@ class PoolExecutor:
         max_rounds: int,
         noise: float,
     ) -> dict[str, list[float] | None]:
-        """The pool's re-measurement on this topology's first worker; a pool with only
-        `remeasure` (one Timing each) gives one round."""
+        """The pool's re-measurement on this topology's first worker."""
         try:
-            if not hasattr(self.pool, "remeasure_rounds"):
-                timings = self.pool.remeasure(self.slot, kernel, problem, schedules, reps, rounds, seed)
-                return {k: [t.median_ns] if t is not None else None for k, t in timings.items()}
             return self.pool.remeasure_rounds(
                 self.slot, kernel, problem, schedules, reps, rounds, seed, max_rounds, noise
             )

@@ -7,7 +7,7 @@ threads decide together what a timeout or a dead worker means, so they are read 
 (`num_gpus=1`; on a cluster without GPUs, CPU-adapter workers only when `allow_cpu`:
 `cpu_workers` of them, by default one per node with a CPU, spread over the nodes), and
 collects each worker's report (HardwareProfile, adapter mapping) before any work. Besides
-trials: interleaved re-measurement on one worker (`remeasure`), any picklable function on
+trials: interleaved re-measurement on one worker (`remeasure_rounds`), any picklable function on
 the workers' devices (`map`), and per-worker stage times.
 
 Trials go out in small batches, at most `max_in_flight` per worker, and come back through
@@ -48,14 +48,12 @@ from farm.gpu import (
     Device,
     HardwareProfile,
     NoAdapterError,
-    Timing,
     enumerate_adapters,
     nvidia,
     refuse_cpu,
 )
 from farm.schedule import Problem, Schedule, Status
 from farm.trial import TrialKey, TrialResult
-from farm.tuning.finalists import interleaved_timings
 from farm.tuning.job import Job
 from farm.tuning.ray_session import init_ray
 from farm.tuning.runner import TrialRunner
@@ -414,23 +412,6 @@ class WorkerPool:
         return self._ray.get(self._slots[worker_id].actor.inputs_held.remote())
 
     # -- other work ------------------------------------------------------------------
-    def remeasure(
-        self,
-        worker_id: str,
-        kernel: str,
-        problem: Problem,
-        schedules: list[Schedule],
-        reps: int = 10,
-        rounds: int = 5,
-        seed: int = 0,
-    ) -> dict[str, Timing | None]:
-        """Interleaved re-measurement of `schedules` on one worker (see TrialRunner.remeasure).
-
-        Raises WorkerFailure when it runs past the trial timeout per schedule and round
-        (the worker is replaced) or the worker dies."""
-        samples = self.remeasure_rounds(worker_id, kernel, problem, schedules, reps, rounds, seed)
-        return interleaved_timings(samples)
-
     def remeasure_rounds(
         self,
         worker_id: str,
@@ -444,8 +425,10 @@ class WorkerPool:
         noise: float = 0.01,
     ) -> dict[str, list[float] | None]:
         """Per-round medians of an interleaved re-measurement, with rounds added up to
-        `max_rounds` for finalists not yet separated (TrialRunner.remeasure_rounds); the
-        same failure rules as `remeasure`, its time limit counted over `max_rounds`."""
+        `max_rounds` for finalists not yet separated (TrialRunner.remeasure_rounds).
+
+        Raises WorkerFailure when it runs past the trial timeout per schedule and round
+        (counted over `max_rounds`; the worker is replaced) or the worker dies."""
         slot = self._slots[worker_id]
         ref = slot.actor.remeasure_rounds.remote(kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
         limit = self.trial_timeout_s * max(1, len(schedules)) * max(rounds, max_rounds or 0)
@@ -616,11 +599,6 @@ class GpuWorker:
 
     def evaluate(self, jobs: list[Job]) -> list[TrialResult]:
         return self.runner.evaluate(jobs)
-
-    def remeasure(
-        self, kernel: str, problem: Problem, schedules: list[Schedule], reps: int, rounds: int, seed: int = 0
-    ) -> dict[str, Timing | None]:
-        return self.runner.remeasure(kernel, problem, schedules, reps, rounds, seed)
 
     def remeasure_rounds(
         self,
