@@ -42,7 +42,8 @@ from farm.tuning.runner import TrialRunner
 
 def run_campaign(name: str, args: argparse.Namespace, work: Path, seed: int) -> dict:
     db = f"sqlite:///{work / name}.db"
-    command = [sys.executable, "-m", "farm", "tune", *(["--all"] if args.all else args.kernels)]
+    # -v: the workers' start-up steps and stage times that campaign_cost reads from the log
+    command = [sys.executable, "-m", "farm", "tune", "-v", *(["--all"] if args.all else args.kernels)]
     command += ["--db", db, "--out", str(work / f"{name}-artifacts"), "--seed", str(seed), "--gpus", str(args.gpus)]
     command += ["--budget", args.budget] if args.budget else []
     command += ["--sizes", args.sizes] if args.sizes else []

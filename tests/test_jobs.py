@@ -132,7 +132,8 @@ def test_failing_job_is_failed_with_the_error_in_its_logs(head, tmp_path):
 
 
 def test_ray_job_submit_cli_works_with_the_printed_exports(head, tmp_path):
-    """What a user types after `farm cluster start`: the exports, then `ray job submit --working-dir .`."""
+    """What a user types after `farm cluster start`: the exports, then the `ray job submit` line it
+    printed (on a smaller problem, into a database of the test's)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     exports = jobs.submission_env(head)
     assert all(f"export {k}={v}" in jobs.instructions(head) for k, v in exports.items())
@@ -141,7 +142,10 @@ def test_ray_job_submit_cli_works_with_the_printed_exports(head, tmp_path):
     )
     assert without_token.returncode != 0 and "authentication" in (without_token.stdout + without_token.stderr).lower()
     db = f"sqlite:///{tmp_path / 'cli.db'}"
-    argv = [jobs.ray_executable(), "job", "submit", "--working-dir", ".", "--", "farm", *TUNE.split(), "--db", db]
+    printed = next(line for line in jobs.instructions(head).splitlines() if line.startswith("ray job submit"))
+    assert printed.split("  # ")[0] == jobs.submit_line(head)
+    assert ("--allow-cpu" in printed) == (not head.gpus)  # this head's GPUs as Ray sees them
+    argv = [jobs.ray_executable(), *jobs.submit_line(head).split()[1:], "--sizes", "gemv:m=64,n=64", "--db", db]
     done = subprocess.run(argv, cwd=REPO, env=env | exports, capture_output=True, text=True, timeout=170)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "succeeded" in done.stdout
@@ -173,3 +177,12 @@ def test_driver_leaves_env_vars_the_job_already_sets_to_the_job(monkeypatch):
     assert ray_session.job_env_keys() == {"XDG_RUNTIME_DIR", "FARM_ADAPTER"}
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR")
     assert ray_session.job_env_keys() == set()
+
+
+@pytest.mark.parametrize("gpus, allow_cpu", [(0, True), (None, True), (2, False)])
+def test_the_printed_submission_allows_a_cpu_only_on_a_head_that_may_have_no_gpu(gpus, allow_cpu):
+    head = jobs.HeadNode("http://127.0.0.1:8265", 6379, Path("/tmp/fj-head"), Path("/tmp/fj-token"), gpus)
+    lines = jobs.instructions(head).splitlines()
+    submit = next(line for line in lines if line.startswith("ray job submit"))
+    assert submit.startswith(jobs.submit_line(head)) and ("--allow-cpu" in submit) == allow_cpu
+    assert lines[-1] == "Stop it with: farm cluster stop --temp-dir /tmp/fj-head"

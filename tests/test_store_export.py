@@ -82,7 +82,7 @@ def test_export_of_an_unknown_topology_names_the_known_ones(filled):
 
 def test_cli_winners_lists_stored_winners_with_stale_flag(filled, capsys):
     url, _, topo, _ = filled
-    assert main(["winners", "--kernel", "gemv", "--topology", topo, "--db", url]) == 0
+    assert main(["winners", "--kernel", "gemv", "--topology", topo, "--db", url, "--wide"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == [
         "kernel",
@@ -111,6 +111,27 @@ def test_cli_winners_lists_stored_winners_with_stale_flag(filled, capsys):
     ]
     assert cells[6:10] == ["\u2013"] * 4  # no decision nor vendor ratio recorded: shown as unknown
     assert cells[10] == topo[:12] and cells[-1] == "yes"  # src-9 is not gemv's current source
+
+
+def test_cli_winners_fits_100_columns_with_a_stale_note_and_json_has_every_field(filled, capsys):
+    url, _, topo, stored = filled
+    assert main(["winners", "--db", url, "--topology", topo]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert lines[0] == f"topology {topo[:12]}: llvmpipe (LLVM 15)"
+    assert lines[1].split() == ["kernel", "problem", "note", "median_us", "speedup", "margin", "schedule"]
+    gemv = next(line.split() for line in lines[3:] if line.startswith("gemv"))
+    assert gemv[:4] == ["gemv", "m=37,k=129", "stale", "1.23"]  # src-9 is not gemv's current source
+    assert gemv[-1] == "tile_m=4"  # the knobs that differ from gemv's default
+    assert lines[-1].startswith("schedule: the knobs that differ")
+    assert main(["winners", "--db", url]) == 0  # two topologies: a column
+    header = capsys.readouterr().out.splitlines()[0].split()
+    assert header == ["kernel", "problem", "note", "median_us", "speedup", "margin", "topology", "schedule"]
+    assert main(["winners", "--db", url, "--topology", topo, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == len(stored) and {r["topology_hash"] for r in rows} == {topo}
+    row = next(r for r in rows if r["kernel"] == "gemv")
+    assert row["stale"] is True and row["knobs"]["tile_m"] == 4 and row["source_hash"] == "src-9"
 
 
 def test_cli_winners_on_an_empty_database_says_how_to_start(tmp_path, capsys):

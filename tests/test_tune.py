@@ -13,7 +13,7 @@ from farm.schedule import Problem, Schedule, Status
 from farm.store import WinnerRecord
 from farm.trial import TrialKey, TrialResult
 from farm.tuning.recording import result_from_row
-from farm.tuning.report import Progress, format_winners_table
+from farm.tuning.report import Progress, format_summary, format_winners_table, problem_line
 from farm.tuning.tasks import CPU_BUDGET, TuneConfig, parse_sizes, plan
 
 
@@ -94,6 +94,40 @@ def test_winners_table_shows_median_default_and_speedup():
     assert lines[2].split() == ["gemv", "m=8,n=8", "workgroup_size=32,items_per_invocation=1,vector_width=1", "2.00",
                                 "5.00", "2.50x", "-", "-"]  # fmt: skip
     assert lines[3].split()[-4:] == ["-", "-", "-", "-"]
+
+
+def test_the_closing_summary_fits_100_columns_with_the_knobs_that_differ_from_the_default():
+    gemm = catalog.get("gemm")
+    far = max(gemm.schedules(), key=lambda s: sum(v != gemm.default.as_dict().get(k) for k, v in s.as_dict().items()))
+    records = [
+        WinnerRecord("t", "gemv", "m=8,n=8", "s", Schedule(workgroup_size=32).key(), 2000.0, 5000.0, 2.5),
+        WinnerRecord("t", "gemm", "m=1024,k=1024,n=1024", "s", far.key(), 2.0e6, 2.0e6, 1.0),
+        WinnerRecord("t", "gemv", "m=4,n=4", "s", catalog.get("gemv").default.key(), 9.0, None, None),
+    ]
+    lines = format_summary(records).splitlines()
+    assert lines[0].split() == ["kernel", "problem", "median_us", "speedup", "schedule"]
+    assert max(len(line) for line in lines) <= 100
+    assert lines[2].split() == ["gemv", "m=8,n=8", "2.00", "2.50x", "workgroup_size=32"]
+    assert lines[3].split()[:4] == ["gemm", "m=1024,k=1024,n=1024", "2000.00", "1.00x"]
+    assert lines[4].split() == ["gemv", "m=4,n=4", "0.01", "-", "default"]
+    assert lines[-1].startswith("schedule: the knobs that differ from the kernel's default")
+
+
+def test_a_problem_line_says_the_winners_time_and_speedup():
+    record = WinnerRecord("t", "gemv", "m=8,n=8", "s", Schedule(workgroup_size=32).key(), 2000.0, 5000.0, 2.5)
+    assert problem_line(record, 9) == "gemv m=8,n=8: 2.00 us, 2.50x over the default schedule (9 trials)"
+    assert problem_line(replace(record, speedup=None), 9) == "gemv m=8,n=8: 2.00 us (9 trials)"
+
+
+def test_a_progress_note_is_its_own_line_above_the_progress_line():
+    plain, tty = io.StringIO(), io.StringIO()
+    tty.isatty = lambda: True
+    for stream in (plain, tty):
+        progress = Progress(total=2, stream=stream, every_s=3600)
+        progress.advance(_result(Status.OK))
+        progress.note("gemv m=8,n=8: done")
+    assert plain.getvalue().splitlines()[-1] == "gemv m=8,n=8: done"
+    assert tty.getvalue().endswith("\r\033[Kgemv m=8,n=8: done\n" + progress.line())
 
 
 def test_recorded_rows_replay_as_trial_results():

@@ -22,12 +22,12 @@ from farm.store.repo import STALE_AFTER_S, campaign_status
 pytestmark = pytest.mark.slow
 
 
-def tune_command(db: Path, out: Path) -> list[str]:
+def tune_command(db: Path, out: Path, *more: str) -> list[str]:
     return [
         sys.executable, "-m", "farm", "tune", "slow_gemv",
         "--sizes", "slow_gemv:m=64,n=64",
         "--strategy", "random", "--budget", "6", "--reps", "2", "--seed", "3",
-        "--allow-cpu", "--db", f"sqlite:///{db}", "--out", str(out),
+        "--allow-cpu", "--db", f"sqlite:///{db}", "--out", str(out), *more,
     ]  # fmt: skip
 
 
@@ -82,7 +82,7 @@ def test_killed_campaign_resumes_without_duplicates_and_matches_an_uninterrupted
 
     rerun = run_to_end(tune_command(resumed_db, tmp_path / "out1"), env)
     after = trial_rows(resumed_db)
-    clean = run_to_end(tune_command(clean_db, tmp_path / "out2"), env)
+    clean = run_to_end(tune_command(clean_db, tmp_path / "out2", "-v"), env)
     # where the process wall outside the campaign went (stability.py reads it as startup_s)
     assert re.search(r"^startup: database, Ray and 1 worker\(s\) up in [0-9.]+ s$", clean.stderr, re.MULTILINE)
     assert re.search(r"; up in adapter [0-9.]+, device [0-9.]+, placement [0-9.]+ s$", clean.stderr, re.MULTILINE)
@@ -95,6 +95,17 @@ def test_killed_campaign_resumes_without_duplicates_and_matches_an_uninterrupted
     assert [(s, st) for s, st, _ in after] == [(s, st) for s, st, _ in trial_rows(clean_db)]
     assert all(status == "ok" for _, status, _ in after)
     assert "slow_gemv  m=64,n=64" in rerun.stdout and "slow_gemv  m=64,n=64" in clean.stdout
+    # by default: a line per problem, a table that fits 100 columns, where the results are and what
+    # to run next; the workers, stage times and margins' intervals only with -v; none of Ray's logging
+    assert re.search(r"^slow_gemv m=64,n=64: [0-9.]+ us, [0-9.]+x over the default schedule", rerun.stderr, re.M)
+    table = rerun.stdout.split("\n\n")[0].splitlines()
+    assert table[0].split() == ["kernel", "problem", "median_us", "speedup", "schedule"]
+    assert max(len(line) for line in table) <= 100
+    assert f"results:  sqlite:///{resumed_db}" in rerun.stdout and "next:\n  farm winners" in rerun.stdout
+    assert "worker ms per trial by stage" not in rerun.stderr and "placement" not in rerun.stderr
+    assert "worker ms per trial by stage" in clean.stderr and "(3 rounds)" not in rerun.stdout
+    assert "[low, high]: its 90% sign-test interval" in clean.stdout
+    assert "WARNING" not in rerun.stderr + clean.stderr
 
     # the re-run counts what it replayed; the killed campaign reads interrupted once its heartbeat is stale
     killed, resumed = sorted(campaign_rows(resumed_db), key=lambda row: row["id"])

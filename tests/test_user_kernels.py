@@ -171,10 +171,11 @@ def test_cli_tune_winners_and_errors(tmp_path, farm_home):
                            env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert tuned.returncode == 0, tuned.stderr
     assert "softmax  rows=64,cols=1000" in tuned.stdout
-    listed = subprocess.run([*farm_cmd, "winners", *kernels, "--db", db], env=env, capture_output=True, text=True)
+    listed = subprocess.run([*farm_cmd, "winners", "--wide", *kernels, "--db", db], env=env, capture_output=True,
+                            text=True)  # fmt: skip
     row = next(line for line in listed.stdout.splitlines() if line.startswith("softmax"))
     assert row.split()[-1] == "no"  # not stale
-    via_env = subprocess.run([*farm_cmd, "winners", "--db", db], capture_output=True, text=True,
+    via_env = subprocess.run([*farm_cmd, "winners", "--wide", "--db", db], capture_output=True, text=True,
                              env=env | {"FARM_KERNELS_FILES": str(EXAMPLES / "softmax.py")})  # fmt: skip
     assert next(line for line in via_env.stdout.splitlines() if line.startswith("softmax")).split()[-1] == "no"
     huge = subprocess.run([*farm_cmd, "tune", *kernels, "--allow-cpu", "--sizes", "softmax:rows=60000,cols=20000",

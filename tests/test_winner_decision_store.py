@@ -75,7 +75,7 @@ def test_farm_winners_shows_margin_tie_runner_up_and_vendor_ratio_and_dashes_for
     old = WinnerRecord(topo, "gemm", "m=8,k=8,n=8", "src-1", FAST, 500.0)  # no decision: as rows before 0005
     save_winner(store, old)
     save_vendor_ratio(store, topo, "gemv", "m=64,n=64", FAST, 1.25, "cuda-graph replay")
-    lines = format_winners(winners(store), lambda kernel: "src-1").splitlines()
+    lines = format_winners(winners(store), lambda kernel: "src-1", wide=True).splitlines()
     header = lines[0].split()
     assert header[6:10] == ["margin", "tie", "runner_up", "vs_vendor"]
     gemm, gemv = (dict(zip(header, line.split()[: len(header) - 2], strict=False)) for line in lines[2:])

@@ -11,6 +11,7 @@ the certified path.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import inspect
 import itertools
@@ -355,7 +356,9 @@ def get(name: str) -> KernelSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown kernel {name!r}; known: {', '.join(names())}") from None
+        close = difflib.get_close_matches(str(name), names(), n=1)
+        hint = f" did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown kernel {name!r};{hint} known: {', '.join(names())}") from None
 
 
 def names() -> list[str]:

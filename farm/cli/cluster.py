@@ -67,6 +67,7 @@ class HeadNode:
     gcs_port: int
     temp_dir: Path
     token_path: Path
+    gpus: int | None = None  # what it offers Ray; None: not known
 
 
 def token_path(path: str | os.PathLike | None = None) -> Path:
@@ -197,7 +198,22 @@ def start_head(
     argv = head_command(host, port, dashboard_port, num_cpus, num_gpus, temp_dir, extra_ports)
     _ray_start(argv, head_env(token), timeout_s)
     home = Path(temp_dir) if temp_dir is not None else Path("/tmp/ray")
-    return HeadNode(dashboard_url=f"http://{host}:{dashboard_port}", gcs_port=port, temp_dir=home, token_path=token)
+    gpus = num_gpus if num_gpus is not None else detected_gpus()
+    return HeadNode(f"http://{host}:{dashboard_port}", port, home, token, gpus)
+
+
+def detected_gpus() -> int | None:
+    """The GPUs `ray start` finds on this machine when not told (Ray's own detection, which
+    honours CUDA_VISIBLE_DEVICES); None when it can't be asked."""
+    try:
+        from ray._private.accelerators import get_accelerator_manager_for_resource
+
+        manager = get_accelerator_manager_for_resource("GPU")
+        count = manager.get_current_node_num_accelerators()
+        visible = manager.get_current_process_visible_accelerator_ids()
+    except Exception:  # noqa: BLE001 - a private Ray API: unknown rather than a failed start
+        return None
+    return count if visible is None else min(count, len(visible))
 
 
 def node_command(
@@ -235,14 +251,24 @@ def submission_env(head: HeadNode) -> dict[str, str]:
 
 
 def instructions(head: HeadNode) -> str:
-    """The exact lines a user types next, printed by `farm cluster start`."""
+    """The exact lines a user types next, printed by `farm cluster start`: the exports, a
+    submission that works on this head (--allow-cpu when it has no GPU) and how to stop it."""
     exports = "\n".join(f"export {k}={v}" for k, v in submission_env(head).items())
+    why = {
+        0: "  # --allow-cpu: this head offers Ray no GPU; its workers tune on the CPU adapter",
+        None: "  # --allow-cpu: in case this head offers Ray no GPU (GPUs, where there are, are used)",
+    }.get(head.gpus, "")
     return (
         f"Ray head running; job API at {head.dashboard_url} (token auth, token in {head.token_path}).\n"
         f"In the shell you submit from:\n\n{exports}\n"
-        "ray job submit --working-dir . -- farm tune gemv --budget 8\n\n"
+        f"{submit_line(head)}{why}\n\n"
         f"Stop it with: farm cluster stop --temp-dir {head.temp_dir}"
     )
+
+
+def submit_line(head: HeadNode) -> str:
+    """A `ray job submit` of a short tune that runs on `head` as typed (from the repository's root)."""
+    return "ray job submit --working-dir . -- farm tune gemv --budget 8" + (" --allow-cpu" if not head.gpus else "")
 
 
 def job_client(dashboard_url: str, token_file: str | os.PathLike | None = None) -> JobSubmissionClient:

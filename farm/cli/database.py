@@ -38,7 +38,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_winners(args: argparse.Namespace) -> int:
-    from farm.store import format_winners, open_existing, resolve_topology, topologies, winners
+    from farm.store import format_winners, open_existing, resolve_topology, topologies, winners, winners_json
 
     def current_hash(kernel: str) -> str | None:
         return catalog.get(kernel).source_hash() if kernel in catalog.names() else None
@@ -47,7 +47,7 @@ def cmd_winners(args: argparse.Namespace) -> int:
     if store is None:
         if args.kernel is not None:
             catalog.get(args.kernel)  # an unknown kernel is an error even with nothing stored
-        print(format_winners([], current_hash))
+        print("[]" if args.json else format_winners([], current_hash))
         return 0
     try:
         topology = args.topology and resolve_topology(args.topology, (t["hash"] for t in topologies(store)))
@@ -57,12 +57,15 @@ def cmd_winners(args: argparse.Namespace) -> int:
         store.engine.dispose()
     if not records and args.kernel is not None and args.kernel not in catalog.names():
         catalog.get(args.kernel)  # raises with the known names; a removed kernel's winners still list
+    if args.json:
+        print(winners_json(records, current_hash))
+        return 0
     if others:  # winners, but none of the kernel asked for
         where = f" on topology {topology[:12]}" if topology else ""
         stored = ", ".join(sorted({r.kernel for r in others}))
         print(f"no winners for kernel {args.kernel}{where} (winners stored for: {stored}); `farm tune {args.kernel}`")
         return 0
-    print(format_winners(records, current_hash))
+    print(format_winners(records, current_hash, wide=args.wide))
     return 0
 
 
@@ -120,16 +123,23 @@ def add_parsers(sub) -> None:
     ):
         p = db.add_parser(name, help=help_text)
         if name == "upgrade":
-            p.add_argument("revision", nargs="?", default=default)
+            p.add_argument("revision", nargs="?", default=default, help="the Alembic revision to migrate to")
         elif name == "downgrade":
-            p.add_argument("revision")
+            p.add_argument("revision", help="the Alembic revision to migrate to, or 'base'")
         p.add_argument("--db", default=None, help=DB_HELP)
         p.set_defaults(func=cmd_db)
 
     p = sub.add_parser("winners", help="list the stored winners")
-    p.add_argument("--kernel", default=None)
-    p.add_argument("--topology", default=None, help="topology hash, or a unique prefix of it (as listed)")
+    p.add_argument("--kernel", default=None, help="only this kernel's winners (default: every kernel)")
+    p.add_argument(
+        "--topology", default=None, help="topology hash, or a unique prefix of it (as listed; default: every topology)"
+    )
     p.add_argument("--db", default=None, help=DB_HELP)
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--wide", action="store_true", help="every column: full schedule, default time, runner-up, vendor, device"
+    )
+    shown.add_argument("--json", action="store_true", help="every field of every winner as JSON")
     p.set_defaults(func=cmd_winners)
 
     p = sub.add_parser("export", help="write one topology's winners as JSON for ForgeRuntime(schedules=...)")

@@ -38,7 +38,14 @@ MAX_SECONDS = 10.0**6  # --trial-timeout
 
 
 class FarmParser(argparse.ArgumentParser):
-    """argparse with the farm's one-line errors (argparse prints the usage, then a line)."""
+    """argparse with the farm's one-line errors (argparse prints the usage, then a line) and
+    help that shows every option's default (farm.cli.helptext; subcommands inherit it)."""
+
+    def __init__(self, *args, **kwargs):
+        from farm.cli.helptext import FarmHelpFormatter
+
+        kwargs.setdefault("formatter_class", FarmHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         command = self.prog.removeprefix("farm").strip()

@@ -28,9 +28,14 @@ from farm.cli.errors import (
     user_errors,
     writable_dir,
 )
+from farm.cli.helptext import START_HERE, TUNE_EPILOG
 from farm.cli.vendor import VENDOR_FP32
 from farm.tuning.tasks import DEFAULT_BUDGET, SPACE_SHARE
 
+STRATEGY_HELP = (
+    "how schedules are chosen: model (a cost model fitted to the trials so far proposes the next, then polishes "
+    "the best), random (a random sample of the space), exhaustive (every schedule, up to --budget)"
+)
 # `farm tune` without --budget (a sentinel: --budget all is None): the budget scales with the space.
 SCALED_BUDGET = object()
 
@@ -113,12 +118,19 @@ def _add_sweep_parser(sub) -> None:
     p.add_argument(
         "--gpu-util-threshold", type=finite_float, default=25.0, help="max nvidia-smi utilization for extra reps"
     )
-    p.add_argument("--output-dir", default=None, help="default directory for the four artifacts")
-    p.add_argument("--artifact-md", "--artifact", dest="artifact_md", default=None)
-    p.add_argument("--artifact-csv", default=None)
-    p.add_argument("--artifact-json", default=None)
-    p.add_argument("--artifact-steps-csv", default=None)
-    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument(
+        "--output-dir", default=None, help="directory for the four artifacts (default: $FARM_HOME/artifacts)"
+    )
+    p.add_argument(
+        "--artifact-md", "--artifact", dest="artifact_md", default=None,
+        help="the Markdown report's path (default: in --output-dir)",
+    )  # fmt: skip
+    p.add_argument("--artifact-csv", default=None, help="the per-case CSV's path (default: in --output-dir)")
+    p.add_argument("--artifact-json", default=None, help="the full JSON report's path (default: in --output-dir)")
+    p.add_argument(
+        "--artifact-steps-csv", default=None, help="the per-step consistency CSV's path (default: in --output-dir)"
+    )
+    p.add_argument("--seed", type=int, default=1337, help="seed of the generated inputs")
     p.add_argument("--allow-cpu", action="store_true", help="allow a CPU adapter (numbers mean little)")
     p.add_argument(
         "--case",
@@ -129,7 +141,7 @@ def _add_sweep_parser(sub) -> None:
         help="add a case, or replace the default case of that name (repeatable)",
     )
     p.add_argument("--long", action="store_true", help="add the long-sequence cases (T=1024, 4096; B=8)")
-    p.add_argument("--db", default=None, help="SQLAlchemy URL for tuned winners and the sweep record")
+    p.add_argument("--db", default=None, help=database.DB_HELP)
     p.set_defaults(func=cmd_sweep_recurrent)
 
 
@@ -155,7 +167,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 def _add_serving_parsers(sub) -> None:
     p = sub.add_parser("dashboard", help="Streamlit dashboard over the database (read-only)")
     p.add_argument("--db", default=None, help=database.DB_HELP)
-    p.add_argument("--port", type=port, default=8501)
+    p.add_argument("--port", type=port, default=8501, help="port to serve on")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.set_defaults(func=cmd_dashboard)
 
@@ -165,12 +177,16 @@ def _add_serving_parsers(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address for the job API (dashboard) to bind")
     p.add_argument("--port", type=port, default=6379, help="GCS port")
     p.add_argument("--dashboard-port", type=port, default=8265, help="job API / Ray dashboard port")
-    p.add_argument("--num-cpus", type=nonnegative_int, default=None)
-    p.add_argument("--num-gpus", type=nonnegative_int, default=None)
+    p.add_argument(
+        "--num-cpus", type=nonnegative_int, default=None, help="CPUs the head offers Ray (default: this machine's)"
+    )
+    p.add_argument(
+        "--num-gpus", type=nonnegative_int, default=None, help="GPUs the head offers Ray (default: those Ray detects)"
+    )
     p.add_argument("--temp-dir", default="/tmp/ray", help="Ray's session directory root")
     p.set_defaults(func=cmd_cluster)
     p = cluster_sub.add_parser("stop", help="stop the head started with --temp-dir (only its processes)")
-    p.add_argument("--temp-dir", default="/tmp/ray")
+    p.add_argument("--temp-dir", default="/tmp/ray", help="the --temp-dir the head was started with")
     p.set_defaults(func=cmd_cluster)
 
 
@@ -178,7 +194,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from farm.store import farm_home
     from farm.store.engine import mask_command
     from farm.tuning.campaign import tune
-    from farm.tuning.report import format_winners_table
+    from farm.tuning.report import MARGIN_NOTE, NEXT_STEPS, format_summary, format_winners_table
     from farm.tuning.tasks import TuneConfig, parse_sizes
 
     sizes = parse_sizes(args.sizes) if args.sizes is not None else {}
@@ -206,13 +222,29 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         ensure_token()  # the token a new local Ray uses; ray.init() would write one 0644
     command = mask_command(["farm", "tune", *(sys.argv[2:] if sys.argv[1:2] == ["tune"] else [])])
-    winners = tune(config, args.db, args.ray_address, args.allow_cpu, args.trial_timeout, command, args.gpus)
-    print(format_winners_table(winners))
+    winners = tune(
+        config, args.db, args.ray_address, args.allow_cpu, args.trial_timeout, command, args.gpus, args.verbose
+    )
+    print(f"{format_winners_table(winners)}\n{MARGIN_NOTE}" if args.verbose else format_summary(winners))
+    same_db = "\n  (this campaign's --db: pass it to farm winners and farm dashboard, and as ForgeRuntime(db=...))"
+    print(f"\n{_where(args)}\n{NEXT_STEPS}{same_db if args.db else ''}")
     missing = _without_winner(kernels, sizes, winners)
     if missing:
         print(f"farm: no certified schedule, so no winner, for {', '.join(missing)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _where(args: argparse.Namespace) -> str:
+    """Where the campaign's results went: the database (password masked) and the artifacts."""
+    from farm.store import database_url, farm_home
+    from farm.store.engine import mask_url
+
+    out = Path(args.out) if args.out else farm_home() / "artifacts"
+    return (
+        f"results:  {mask_url(database_url(args.db))}\n"
+        f"          {out} (trials as Parquet, campaigns/<id>/: each campaign's summary)"
+    )
 
 
 def _check_sizes(sizes: dict, kernels: list[str], args: argparse.Namespace) -> None:
@@ -280,11 +312,18 @@ def _without_winner(kernels: list[str], sizes: dict, winners: list) -> list[str]
 
 
 def _add_tune_parser(sub) -> None:
-    p = sub.add_parser("tune", help="tune kernels on every GPU of a Ray cluster; store trials and winners")
+    p = sub.add_parser(
+        "tune", help="tune kernels on every GPU of a Ray cluster; store trials and winners", epilog=TUNE_EPILOG
+    )
     p.add_argument("kernels", nargs="*", help="kernel names (default: all, or those named in --sizes)")
     p.add_argument("--all", action="store_true", help="every kernel in the catalog")
-    p.add_argument("--sizes", default=None, help="problems, e.g. 'gemm:m=64,k=64,n=64;gemv:m=256,n=256'")
-    p.add_argument("--strategy", choices=("exhaustive", "random", "model"), default="model")
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help="problems, e.g. 'gemm:m=64,k=64,n=64;gemv:m=256,n=256' (default: each kernel's own problems, "
+        "realistic sizes on a GPU and small ones on a CPU adapter)",
+    )
+    p.add_argument("--strategy", choices=("exhaustive", "random", "model"), default="model", help=STRATEGY_HELP)
     p.add_argument(
         "--budget",
         type=budget,
@@ -305,7 +344,11 @@ def _add_tune_parser(sub) -> None:
     p.add_argument(
         "--gpus", type=positive_int, default=None, help="use at most this many of the cluster's GPUs (default: all)"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the search's random choices")
+    p.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="also print the plan, each worker's placement and stage times, and the margins with their intervals",
+    )  # fmt: skip
     p.set_defaults(func=cmd_tune)
 
 
@@ -321,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = FarmParser(
         prog="farm",
         description="A tuning farm for WebGPU compute kernels: certify, tune on a Ray cluster, serve the winners.",
+        epilog=START_HERE,
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -333,15 +377,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--schedules", type=nonnegative_int, default=4, help="sampled schedules per kernel besides the default"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampled schedules and the inputs")
     p.set_defaults(func=cmd_certify)
 
     p = sub.add_parser("bench", help="default vs tuned vs vendor library (torch) at realistic sizes")
     p.add_argument("--kernels", nargs="*", default=None, help="kernel names (default: all)")
-    p.add_argument("--out", default=None, help="directory for bench.md and bench.json")
-    p.add_argument("--db", default=None, help="SQLAlchemy URL holding the tuned winners")
+    p.add_argument("--out", default=None, help="directory for bench.md and bench.json (default: print only)")
+    p.add_argument("--db", default=None, help=database.DB_HELP)
     p.add_argument("--sizes", default=None, help="problems as in farm tune --sizes (default: realistic sizes)")
-    p.add_argument("--reps", type=count, default=20)
+    p.add_argument("--reps", type=count, default=20, help="timed repetitions per kernel and path")
     p.add_argument(
         "--vendor-fp32",
         choices=VENDOR_FP32,
@@ -363,10 +407,22 @@ def build_parser() -> argparse.ArgumentParser:
             action="append",
             default=[],
             metavar="PATH",
-            help="a Python file defining farm.Kernel(s) (repeatable; also $FARM_KERNELS_FILES)",
+            help="a Python file defining farm.Kernel(s) (repeatable; default: those $FARM_KERNELS_FILES names)",
         )
+    _describe(parser)
 
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Each subcommand's `--help` opens with the line `farm --help` lists it with."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                if sub.description is None and helps.get(name):
+                    sub.description = helps[name]
+                _describe(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

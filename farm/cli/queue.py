@@ -26,7 +26,11 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("request", help="queue kernels and problems for `farm serve` to tune; --list shows the queue")
     p.add_argument("kernels", nargs="*", help="kernel names (default: those named in --sizes)")
-    p.add_argument("--sizes", default=None, help="problems, e.g. 'gemm:m=64,k=64,n=64;gemv:m=256,n=256'")
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help="problems, e.g. 'gemm:m=64,k=64,n=64;gemv:m=256,n=256' (no default: needed unless --list)",
+    )
     p.add_argument("--priority", type=priority, default=0, help="higher is drained first (default 0; a 32-bit integer)")
     p.add_argument(
         "--topology",
@@ -35,7 +39,9 @@ def add_parsers(sub) -> None:
         "has; 'all': every stored topology",
     )
     p.add_argument("--list", action="store_true", help="show the queue instead")
-    p.add_argument("--status", choices=REQUEST_STATUSES, default=None, help="with --list: only this status")
+    p.add_argument(
+        "--status", choices=REQUEST_STATUSES, default=None, help="with --list: only this status (default: all)"
+    )
     p.add_argument("--limit", type=count, default=100, help="with --list: at most this many rows")
     p.add_argument("--db", default=None, help=DB_HELP)
     p.set_defaults(func=cmd_request)
@@ -48,14 +54,16 @@ def add_parsers(sub) -> None:
     p.add_argument("--ray-address", default=None, help="Ray cluster address (default: $RAY_ADDRESS or a local Ray)")
     p.add_argument("--lease", type=seconds, default=300.0, help="seconds a claim lasts unless renewed")
     p.add_argument("--max-attempts", type=count, default=3, help="attempts before a request is failed")
-    p.add_argument("--strategy", choices=("exhaustive", "random", "model"), default="model")
+    p.add_argument("--strategy", choices=("exhaustive", "random", "model"), default="model", help="as farm tune")
     p.add_argument("--budget", type=budget, default=DEFAULT_BUDGET, help=f"as farm tune (default {DEFAULT_BUDGET})")
     p.add_argument("--reps", type=count, default=10, help="timed repetitions per trial")
     p.add_argument("--warmup", type=small_nonnegative_int, default=2, help="untimed runs before timing")
     p.add_argument("--trial-timeout", type=seconds, default=60.0, help="seconds per trial")
-    p.add_argument("--gpus", type=positive_int, default=None, help="use at most this many of the cluster's GPUs")
+    p.add_argument(
+        "--gpus", type=positive_int, default=None, help="use at most this many of the cluster's GPUs (default: all)"
+    )
     p.add_argument("--out", default=None, help="artifacts directory (default: $FARM_HOME/artifacts)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the search's random choices")
     p.set_defaults(func=cmd_serve)
 
 

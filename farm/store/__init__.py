@@ -6,7 +6,7 @@ Store (see docs/architecture/store.md).
 
 from farm.store.database import ReadOnlyStoreError, Store, database_url, farm_home, open_existing, open_store
 from farm.store.export import SCHEDULES_FORMAT, export_schedules, write_schedules_file
-from farm.store.listing import format_winners, resolve_topology
+from farm.store.listing import format_winners, resolve_topology, winners_json
 from farm.store.records import WinnerRecord
 from farm.store.repo import (
     campaign,
@@ -56,5 +56,6 @@ __all__ = [
     "update_campaign",
     "upsert_topology",
     "winners",
+    "winners_json",
     "write_schedules_file",
 ]

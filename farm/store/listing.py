@@ -1,7 +1,12 @@
-"""Text tables of what is stored, for `farm winners` and the end of `farm tune`."""
+"""Text tables of what is stored, for `farm winners` and the end of `farm tune`: a narrow
+table that fits a terminal by default (`format_winners`), every column with `wide=True`,
+and the rows as JSON (`winners_json`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 
 from farm.schedule import Schedule
@@ -11,9 +16,102 @@ SHORT_HASH = 12  # how `farm winners` shows a topology hash; any unique prefix s
 
 
 NOT_RECORDED = "\u2013"  # a decision or vendor value the row does not have (rows from before revision 0005)
+WIDTH = 100  # what the default tables fit: a terminal a little wider than 80 columns
+ELLIPSIS = "\u2026"
+SCHEDULE_NOTE = "schedule: the knobs that differ from the kernel's default; {wide} shows them all"
+MARGIN_LEGEND = "margin: how much slower the runner-up is than the winner; tie: the two were within the noise"
 
 
-def format_winners(records: Sequence[WinnerRecord], current_source_hash: Callable[[str], str | None]) -> str:
+def format_winners(
+    records: Sequence[WinnerRecord], current_source_hash: Callable[[str], str | None], wide: bool = False
+) -> str:
+    """The winners as a table of at most WIDTH columns: kernel, problem, median, speedup over
+    the default schedule, the margin over the runner-up (or tie), the schedule as the knobs
+    that differ from the default (cut to fit); the topology as a column when several are
+    listed (above the table when one is), and a note for a winner that is stale or whose
+    kernel this process doesn't know. `wide`: every column (`format_wide_winners`)."""
+    if not records:
+        return "no winners stored yet: run `farm tune` first"
+    if wide:
+        return format_wide_winners(records, current_source_hash)
+    several = len({r.topology_hash for r in records}) > 1
+    notes = [_note(r, current_source_hash(r.kernel)) for r in records]
+    header = ["kernel", "problem", "median_us", "speedup", "margin"] + ["topology"] * several + ["schedule"]
+    rows = []
+    for record in records:
+        margin = NOT_RECORDED if record.margin is None else f"{100 * record.margin:+.1f}%"
+        cells = [record.kernel, record.problem_key, f"{record.median_ns / 1000:.2f}", _speedup(record.speedup),
+                 "tie" if record.tie else margin]  # fmt: skip
+        rows.append(cells + [record.topology_hash[:SHORT_HASH]] * several + [short_schedule(record)])
+    if any(notes):
+        header.insert(2, "note")
+        for row, note in zip(rows, notes, strict=True):
+            row.insert(2, note or "")
+    legend = [SCHEDULE_NOTE.format(wide="--wide")] + [MARGIN_LEGEND] * any(r.margin is not None for r in records)
+    title = [] if several else [f"topology {records[0].topology_hash[:SHORT_HASH]}: {records[0].device_name}"]
+    return "\n".join([*title, fit_table(header, rows, flex=len(header) - 1), *legend])
+
+
+def _note(record: WinnerRecord, current: str | None) -> str:
+    if current is None:
+        return "unknown kernel"
+    return "stale" if record.is_stale(current) else ""
+
+
+def _speedup(value: float | None) -> str:
+    return "-" if value is None or value != value else f"{value:.2f}x"
+
+
+def short_schedule(record: WinnerRecord) -> str:
+    """The winner's knobs that differ from its kernel's default schedule (`vector_width=4,
+    workgroup_size=256`), "default" when none do; every knob for a kernel this process
+    doesn't know."""
+    from farm import catalog
+
+    try:
+        default = catalog.get(record.kernel).default.as_dict()
+    except ValueError:
+        return str(record.schedule)
+    mine = record.schedule.as_dict()
+    changed = [f"{k}={v}" for k, v in sorted(mine.items()) if default.get(k) != v]
+    return ",".join(changed) or "default"
+
+
+def fit_table(header: Sequence[str], rows: Sequence[Sequence[str]], flex: int, width: int = WIDTH) -> str:
+    """A fixed-width table whose column `flex` is cut (with an ellipsis) so that each line fits
+    `width` characters, if the other columns leave it room for its header."""
+    table = [list(header)] + [list(row) for row in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    room = width - (sum(widths) - widths[flex]) - 2 * (len(header) - 1)
+    if widths[flex] > room >= len(header[flex]):
+        widths[flex] = room
+        for row in table:
+            if len(row[flex]) > room:
+                row[flex] = row[flex][: room - 1] + ELLIPSIS
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def winners_json(records: Sequence[WinnerRecord], current_source_hash: Callable[[str], str | None]) -> str:
+    """Every field of every winner as a JSON list, with `stale` (true, false, or null for a
+    kernel this process doesn't know) and the schedule's knobs."""
+    out = []
+    for record in records:
+        current = current_source_hash(record.kernel)
+        row = dataclasses.asdict(record) | {"knobs": record.schedule.as_dict()}
+        row["stale"] = None if current is None else record.is_stale(current)
+        out.append({k: _json_value(v) for k, v in row.items()})
+    return json.dumps(out, indent=2)
+
+
+def _json_value(value):
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return None if isinstance(value, float) and not math.isfinite(value) else value  # JSON has no NaN
+
+
+def format_wide_winners(records: Sequence[WinnerRecord], current_source_hash: Callable[[str], str | None]) -> str:
     """A fixed-width table: kernel, problem, schedule, median, default, speedup, the decision
     (margin of the runner-up over the winner, tie, the runner-up's knobs that differ from
     the winner's), `farm bench`'s speed against the vendor library (vendor time / tuned
@@ -22,8 +120,6 @@ def format_winners(records: Sequence[WinnerRecord], current_source_hash: Callabl
     `current_source_hash(kernel)` gives the catalog's hash now (None for a kernel the
     catalog doesn't know); a winner tuned against another source is marked stale.
     """
-    if not records:
-        return "no winners stored yet: run `farm tune` first"
     header = ("kernel", "problem", "schedule", "median_us", "default_us", "speedup", "margin", "tie", "runner_up",
               "vs_vendor", "topology", "device", "stale")  # fmt: skip
     rows = [header] + [_winner_cells(r, current_source_hash(r.kernel)) for r in records]

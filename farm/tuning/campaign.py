@@ -40,7 +40,7 @@ from farm.tuning.engine import RemeasureFailed, StoreLog, tune_problem
 from farm.tuning.heartbeat import Heartbeat
 from farm.tuning.job import Job
 from farm.tuning.recording import TrialRecorder
-from farm.tuning.report import Progress, format_stage_times, format_task_totals, format_workers
+from farm.tuning.report import Progress, format_stage_times, format_task_totals, format_workers, problem_line
 from farm.tuning.tasks import Task, TuneConfig, notice_cpu, plan
 from farm.tuning.workers import WorkerFailure, WorkerPool
 
@@ -56,8 +56,11 @@ SWEEP_S = STALE_AFTER_S / 2  # how often a running campaign looks for dead ones 
 class Campaign:
     """One run of `farm tune`: owns the progress, the campaign row and the trial recorder."""
 
-    def __init__(self, config: TuneConfig, pool: WorkerPool, db: store.Store, out: Path, command: str):
+    def __init__(
+        self, config: TuneConfig, pool: WorkerPool, db: store.Store, out: Path, command: str, verbose: bool = False
+    ):
         self.config, self.pool, self.db, self.out, self.command = config, pool, db, out, command
+        self.verbose = verbose  # the plan's and the search's totals too
         self.recorder: TrialRecorder | None = None
         self.campaign_id = 0
         self.progress: Progress | None = None
@@ -78,9 +81,9 @@ class Campaign:
             notice_cpu(profile, [t for t in tasks if t.topology == topology])
         total = sum(t.trials for t in tasks)
         excluded = sum(t.excluded for t in tasks)
-        if excluded:
-            print(f"plan: {excluded} schedules fail their kernel's checks for their problem on this adapter; not run",
-                  file=sys.stderr)  # fmt: skip
+        if excluded and self.verbose:
+            print(f"plan: {total} trials; {excluded} schedules of the spaces left out before running, as their "
+                  "kernel's checks rule them out for their problem on this adapter", file=sys.stderr)  # fmt: skip
         self._interrupt_stale()
         self.campaign_id = store.start_campaign(
             self.db, self.command, self.config.strategy, self.config.budget, self.config.reps, total
@@ -108,7 +111,8 @@ class Campaign:
         self.progress.finish()
         store.finish_campaign(self.db, self.campaign_id, "done")
         self._summary(winners)
-        print(format_task_totals(self.tasks), file=sys.stderr)
+        if self.verbose:
+            print(format_task_totals(self.tasks), file=sys.stderr)
         return winners
 
     def _interrupt_stale(self) -> None:
@@ -139,6 +143,7 @@ class Campaign:
         self._prefetched.pop(_task_key(task), None)
         if outcome.winner is not None:
             siblings.append(outcome.winner.schedule_key)
+            self.progress.note(problem_line(outcome.winner, outcome.stats.get("trials", 0)))
         return outcome.winner
 
     def _drop_held(self, current: Task | None) -> None:
@@ -249,20 +254,24 @@ def tune(
     trial_timeout_s: float = 60.0,
     command: str = "farm tune",
     gpus: int | None = None,
+    verbose: bool = False,
 ) -> list[WinnerRecord]:
     """Run one campaign end to end (pool up, each local GPU's lock taken, tune, winners
-    stored, pool down); `gpus` caps the workers at that many of the cluster's GPUs (default: all)."""
+    stored, pool down); `gpus` caps the workers at that many of the cluster's GPUs (default: all).
+    `verbose` adds the workers' placement, the plan, the search's totals and the stage times."""
     begun = time.perf_counter()
     db = store.open_store(db_url)
     out = config.out or store.farm_home() / "artifacts"
     with WorkerPool(ray_address, allow_cpu=allow_cpu, trial_timeout_s=trial_timeout_s, gpus=gpus) as pool:
         reports = pool.reports()
-        print(format_workers(reports), file=sys.stderr)
+        if verbose:
+            print(format_workers(reports), file=sys.stderr)
         up_s = time.perf_counter() - begun  # start-up is a visible share of a short campaign
         print(f"startup: database, Ray and {len(reports)} worker(s) up in {up_s:.1f} s", file=sys.stderr)
         with device_locks(reports, command):  # waits while another local campaign times on these GPUs
             started = time.perf_counter()
             try:
-                return Campaign(config, pool, db, Path(out), command).run()
+                return Campaign(config, pool, db, Path(out), command, verbose).run()
             finally:
-                print(format_stage_times(pool, time.perf_counter() - started), file=sys.stderr)
+                if verbose:
+                    print(format_stage_times(pool, time.perf_counter() - started), file=sys.stderr)

@@ -13,6 +13,9 @@ retries an unreachable GCS for 20 x ~36 s); otherwise, or when Ray then fails to
 (a refused auth token among others), `RayUnreachable`: a ValueError the CLI prints as one
 line naming the address and the fix.
 
+A local Ray keeps Ray's token auth on, without the WARNING Ray 2.60 logs about it on every
+start (`_not_token_notice`): a local run prints only the farm's own lines.
+
 FORWARDED_ENV are the variables the workers need from the driver's environment (an extra
 kernel module, the adapter choice), except those an enclosing `ray job submit` already
 sets (`job_env_keys`). User kernel files (`--kernels-file`, $FARM_KERNELS_FILES) travel by
@@ -23,6 +26,7 @@ node needs them at a path.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -34,6 +38,13 @@ FORWARDED_ENV = ("FARM_EXTRA_KERNELS", "FARM_ADAPTER")
 CONNECT_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_ENV = "FARM_RAY_CONNECT_TIMEOUT_S"
 _RETRY_S = 0.5  # between connection attempts to an address that refused
+# Ray 2.60 logs this WARNING on every new local cluster, where token auth is what the farm wants.
+_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def _not_token_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(_TOKEN_NOTICE)
 
 
 class RayUnreachable(ValueError):
@@ -73,6 +84,9 @@ def init_ray(address: str | None, num_cpus: int | None, connect_timeout_s: float
     # address is never loopback); a local tune doesn't need it: off unless the user set it,
     # as `farm cluster start` does.
     os.environ.setdefault("RAY_enable_metrics_collection", "0")
+    notices = logging.getLogger(_TOKEN_LOGGER)
+    if _not_token_notice not in notices.filters:
+        notices.addFilter(_not_token_notice)  # only that notice: a warning that auth is off still shows
     ray.init(
         address="local",  # never the cluster named in ray_current_cluster
         num_cpus=num_cpus,

@@ -1,5 +1,7 @@
-"""What a campaign prints: the progress line, the winners table, each worker's placement
-and where each worker's time went.
+"""What a campaign prints: the progress line, a line per problem as it is done, the
+closing summary (`format_summary`: fits 100 columns; `format_winners_table` with -v, its
+margins explained by MARGIN_NOTE) and what to run next, and with -v each worker's
+placement and where each worker's time went.
 
 `Progress` keeps done/total, failures, resumed trials (replayed from the store: they count
 into done, as they do in the campaign row) and the ETA on one stderr line;
@@ -19,6 +21,7 @@ from typing import TextIO
 
 from farm.schedule import Schedule
 from farm.store import WinnerRecord
+from farm.store.listing import SCHEDULE_NOTE, fit_table, short_schedule
 from farm.trial import TrialResult
 from farm.tuning.job import format_stage_report
 from farm.tuning.workers import WorkerPool
@@ -63,10 +66,62 @@ class Progress:
             f"{self.failures} failed, {self.skipped} resumed, ETA {eta}"
         )
 
+    def note(self, text: str) -> None:
+        """A line of its own above the progress line (on a TTY the progress line is redrawn below it)."""
+        with self._lock:
+            if self.tty:
+                self.stream.write(f"\r\033[K{text}\n{self.line()}")
+            else:
+                self.stream.write(text + "\n")
+            self.stream.flush()
+
     def finish(self) -> None:
         if self.tty:
             self.stream.write("\n")
             self.stream.flush()
+
+
+MARGIN_NOTE = (
+    "margin: how much slower the runner-up is than the winner (median of their paired re-measurement rounds);\n"
+    "[low, high]: its 90% sign-test interval over those rounds; tie: the two were within the timing noise"
+)
+NEXT_STEPS = """\
+next:
+  farm winners            the winners stored for this GPU (--wide: every column, --json: every field)
+  farm dashboard          the same in a browser, with the trials: http://127.0.0.1:8501
+  python                  and run the tuned kernels from your code:
+      import numpy as np
+      from farm import ForgeRuntime
+      rt = ForgeRuntime()  # this GPU's winners, from the database above
+      a, x = np.random.rand(256, 256).astype(np.float32), np.random.rand(256).astype(np.float32)
+      print(rt.gemv(a, x))"""
+
+
+def problem_line(winner: WinnerRecord, trials: int) -> str:
+    """The line printed as a problem's winner is stored: its time and speedup over the default schedule."""
+    speedup = winner.speedup
+    speed = "" if speedup is None or math.isnan(speedup) else f", {speedup:.2f}x over the default schedule"
+    return f"{winner.kernel} {winner.problem_key}: {winner.median_ns / 1e3:.2f} us{speed} ({trials} trials)"
+
+
+def format_summary(winners: list[WinnerRecord]) -> str:
+    """The closing table that fits 100 columns: kernel, problem, the winner's median, its
+    speedup over the default schedule and the schedule as the knobs that differ from the default."""
+    if not winners:
+        return "no winners"
+    header = ("kernel", "problem", "median_us", "speedup", "schedule")
+    rows = [
+        (
+            w.kernel,
+            w.problem_key,
+            f"{w.median_ns / 1e3:.2f}",
+            "-" if w.speedup is None or math.isnan(w.speedup) else f"{w.speedup:.2f}x",
+            short_schedule(w),
+        )
+        for w in winners
+    ]
+    note = SCHEDULE_NOTE.format(wide="`farm winners --wide`")
+    return fit_table(header, rows, flex=len(header) - 1) + "\n" + note
 
 
 def format_winners_table(winners: list[WinnerRecord]) -> str:
