@@ -1,7 +1,9 @@
 """The documentation site stays true to the code: it builds with `mkdocs build --strict`
 (broken links, anchors and API references fail), its generated pages cover every command
-and table, every FARM_* variable the code reads is in its table, and the guides' examples
-marked `<!-- runs in tests/test_docs.py -->` run as written."""
+and table, every FARM_* variable the code reads is in its table, and the pages' examples
+marked `<!-- runs in tests/test_docs.py -->` run as written: Python blocks as one script a
+page, shell blocks one command at a time in a newcomer's shell. Every other block of code
+says why it isn't run (`<!-- not run: REASON -->`, tests/doc_blocks.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from doc_blocks import blocks, commands, run_command, shell_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -87,11 +90,58 @@ def test_every_farm_variable_is_in_the_environment_table():
 
 
 def _runnable_pages() -> list[str]:
-    return sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if MARK in p.read_text())
+    return sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if BLOCK.search(p.read_text()))
 
+
+def _shell_blocks() -> list:
+    return [b for p in sorted(DOCS.rglob("*.md")) for b in blocks(p) if b.lang == "sh" and b.runs_in]
+
+
+def test_every_block_of_code_runs_or_says_why_not():
+    unmarked, wrong = [], []
+    for page in sorted(DOCS.rglob("*.md")):
+        for block in blocks(page):
+            where = f"{block.page}:{block.line}"
+            if block.lang in ("python", "sh", "console", "bash") and not (block.runs_in or block.not_run):
+                unmarked.append(where)
+            runs_here = block.runs_in in (None, "tests/test_docs.py")
+            if not runs_here or (block.runs_in and block.lang not in ("python", "sh")):
+                wrong.append(where)
+    assert unmarked == [], "mark each: <!-- runs in tests/test_docs.py --> or <!-- not run: REASON -->"
+    assert wrong == [], "docs/ blocks run in tests/test_docs.py, as python or sh"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", _shell_blocks(), ids=lambda b: f"{b.page}:{b.line}")
+def test_the_shell_examples_run_as_typed(block, tmp_path):
+    """Each command of a marked shell block, in a fresh shell in the repository (the examples'
+    paths are relative to it) with a FARM_HOME and HOME of its own."""
+    env = shell_env(tmp_path)
+    for command in commands(block.code):
+        done = run_command(command, ROOT, env)
+        assert done.returncode == 0, f"{block.page}:{block.line}: {command}: {(done.stdout + done.stderr)[-2000:]}"
+        assert "farm: error" not in done.stderr and "Traceback" not in done.stderr, command
+
+
+# Run before the page's block of that index, in the blocks' namespace: what the page's text
+# says the reader has done (a file `farm export` wrote on their machine, a kernel's WGSL beside it).
+SETUP = {
+    "guides/custom-kernel.md": {1: f"import shutil; shutil.copy({str(ROOT / 'examples' / 'softmax.wgsl')!r}, '.')"},
+    "guides/runtime.md": {
+        1: """
+import json
+from farm.gpu import HardwareProfile, choose_adapter
+from farm.store import SCHEDULES_FORMAT
+_profile = HardwareProfile.from_adapter(choose_adapter())
+_document = {"format": SCHEDULES_FORMAT, "topology_hash": _profile.topology_hash(), "winners": []}
+open("winners.json", "w").write(json.dumps(_document))
+""",
+    },
+}
 
 # Checks run after the page's block of that index, in the blocks' namespace.
 CHECKS = {
+    "index.md": {0: "np.testing.assert_allclose(y, a.astype(np.float64) @ x, rtol=1e-4, atol=1e-4)"},
     "getting-started.md": {0: "assert np.allclose(y, a @ x, rtol=1e-4)"},
     "guides/runtime.md": {
         0: """
@@ -103,14 +153,15 @@ np.testing.assert_allclose(proj, records.astype(np.float32) @ weights, rtol=1e-4
 assert top.shape[0] % 8 == 0 and out.shape == (m,) and context.shape == (1, 4, 32, 24) and rho.shape == (1, 4, 16, 24)
 assert source in ("tuned", "nearest", "same-device", "default")
 """,
-        1: """
+        1: "assert rt.gemv(a, x).shape == (256,)",
+        2: """
 ha, hb = a.numpy(), b.numpy()
 np.testing.assert_allclose(c.numpy(), ha.astype(np.float64) @ hb, rtol=1e-4, atol=1e-4)
 _, want_rho = rt.recurrent_attention(q, v)
 np.testing.assert_allclose(final, want_rho, rtol=1e-4, atol=1e-4)
 np.testing.assert_allclose(y.numpy(), ha.sum(axis=1), rtol=1e-4, atol=1e-4)
 """,
-        2: "np.testing.assert_allclose(sums.numpy(), a.numpy().sum(axis=1), rtol=1e-4, atol=1e-4)",
+        3: "np.testing.assert_allclose(sums.numpy(), a.numpy().sum(axis=1), rtol=1e-4, atol=1e-4)",
     },
     "guides/custom-kernel.md": {
         0: """
@@ -126,7 +177,9 @@ DRIVER = """
 import json, sys
 page, blocks = json.load(sys.stdin)
 scope = {"__name__": "__main__"}
-for line, code, check in blocks:
+for line, setup, code, check in blocks:
+    if setup:
+        exec(compile(setup, page + " (setup)", "exec"), scope)
     exec(compile("\\n" * (line - 1) + code, page, "exec"), scope)
     if check:
         exec(compile(check, page + " (check)", "exec"), scope)
@@ -141,7 +194,8 @@ def test_the_guides_examples_run(page, farm_home):
     blocks = []
     for index, match in enumerate(BLOCK.finditer(text)):
         line = text.count("\n", 0, match.start(1)) + 1
-        blocks.append((line, match.group(1), CHECKS.get(page, {}).get(index, "")))
+        setup = SETUP.get(page, {}).get(index, "")
+        blocks.append((line, setup, match.group(1), CHECKS.get(page, {}).get(index, "")))
     assert blocks, f"{page}: a marked block must be a ```python block right after the mark"
     done = subprocess.run(
         [sys.executable, "-c", DRIVER],
@@ -156,7 +210,8 @@ def test_the_guides_examples_run(page, farm_home):
 
 
 def test_every_checked_page_still_has_its_blocks():
-    for page, checks in CHECKS.items():
+    for page, checks in (CHECKS | {f"{page} (setup)": SETUP[page] for page in SETUP}).items():
+        page = page.removesuffix(" (setup)")
         count = len(BLOCK.findall((DOCS / page).read_text()))
         assert max(checks) < count, f"{page} has {count} runnable blocks; CHECKS names block {max(checks)}"
 

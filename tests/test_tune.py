@@ -555,3 +555,12 @@ def test_a_problem_without_winner_says_its_commonest_failure_and_the_compilers_l
     )
     assert failure_summary({"c": rows["c"]}) == "; 1 of 1 trials wrong_output: max_abs 3.0 > atol"
     assert failure_summary({"ok": {"status": "ok", "message": ""}}) == ""
+
+
+def test_the_python_that_farm_tune_suggests_runs(farm_home, capsys):
+    from farm.tuning.report import NEXT_STEPS
+
+    lines = NEXT_STEPS.split("and in Python, the tuned kernels on your arrays:\n", 1)[1].splitlines()
+    assert len(lines) == 5
+    exec(compile("\n".join(line.strip() for line in lines), "NEXT_STEPS", "exec"), {})  # noqa: S102 - our own text
+    assert capsys.readouterr().out.strip().startswith("[")

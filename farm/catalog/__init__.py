@@ -1,12 +1,10 @@
 """The kernel catalog: one KernelSpec per built-in kernel, registered by name.
 
-A KernelSpec says everything the farm needs about a kernel: its WGSL source
-(`kernels/<name>.wgsl`), the schedule space and default, how to check a schedule
-against the adapter and problem, a seed-derived input generator, the numpy
-reference and tolerance, and `launch()`: the exact buffer wiring, constants and
-workgroup count. Certification (farm.oracle), tuning (farm.tuning) and the
-runtime library (farm.runtime) all go through `launch()`, so the runtime path is
-the certified path.
+A KernelSpec says everything the farm needs about a kernel: its WGSL source (`kernels/<name>.wgsl`),
+the schedule space and default, how to check a schedule against the adapter and problem, a
+seed-derived input generator, the numpy reference and tolerance, and `launch()`: the exact buffer
+wiring, constants and workgroup count. Certification (farm.oracle), tuning (farm.tuning) and the
+runtime library (farm.runtime) all go through `launch()`, so the runtime path is the certified path.
 """
 
 from __future__ import annotations
@@ -356,8 +354,7 @@ def get(name: str) -> KernelSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
-        close = difflib.get_close_matches(str(name), names(), n=1)
-        hint = f" did you mean {close[0]!r}?" if close else ""
+        hint = "".join(f" did you mean {m!r}?" for m in difflib.get_close_matches(str(name), names(), n=1))
         raise ValueError(f"unknown kernel {name!r};{hint} known: {', '.join(names())}") from None
 
 

@@ -35,6 +35,36 @@ examples:
   farm tune gemm --sizes 'gemm:m=512,k=512,n=512' --budget all --strategy exhaustive"""
 
 
+TUNE_HELP = "tune kernels on every GPU of a Ray cluster; store trials and winners"
+# `farm sweep recurrent --artifact-KIND`; --artifact is the older name of --artifact-md.
+SWEEP_ARTIFACTS = (
+    ("md", "the Markdown report's path (default: in --output-dir)"),
+    ("csv", "the per-case CSV's path (default: in --output-dir)"),
+    ("json", "the JSON report's path (default: in --output-dir)"),
+    ("steps-csv", "the per-step consistency CSV's path (default: in --output-dir)"),
+)
+STRATEGY_HELP = (
+    "how schedules are chosen: model (a cost model fitted to the trials so far proposes the next, then polishes "
+    "the best), random (a random sample of the space), exhaustive (every schedule, up to --budget)"
+)
+SIZES_HELP = (
+    "problems, e.g. 'gemm:m=64,k=64,n=64;gemv:m=256,n=256' (default: each kernel's own problems, realistic sizes "
+    "on a GPU and small ones on a CPU adapter)"
+)
+VERBOSE_HELP = "also print the plan, each worker's placement and stage times, and the margins with their intervals"
+
+
+def describe(parser: argparse.ArgumentParser) -> None:
+    """Each subcommand's `--help` opens with the line `farm --help` lists it with."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                if sub.description is None and helps.get(name):
+                    sub.description = helps[name]
+                describe(sub)
+
+
 class FarmHelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Epilogs keep their lines; an option whose help doesn't say its default gets
     "(default: X)" appended, unless it has none to show (None, off, an empty list)."""

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from farm import catalog
-from farm.cli import database, queue
+from farm.cli import database, helptext, queue
 from farm.cli.errors import (
     EXIT_INTERRUPTED,
     FarmParser,
@@ -28,14 +28,9 @@ from farm.cli.errors import (
     user_errors,
     writable_dir,
 )
-from farm.cli.helptext import START_HERE, TUNE_EPILOG
 from farm.cli.vendor import VENDOR_FP32
 from farm.tuning.tasks import DEFAULT_BUDGET, SPACE_SHARE
 
-STRATEGY_HELP = (
-    "how schedules are chosen: model (a cost model fitted to the trials so far proposes the next, then polishes "
-    "the best), random (a random sample of the space), exhaustive (every schedule, up to --budget)"
-)
 # `farm tune` without --budget (a sentinel: --budget all is None): the budget scales with the space.
 SCALED_BUDGET = object()
 
@@ -118,18 +113,9 @@ def _add_sweep_parser(sub) -> None:
     p.add_argument(
         "--gpu-util-threshold", type=finite_float, default=25.0, help="max nvidia-smi utilization for extra reps"
     )
-    p.add_argument(
-        "--output-dir", default=None, help="directory for the four artifacts (default: $FARM_HOME/artifacts)"
-    )
-    p.add_argument(
-        "--artifact-md", "--artifact", dest="artifact_md", default=None,
-        help="the Markdown report's path (default: in --output-dir)",
-    )  # fmt: skip
-    p.add_argument("--artifact-csv", default=None, help="the per-case CSV's path (default: in --output-dir)")
-    p.add_argument("--artifact-json", default=None, help="the full JSON report's path (default: in --output-dir)")
-    p.add_argument(
-        "--artifact-steps-csv", default=None, help="the per-step consistency CSV's path (default: in --output-dir)"
-    )
+    p.add_argument("--output-dir", default=None, help="directory of the four artifacts (default: $FARM_HOME/artifacts)")
+    for kind, text in helptext.SWEEP_ARTIFACTS:
+        p.add_argument(f"--artifact-{kind}", *["--artifact"] * (kind == "md"), default=None, help=text)
     p.add_argument("--seed", type=int, default=1337, help="seed of the generated inputs")
     p.add_argument("--allow-cpu", action="store_true", help="allow a CPU adapter (numbers mean little)")
     p.add_argument(
@@ -177,12 +163,8 @@ def _add_serving_parsers(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address for the job API (dashboard) to bind")
     p.add_argument("--port", type=port, default=6379, help="GCS port")
     p.add_argument("--dashboard-port", type=port, default=8265, help="job API / Ray dashboard port")
-    p.add_argument(
-        "--num-cpus", type=nonnegative_int, default=None, help="CPUs the head offers Ray (default: this machine's)"
-    )
-    p.add_argument(
-        "--num-gpus", type=nonnegative_int, default=None, help="GPUs the head offers Ray (default: those Ray detects)"
-    )
+    p.add_argument("--num-cpus", type=nonnegative_int, default=None, help="CPUs for Ray (default: this machine's)")
+    p.add_argument("--num-gpus", type=nonnegative_int, default=None, help="GPUs for Ray (default: those Ray finds)")
     p.add_argument("--temp-dir", default="/tmp/ray", help="Ray's session directory root")
     p.set_defaults(func=cmd_cluster)
     p = cluster_sub.add_parser("stop", help="stop the head started with --temp-dir (only its processes)")
@@ -194,7 +176,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from farm.store import farm_home
     from farm.store.engine import mask_command
     from farm.tuning.campaign import tune
-    from farm.tuning.report import MARGIN_NOTE, NEXT_STEPS, format_summary, format_winners_table
+    from farm.tuning.report import closing
     from farm.tuning.tasks import TuneConfig, parse_sizes
 
     sizes = parse_sizes(args.sizes) if args.sizes is not None else {}
@@ -203,7 +185,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         kernels = args.user_kernels  # `farm tune --kernels-file F`: the kernels F defines
     _check_sizes(sizes, kernels, args)
     _refuse_cpu(args.allow_cpu, "tune", args.ray_address)  # no database or artifacts made for a refusal
-    writable_dir(Path(args.out) if args.out else farm_home() / "artifacts", "tuning artifacts")
+    out = writable_dir(Path(args.out) if args.out else farm_home() / "artifacts", "tuning artifacts")
     scaled = args.budget is SCALED_BUDGET  # no --budget: DEFAULT_BUDGET, the cap growing with the space
     whole = scaled and args.strategy == "exhaustive"  # exhaustive without --budget: every schedule
     config = TuneConfig(
@@ -222,29 +204,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         ensure_token()  # the token a new local Ray uses; ray.init() would write one 0644
     command = mask_command(["farm", "tune", *(sys.argv[2:] if sys.argv[1:2] == ["tune"] else [])])
-    winners = tune(
-        config, args.db, args.ray_address, args.allow_cpu, args.trial_timeout, command, args.gpus, args.verbose
-    )
-    print(f"{format_winners_table(winners)}\n{MARGIN_NOTE}" if args.verbose else format_summary(winners))
-    same_db = "\n  (this campaign's --db: pass it to farm winners and farm dashboard, and as ForgeRuntime(db=...))"
-    print(f"\n{_where(args)}\n{NEXT_STEPS}{same_db if args.db else ''}")
+    winners = tune(config, args.db, args.ray_address, args.allow_cpu, args.trial_timeout, command, args.gpus,
+                   args.verbose)  # fmt: skip
+    print(closing(winners, args.db, out, args.verbose))
     missing = _without_winner(kernels, sizes, winners)
     if missing:
         print(f"farm: no certified schedule, so no winner, for {', '.join(missing)}", file=sys.stderr)
         return 1
     return 0
-
-
-def _where(args: argparse.Namespace) -> str:
-    """Where the campaign's results went: the database (password masked) and the artifacts."""
-    from farm.store import database_url, farm_home
-    from farm.store.engine import mask_url
-
-    out = Path(args.out) if args.out else farm_home() / "artifacts"
-    return (
-        f"results:  {mask_url(database_url(args.db))}\n"
-        f"          {out} (trials as Parquet, campaigns/<id>/: each campaign's summary)"
-    )
 
 
 def _check_sizes(sizes: dict, kernels: list[str], args: argparse.Namespace) -> None:
@@ -312,18 +279,12 @@ def _without_winner(kernels: list[str], sizes: dict, winners: list) -> list[str]
 
 
 def _add_tune_parser(sub) -> None:
-    p = sub.add_parser(
-        "tune", help="tune kernels on every GPU of a Ray cluster; store trials and winners", epilog=TUNE_EPILOG
-    )
+    p = sub.add_parser("tune", help=helptext.TUNE_HELP, epilog=helptext.TUNE_EPILOG)
     p.add_argument("kernels", nargs="*", help="kernel names (default: all, or those named in --sizes)")
     p.add_argument("--all", action="store_true", help="every kernel in the catalog")
-    p.add_argument(
-        "--sizes",
-        default=None,
-        help="problems, e.g. 'gemm:m=64,k=64,n=64;gemv:m=256,n=256' (default: each kernel's own problems, "
-        "realistic sizes on a GPU and small ones on a CPU adapter)",
-    )
-    p.add_argument("--strategy", choices=("exhaustive", "random", "model"), default="model", help=STRATEGY_HELP)
+    p.add_argument("--sizes", default=None, help=helptext.SIZES_HELP)
+    strategies = ("exhaustive", "random", "model")
+    p.add_argument("--strategy", choices=strategies, default="model", help=helptext.STRATEGY_HELP)
     p.add_argument(
         "--budget",
         type=budget,
@@ -345,10 +306,7 @@ def _add_tune_parser(sub) -> None:
         "--gpus", type=positive_int, default=None, help="use at most this many of the cluster's GPUs (default: all)"
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the search's random choices")
-    p.add_argument(
-        "-v", "--verbose", action="store_true",
-        help="also print the plan, each worker's placement and stage times, and the margins with their intervals",
-    )  # fmt: skip
+    p.add_argument("-v", "--verbose", action="store_true", help=helptext.VERBOSE_HELP)
     p.set_defaults(func=cmd_tune)
 
 
@@ -364,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = FarmParser(
         prog="farm",
         description="A tuning farm for WebGPU compute kernels: certify, tune on a Ray cluster, serve the winners.",
-        epilog=START_HERE,
+        epilog=helptext.START_HERE,
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -409,20 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="PATH",
             help="a Python file defining farm.Kernel(s) (repeatable; default: those $FARM_KERNELS_FILES names)",
         )
-    _describe(parser)
+    helptext.describe(parser)
 
     return parser
-
-
-def _describe(parser: argparse.ArgumentParser) -> None:
-    """Each subcommand's `--help` opens with the line `farm --help` lists it with."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            helps = {choice.dest: choice.help for choice in action._choices_actions}
-            for name, sub in action.choices.items():
-                if sub.description is None and helps.get(name):
-                    sub.description = helps[name]
-                _describe(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import TextIO
 
 from farm.schedule import Schedule
@@ -87,14 +88,29 @@ MARGIN_NOTE = (
 )
 NEXT_STEPS = """\
 next:
-  farm winners            the winners stored for this GPU (--wide: every column, --json: every field)
-  farm dashboard          the same in a browser, with the trials: http://127.0.0.1:8501
-  python                  and run the tuned kernels from your code:
+  farm winners      what was stored (--wide: every column, --json: every field)
+  farm dashboard    the same in a browser, with every trial: http://127.0.0.1:8501
+  and in Python, the tuned kernels on your arrays:
       import numpy as np
       from farm import ForgeRuntime
       rt = ForgeRuntime()  # this GPU's winners, from the database above
       a, x = np.random.rand(256, 256).astype(np.float32), np.random.rand(256).astype(np.float32)
       print(rt.gemv(a, x))"""
+
+
+def closing(winners: list[WinnerRecord], db_url: str | None, out: Path, verbose: bool) -> str:
+    """What `farm tune` prints last: the winners (the full table and MARGIN_NOTE with -v), where
+    the results are (the database's URL, password masked; the artifacts) and NEXT_STEPS."""
+    from farm.store import database_url
+    from farm.store.engine import mask_url
+
+    table = f"{format_winners_table(winners)}\n{MARGIN_NOTE}" if verbose else format_summary(winners)
+    where = (
+        f"results:  {mask_url(database_url(db_url))}\n"
+        f"          {out} (trials as Parquet, campaigns/<id>/: each campaign's summary)"
+    )
+    same = "\n  (this campaign's --db: pass it to farm winners and farm dashboard, and as ForgeRuntime(db=...))"
+    return f"{table}\n\n{where}\n{NEXT_STEPS}{same if db_url else ''}"
 
 
 def problem_line(winner: WinnerRecord, trials: int) -> str:
