@@ -239,3 +239,14 @@ def test_a_running_head_is_joined_only_when_named_and_cluster_stop_forgets_it(he
     assert capsys.readouterr().out.startswith("stopped ")
     assert not recorded.exists()  # removed, as `ray stop` removes it for its head
     assert cluster.head_pids(head.temp_dir) == []
+
+
+def test_only_rays_notice_that_token_auth_is_on_is_kept_off_a_local_run():
+    import logging
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord(ray_session._TOKEN_LOGGER, logging.WARNING, __file__, 1, message, None, None)
+
+    on = record("Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out.")
+    off = record("Token authentication is disabled for this Ray cluster. Anyone with network access ...")
+    assert not ray_session._not_token_notice(on) and ray_session._not_token_notice(off)

@@ -109,8 +109,12 @@ def test_the_closing_summary_fits_100_columns_with_the_knobs_that_differ_from_th
     assert max(len(line) for line in lines) <= 100
     assert lines[2].split() == ["gemv", "m=8,n=8", "2.00", "2.50x", "workgroup_size=32"]
     assert lines[3].split()[:4] == ["gemm", "m=1024,k=1024,n=1024", "2000.00", "1.00x"]
-    assert lines[4].split() == ["gemv", "m=4,n=4", "0.01", "-", "default"]
-    assert lines[-1].startswith("schedule: the knobs that differ from the kernel's default")
+    wrapped = lines[4 : next(i for i, line in enumerate(lines) if line.split()[:2] == ["gemv", "m=4,n=4"])]
+    assert wrapped and all(line.startswith(" " * 40) for line in wrapped)  # the long schedule, wrapped
+    knobs = "".join(line.split()[-1] for line in [lines[3], *wrapped]).split(",")
+    assert len(knobs) > 5 and all("=" in knob for knob in knobs)
+    assert lines[-2].split() == ["gemv", "m=4,n=4", "0.01", "-", "default"]
+    assert lines[-1].startswith("schedule: knobs that differ from the default")
 
 
 def test_a_problem_line_says_the_winners_time_and_speedup():

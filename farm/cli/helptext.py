@@ -27,7 +27,7 @@ more:
 `farm COMMAND --help` says more; results land in $FARM_HOME (default ~/.farm)."""
 
 TUNE_EPILOG = f"""\
-kernels: {", ".join(BUILTIN_KERNELS)}, and those a --kernels-file defines
+kernels: {", ".join(BUILTIN_KERNELS)} (and a --kernels-file's)
 
 examples:
   farm tune gemv --allow-cpu            one kernel on this machine (a CPU adapter too)

@@ -17,8 +17,7 @@ SHORT_HASH = 12  # how `farm winners` shows a topology hash; any unique prefix s
 
 NOT_RECORDED = "\u2013"  # a decision or vendor value the row does not have (rows from before revision 0005)
 WIDTH = 100  # what the default tables fit: a terminal a little wider than 80 columns
-ELLIPSIS = "\u2026"
-SCHEDULE_NOTE = "schedule: the knobs that differ from the kernel's default; {wide} shows them all"
+SCHEDULE_NOTE = "schedule: knobs that differ from the default ({wide}: every knob, every column)"
 MARGIN_LEGEND = "margin: how much slower the runner-up is than the winner; tie: the two were within the noise"
 
 
@@ -27,7 +26,7 @@ def format_winners(
 ) -> str:
     """The winners as a table of at most WIDTH columns: kernel, problem, median, speedup over
     the default schedule, the margin over the runner-up (or tie), the schedule as the knobs
-    that differ from the default (cut to fit); the topology as a column when several are
+    that differ from the default (wrapped to fit); the topology as a column when several are
     listed (above the table when one is), and a note for a winner that is stale or whose
     kernel this process doesn't know. `wide`: every column (`format_wide_winners`)."""
     if not records:
@@ -78,19 +77,32 @@ def short_schedule(record: WinnerRecord) -> str:
 
 
 def fit_table(header: Sequence[str], rows: Sequence[Sequence[str]], flex: int, width: int = WIDTH) -> str:
-    """A fixed-width table whose column `flex` is cut (with an ellipsis) so that each line fits
-    `width` characters, if the other columns leave it room for its header."""
+    """A fixed-width table whose column `flex` wraps (after a comma, else anywhere) onto lines of
+    its own so that each line fits `width` characters, if the other columns leave it room."""
     table = [list(header)] + [list(row) for row in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     room = width - (sum(widths) - widths[flex]) - 2 * (len(header) - 1)
-    if widths[flex] > room >= len(header[flex]):
-        widths[flex] = room
-        for row in table:
-            if len(row[flex]) > room:
-                row[flex] = row[flex][: room - 1] + ELLIPSIS
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    room = max(room, len(header[flex]), 20)
+    widths[flex] = min(widths[flex], room)
+    lines = []
+    for index, row in enumerate(table):
+        for part, piece in enumerate(_wrap(row[flex], room)):
+            cells = row if part == 0 else [""] * len(row)
+            cells = [piece if i == flex else cell for i, cell in enumerate(cells)]
+            lines.append("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _wrap(text: str, room: int) -> list[str]:
+    """`text` in pieces of at most `room` characters, each ending after a comma where one fits."""
+    pieces = []
+    while len(text) > room:
+        cut = text.rfind(",", 0, room) + 1 or room
+        pieces.append(text[:cut])
+        text = text[cut:]
+    return [*pieces, text]
 
 
 def winners_json(records: Sequence[WinnerRecord], current_source_hash: Callable[[str], str | None]) -> str:

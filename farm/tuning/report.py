@@ -107,7 +107,7 @@ def closing(winners: list[WinnerRecord], db_url: str | None, out: Path, verbose:
     table = f"{format_winners_table(winners)}\n{MARGIN_NOTE}" if verbose else format_summary(winners)
     where = (
         f"results:  {mask_url(database_url(db_url))}\n"
-        f"          {out} (trials as Parquet, campaigns/<id>/: each campaign's summary)"
+        f"          {out}  (the trials as Parquet, each campaign's summary)"
     )
     same = "\n  (this campaign's --db: pass it to farm winners and farm dashboard, and as ForgeRuntime(db=...))"
     return f"{table}\n\n{where}\n{NEXT_STEPS}{same if db_url else ''}"
