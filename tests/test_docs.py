@@ -107,6 +107,8 @@ def test_every_block_of_code_runs_or_says_why_not():
             runs_here = block.runs_in in (None, "tests/test_docs.py")
             if not runs_here or (block.runs_in and block.lang not in ("python", "sh")):
                 wrong.append(where)
+            if block.lang == "python" and not block.runs_in:
+                wrong.append(f"{where}: a Python example runs")
     assert unmarked == [], "mark each: <!-- runs in tests/test_docs.py --> or <!-- not run: REASON -->"
     assert wrong == [], "docs/ blocks run in tests/test_docs.py, as python or sh"
 
@@ -126,6 +128,7 @@ def test_the_shell_examples_run_as_typed(block, tmp_path):
 # Run before the page's block of that index, in the blocks' namespace: what the page's text
 # says the reader has done (a file `farm export` wrote on their machine, a kernel's WGSL beside it).
 SETUP = {
+    "guides/clusters.md": {0: "import os, tempfile; os.environ['HOME'] = tempfile.mkdtemp()"},  # the Ray token's home
     "guides/custom-kernel.md": {1: f"import shutil; shutil.copy({str(ROOT / 'examples' / 'softmax.wgsl')!r}, '.')"},
     "guides/runtime.md": {
         1: """
@@ -141,6 +144,7 @@ open("winners.json", "w").write(json.dumps(_document))
 
 # Checks run after the page's block of that index, in the blocks' namespace.
 CHECKS = {
+    "guides/clusters.md": {0: "assert head.gpus == 1 and job.startswith('raysubmit_')"},
     "index.md": {0: "np.testing.assert_allclose(y, a.astype(np.float64) @ x, rtol=1e-4, atol=1e-4)"},
     "getting-started.md": {0: "assert np.allclose(y, a @ x, rtol=1e-4)"},
     "guides/runtime.md": {
@@ -187,7 +191,12 @@ print("all blocks ran")
 """
 
 
-@pytest.mark.parametrize("page", _runnable_pages())
+SLOW_PAGES = {"guides/clusters.md"}  # starts a Ray head and a node
+
+
+@pytest.mark.parametrize(
+    "page", [pytest.param(p, marks=[pytest.mark.slow] * (p in SLOW_PAGES)) for p in _runnable_pages()]
+)
 def test_the_guides_examples_run(page, farm_home):
     path = DOCS / page
     text = path.read_text()
