@@ -70,7 +70,6 @@ def headline_metrics(h: dict) -> None:
     st.caption(f"Geometric means over {h['problems']} winner(s){vendor}.")
 
 
-
 def _bars(rows: list[dict], y: str, x: str, title: str, tooltip: list) -> alt.LayerChart:
     """Horizontal bars (labels never cut) with the value at each bar's end and a rule at 1×."""
     base = alt.Chart(alt.Data(values=rows))
@@ -178,7 +177,8 @@ def knob_order(rows: list[dict], knob: str) -> list[str]:
 def knob_landscape(rows: list[dict], knob: str, second: str | None = None) -> None:
     """One knob: a box per value with every trial as a jittered point. Two knobs: a heat map of the
     fastest time in each cell. Categorical axes: the values are choices, not a continuum."""
-    shown = [{**row, knob: str(row[knob])} | ({second: str(row[second])} if second else {}) for row in rows if knob in row]
+    picked = (knob, second) if second else (knob,)
+    shown = [row | {k: str(row[k]) for k in picked} for row in rows if all(k in row for k in picked)]
     base = alt.Chart(alt.Data(values=shown))
     x = alt.X(f"{knob}:N", sort=knob_order(rows, knob), title=knob, axis=alt.Axis(labelAngle=0))
     if second:

@@ -172,9 +172,8 @@ def convergence(store: Store, topology_hash: str, kernel: str, problem: str, sou
         time = us(row["median_ns"]) if row["status"] == "ok" else None
         if time is not None and (best is None or time < best):
             best = time
-        out.append(
-            {"trial": number, "median_us": time, "best_us": best, "status": row["status"], "campaign": row["campaign_id"]}
-        )
+        status, campaign = row["status"], row["campaign_id"]
+        out.append({"trial": number, "median_us": time, "best_us": best, "status": status, "campaign": campaign})
     return out
 
 

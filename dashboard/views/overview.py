@@ -9,6 +9,8 @@ from farm.store.repo import STALE_AFTER_S
 
 st.title("Tuning farm")
 db = store()
+CAMPAIGN_COLUMNS = ("id", "status", "progress", "done", "total", "failures", "budget", "strategy", "command", "host",
+                    "started_at", "finished_at", "last_seen")  # fmt: skip
 
 
 def render() -> None:
@@ -36,8 +38,7 @@ def render() -> None:
     st.dataframe(
         shown,
         hide_index=True,
-        column_order=("id", "status", "progress", "done", "total", "failures", "budget", "strategy", "command",
-                      "host", "started_at", "finished_at", "last_seen"),  # fmt: skip
+        column_order=CAMPAIGN_COLUMNS,
         column_config={
             "id": st.column_config.NumberColumn("id", pinned=True, width="small"),
             "status": st.column_config.TextColumn("status", pinned=True, width="small"),

@@ -76,8 +76,10 @@ def render_knobs() -> None:
         key="trials_knob2",
     )  # fmt: skip
     charts.knob_landscape(rows, knob, second)
-    st.caption(f"Certified trials of {chart_kernel}'s current source, newest {len(rows)} (at most "
-               f"{data.MAX_CHART_TRIALS}); other problems' times are not comparable, so one problem at a time.")  # fmt: skip
+    st.caption(
+        f"Certified trials of {chart_kernel}'s current source, the newest {len(rows)} (at most "
+        f"{data.MAX_CHART_TRIALS}); one problem at a time, since times of different problems don't compare."
+    )
 
 
 def render_failures() -> None:

@@ -37,8 +37,11 @@ def column_config() -> dict:
         "margin_high_pct": number("margin high", format="%+.1f%%", help="the margin's sign-test interval, high end"),
         "tie": text("tie", help=charts.TIE_HELP),
         "runner_up": text("runner-up", help="the runner-up's knobs that differ from the winner's", width=150),
-        "schedule": text("schedule", help="the knobs that differ from the kernel's default schedule; "
-                         "the whole schedule is in the details below", width="medium"),  # fmt: skip
+        "schedule": text(
+            "schedule",
+            help="the knobs that differ from the kernel's default schedule; the whole schedule is in the details below",
+            width="medium",
+        ),  # fmt: skip
         "schedule_full": text("schedule"),
         "vendor_ratio": number("vs vendor", format="%.2f×", help=charts.VENDOR_HELP, width="small"),
         "vendor_measured_at": st.column_config.DatetimeColumn("benchmarked", format="YYYY-MM-DD"),
