@@ -70,21 +70,35 @@ def headline_metrics(h: dict) -> None:
     st.caption(f"Geometric means over {h['problems']} winner(s){vendor}.")
 
 
-def _bars(rows: list[dict], y: str, x: str, title: str, tooltip: list) -> alt.LayerChart:
-    """Horizontal bars (labels never cut) with the value at each bar's end and a rule at 1×."""
+def _bars(rows: list[dict], y: str, x: str, title: str, tooltip: list, ratio: bool = True) -> alt.LayerChart:
+    """Horizontal bars (labels never cut) with the value at each bar's end; a ratio's axis reads
+    in × with a dashed rule at 1×."""
     base = alt.Chart(alt.Data(values=rows))
-    top = max(1.0, *(row[x] for row in rows))
+    top = max(1.0 if ratio else 0.0, *(row[x] for row in rows))
     bars = base.mark_bar().encode(
-        y=alt.Y(f"{y}:N", title=None, sort=None, axis=alt.Axis(labelLimit=260)),
+        y=alt.Y(f"{y}:N", title=None, sort=None, axis=alt.Axis(labelLimit=320)),
         # room at the right for the value printed past the longest bar
-        x=alt.X(f"{x}:Q", title=title, axis=SPEEDUP, scale=alt.Scale(domain=[0, 1.15 * top], nice=False)),
+        x=alt.X(
+            f"{x}:Q",
+            title=title,
+            axis=SPEEDUP if ratio else alt.Axis(format="~s"),
+            scale=alt.Scale(domain=[0, 1.15 * top], nice=False),
+        ),
         tooltip=tooltip,
     )
     labels = base.mark_text(align="left", dx=4).encode(
         y=alt.Y(f"{y}:N", sort=None), x=f"{x}:Q", text=alt.Text(f"{x}:Q", format=".2f")
     )
-    one = alt.Chart(alt.Data(values=[{"one": 1.0}])).mark_rule(strokeDash=[4, 3], color="gray").encode(x="one:Q")
-    return (bars + labels + one).properties(height=alt.Step(26))  # a step: axes don't squeeze the bars
+    layers = [bars, labels]
+    if ratio:
+        one = alt.Chart(alt.Data(values=[{"one": 1.0}]))
+        layers.append(one.mark_rule(strokeDash=[4, 3], color="gray").encode(x="one:Q"))
+    return alt.layer(*layers).properties(height=alt.Step(26))  # a step: the axes don't squeeze the bars
+
+
+def time_bars(rows: list[dict], y: str, x: str, title: str, tooltip: list) -> None:
+    """Horizontal bars of times (µs), the value printed at each bar's end."""
+    _show(_bars(rows, y, x, title, tooltip, ratio=False))
 
 
 def speedup_per_kernel(rows: list[dict]) -> None:
@@ -146,9 +160,9 @@ def status_bars(counts: list[dict]) -> None:
 def convergence(rows: list[dict], default_us: float | None, winner_us: float | None) -> None:
     """Best-so-far time against trial number, each trial's time as a faint point, the default as a dashed rule."""
     base = alt.Chart(alt.Data(values=rows))
-    y = alt.Y("median_us:Q", title="median time (µs)", scale=alt.Scale(zero=False, nice=True))
+    y = alt.Y("median_us:Q", title="median time (µs)", scale=alt.Scale(zero=False, padding=12))
     points = base.mark_circle(size=30, opacity=0.35, color="#9e9e9e").encode(
-        x=alt.X("trial:Q", title="trial number", scale=alt.Scale(nice=False, padding=8)),
+        x=alt.X("trial:Q", title="trial number", axis=alt.Axis(tickMinStep=1, format="d"), scale=alt.Scale(padding=8)),
         y=y,
         tooltip=["trial:Q", alt.Tooltip("median_us:Q", format=".2f", title="µs"), "status:N", "campaign:Q"],
     )
@@ -193,17 +207,16 @@ def knob_landscape(rows: list[dict], knob: str, second: str | None = None) -> No
         _show((heat + text).properties(height=alt.Step(36)))
         st.caption(f"Each cell: the fastest certified time (µs) with {knob} and {second} at those values.")
         return
-    y = alt.Y("median_us:Q", title="median time (µs)", scale=alt.Scale(zero=False, nice=True))
+    y = alt.Y("median_us:Q", title="median time (µs)", scale=alt.Scale(zero=False, padding=12))
     box = base.mark_boxplot(extent="min-max", opacity=0.5, size=28).encode(x=x, y=y)
     strip = (
         base.transform_calculate(jitter="random()")
         .mark_circle(size=28, opacity=0.7)
         .encode(
             x=x,
-            xOffset=alt.XOffset("jitter:Q", scale=alt.Scale(domain=[-0.5, 1.5])),
+            xOffset=alt.XOffset("jitter:Q", scale=alt.Scale(domain=[-2, 3])),  # the middle fifth of the band
             y=y,
             tooltip=[f"{knob}:N", alt.Tooltip("median_us:Q", format=".2f", title="µs"), "problem:N"],
         )
     )
     _show((box + strip).properties(height=320))
-    st.caption(f"Each certified trial's median time by its {knob}; boxes span the fastest to the slowest.")

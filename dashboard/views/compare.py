@@ -33,17 +33,8 @@ def render() -> None:
             "Run `farm tune` on another machine against this database to see them side by side."
         )
     else:
-        chart = (
-            alt.Chart(alt.Data(values=rows))
-            .mark_bar()
-            .encode(
-                y=alt.Y("gpu:N", sort=None, title=None, axis=alt.Axis(labelLimit=320)),
-                x=alt.X("median_us:Q", title="winner's median time (µs, shorter is faster)"),
-                tooltip=["gpu:N", alt.Tooltip("median_us:Q", format=".2f"), "schedule:N"],
-            )
-            .properties(height=32 * len(rows))
-        )  # device name + hash: same GPU, other driver
-        st.altair_chart(chart, width="stretch")
+        tooltip = ["gpu:N", alt.Tooltip("median_us:Q", format=".2f"), "schedule:N"]
+        charts.time_bars(rows, "gpu", "median_us", "winner's median time (µs, shorter is faster)", tooltip)
     st.dataframe(
         rows, hide_index=True, column_order=("gpu", "median_us", "vs_fastest", "speedup_vs_default", "schedule"),
         column_config=COLUMNS,

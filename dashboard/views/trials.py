@@ -69,15 +69,16 @@ def render_knobs() -> None:
         st.info(f"No certified {chart_kernel} trials for this selection.")
         return
     knobs = data.knob_names(rows)
-    knob = cols[1].selectbox("Knob", knobs, key="trials_knob")
+    knob = cols[1].selectbox("Knob", knobs, key=f"trials_knob_{chart_kernel}")
     others = [k for k in knobs if k != knob]
     second = cols[2].selectbox(
         "Against a second knob (heat map)", [None, *others], format_func=lambda k: "none" if k is None else k,
-        key="trials_knob2",
+        key=f"trials_knob2_{chart_kernel}",
     )  # fmt: skip
     charts.knob_landscape(rows, knob, second)
     st.caption(
-        f"Certified trials of {chart_kernel}'s current source, the newest {len(rows)} (at most "
+        ("Each point: one trial's median time; a box spans the fastest to the slowest. " if second is None else "")
+        + f"From the certified trials of {chart_kernel}'s current source, the newest {len(rows)} (at most "
         f"{data.MAX_CHART_TRIALS}); one problem at a time, since times of different problems don't compare."
     )
 
