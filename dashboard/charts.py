@@ -182,30 +182,57 @@ def convergence(rows: list[dict], default_us: float | None, winner_us: float | N
     st.caption("; ".join(parts) + ". Failed trials count as trials (they used budget) but have no time.")
 
 
+UNSET = "unset"  # a schedule that leaves a knob out: the kernel's own value for it
+
+
 def knob_order(rows: list[dict], knob: str) -> list[str]:
-    """The knob's values as categories, in their natural order (numbers by value)."""
+    """The knob's values as categories, in their natural order (numbers by value), UNSET first."""
     values = {row[knob] for row in rows if knob in row}
-    return [str(v) for v in sorted(values, key=lambda v: (isinstance(v, str), v))]
+    ordered = [str(v) for v in sorted(values, key=lambda v: (isinstance(v, str), v))]
+    return ([UNSET] if any(knob not in row for row in rows) else []) + ordered
+
+
+def _unset(rows: list[dict], knobs: tuple) -> str:
+    if any(row[k] == UNSET for row in rows for k in knobs):
+        return f" {UNSET}: the schedule leaves the knob out (the kernel's own value applies)."
+    return ""
 
 
 def knob_landscape(rows: list[dict], knob: str, second: str | None = None) -> None:
     """One knob: a box per value with every trial as a jittered point. Two knobs: a heat map of the
     fastest time in each cell. Categorical axes: the values are choices, not a continuum."""
     picked = (knob, second) if second else (knob,)
-    shown = [row | {k: str(row[k]) for k in picked} for row in rows if all(k in row for k in picked)]
+    shown = [row | {k: str(row[k]) if k in row else UNSET for k in picked} for row in rows]
     base = alt.Chart(alt.Data(values=shown))
     x = alt.X(f"{knob}:N", sort=knob_order(rows, knob), title=knob, axis=alt.Axis(labelAngle=0))
     if second:
+        cells: dict[tuple[str, str], list[float]] = {}
+        for row in shown:
+            cells.setdefault((row[knob], row[second]), []).append(row["median_us"])
+        values = [
+            {knob: a, second: b, "fastest_us": min(times), "trials": len(times)} for (a, b), times in cells.items()
+        ]
+        middle = (min(v["fastest_us"] for v in values) + max(v["fastest_us"] for v in values)) / 2
+        cell = alt.Chart(alt.Data(values=values))
         y2 = alt.Y(f"{second}:N", sort=knob_order(rows, second), title=second)
-        heat = base.mark_rect().encode(
+        heat = cell.mark_rect().encode(
             x=x,
             y=y2,
-            color=alt.Color("min(median_us):Q", title="fastest µs", scale=alt.Scale(scheme="viridis", reverse=True)),
-            tooltip=[f"{knob}:N", f"{second}:N", alt.Tooltip("min(median_us):Q", format=".2f"), "count():Q"],
+            color=alt.Color("fastest_us:Q", title="fastest µs", scale=alt.Scale(scheme="viridis", reverse=True)),
+            tooltip=[f"{knob}:N", f"{second}:N", alt.Tooltip("fastest_us:Q", format=".2f"), "trials:Q"],
         )
-        text = base.mark_text(fontSize=11).encode(x=x, y=y2, text=alt.Text("min(median_us):Q", format=".1f"))
+        text = cell.mark_text(fontSize=11).encode(
+            x=x,
+            y=y2,
+            text=alt.Text("fastest_us:Q", format=".1f"),
+            # white on the dark (slow) end of the reversed viridis, black on the light end
+            color=alt.condition(f"datum.fastest_us > {middle}", alt.value("white"), alt.value("black")),
+        )
         _show((heat + text).properties(height=alt.Step(36)))
-        st.caption(f"Each cell: the fastest certified time (µs) with {knob} and {second} at those values.")
+        st.caption(
+            f"Each cell: the fastest certified time (µs) with {knob} and {second} at those values."
+            + _unset(shown, picked)
+        )
         return
     y = alt.Y("median_us:Q", title="median time (µs)", scale=alt.Scale(zero=False, padding=12))
     box = base.mark_boxplot(extent="min-max", opacity=0.5, size=28).encode(x=x, y=y)
@@ -220,3 +247,5 @@ def knob_landscape(rows: list[dict], knob: str, second: str | None = None) -> No
         )
     )
     _show((box + strip).properties(height=320))
+    if note := _unset(shown, picked):
+        st.caption(note.strip())
