@@ -153,7 +153,7 @@ def vendor_rows(rows: list[dict]) -> list[dict]:
 
 
 def convergence(store: Store, topology_hash: str, kernel: str, problem: str, source_hash: str) -> list[dict]:
-    """The search for one winner, in the order trials were recorded: `{trial, median_us,
+    """The search for one winner, in the order its trials finished: `{trial, median_us,
     best_us, status, campaign}`, best_us the fastest certified time so far (None before the
     first); failed trials count (they used budget) with no time. At most MAX_CONVERGENCE_TRIALS."""
     stmt = (
@@ -164,7 +164,7 @@ def convergence(store: Store, topology_hash: str, kernel: str, problem: str, sou
             TrialRow.source_hash == source_hash,
             TrialRow.problem == problem,
         )
-        .order_by(TrialRow.id)
+        .order_by(TrialRow.finished_at, TrialRow.id)  # ids follow key order within a recorded batch
         .limit(MAX_CONVERGENCE_TRIALS)
     )
     out, best = [], None
