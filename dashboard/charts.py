@@ -199,7 +199,7 @@ def _unset(rows: list[dict], knobs: tuple) -> str:
 
 
 def knob_landscape(rows: list[dict], knob: str, second: str | None = None) -> None:
-    """One knob: a box per value with every trial as a jittered point. Two knobs: a heat map of the
+    """One knob: a box per value with every trial as a tick across it. Two knobs: a heat map of the
     fastest time in each cell. Categorical axes: the values are choices, not a continuum."""
     picked = (knob, second) if second else (knob,)
     shown = [row | {k: str(row[k]) if k in row else UNSET for k in picked} for row in rows]
@@ -235,16 +235,10 @@ def knob_landscape(rows: list[dict], knob: str, second: str | None = None) -> No
         )
         return
     y = alt.Y("median_us:Q", title="median time (µs)", scale=alt.Scale(zero=False, padding=12))
-    box = base.mark_boxplot(extent="min-max", opacity=0.5, size=28).encode(x=x, y=y)
-    strip = (
-        base.transform_calculate(jitter="random()")
-        .mark_circle(size=28, opacity=0.7)
-        .encode(
-            x=x,
-            xOffset=alt.XOffset("jitter:Q", scale=alt.Scale(domain=[-2, 3])),  # the middle fifth of the band
-            y=y,
-            tooltip=[f"{knob}:N", alt.Tooltip("median_us:Q", format=".2f", title="µs"), "problem:N"],
-        )
+    box = base.mark_boxplot(extent="min-max", opacity=0.4, size=40).encode(x=x, y=y)
+    # a tick per trial across its value's box: aligned with the box at any width (jitter would drift)
+    strip = base.mark_tick(size=56, thickness=1.5, opacity=0.7).encode(
+        x=x, y=y, tooltip=[f"{knob}:N", alt.Tooltip("median_us:Q", format=".2f", title="µs"), "problem:N"]
     )
     _show((box + strip).properties(height=320))
     if note := _unset(shown, picked):

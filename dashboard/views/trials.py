@@ -77,7 +77,7 @@ def render_knobs() -> None:
     )  # fmt: skip
     charts.knob_landscape(rows, knob, second)
     st.caption(
-        ("Each point: one trial's median time; a box spans the fastest to the slowest. " if second is None else "")
+        ("Each tick: one trial's median time; a box spans the fastest to the slowest. " if second is None else "")
         + f"From the certified trials of {chart_kernel}'s current source, the newest {len(rows)} (at most "
         f"{data.MAX_CHART_TRIALS}); one problem at a time, since times of different problems don't compare."
     )
