@@ -6,6 +6,7 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
+from farm.dashboard import charts_data
 from farm.tuning.tasks import CPU_BUDGET
 
 TOPOLOGY_CAPTION = (
@@ -38,7 +39,7 @@ STATE_CAPTION = (
     "stale: the kernel's source changed since tuning; unknown kernel: the dashboard doesn't know the kernel "
     "(start it with --kernels-file)"
 )
-SPEEDUP = alt.Axis(format=".3~r", labelExpr="datum.label + '×'")
+SPEEDUP = alt.Axis(format=".3~r", labelExpr="datum.label + '×'", tickCount=6)
 
 
 def _show(chart: alt.Chart) -> None:
@@ -70,10 +71,17 @@ def headline_metrics(h: dict) -> None:
     st.caption(f"Geometric means over {h['problems']} winner(s){vendor}.")
 
 
-def _bars(rows: list[dict], y: str, x: str, title: str, tooltip: list, ratio: bool = True) -> alt.LayerChart:
+def _bars(
+    rows: list[dict], y: str, x: str, title: str, tooltip: list, ratio: bool = True, group: str | None = None
+) -> alt.LayerChart:
     """Horizontal bars (labels never cut) with the value at each bar's end; a ratio's axis reads
-    in × with a dashed rule at 1×."""
+    in × with a dashed rule at 1×. `group`: a field whose values get a bar each within a label's
+    row, told apart by colour (the GPUs of one problem)."""
     base = alt.Chart(alt.Data(values=rows))
+    grouped = {}
+    if group is not None:
+        legend = alt.Legend(orient="bottom", title=None, labelLimit=240, columns=1)
+        grouped = {"yOffset": alt.YOffset(f"{group}:N"), "color": alt.Color(f"{group}:N", legend=legend)}
     top = max(1.0 if ratio else 0.0, *(row[x] for row in rows))
     bars = base.mark_bar().encode(
         y=alt.Y(f"{y}:N", title=None, sort=None, axis=alt.Axis(labelLimit=320)),
@@ -85,15 +93,20 @@ def _bars(rows: list[dict], y: str, x: str, title: str, tooltip: list, ratio: bo
             scale=alt.Scale(domain=[0, 1.15 * top], nice=False),
         ),
         tooltip=tooltip,
+        **grouped,
     )
-    labels = base.mark_text(align="left", dx=4).encode(
-        y=alt.Y(f"{y}:N", sort=None), x=f"{x}:Q", text=alt.Text(f"{x}:Q", format=".2f")
+    labels = base.mark_text(align="left", dx=4, fontSize=10).encode(
+        y=alt.Y(f"{y}:N", sort=None),
+        x=f"{x}:Q",
+        text=alt.Text(f"{x}:Q", format=".2f"),
+        **({"yOffset": grouped["yOffset"]} if grouped else {}),
     )
     layers = [bars, labels]
     if ratio:
         one = alt.Chart(alt.Data(values=[{"one": 1.0}]))
         layers.append(one.mark_rule(strokeDash=[4, 3], color="gray").encode(x="one:Q"))
-    return alt.layer(*layers).properties(height=alt.Step(26))  # a step: the axes don't squeeze the bars
+    step = 14 if grouped else 26  # a step: the axes don't squeeze the bars (grouped: each GPU's bar)
+    return alt.layer(*layers).properties(height=alt.Step(step))
 
 
 def time_bars(rows: list[dict], y: str, x: str, title: str, tooltip: list) -> None:
@@ -116,20 +129,17 @@ def speedup_per_kernel(rows: list[dict]) -> None:
 def speedup_per_problem(rows: list[dict]) -> None:
     """Each winner's speedup over the default, one bar per problem (kernel · problem)."""
     st.subheader("Speedup per problem")
+    rows = [r for r in rows if r["speedup"] is not None]
     shown = [
-        {"label": f"{r['kernel']} · {r['problem']}" + ("" if len(topologies(rows)) == 1 else f" · {r['device']}"),
-         "speedup": r["speedup"], "kernel": r["kernel"], "problem": r["problem"], "device": r["device"]}
-        for r in rows if r["speedup"] is not None
+        {"label": f"{r['kernel']} · {r['problem']}", "gpu": charts_data.gpu_label(r), "speedup": r["speedup"],
+         "kernel": r["kernel"], "problem": r["problem"], "device": r["device"]}
+        for r in rows
     ]  # fmt: skip
     if not shown:
         st.info("No winner has a default time to compare with yet.")
         return
     tooltip = ["kernel:N", "problem:N", "device:N", alt.Tooltip("speedup:Q", format=".2f")]
-    _show(_bars(shown, "label", "speedup", "speedup (dashed: 1×)", tooltip))
-
-
-def topologies(rows: list[dict]) -> set[str]:
-    return {r["topology"] for r in rows}
+    _show(_bars(shown, "label", "speedup", "speedup (dashed: 1×)", tooltip, group=charts_data.gpu_group(rows)))
 
 
 def vendor_per_problem(rows: list[dict]) -> None:
@@ -138,7 +148,10 @@ def vendor_per_problem(rows: list[dict]) -> None:
         st.info("No vendor numbers yet: `farm bench` times the vendor library against each winner.")
         return
     tooltip = ["kernel:N", "problem:N", "device:N", alt.Tooltip("vendor_ratio:Q", format=".2f"), "method:N"]
-    _show(_bars(rows, "label", "vendor_ratio", "vendor time / tuned time (> 1×: tuned is faster)", tooltip))
+    title = "vendor time / tuned time (> 1×: tuned is faster)"
+    _show(
+        _bars(rows, "label", "vendor_ratio", title, tooltip, group="gpu" if len({r["gpu"] for r in rows}) > 1 else None)
+    )
     st.caption(VENDOR_HELP + ".")
 
 
@@ -162,7 +175,12 @@ def convergence(rows: list[dict], default_us: float | None, winner_us: float | N
     base = alt.Chart(alt.Data(values=rows))
     y = alt.Y("median_us:Q", title="median time (µs)", scale=alt.Scale(zero=False, padding=12))
     points = base.mark_circle(size=30, opacity=0.35, color="#9e9e9e").encode(
-        x=alt.X("trial:Q", title="trial number", axis=alt.Axis(tickMinStep=1, format="d"), scale=alt.Scale(padding=8)),
+        x=alt.X(
+            "trial:Q",
+            title="trial number",
+            axis=alt.Axis(tickMinStep=1, format="d"),
+            scale=alt.Scale(domain=[0, len(rows) + 1], nice=False),  # room at both ends: no point on an edge
+        ),
         y=y,
         tooltip=["trial:Q", alt.Tooltip("median_us:Q", format=".2f", title="µs"), "status:N", "campaign:Q"],
     )

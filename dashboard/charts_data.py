@@ -136,19 +136,30 @@ def speedup_per_kernel(rows: list[dict]) -> list[dict]:
     ]
 
 
+def gpu_label(row: dict) -> str:
+    """`device (short topology hash)`: the same GPU with another driver is another topology."""
+    return f"{row['device']} ({row['topology']})"
+
+
+def gpu_group(rows: list[dict]) -> str | None:
+    """The field `gpu` when the rows span several topologies (a bar per GPU in a problem's row), else None."""
+    return "gpu" if len({r["topology_hash"] for r in rows}) > 1 else None
+
+
 def vendor_rows(rows: list[dict]) -> list[dict]:
     """The benchmarked winners: tuned/vendor speed per problem (> 1: the tuned kernel is faster)."""
+    rows = [r for r in rows if r["vendor_ratio"] is not None]
     return [
         {
             "kernel": r["kernel"],
             "problem": r["problem"],
-            "label": f"{r['kernel']} {r['problem']}",
+            "label": f"{r['kernel']} · {r['problem']}",
+            "gpu": gpu_label(r),
             "device": r["device"],
             "vendor_ratio": r["vendor_ratio"],
             "method": r["vendor_method"] or "",
         }
         for r in rows
-        if r["vendor_ratio"] is not None
     ]
 
 

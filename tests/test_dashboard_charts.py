@@ -86,7 +86,11 @@ def test_headline_is_geometric_over_winners(db):
     assert (h["geomean_vendor"], h["best_speedup"], h["stale"], h["unknown"]) == (1.25, 3.0, 1, 1)
     per_kernel = {r["kernel"]: r for r in charts_data.speedup_per_kernel(rows)}
     assert per_kernel["gemv"]["geomean_speedup"] == pytest.approx(2.0) and per_kernel["gemv"]["problems"] == 2
-    assert [r["vendor_ratio"] for r in charts_data.vendor_rows(rows)] == [1.25]
+    (vendor,) = charts_data.vendor_rows(rows)
+    assert (vendor["vendor_ratio"], vendor["label"]) == (1.25, "gemv · m=64,n=64")
+    assert vendor["gpu"] == f"NVIDIA H200 ({filled.H200.topology_hash()[:12]})"
+    # two topologies: a bar per GPU in a problem's row; one: a bar per problem
+    assert charts_data.gpu_group(rows) == "gpu" and charts_data.gpu_group(rows[:1]) is None
     assert charts_data.geomean([]) is None and charts_data.headline([])["geomean_speedup"] is None
 
 
