@@ -108,6 +108,7 @@ def test_winners_page_shows_the_tuned_gemv_row_its_metrics_and_convergence(app):
     assert any("**tie**" in c.value and "**unknown kernel**" in c.value for c in at.caption)
     at.selectbox(key="winners_kernel").set_value("gemv").run()
     assert frames(at)[0]["kernel"].tolist() == ["gemv"]
+    assert len(at.selectbox(key="winners_convergence_gemv_None").options) == 1 and len(charts(at)) == 2
 
 
 def test_a_user_kernel_the_dashboard_does_not_know_is_unknown_not_stale(campaign, tmp_path, monkeypatch):

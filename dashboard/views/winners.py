@@ -53,8 +53,11 @@ def column_config() -> dict:
 
 def render_convergence(rows: list[dict]) -> None:
     st.subheader("Convergence")
-    labels = {i: f"{r['kernel']} · {r['problem']} · {r['device']} ({r['topology']})" for i, r in enumerate(rows)}
-    chosen = rows[st.selectbox("Winner", list(labels), format_func=labels.get, key="winners_convergence")]
+    # options by identity, not position: a running campaign adds winners between refreshes
+    by_id = {(r["topology_hash"], r["kernel"], r["problem"]): r for r in rows}
+    labels = {i: f"{r['kernel']} · {r['problem']} · {r['device']} ({r['topology']})" for i, r in by_id.items()}
+    key = f"winners_convergence_{kernel}_{topology}"  # new filters, new list: start at its first winner
+    chosen = by_id[st.selectbox("Winner", list(labels), format_func=labels.get, key=key)]
     trials = charts_data.convergence(
         db, chosen["topology_hash"], chosen["kernel"], chosen["problem"], chosen["source_hash"]
     )
