@@ -161,7 +161,7 @@ def status_bars(counts: list[dict]) -> None:
         .mark_bar()
         .encode(
             y=alt.Y("status:N", sort=None, title=None),
-            x=alt.X("trials:Q", title="trials"),
+            x=alt.X("trials:Q", title="trials", axis=alt.Axis(tickMinStep=1, format="d")),
             color=alt.condition("datum.status == 'ok'", alt.value("#2e7d32"), alt.value("#9e9e9e")),
             tooltip=["status:N", "trials:Q"],
         )
