@@ -37,7 +37,7 @@ labels = {r["run"]: f"run {r['run']} · {r['device']} · {r['started_at']:%Y-%m-
 run_id = st.selectbox("Sweep run", list(labels), format_func=labels.get, key="sweep_run")
 
 st.subheader("Speedup vs E (fused over op-by-op baseline)")
-st.line_chart(data.sweep_speedups(db, run_id), x="E", y=["speedup", "runtime_speedup"])
+st.line_chart(data.sweep_speedups(db, run_id), x="E", y=["speedup", "runtime_speedup"], y_label="speedup (×)")
 
 st.subheader("Strict pass")
 st.dataframe(data.sweep_strict_table(db, run_id), hide_index=True, column_config=COLUMNS)
