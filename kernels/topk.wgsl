@@ -1,7 +1,7 @@
 //// bitonic
 // topk (per-block): for each BLOCK-element block of x, the k largest values in
 // descending order, written to out[block * k .. block * k + k]. Elements past n pad
-// the tail block with -FLT_MAX.
+// the tail block with -FLT_MAX (knob pad=1: with -Inf, for the global top-k's stages).
 //
 // Ordering (deterministic, shared with the numpy reference): values are compared as
 // u32 keys in IEEE-754 total order after every NaN is replaced by the canonical
@@ -17,7 +17,7 @@ const BLOCK: u32 = {{WG}}u;
 const IPI: u32 = {{IPI}}u;
 const VW: u32 = {{VW}}u;
 const SPAN: u32 = BLOCK * IPI;
-const PAD_KEY: u32 = 0x00800000u; // key of -FLT_MAX (bits 0xff7fffff)
+const PAD_KEY: u32 = {{PAD_KEY}}u; // key of -FLT_MAX (pad 0) or of -Inf (pad 1)
 
 struct Params { n: u32, k: u32, groups: u32, blocks: u32 }
 
@@ -113,7 +113,7 @@ const IPI: u32 = {{IPI}}u;
 const C: u32 = {{C}}u;
 const CHUNKS: u32 = BLOCK / (T * C);
 const KOUT: u32 = {{KOUT}}u;
-const PAD_KEY: u32 = 0x00800000u; // key of -FLT_MAX (bits 0xff7fffff)
+const PAD_KEY: u32 = {{PAD_KEY}}u; // key of -FLT_MAX (pad 0) or of -Inf (pad 1)
 
 struct Params { n: u32, k: u32, groups: u32, blocks: u32 }
 

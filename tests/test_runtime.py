@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from farm import ForgeRuntime, catalog
+from farm import ForgeRuntime
 from farm.catalog.p64_project import project_records
 from farm.catalog.recurrent import reference_recurrent
 from farm.catalog.ternary_gemv import pack_codes, unpack_ternary
-from farm.catalog.topk import topk_blocks
+from farm.catalog.topk import topk_blocks, topk_global
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +91,18 @@ def test_gemm_accepts_non_contiguous_views(runtime):
     np.testing.assert_allclose(runtime.gemm(a, b), a.astype(np.float64) @ b, atol=1e-3)
 
 
-@pytest.mark.parametrize("n,k", [(1, 1), (5, 3), (1000, 7), (129, 64)])
-def test_topk_matches_per_block_reference(runtime, n, k):
+@pytest.mark.parametrize("n,k", [(1, 1), (5, 3), (1000, 7), (129, 64), (5000, 300)])
+def test_topk_is_the_k_largest_of_the_whole_array(runtime, n, k):
     x = rng(n).standard_normal(n, dtype=np.float32)
-    block = runtime.tuned_schedule("topk", catalog.get("topk").problem(n=n, k=k))[0].workgroup_size
     out = runtime.topk(x, k)
+    assert out.shape == (k,)
+    np.testing.assert_array_equal(out, np.sort(x)[::-1][:k])
+
+
+@pytest.mark.parametrize("n,k,block", [(1, 1, 32), (1000, 7, 64), (129, 64, 64), (4100, 32, 1024)])
+def test_topk_with_a_block_matches_per_block_reference(runtime, n, k, block):
+    x = rng(n).standard_normal(n, dtype=np.float32)
+    out = runtime.topk(x, k, block=block)
     assert out.shape == (-(-n // block) * k,)
     np.testing.assert_array_equal(out, topk_blocks(x, k, block))
 
@@ -104,7 +111,7 @@ def test_topk_orders_nan_above_inf_like_the_kernel_documents(runtime):
     x = np.array([1.0, np.nan, np.inf, -np.inf, 2.0], np.float32)
     out = runtime.topk(x, 4)
     assert np.isnan(out[0]) and out[1] == np.inf and out[2] == 2.0 and out[3] == 1.0
-    np.testing.assert_array_equal(out.view(np.uint32), topk_blocks(x, 4, 64).view(np.uint32))
+    np.testing.assert_array_equal(out.view(np.uint32), topk_global(x, 4).view(np.uint32))
 
 
 @pytest.mark.parametrize("m,k", [(1, 1), (33, 100), (7, 16), (200, 33)])

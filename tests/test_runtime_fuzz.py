@@ -11,9 +11,6 @@ Each of over 2,000 cases (seeded numpy Generator: the same cases every run) is e
   where the kernels and numpy's pocketfft agree exactly (farm.catalog.fft says why not
   elsewhere). Inputs must come back unmodified.
 All on one runtime, which must still be right afterwards and hold no more device memory.
-Cases needing farm/runtime/forge.py changes not yet applied (gemm's output-size check,
-recurrent L > 2048, uint64 records of any layout, ternary's limit message naming packed_w)
-are in tests/test_runtime_inputs.py once /tmp/forge_changes_16_5.diff is in.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ from farm import ForgeRuntime, catalog
 from farm.catalog.p64_project import project_records
 from farm.catalog.recurrent import reference_recurrent
 from farm.catalog.ternary_gemv import pack_codes
-from farm.catalog.topk import SPECIAL_BITS, topk_blocks
+from farm.catalog.topk import SPECIAL_BITS, topk_blocks, topk_global
 from farm.runtime.arrays import DeviceArray
 from farm.schedule import Problem
 
@@ -221,20 +218,26 @@ def topk_case(rng, rt, foreign, limit):
     x[rng.random(n) < 0.1] = np.float32(1.5)  # ties
     marks = rng.random(n) < 0.05
     x.view(np.uint32)[marks] = rng.choice(SPECIAL_BITS, int(marks.sum()))  # NaN payloads, -NaN
-    block = rt.tuned_schedule("topk", Problem.of(n=n, k=1))[0].workgroup_size
+    block = int(rng.choice([32, 64, 128]))  # the per-block form's block, the caller's choice
     kind = rng.random()
     if kind < 0.45:
-        k = int(rng.choice([1, 3, 8, block]))
+        per_block = rng.random() < 0.5
+        k = int(rng.choice([1, 3, 8, block if per_block else n]))
+        k = min(k, n) if not per_block else k
         k_arg = [k, np.int64(k), np.uint8(k), np.int32(k)][int(rng.integers(0, 4))]
         x_arg, how = layout(rng, x)
         x_arg, dev = maybe_device(rt, rng, x_arg)
-        want = lambda: topk_blocks(x, k, block)  # noqa: E731
+        if per_block:
+            want = lambda: topk_blocks(x, k, block)  # noqa: E731
+            label = f"edge n={n} k={k_arg!r} block={block} {how}{dev}"
+            return Case("topk", (x_arg, k_arg), label, kwargs={"block": block}, want=want, exact=True)
+        want = lambda: topk_global(x, k)  # noqa: E731
         return Case("topk", (x_arg, k_arg), f"edge n={n} k={k_arg!r} {how}{dev}", want=want, exact=True)
     if kind < 0.7:
         k = (
             BAD_COUNTS[int(rng.integers(0, len(BAD_COUNTS)))]
             if rng.random() < 0.6
-            else int(rng.integers(block + 1, 5000))
+            else int(rng.integers(n + 1, 5000))
         )
         return Case("topk", (x, k), f"bad k={k!r}", name="k")
     bad, how = spoil(rng, rt, foreign, x, (1,), ("float32",), limit)

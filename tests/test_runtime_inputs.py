@@ -23,8 +23,6 @@ import test_runtime_fuzz as fuzz
 from farm import ForgeRuntime, catalog
 from farm.catalog.p64_project import project_records
 from farm.catalog.recurrent import MAX_L, reference_recurrent
-from farm.schedule import Schedule
-from farm.store import WinnerRecord, open_store, save_winner, upsert_topology
 
 
 @pytest.fixture(scope="module")
@@ -82,38 +80,6 @@ def test_ternary_limit_error_names_packed_w(rt):
     packed = np.broadcast_to(np.zeros((), np.uint32), (m, 1))
     with pytest.raises(ValueError, match=r"^ternary_gemv: packed_w of shape"):
         rt.ternary_gemv(np.ones(16, np.float32), packed, zeros(m), m, 16)
-
-
-def test_topk_error_says_which_block_size_was_in_force(device, tmp_path):
-    topk, profile = catalog.get("topk"), device.profile
-    url = f"sqlite:///{tmp_path / 'farm.db'}"
-    store = open_store(url)
-    upsert_topology(store, profile)
-    small = Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=1)
-    record = WinnerRecord(
-        topology_hash=profile.topology_hash(),
-        kernel="topk",
-        problem_key=topk.problem(n=100, k=8).key(),
-        source_hash=topk.source_hash(),
-        schedule_key=small.key(),
-        median_ns=1000.0,
-        default_median_ns=2000.0,
-        speedup=2.0,
-        device_name=profile.device_name,
-    )
-    save_winner(store, record)
-    rt = ForgeRuntime(db=url, device=device)
-    x = np.arange(100, dtype=np.float32)
-    in_force = r"1\.\.32 \(block_size: the workgroup_size of the nearest schedule workgroup_size=32,"
-    with pytest.raises(ValueError, match=rf"^k: expected an integer in {in_force}.*got 40$"):
-        rt.topk(x, 40)
-    with pytest.raises(ValueError, match=rf"^k: expected an integer in {in_force}.*got 5000$"):
-        rt.topk(x, 5000)  # no cap at the space's largest block first: the block in force is named
-    with pytest.raises(ValueError, match=rf"^k: expected an integer in {in_force}.*got 0$"):
-        rt.topk(x, 0)
-    plain = ForgeRuntime(db=f"sqlite:///{tmp_path / 'absent.db'}", device=device)
-    with pytest.raises(ValueError, match=r"1\.\.64 \(block_size: the workgroup_size of the default schedule"):
-        plain.topk(x, 65)
 
 
 def test_schedules_path_that_is_a_directory_is_a_value_error(device, tmp_path):

@@ -146,19 +146,23 @@ def test_winner_invalid_for_the_call_falls_back_to_default(device, db, caplog):
     assert rt.tuned_schedule("gemv", GEMV.problem(m=64, n=64)) == (vec4, "tuned")
 
 
-def test_topk_k_above_the_tuned_block_is_a_value_error_naming_it(device, db):
-    """k=40 above a winner's block of 32 raises, rather than falling back to the default block of
-    64 and changing the output layout (docs/guides/runtime.md: k outside 1..block_size raises ValueError)."""
+def test_topk_output_never_depends_on_the_tuned_block(device, db, tmp_path):
+    """A winner of block 32 changes neither the global top-k nor the per-block layout the
+    caller asks for; k above a block the caller gives is a ValueError naming it."""
     url, store = db
     topk = catalog.get("topk")
     small = Schedule.of(workgroup_size=32, items_per_invocation=1, vector_width=1)
     store_winner(store, device.profile, topk.problem(n=100, k=8), small, kernel="topk")
-    rt = ForgeRuntime(db=url, device=device)
+    tuned = ForgeRuntime(db=url, device=device)
+    untuned = ForgeRuntime(db=f"sqlite:///{tmp_path / 'empty.db'}", device=device)
     x = np.arange(100, dtype=np.float32)
-    with pytest.raises(ValueError, match=r"k: expected an integer in 1\.\.32 .*got 40"):
-        rt.topk(x, 40)
-    assert rt.tuned_schedule("topk", topk.problem(n=100, k=40)) == (small, "nearest")
-    np.testing.assert_array_equal(rt.topk(x, 8)[:8], np.arange(31, 23, -1))  # blocks of 32 as tuned
+    for rt in (tuned, untuned):
+        np.testing.assert_array_equal(rt.topk(x, 40), np.arange(99, 59, -1))
+        np.testing.assert_array_equal(rt.topk(x, 8, block=64)[:8], np.arange(63, 55, -1))
+        assert rt.topk(x, 8, block=64).shape == (2 * 8,)
+    with pytest.raises(ValueError, match=r"k: expected an integer in 1\.\.32, got 40"):
+        tuned.topk(x, 40, block=32)
+    assert tuned.tuned_schedule("topk", topk.problem(n=100, k=40)) == (small, "nearest")
 
 
 def test_topk_winner_invalid_for_another_reason_keeps_its_block(device, db, caplog):
@@ -173,9 +177,10 @@ def test_topk_winner_invalid_for_another_reason_keeps_its_block(device, db, capl
     assert (schedule.workgroup_size, schedule.vector_width, source) == (128, 1, "nearest")
     assert any("same result (block=128)" in r.message for r in caplog.records)
     x = np.random.default_rng(5).standard_normal(401).astype(np.float32)
-    out = rt.topk(x, 8)
-    assert out.shape == (4 * 8,)  # ceil(401 / 128) blocks of the tuned 128, not the default 64
+    out = rt.topk(x, 8, block=128)
+    assert out.shape == (4 * 8,)
     np.testing.assert_array_equal(out[:8], np.sort(x[:128])[::-1][:8])
+    np.testing.assert_array_equal(rt.topk(x, 8), np.sort(x)[::-1][:8])
 
 
 def test_empty_database_gives_defaults_with_one_warning(device, db, caplog):

@@ -4,6 +4,9 @@ The block size is the schedule's workgroup_size, so the reference depends on the
 schedule. For x of n f32 values and B = workgroup_size, the output has
 ceil(n / B) * k values: block b contributes its k largest, descending; the tail
 block is padded with -FLT_MAX first, so every block yields k values. 1 <= k <= B.
+Knob `pad` = 1 pads with -Inf instead: the runtime's global top-k (`ForgeRuntime.topk`
+without `block=`) runs this kernel in stages over its own candidates, and -Inf padding,
+the lowest key, can never displace a value of x. Campaigns never vary it.
 
 NaN rule (the kernel and reference agree bit for bit): every NaN counts as +NaN and
 sorts above +Inf; a NaN in the output is the canonical quiet NaN 0x7fc00000. Otherwise values
@@ -31,6 +34,8 @@ from farm.gpu import HardwareProfile
 from farm.schedule import InvalidSchedule, Problem, Schedule
 
 PAD = np.float32(-3.4028234663852886e38)  # -FLT_MAX
+PADS = {0: PAD, 1: np.float32(-np.inf)}  # knob `pad`: the tail block's filler
+PAD_KEYS = {0: 0x00800000, 1: 0x007FFFFF}  # their keys in the kernel's total order
 CANONICAL_NAN_BITS = np.uint32(0x7FC00000)  # the default quiet NaN
 # NaN, -NaN, NaN with a payload, +Inf, -Inf, +0, -0 (as f32 bit patterns).
 ALGORITHMS = {0: "bitonic", 1: "select"}
@@ -40,7 +45,7 @@ MIN_CHUNK = 16  # elements a select thread loads per iteration (64 bytes), at le
 SPECIAL_BITS = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0x7F800000, 0xFF800000, 0x00000000, 0x80000000], np.uint32)
 
 
-def topk_blocks(x: np.ndarray, k: int, block_size: int) -> np.ndarray:
+def topk_blocks(x: np.ndarray, k: int, block_size: int, pad: int = 0) -> np.ndarray:
     """The per-block top-k of `x` (f32), descending, tail padded with -FLT_MAX, NaN largest
     (every NaN as the canonical quiet NaN), -0.0 below +0.0: the kernel's total order.
 
@@ -54,13 +59,22 @@ def topk_blocks(x: np.ndarray, k: int, block_size: int) -> np.ndarray:
     if not 1 <= k <= block_size:
         raise ValueError(f"k must be in 1..=block_size ({block_size}); got {k}")
     blocks = -(-x.size // block_size)
-    padded = np.full(blocks * block_size, PAD, np.float32)
+    padded = np.full(blocks * block_size, PADS[pad], np.float32)
     padded[: x.size] = x
     keys = _order_keys(padded).reshape(blocks, block_size)
     if k < block_size:
         keys = np.partition(keys, block_size - k, axis=1)[:, block_size - k :]
     top = -np.sort(-keys.astype(np.int64), axis=1)  # descending, within the k
     return _values(top.astype(np.uint32)).ravel()
+
+
+def topk_global(x: np.ndarray, k: int) -> np.ndarray:
+    """The k largest values of all of `x` (f32), descending, in the kernel's total order
+    (NaN largest, as the canonical quiet NaN; -0.0 below +0.0). 1 <= k <= x.size."""
+    x = np.asarray(x, np.float32).ravel()
+    if not 1 <= k <= x.size:
+        raise ValueError(f"k must be in 1..={x.size} (the number of values); got {k}")
+    return topk_blocks(x, k, x.size)
 
 
 def topk_levels(x: np.ndarray, k: int, block_sizes) -> dict[int, np.ndarray]:
@@ -122,6 +136,7 @@ class TopK(KernelSpec):
         "vector_width": (1, 4),
         "algorithm": tuple(ALGORITHMS),
         "threads_per_block": (1, 2, 4),
+        "pad": tuple(PADS),  # not searched: schedules() never sets it (see the module's doc)
     }
     exact = True
     schedule_dependent_reference = True  # the block size is the workgroup size
@@ -137,8 +152,10 @@ class TopK(KernelSpec):
         return [self.problem(n=1, k=1), self.problem(n=1000, k=5), self.problem(n=4100, k=32)]
 
     def reference_key(self, schedule: Schedule) -> str:
-        """The reference depends on the block size alone: one per block size and problem."""
-        return f"block={schedule.workgroup_size}"
+        """The reference depends on the block size (and the padding) alone: one per block size
+        and problem."""
+        pad = schedule.get("pad", 0)
+        return f"block={schedule.workgroup_size}" + (f",pad={pad}" if pad else "")
 
     def schedules(self) -> list[Schedule]:
         """The original bitonic space (without the new knobs, so its keys and winners carry
@@ -169,6 +186,8 @@ class TopK(KernelSpec):
         ipi = schedule.items_per_invocation
         if ipi < 1:
             raise InvalidSchedule(self.name, schedule, f"items_per_invocation {ipi} < 1")
+        if schedule.get("pad", 0) not in PADS:
+            raise InvalidSchedule(self.name, schedule, f"pad {schedule.get('pad')} not in {tuple(PADS)}")
         vw = schedule.vector_width
         if vw not in (1, 4):
             raise InvalidSchedule(self.name, schedule, f"vector_width {vw} not in (1, 4)")
@@ -216,7 +235,7 @@ class TopK(KernelSpec):
         return {"x": x}
 
     def reference(self, problem, schedule, inputs):
-        return {"out": topk_blocks(inputs["x"], problem["k"], schedule.workgroup_size)}
+        return {"out": topk_blocks(inputs["x"], problem["k"], schedule.workgroup_size, schedule.get("pad", 0))}
 
     def reference_set(self, problem, inputs):
         """Every block size's reference from one pass (topk_levels): a campaign times all six."""
@@ -227,15 +246,17 @@ class TopK(KernelSpec):
         n, k = problem["n"], problem["k"]
         block, ipi, vw = schedule.workgroup_size, schedule.items_per_invocation, schedule.vector_width
         blocks = -(-n // block)
+        pad_key = f"0x{PAD_KEYS[schedule.get('pad', 0)]:08x}"
         if schedule.get("algorithm", 0) == 1:
             t = schedule.get("threads_per_block", 1)
             groups = -(-blocks // ((block // t) * ipi))
-            source = select_source(block, t, ipi, vw, k)
+            source = select_source(block, t, ipi, vw, k, pad_key)
         else:
             groups = -(-blocks // ipi)
             source = render(
                 sections(TopK.source_file)["bitonic"],
-                {"WG": block, "IPI": ipi, "VW": vw, "VEC": "u32" if vw == 1 else "vec4<u32>", "LOAD": _load_body(vw)},
+                {"WG": block, "IPI": ipi, "VW": vw, "VEC": "u32" if vw == 1 else "vec4<u32>", "LOAD": _load_body(vw),
+                 "PAD_KEY": pad_key},
             )
         return Launch(
             source=source,
@@ -266,7 +287,7 @@ def _load_body(vw: int) -> str:
     return f"if (e < p.n) {{ let q = x[first + v]; {fill} }} else {{ {pad} }}"
 
 
-def select_source(block: int, t: int, ipi: int, vw: int, k: int) -> str:
+def select_source(block: int, t: int, ipi: int, vw: int, k: int, pad_key: str = "0x00800000") -> str:
     """The selection kernel for blocks of `block`, `t` threads per block, top `k` (<= 32)."""
     top = 1 << (k - 1).bit_length()  # K: the list length, a power of two
     per_thread = block // t
@@ -281,6 +302,7 @@ def select_source(block: int, t: int, ipi: int, vw: int, k: int) -> str:
             "IPI": ipi,
             "C": chunk,
             "KOUT": k,
+            "PAD_KEY": pad_key,
             "VW": vw,
             "VEC": "u32" if vw == 1 else "vec4<u32>",
             "OUT": "vec4<u32>" if k % 4 == 0 else "u32",

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from farm import catalog
+from farm.catalog.topk import TopK
 from farm.gpu import Device, choose_adapter
 from farm.runtime import declared, signature
 from farm.runtime.arrays import DeviceArray, check_host_array
@@ -46,7 +47,6 @@ from farm.runtime.validation import (
     check_input_limits,
     check_output_size,
     check_recurrent_shape,
-    check_topk_k,
     expect_shape,
     fft_shape,
     numeric_dtype,
@@ -66,6 +66,7 @@ DEFAULT_SPIN_US = 250.0
 
 F32 = (np.dtype(np.float32),)
 U32 = (np.dtype(np.uint32),)
+TOPK_BLOCKS = TopK.space["workgroup_size"]  # the block sizes the kernel runs
 P64_RECORDS = (np.dtype(np.uint32), np.dtype(np.uint64))
 FFT_SIGNAL = (np.dtype(np.complex64), np.dtype(np.float32))
 FFT_RANKS = tuple(range(1, 33))
@@ -262,20 +263,107 @@ class ForgeRuntime:
         expect_shape("x", x, (n,), "a has {n} columns", n=n)
         return self._run("gemv", {"m": m, "n": n}, {"a": a, "x": x}, out=_out("y", out))["y"]
 
-    def topk(self, x, k: int, *, out: DeviceArray | np.ndarray | None = None):
-        """Per-block top-k of float32 `x` (n,): for each block of `block_size` elements
-        (block_size = the tuned schedule's workgroup_size, see `tuned_schedule("topk", ...)`),
-        its k largest values descending, concatenated block by block: shape
-        (ceil(n / block_size) * k,). The tail block is padded with -FLT_MAX; NaN sorts above
-        +Inf and comes back as the canonical NaN (see farm.catalog.topk). 1 <= k <=
-        block_size, else ValueError naming the block size in force: the block size is never
-        changed to fit k (that would change the layout)."""
+    def topk(self, x, k: int, *, block: int | None = None, out: DeviceArray | np.ndarray | None = None):
+        """The k largest values of float32 `x` (n,), descending: shape (k,), whatever the tuning.
+
+        NaN sorts above +Inf and comes back as the canonical NaN; -0.0 sorts just below +0.0
+        (the kernel's total order, see farm.catalog.topk). 1 <= k <= n, and k at most half the
+        largest workgroup this adapter runs (512 on most) when x spans more than one block.
+        The tuned per-block kernel runs in stages over its own candidates (each block's k
+        largest), all on the GPU: from numpy, one upload and one download.
+
+        `block=B`: the per-block top-k instead: for each block of B elements (a power of two,
+        32..1024, k <= B) its k largest values descending, concatenated block by block: shape
+        (ceil(n / B) * k,), the tail block padded with -FLT_MAX. The caller fixes the block,
+        so the layout; the tuned schedule supplies the rest (its other knobs are kept where
+        they run at B, else the default's are used). Out-of-range arguments: ValueError
+        naming them."""
+        source_x = x
         x = self._arg("x", x, F32, (1,))
-        k = as_count("k", k, None)  # an integer; its range is the block size's, below
-        problem, dims = _topk_problem(x.shape[0], max(k, 1))
-        schedule, source = self._tuned(catalog.get("topk"), problem)
-        check_topk_k(k, schedule, source)
-        return self._run("topk", dims, {"x": x}, schedule, out=_out("out", out))["out"]
+        n = x.shape[0]
+        if block is not None:
+            block = as_count("block", block, None)
+            if block not in TOPK_BLOCKS:
+                raise ValueError(f"block: expected one of {TOPK_BLOCKS}, got {block}")
+            k = as_count("k", k, 1, block)
+            problem, dims = _topk_problem(n, k)
+            schedule = self._topk_schedule(problem, block, 0)
+            return self._run("topk", dims, {"x": x}, schedule, out=_out("out", out))["out"]
+        if not isinstance(x, DeviceArray):
+            check_input_limits("topk", {"x": x}, self.binding_limit)  # before the stages' scratch
+        widest = max(b for b in TOPK_BLOCKS if b <= self._max_block())
+        k = as_count("k", k, 1, min(n, widest if n <= widest else widest // 2))
+        stages = self._topk_stages(n, k, widest)
+        if len(stages) > 1 and isinstance(out, np.ndarray) and not isinstance(source_x, DeviceArray):
+            check_host_array(out, (k,), np.dtype(np.float32), "a numpy array")  # before any work
+        current, scratch = x, []
+        with self._lock:  # the stages' scratch must not interleave with another thread's calls
+            for dims, schedule, size in stages[:-1]:
+                step = self.empty(size)
+                self._run("topk", dims, {"x": current}, schedule, out={"out": step})
+                scratch.append(step)
+                current = step
+            dims, schedule, _ = stages[-1]
+            host = scratch and not isinstance(source_x, DeviceArray) and not isinstance(out, DeviceArray)
+            result = self._run("topk", dims, {"x": current}, schedule, out=None if host else _out("out", out))["out"]
+            if host:  # numpy in, numpy out: the candidates stayed on the GPU, the answer comes back
+                result, device_result = result.numpy(out=out), result
+                device_result.release()
+            for step in scratch:
+                step.release()  # recorded calls pin their slabs until they ran
+        return result
+
+    def _max_block(self) -> int:
+        return min(
+            self.profile.limit("max-compute-invocations-per-workgroup"),
+            self.profile.limit("max-compute-workgroup-size-x"),
+        )
+
+    def _topk_schedule(self, problem: Problem, block: int, pad: int, base: Schedule | None = None) -> Schedule:
+        """The schedule running topk `problem` at block size `block` (knob `pad` set): the
+        tuned winner's (or `base`'s) other knobs where they run at `block`, else the
+        default's. Cached with the lookups, so a repeated call is a dict hit."""
+        key = ("topk", problem.key(), block, pad)
+        cached = self._lookups.get(key)
+        if cached is None:
+            spec = catalog.get("topk")
+            tuned = base if base is not None else self._tuned(spec, problem)[0]
+            extra = {"pad": pad} if pad else {}
+            cached = Schedule.of(**{**tuned.as_dict(), "workgroup_size": block, **extra})
+            if spec.invalid_reason(cached, problem, self.profile):
+                cached = Schedule.of(workgroup_size=block, **extra)
+            reason = spec.invalid_reason(cached, problem, self.profile)
+            if reason:
+                raise ValueError(f"block: {block} can't run topk n={problem['n']} k={problem['k']} here: {reason}")
+            self._lookups[key] = cached
+        return cached
+
+    def _topk_stages(self, n: int, k: int, widest: int) -> list[tuple[dict[str, int], Schedule, int]]:
+        """The global top-k's stages: (dims, schedule, output size) of per-block passes, each
+        over the previous one's candidates, padded with -Inf so padding never displaces a
+        value. The first pass is the tuned one for (n, k) (at a block of at least 2k, so it
+        halves the candidates); the later ones, over candidates no campaign tunes, take the
+        widest block with the same knobs; the last is one block. Cached per (n, k)."""
+        key = ("topk stages", n, k)
+        stages = self._lookups.get(key)
+        if stages is not None:
+            return stages
+        problem, _ = _topk_problem(n, k)
+        base = self._tuned(catalog.get("topk"), problem)[0]
+        stages, size = [], n
+        while True:
+            problem, dims = _topk_problem(size, k)
+            if size <= widest:  # one block holds every candidate: its k largest are the answer
+                block = min(b for b in TOPK_BLOCKS if b >= size)
+                stages.append((dims, self._topk_schedule(problem, block, 1, base), k))
+                break
+            block = base.workgroup_size if size == n else widest
+            if not 2 * k <= block <= widest:
+                block = min(b for b in TOPK_BLOCKS if b >= 2 * k)
+            stages.append((dims, self._topk_schedule(problem, block, 1, base), -(-size // block) * k))
+            size = -(-size // block) * k
+        self._lookups[key] = stages
+        return stages
 
     def ternary_gemv(self, x, packed_w, scale, m: int, k: int, *, out: DeviceArray | np.ndarray | None = None):
         """`out[o] = scale[o] * Σ_{i<k} t(w[o][i]) * x[i]` for o < m; returns float32 (m,).

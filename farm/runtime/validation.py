@@ -18,7 +18,7 @@ import numpy as np
 
 from farm.catalog import KernelSpec, Launch
 from farm.catalog.recurrent import MAX_L
-from farm.schedule import Problem, Schedule
+from farm.schedule import Problem
 
 NUMERIC = "a numeric dtype (bool, integer, float or complex: what rt.asarray takes)"
 
@@ -199,17 +199,6 @@ def check_recurrent_shape(b: int, h: int, t: int, l_dim: int, e: int, limit: int
         )
     check_output_size("query, value", "context", (b, h, t, e), 4, limit, "[B,H,T,E]")
     check_output_size("query, value", "rho", (b, h, l_dim, e), 4, limit, "[B,H,L,E]")
-
-
-def check_topk_k(k: int, schedule: Schedule, source: str) -> None:
-    """ValueError unless 1 <= k <= the block size in force (the `source` schedule's
-    workgroup_size): topk never changes the block size, and so the output layout, to fit k."""
-    block = schedule.workgroup_size
-    if not 1 <= k <= block:
-        raise ValueError(
-            f"k: expected an integer in 1..{block} (block_size: the workgroup_size of the {source} schedule "
-            f"{schedule}, which fixes the output layout), got {k}"
-        )
 
 
 def p64_words(records: np.ndarray) -> np.ndarray:
