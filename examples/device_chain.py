@@ -1,6 +1,6 @@
 """A program that keeps its data on the GPU between ForgeRuntime calls.
 
-Scores a batch of queries against a key matrix (gemm), keeps the best 8 per block (topk),
+Scores a batch of queries against a key matrix (gemm), keeps the best 8 scores (topk),
 then runs a recurrence over 64 steps whose state never leaves the GPU, and checks both
 against numpy. Runs on any adapter (lavapipe included) with the winners tuned for it, or
 the default schedules when none are:
@@ -29,10 +29,10 @@ def main() -> int:
         start = time.perf_counter()
         scores = rt.gemm(rt.asarray(queries), rt.asarray(keys))  # stays on the GPU
         best = rt.topk(scores.reshape(-1), k=8).numpy()  # the one wait
-        want = np.sort((queries.astype(np.float64) @ keys).reshape(-1), kind="stable")
+        want = np.sort((queries.astype(np.float64) @ keys).reshape(-1), kind="stable")[::-1][:8]
         print(f"gemm -> topk: {best.size} values in {1e3 * (time.perf_counter() - start):.1f} ms; "
-              f"largest {best.max():.4f} (numpy {want[-1]:.4f})")
-        assert abs(best.max() - want[-1]) < 1e-3 * max(1.0, abs(want[-1]))
+              f"largest {best[0]:.4f} (numpy {want[0]:.4f})")
+        np.testing.assert_allclose(best, want, rtol=1e-3, atol=1e-3)
 
         heads, steps, latent, embd = 4, 64, 16, 32
         q = rng.standard_normal((1, heads, steps, latent)).astype(np.float32)
