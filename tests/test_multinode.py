@@ -74,7 +74,7 @@ def test_tune_job_runs_trials_on_both_nodes_from_the_shipped_bundle(two_nodes):
     client = jobs.job_client(head.dashboard_url, head.token_path)
     entrypoint = (
         f"farm tune --kernels-file {kernels / 'softmax.py'} --sizes softmax:rows=16,cols=64 "
-        f"--budget 8 --allow-cpu --db {db}"
+        f"--budget 8 --allow-cpu -v --db {db}"  # -v: the worker placement lines
     )
     job_id = client.submit_job(
         entrypoint=entrypoint,
