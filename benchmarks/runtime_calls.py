@@ -77,7 +77,7 @@ def cases(quick: bool):
     batch = 16 if quick else 16384
     out.append((f"fft {batch}x1024", "fft", ((f32(batch, 1024) + 1j * f32(batch, 1024)).astype(np.complex64),), {}))
     bits = 16 if quick else 26
-    out.append((f"topk 2^{bits} k=8", "topk", (f32(1 << bits),), {"k": 8}))
+    out.append((f"topk 2^{bits} k=8 per block", "topk", (f32(1 << bits),), {"k": 8}))
     for e in (96, 768) if quick else (96, 128, 192, 256, 384, 512, 640, 768):
         q, v = f32(1, 8, 64, 64), f32(1, 1, 64, e)
         decay = np.linspace(0.85, 0.95, 8).astype(np.float32)

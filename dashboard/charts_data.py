@@ -19,27 +19,18 @@ from sqlalchemy import select
 from farm import catalog
 from farm.dashboard.display import schedule_text, short, us
 from farm.store.database import Store
-from farm.store.listing import NOT_RECORDED, runner_up_knobs
+from farm.store.listing import NOT_RECORDED, STALE, UNKNOWN, changed_knobs, runner_up_knobs, winner_state
 from farm.store.models import TopologyRow, TrialRow
 from farm.store.repo import fetch_rows
 from farm.store.winner_rows import winners
 from farm.tuning.tasks import CPU_BUDGET
 
 MAX_CONVERGENCE_TRIALS = 5000
-CURRENT, STALE, UNKNOWN = "current", "stale", "unknown kernel"
 STATE_HELP = (
     "current: tuned on the kernel source this process has; stale: the source changed since "
     "(not served, re-run farm tune); unknown kernel: this dashboard doesn't know the kernel "
     "(a user kernel: start it with --kernels-file FILE), so it can't tell"
 )
-
-
-def winner_state(kernel: str, source_hash: str, current: dict[str, str]) -> str:
-    """As `farm winners` tells them: a kernel this process doesn't know is "unknown kernel",
-    not stale (its source may be unchanged); a known one is stale when its hash moved."""
-    if kernel not in current:
-        return UNKNOWN
-    return STALE if current[kernel] != source_hash else CURRENT
 
 
 def _known_kernels() -> dict[str, tuple[str, dict]]:
@@ -50,11 +41,9 @@ def _known_kernels() -> dict[str, tuple[str, dict]]:
 def short_schedule(schedule_key: str, default: dict | None) -> str:
     """The knobs where a schedule differs from its kernel's default (`default` when none do);
     the whole schedule when the default isn't known."""
-    knobs = json.loads(schedule_key)
     if default is None:
         return schedule_text(schedule_key)
-    changed = {k: v for k, v in sorted(knobs.items()) if default.get(k) != v}
-    return ", ".join(f"{k}={v}" for k, v in changed.items()) or "default"
+    return changed_knobs(json.loads(schedule_key), default, sep=", ")
 
 
 def _percent(value: float | None) -> float | None:
@@ -81,7 +70,7 @@ def winner_rows(store: Store, kernel: str | None = None, topology: str | None = 
                 "schedule": short_schedule(w.schedule_key, default),
                 "default_us": us(w.default_median_ns),
                 "vendor_ratio": w.vendor_ratio,
-                "state": winner_state(w.kernel, w.source_hash, current),
+                "state": winner_state(w.source_hash, current.get(w.kernel)),
                 "device": w.device_name,
                 "topology": short(w.topology_hash),
                 # detail columns (the expander)

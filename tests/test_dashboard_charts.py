@@ -12,7 +12,7 @@ import test_dashboard_data as filled
 from farm import catalog, store
 from farm.dashboard import charts, charts_data, data
 from farm.schedule import Schedule
-from farm.store import WinnerRecord
+from farm.store import WinnerRecord, listing
 
 SOURCE = catalog.get("gemv").source_hash()
 SEARCHED = "m=32,n=32"
@@ -55,10 +55,17 @@ def db(tmp_path_factory):
 
 
 def test_an_unknown_kernel_is_not_stale():
-    current = {"gemv": "abc"}
-    assert charts_data.winner_state("gemv", "abc", current) == charts_data.CURRENT
-    assert charts_data.winner_state("gemv", "old", current) == charts_data.STALE
-    assert charts_data.winner_state("my_kernel", "abc", current) == charts_data.UNKNOWN
+    assert listing.winner_state("abc", "abc") == listing.CURRENT == "current"
+    assert listing.winner_state("old", "abc") == listing.STALE == "stale"
+    assert listing.winner_state("abc", None) == listing.UNKNOWN == "unknown kernel"
+
+
+def test_short_schedules_name_only_the_knobs_that_differ():
+    default = {"workgroup_size": 64, "vector_width": 1}
+    assert listing.changed_knobs({"workgroup_size": 256, "vector_width": 1}, default) == "workgroup_size=256"
+    assert listing.changed_knobs(default, default) == "default"
+    key = '{"vector_width": 4, "workgroup_size": 256}'
+    assert charts_data.short_schedule(key, default) == "vector_width=4, workgroup_size=256"
 
 
 def test_winner_rows_keep_numbers_numeric_and_tell_the_three_states(db):

@@ -287,11 +287,15 @@ class ForgeRuntime:
                 raise ValueError(f"block: expected one of {TOPK_BLOCKS}, got {block}")
             k = as_count("k", k, 1, block)
             problem, dims = _topk_problem(n, k)
-            schedule = self._topk_schedule(problem, block, 0)
+            key = ("topk block", problem.key(), block)
+            schedule = self._lookups.get(key)
+            if schedule is None:
+                tuned = self._tuned(catalog.get("topk"), problem)[0]
+                schedule = self._lookups[key] = self._topk_schedule(problem, block, 0, tuned)
             return self._run("topk", dims, {"x": x}, schedule, out=_out("out", out))["out"]
         if not isinstance(x, DeviceArray):
             check_input_limits("topk", {"x": x}, self.binding_limit)  # before the stages' scratch
-        widest = max(b for b in TOPK_BLOCKS if b <= self._max_block())
+        widest = self._widest_topk_block
         k = as_count("k", k, 1, min(n, widest if n <= widest else widest // 2))
         stages = self._topk_stages(n, k, widest)
         if len(stages) > 1 and isinstance(out, np.ndarray) and not isinstance(source_x, DeviceArray):
@@ -304,7 +308,7 @@ class ForgeRuntime:
                 scratch.append(step)
                 current = step
             dims, schedule, _ = stages[-1]
-            host = scratch and not isinstance(source_x, DeviceArray) and not isinstance(out, DeviceArray)
+            host = bool(scratch) and not isinstance(source_x, DeviceArray) and not isinstance(out, DeviceArray)
             result = self._run("topk", dims, {"x": current}, schedule, out=None if host else _out("out", out))["out"]
             if host:  # numpy in, numpy out: the candidates stayed on the GPU, the answer comes back
                 result, device_result = result.numpy(out=out), result
@@ -313,30 +317,25 @@ class ForgeRuntime:
                 step.release()  # recorded calls pin their slabs until they ran
         return result
 
-    def _max_block(self) -> int:
-        return min(
-            self.profile.limit("max-compute-invocations-per-workgroup"),
-            self.profile.limit("max-compute-workgroup-size-x"),
-        )
+    @functools.cached_property
+    def _widest_topk_block(self) -> int:
+        """The largest topk block this adapter runs (its workgroup size limits)."""
+        limit = min(self.profile.limit("max-compute-invocations-per-workgroup"),
+                    self.profile.limit("max-compute-workgroup-size-x"))  # fmt: skip
+        return max(b for b in TOPK_BLOCKS if b <= limit)
 
-    def _topk_schedule(self, problem: Problem, block: int, pad: int, base: Schedule | None = None) -> Schedule:
-        """The schedule running topk `problem` at block size `block` (knob `pad` set): the
-        tuned winner's (or `base`'s) other knobs where they run at `block`, else the
-        default's. Cached with the lookups, so a repeated call is a dict hit."""
-        key = ("topk", problem.key(), block, pad)
-        cached = self._lookups.get(key)
-        if cached is None:
-            spec = catalog.get("topk")
-            tuned = base if base is not None else self._tuned(spec, problem)[0]
-            extra = {"pad": pad} if pad else {}
-            cached = Schedule.of(**{**tuned.as_dict(), "workgroup_size": block, **extra})
-            if spec.invalid_reason(cached, problem, self.profile):
-                cached = Schedule.of(workgroup_size=block, **extra)
-            reason = spec.invalid_reason(cached, problem, self.profile)
-            if reason:
-                raise ValueError(f"block: {block} can't run topk n={problem['n']} k={problem['k']} here: {reason}")
-            self._lookups[key] = cached
-        return cached
+    def _topk_schedule(self, problem: Problem, block: int, pad: int, base: Schedule) -> Schedule:
+        """The schedule running topk `problem` at block size `block` (knob `pad` set): `base`'s
+        (the tuned winner's) other knobs where they run at `block`, else the default's."""
+        extra = {"pad": pad} if pad else {}
+        spec = catalog.get("topk")
+        schedule = Schedule.of(**{**base.as_dict(), "workgroup_size": block, **extra})
+        if spec.invalid_reason(schedule, problem, self.profile):
+            schedule = Schedule.of(workgroup_size=block, **extra)
+        reason = spec.invalid_reason(schedule, problem, self.profile)
+        if reason:
+            raise ValueError(f"block: {block} can't run topk n={problem['n']} k={problem['k']} here: {reason}")
+        return schedule
 
     def _topk_stages(self, n: int, k: int, widest: int) -> list[tuple[dict[str, int], Schedule, int]]:
         """The global top-k's stages: (dims, schedule, output size) of per-block passes, each

@@ -19,6 +19,21 @@ NOT_RECORDED = "\u2013"  # a decision or vendor value the row does not have (row
 WIDTH = 100  # what the default tables fit: a terminal a little wider than 80 columns
 SCHEDULE_NOTE = "schedule: knobs that differ from the default ({wide}: every knob, every column)"
 MARGIN_LEGEND = "margin: how much slower the runner-up is than the winner; tie: the two were within the noise"
+CURRENT, STALE, UNKNOWN = "current", "stale", "unknown kernel"  # a winner's state, as every listing tells it
+
+
+def winner_state(source_hash: str, current: str | None) -> str:
+    """CURRENT, STALE (its kernel's source changed since) or UNKNOWN: a kernel this process
+    doesn't know (`current` None: a user kernel whose file wasn't given) can't be judged stale."""
+    if current is None:
+        return UNKNOWN
+    return STALE if source_hash != current else CURRENT
+
+
+def changed_knobs(knobs: dict[str, int], default: dict[str, int], sep: str = ",") -> str:
+    """The knobs that differ from the kernel's default schedule (`vector_width=4,workgroup_size=256`),
+    "default" when none do."""
+    return sep.join(f"{k}={v}" for k, v in sorted(knobs.items()) if default.get(k) != v) or "default"
 
 
 def format_winners(
@@ -34,7 +49,7 @@ def format_winners(
     if wide:
         return format_wide_winners(records, current_source_hash)
     several = len({r.topology_hash for r in records}) > 1
-    notes = [_note(r, current_source_hash(r.kernel)) for r in records]
+    notes = [_note(winner_state(r.source_hash, current_source_hash(r.kernel))) for r in records]
     header = ["kernel", "problem", "median_us", "speedup", "margin"] + ["topology"] * several + ["schedule"]
     rows = []
     for record in records:
@@ -51,10 +66,8 @@ def format_winners(
     return "\n".join([*title, fit_table(header, rows, flex=len(header) - 1), *legend])
 
 
-def _note(record: WinnerRecord, current: str | None) -> str:
-    if current is None:
-        return "unknown kernel"
-    return "stale" if record.is_stale(current) else ""
+def _note(state: str) -> str:
+    return "" if state == CURRENT else state
 
 
 def _speedup(value: float | None) -> str:
@@ -71,9 +84,7 @@ def short_schedule(record: WinnerRecord) -> str:
         default = catalog.get(record.kernel).default.as_dict()
     except ValueError:
         return str(record.schedule)
-    mine = record.schedule.as_dict()
-    changed = [f"{k}={v}" for k, v in sorted(mine.items()) if default.get(k) != v]
-    return ",".join(changed) or "default"
+    return changed_knobs(record.schedule.as_dict(), default)
 
 
 def fit_table(header: Sequence[str], rows: Sequence[Sequence[str]], flex: int, width: int = WIDTH) -> str:
@@ -142,7 +153,7 @@ def format_wide_winners(records: Sequence[WinnerRecord], current_source_hash: Ca
 
 
 def _winner_cells(record: WinnerRecord, current: str | None) -> tuple[str, ...]:
-    stale = "unknown kernel" if current is None else ("yes" if record.is_stale(current) else "no")
+    stale = {CURRENT: "no", STALE: "yes", UNKNOWN: UNKNOWN}[winner_state(record.source_hash, current)]
     return (
         record.kernel,
         record.problem_key,
