@@ -170,6 +170,31 @@ def _write_rows(store: Store, out: str | Path, ids: list[int]) -> None:
         write_trials(out, campaign, rows)
 
 
+def restore_campaigns(store: Store, out: str | Path, campaign_ids: Iterable[int]) -> dict[tuple[str, str], int]:
+    """Write to Parquet the trials of `campaign_ids` (campaigns whose driver died: nothing else
+    writes them) that their partitions' files lack, then compact those partitions; returns the
+    rows written per partition. Diff and write hold the partition's lock, so two callers at
+    once write each row once."""
+    ids = sorted(set(campaign_ids))
+    if not ids:
+        return {}
+    stmt = select(TrialRow.id, TrialRow.topology_hash, TrialRow.kernel, *(TrialRow.__table__.c[k] for k in KEY))
+    by_partition: dict[tuple[str, str], list[dict]] = {}
+    for row in fetch_rows(store, stmt.where(TrialRow.campaign_id.in_(ids))):
+        by_partition.setdefault((row["topology_hash"], row["kernel"]), []).append(row)
+    written = {}
+    for (topology, kernel), rows in sorted(by_partition.items()):
+        with _locked(partition_dir(out, topology, kernel)):
+            have = _parquet_keys(out, topology, kernel)
+            missing = [row["id"] for row in rows if tuple(row[k] for k in KEY) not in have]
+            if missing:
+                _write_rows(store, out, missing)
+        if missing:
+            written[(topology, kernel)] = len(missing)
+            compact_partition(out, topology, kernel)
+    return written
+
+
 def finish_artifacts(
     store: Store | None, out: str | Path, campaign_id: int | None = None, touched: Iterable[tuple[str, str]] = ()
 ) -> dict:

@@ -23,6 +23,7 @@ from farm.schedule import Problem, Schedule, Status
 from farm.store import parquet as artifacts
 from farm.store.compaction import finish_artifacts
 from farm.store.repo import insert_trials
+from farm.store.retry import call_retrying
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 
 FLUSH_EVERY = 16  # record buffered trials after this many results ...
@@ -60,7 +61,11 @@ class TrialRecorder:
             return
         batch, self.buffer = self.buffer, []
         start = time.perf_counter()
-        inserted = insert_trials(self.db, self.campaign_id, batch)
+        try:  # through a database restart: the insert is idempotent (ON CONFLICT DO NOTHING)
+            inserted = call_retrying(insert_trials, self.db, self.campaign_id, batch)
+        except BaseException:
+            self.buffer[:0] = batch  # not recorded: kept for the next flush
+            raise
         self.duplicates += len(batch) - len(inserted)
         self.spent["sql_s"] += time.perf_counter() - start
         for result in inserted:
@@ -78,7 +83,7 @@ class TrialRecorder:
         self.flush()
         self._write_parquet(list(self.pending))
         start = time.perf_counter()
-        done = finish_artifacts(self.db, self.out, self.campaign_id, self.touched)
+        done = call_retrying(finish_artifacts, self.db, self.out, self.campaign_id, self.touched)
         self.spent["parquet_s"] += time.perf_counter() - start
         return done
 
