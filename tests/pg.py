@@ -56,8 +56,8 @@ def _free_port() -> int:
 class PostgresServer:
     """One initdb'd cluster in `root`, started by `start()` and removed by `stop()`."""
 
-    def __init__(self, bin_dir: Path):
-        self.bin_dir = bin_dir
+    def __init__(self, bin_dir: Path, fsync: bool = False):
+        self.bin_dir, self.fsync = bin_dir, fsync
         self.root = Path(tempfile.mkdtemp(prefix="farm-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -82,7 +82,8 @@ class PostgresServer:
         self._start()
 
     def _start(self) -> None:
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
+        fsync = "on" if self.fsync else "off"  # off for tests; benchmarks may ask for a durable server
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync={fsync} -c max_connections=60"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", options, "-w", "start")
 
     def restart(self, down_s: float = 0.0) -> None:
