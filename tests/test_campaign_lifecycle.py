@@ -92,6 +92,16 @@ def test_interrupt_stale_campaigns_marks_only_dead_running_ones_in_sql(db):
     assert store.campaign(db, dead)["finished_at"] is None  # it never finished; heartbeat_at is its last sign
 
 
+def test_a_campaigns_done_never_passes_its_total(db):
+    cid = store.start_campaign(db, "farm tune", "random", None, 5, 70)
+    store.update_campaign(db, cid, done=73, failures=0, total=70)  # a search past its plan, not yet corrected
+    assert (store.campaign(db, cid)["done"], store.campaign(db, cid)["total"]) == (73, 73)
+    store.update_campaign(db, cid, done=75, failures=1)
+    assert (store.campaign(db, cid)["done"], store.campaign(db, cid)["total"]) == (75, 75)
+    store.update_campaign(db, cid, done=76, failures=1, total=80)
+    assert (store.campaign(db, cid)["done"], store.campaign(db, cid)["total"]) == (76, 80)
+
+
 def test_a_campaign_finished_as_interrupted_stays_so(db):
     cid = store.start_campaign(db, "farm tune", "random", None, 5, 4)
     store.finish_campaign(db, cid, "interrupted")  # Ctrl-C

@@ -7,8 +7,9 @@ merges each touched partition's files into one, dropping repeated trial keys. `f
 compact` does both for every partition.
 
 What a crash can lose: a killed driver's Parquet buffer (its trials since its last file),
-never SQL's rows. What restores it: the next campaign's end (the rerun's included) or `farm
-compact`, once the dead campaign no longer reads as live (heartbeat older than
+never SQL's rows. What restores it: `restore_campaigns`, run by the next campaign when it
+marks the killed one interrupted (at its start, for a re-run on the same machine), the next
+campaign's end or `farm compact`, once the dead campaign no longer reads as live (heartbeat older than
 repo.STALE_AFTER_S): rows of live campaigns other than the caller's are left to their own
 recorder, so they are never written twice. A partition is checked by row counts first
 (SQL's count against the Parquet footers) and diffed by key only when they differ.

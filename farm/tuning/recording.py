@@ -6,8 +6,9 @@ stored first is SQL's, once, and not written again) wait in one Parquet buffer p
 (topology, kernel) partition, written as one file per partition at `close()` (the
 campaign's end) or when a partition holds PARQUET_ROWS. `close()` then restores from SQL
 what Parquet lacks and compacts the partitions (farm.store.compaction): a killed driver
-loses only its Parquet buffer, which the next campaign's end or `farm compact` writes back
-from SQL. `recorded` wraps a result stream with one (the throughput and overhead
+loses only its Parquet buffer, which the next campaign writes back from SQL when it marks
+the killed one interrupted (or `farm compact` does). The SQL write rides out a database
+restart (farm.store.retry). `recorded` wraps a result stream with one (the throughput and overhead
 benchmarks record like `farm tune` does); `result_from_row` turns a recorded trial row back
 into a TrialResult, which is how a re-run campaign resumes.
 """
