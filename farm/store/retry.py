@@ -14,7 +14,8 @@ at most `retry_window_s()` seconds from the first failure: `$FARM_DB_RETRY_S`, d
 (farm.store.transactions.write_transaction), a read, or a larger idempotent step made of
 them (a recorder's flush): inside one, the inner calls do not retry on their own, so the
 outer one repeats the whole step within one window. While it waits it says so once on
-stderr, and once more when the database answers again.
+stderr, and once more when the database answers again. `no_retry()` turns it off for a
+block (the runtime, a library whose calls must not stall, reads and queues once).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
 from sqlalchemy.exc import DBAPIError
@@ -88,6 +90,18 @@ def is_disconnect(exc: BaseException) -> bool:
 def is_transient(exc: BaseException) -> bool:
     """True for errors that the same transaction, run again a little later, can get past."""
     return isinstance(exc, DBAPIError) and (is_lock_conflict(exc) or is_disconnect(exc))
+
+
+@contextmanager
+def no_retry() -> Iterator[None]:
+    """Store calls in the block run once (a library call that must not stall: the runtime's
+    reads of the winners fall back to defaults at once)."""
+    depth = getattr(_inside, "depth", 0)
+    _inside.depth = depth + 1
+    try:
+        yield
+    finally:
+        _inside.depth = depth
 
 
 def call_retrying(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
