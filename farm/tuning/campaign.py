@@ -104,12 +104,14 @@ class Campaign:
         except BaseException as exc:
             self._drop_held(task)
             self.heartbeat.stop()
-            self.recorder.close()
-            self._update_campaign()
-            status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-            store.finish_campaign(self.db, self.campaign_id, status)
-            if lock is not None:
-                lock.release()
+            try:
+                self.recorder.close()
+                self._update_campaign()
+                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                store.finish_campaign(self.db, self.campaign_id, status)
+            finally:  # also when the store is still unreachable: a long-lived drainer must not hold it
+                if lock is not None:
+                    lock.release()
             raise
         self.heartbeat.stop()
         self.recorder.close()  # Parquet: one file per partition, compacted (farm.store.compaction)
