@@ -152,3 +152,41 @@ def _wait(condition, what: str, timeout_s: float = 120.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
+
+
+@pytest.mark.postgres
+def test_an_outage_longer_than_the_retry_window_gives_the_claims_back_untried(
+    pg_own_server, device, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("FARM_DB_RETRY_S", "0.5")
+    url = pg_own_server.url("farm")
+    db = open_store(url)
+    here = device.profile.topology_hash()
+    source = catalog.get("gemv").source_hash()
+    ids = [q.enqueue(db, here, "gemv", f"m={8 * (i + 2)},n=24", source)[0] for i in range(6)]
+    stream, stop, errors = io.StringIO(), threading.Event(), []
+    drainer = CountingDrainer(MixedPool(device.profile), open_store(url), CONFIG, tmp_path / "artifacts",
+                              name="d1", batch=2, stream=stream)  # fmt: skip
+    drainer.claims = []
+
+    def serve():
+        try:
+            drainer.serve(poll_s=0.2, stop=stop)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        _wait(lambda: q.status_counts(db)["done"] >= 2, "the drainer at work")
+        pg_own_server.restart(down_s=3.0)  # six times the retry window
+        _wait(lambda: q.status_counts(db)["done"] == len(ids), "every request done")
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert errors == [] and not thread.is_alive()
+    assert "the database stayed unreachable" in stream.getvalue()  # it waited, then served on
+    rows = q.requests(db)
+    assert {(r["status"], r["attempts"]) for r in rows} == {("done", 1)}  # given back untried: no attempt spent
+    drainer.db.engine.dispose()
+    db.engine.dispose()

@@ -45,6 +45,8 @@ _PG_CONFLICT_STATES = {"40P01", "40001"}  # deadlock_detected, serialization_fai
 _PG_SHUTDOWN_STATES = {"57P01", "57P02", "57P03"}
 
 _inside = threading.local()  # .depth: call_retrying frames running on this thread
+_outage: dict[str, float] = {}  # "since": when this process first found the database unreachable
+_outage_lock = threading.Lock()
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -133,15 +135,21 @@ def _retry(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
             if now + delay > deadline:
                 raise
             if is_disconnect(exc) and not said:
-                print(f"farm: database unreachable ({describe_error(exc)}); retrying for up to {window:.0f} s "
-                      f"(${ENV})", file=sys.stderr, flush=True)  # fmt: skip
                 said = True
+                with _outage_lock:  # one line per outage, however many threads wait on it
+                    if "since" not in _outage:
+                        _outage["since"] = started
+                        print(f"farm: database unreachable ({describe_error(exc)}); retrying for up to "
+                              f"{window:g} s (${ENV})", file=sys.stderr, flush=True)  # fmt: skip
             time.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF_S)
             continue
-        if said:
-            print(f"farm: database reachable again after {time.monotonic() - started:.1f} s", file=sys.stderr,
-                  flush=True)  # fmt: skip
+        if _outage:  # this call got through: the outage, if one was announced, is over
+            with _outage_lock:
+                since = _outage.pop("since", None)
+            if since is not None:
+                print(f"farm: database reachable again after {time.monotonic() - since:.1f} s", file=sys.stderr,
+                      flush=True)  # fmt: skip
         return result
 
 

@@ -14,7 +14,8 @@ queued) when the round before claimed nothing or SWEEP_S passed since the last s
 
 Only tuning failures count as attempts: the store's writes and reads ride out a database
 restart (farm.store.retry); a campaign cut off by a longer outage gives its claims back
-untried, and the drainer tries again after `poll_s`. While a group is tuned its leases are
+untried (the next round does, if the database is still away), and the drainer tries again
+after `poll_s`. While a group is tuned its leases are
 renewed every third of the lease; Ctrl-C gives the claims back untried. `once`: rounds
 until nothing is claimable, then return.
 """
@@ -111,6 +112,7 @@ class Drainer:
         self.stream = stream or sys.stderr
         self._swept_at: float | None = None  # monotonic time of the last sweep
         self._claimed_last = 0
+        self._unreleased: list[int] = []  # claims to give back once the database answers again
 
     def serve(self, once: bool = False, poll_s: float = 30.0, stop: threading.Event | None = None) -> Tally:
         """Drain rounds until stopped (`stop` set, Ctrl-C), waiting `poll_s` after a round that
@@ -124,7 +126,7 @@ class Drainer:
                 if not is_transient(exc):
                     raise
                 self._say(f"serve: the database stayed unreachable ({describe_error(exc)}); "
-                          f"next round in {poll_s:.0f} s")  # fmt: skip
+                          f"next round in {poll_s:g} s")  # fmt: skip
                 if stop.wait(poll_s):
                     return total
                 continue
@@ -136,6 +138,9 @@ class Drainer:
 
     def drain_once(self) -> Tally:
         tally = Tally()
+        if self._unreleased:  # given back untried before anything else is claimed
+            queue.release(self.db, self.name, self._unreleased)
+            self._unreleased = []
         topologies = self.pool.topologies()
         now = time.monotonic()
         if not self._claimed_last or self._swept_at is None or now - self._swept_at >= SWEEP_S:
@@ -158,13 +163,18 @@ class Drainer:
         return tally
 
     def _give_back(self, ids: list[int]) -> None:
-        """Release claims not tried yet (the round stopped before them); best effort: a lease that
-        is not released runs out instead."""
+        """Release claims not tried (the round stopped before them, or the store failed them); while
+        the database is unreachable they are kept for the next round to release."""
+        if not ids:
+            return
         try:
             queue.release(self.db, self.name, ids)
         except Exception as exc:  # noqa: BLE001 - the caller's error is the one to report
-            self._say(f"could not give back request(s) {', '.join(map(str, ids))} ({describe_error(exc)}): "
-                      "their leases will run out")  # fmt: skip
+            if is_transient(exc):
+                self._unreleased += ids  # the next round gives them back
+            else:
+                self._say(f"could not give back request(s) {', '.join(map(str, ids))} ({describe_error(exc)}): "
+                          "their leases will run out")  # fmt: skip
 
     def _sweep(self, topologies: dict[str, list[str]], tally: Tally) -> None:
         """Put back (or fail) requests whose lease ran out; note the queued ones no worker here serves."""
@@ -217,9 +227,9 @@ class Drainer:
                 winners = campaign.run()
         except Exception as exc:  # noqa: BLE001 - the attempt failed: retried, then failed with the reason
             if is_transient(exc):  # the store, not the tuning, failed: not an attempt
-                queue.release(self.db, self.name, [r["id"] for r in rows])
                 self._say(f"request(s) {', '.join(map(str, wanted))} given back untried: the database was "
                           f"unreachable ({describe_error(exc)})")  # fmt: skip
+                self._give_back([r["id"] for r in rows])
                 raise
             self._failed(list(wanted), f"{type(exc).__name__}: {exc}", tally)
             return
