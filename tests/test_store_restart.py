@@ -15,7 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from test_serve import CONFIG, MixedPool
 
-from farm import catalog
+from farm import catalog, store
 from farm.store import open_store
 from farm.store import queue as q
 from farm.store.retry import call_retrying, is_disconnect, is_transient, retry_window_s
@@ -142,6 +142,9 @@ def test_two_drainers_serve_through_a_postgresql_restart_losing_and_repeating_no
     assert {name for name, _, at in claims if at > back} == {"d1", "d2"}  # both still serving after the restart
     rows = q.requests(db)
     assert {(r["status"], r["attempts"]) for r in rows} == {("done", 1)}  # the restart cost no attempt
+    campaigns = store.campaigns(db)  # the drainers' campaigns wrote through it too
+    assert len(campaigns) == len(claims) and {c["status"] for c in campaigns} == {"done"}
+    assert all(c["done"] <= c["total"] for c in campaigns)
     for drainer in drainers:
         drainer.db.engine.dispose()
     db.engine.dispose()
