@@ -15,9 +15,9 @@ queued) when the round before claimed nothing or SWEEP_S passed since the last s
 Only tuning failures count as attempts: the store's writes and reads ride out a database
 restart (farm.store.retry); a campaign cut off by a longer outage gives its claims back
 untried (the next round does, if the database is still away), and the drainer tries again
-after `poll_s`. While a group is tuned its leases are
-renewed every third of the lease; Ctrl-C gives the claims back untried. `once`: rounds
-until nothing is claimable, then return.
+after `poll_s`. While a group is tuned its leases are renewed every third of the lease;
+Ctrl-C gives the claims back untried. `once`: rounds until nothing is claimable, then
+return.
 """
 
 from __future__ import annotations
