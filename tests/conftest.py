@@ -14,7 +14,7 @@ import shutil
 import tempfile
 
 import pytest
-from pg import pg_fresh_url, pg_server, pg_url  # noqa: F401  (PostgreSQL fixtures: tests/pg.py)
+from pg import pg_fresh_url, pg_own_server, pg_server, pg_url  # noqa: F401  (PostgreSQL fixtures: tests/pg.py)
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 # Short (Ray's unix socket paths under it must stay below ~100 characters); set at import,

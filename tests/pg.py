@@ -6,8 +6,9 @@ Running as root, the server runs as the `postgres` OS user (runuser), which owns
 dir. Missing binaries fail the tests with a clear message; set FARM_SKIP_POSTGRES=1 to
 skip them instead.
 
-Fixtures: `pg_url` (session; the shared database) and `pg_fresh_url` (a new empty
-database per test, dropped afterwards).
+Fixtures: `pg_url` (session; the shared database), `pg_fresh_url` (a new empty
+database per test, dropped afterwards) and `pg_own_server` (a server of the test's own, for
+tests that restart it).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def _free_port() -> int:
 class PostgresServer:
     """One initdb'd cluster in `root`, started by `start()` and removed by `stop()`."""
 
-    def __init__(self, bin_dir: Path):
-        self.bin_dir = bin_dir
+    def __init__(self, bin_dir: Path, fsync: bool = False):
+        self.bin_dir, self.fsync = bin_dir, fsync
         self.root = Path(tempfile.mkdtemp(prefix="farm-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -78,8 +79,20 @@ class PostgresServer:
             entry = pwd.getpwnam("postgres")
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
+        self._start()
+
+    def _start(self) -> None:
+        fsync = "on" if self.fsync else "off"  # off for tests; benchmarks may ask for a durable server
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync={fsync} -c max_connections=60"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", options, "-w", "start")
+
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stop the server as an operator would (fast: sessions cut off), wait `down_s`, start it again."""
+        import time
+
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+        time.sleep(down_s)
+        self._start()
 
     def stop(self) -> None:
         try:
@@ -106,6 +119,20 @@ def pg_server() -> Iterator[PostgresServer]:
     server = PostgresServer(find_pg_bin())
     try:
         server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_own_server() -> Iterator[PostgresServer]:
+    """A server for one test (which may stop and restart it), with a database `farm`."""
+    if os.environ.get("FARM_SKIP_POSTGRES") == "1":
+        pytest.skip("FARM_SKIP_POSTGRES=1")
+    server = PostgresServer(find_pg_bin())
+    try:
+        server.start()
+        server.admin("CREATE DATABASE farm")
         yield server
     finally:
         server.stop()

@@ -1,7 +1,7 @@
 """Smoke runs on the CPU adapter of the benchmarks that need no GPU to run: runtime_calls.py's
-cut-down mode (--only, --skip-costs, --skip-chains), search_replay.py and trial_repeat.py:
-each runs, writes its JSON and reports every row it measured (the numbers mean something on
-GPUs only)."""
+cut-down mode (--only, --skip-costs, --skip-chains), search_replay.py, trial_repeat.py and
+queue_claims.py on a small SQLite queue: each runs, writes its JSON and reports every row it
+measured (the numbers mean something on GPUs, or a quiet machine, only)."""
 
 import gzip
 import json
@@ -69,3 +69,12 @@ def test_trial_repeat_re_times_the_schedules_two_landscapes_disagree_on(tmp_path
     assert [row["schedule"] for row in rows] == keys[:2]  # the fastest, then the one read 3x apart
     assert [(row["first_us"], row["second_us"]) for row in rows] == [(100.0, 101.0), (300.0, 100.0)]
     assert all(row["certified"] and len(row["rounds_us"]) == 2 and row["repeat_us"] > 0 for row in rows)
+
+
+def test_queue_claims_drains_a_small_queue_with_two_claimers_and_checks_every_claim(tmp_path):
+    run = _run("queue_claims.py", "--queued", "200", "--claimers", "2", "--no-postgres", "--json", tmp_path / "q.json")
+    assert run.returncode == 0, run.stderr
+    rows = json.loads((tmp_path / "q.json").read_text())["rows"]
+    assert [(r["backend"], r["mode"], r["claimers"]) for r in rows] == [("sqlite", "claim", 2), ("sqlite", "round", 2)]
+    assert all(r["claimed"] == 200 and r["lost"] == 0 and r["twice"] == 0 and r["attempts_max"] == 1 for r in rows)
+    assert "| sqlite | round | 2 |" in run.stdout and "load average" in run.stdout

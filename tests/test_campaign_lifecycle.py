@@ -92,6 +92,16 @@ def test_interrupt_stale_campaigns_marks_only_dead_running_ones_in_sql(db):
     assert store.campaign(db, dead)["finished_at"] is None  # it never finished; heartbeat_at is its last sign
 
 
+def test_a_campaigns_done_never_passes_its_total(db):
+    cid = store.start_campaign(db, "farm tune", "random", None, 5, 70)
+    store.update_campaign(db, cid, done=73, failures=0, total=70)  # a search past its plan, not yet corrected
+    assert (store.campaign(db, cid)["done"], store.campaign(db, cid)["total"]) == (73, 73)
+    store.update_campaign(db, cid, done=75, failures=1)
+    assert (store.campaign(db, cid)["done"], store.campaign(db, cid)["total"]) == (75, 75)
+    store.update_campaign(db, cid, done=76, failures=1, total=80)
+    assert (store.campaign(db, cid)["done"], store.campaign(db, cid)["total"]) == (76, 80)
+
+
 def test_a_campaign_finished_as_interrupted_stays_so(db):
     cid = store.start_campaign(db, "farm tune", "random", None, 5, 4)
     store.finish_campaign(db, cid, "interrupted")  # Ctrl-C
@@ -313,3 +323,64 @@ def test_tune_holds_the_local_gpus_lock_so_a_second_campaign_waits(device, tmp_p
         thread.join(timeout=60)
     assert events[-1] == "second"
     assert "farm: waiting for GPU llvmpipe (worker w0): another campaign on this machine" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- killed and resumed
+
+KILLED_DRIVER = """
+import json, os, signal, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_campaign_lifecycle import CONFIG, FakePool
+from farm import store
+from farm.gpu import HardwareProfile
+from farm.tuning import recording
+from farm.tuning.campaign import Campaign
+
+recording.FLUSH_EVERY = 1  # every trial in SQL at once; Parquet only at the end, which never comes
+
+
+class KilledPool(FakePool):
+    def stream(self, jobs, topology=None, batch_size=None):
+        for result in super().stream(jobs, topology, batch_size):
+            if self.ran > 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            yield result
+
+
+profile = HardwareProfile.from_dict(json.loads(Path({profile!r}).read_text()))
+Campaign(CONFIG, KilledPool(profile), store.open_store({url!r}), Path({out!r}), "farm tune gemv").run()
+"""
+
+
+def test_a_resumed_campaign_marks_the_killed_one_at_once_and_restores_its_parquet(
+    device, db, store_url, tmp_path, capsys  # noqa: F811
+):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from farm.store.parquet import read_trials
+
+    out = tmp_path / "artifacts"
+    saved = tmp_path / "profile.json"
+    saved.write_text(json.dumps(device.profile.to_dict()))
+    script = KILLED_DRIVER.format(tests=str(Path(__file__).parent), profile=str(saved), url=store_url, out=str(out))
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    (first,) = store.campaigns(db)
+    assert (first["status"], store.count_trials(db, campaign=first["id"])) == ("running", 2)  # heartbeat fresh
+
+    resumed = Campaign(CONFIG, FakePool(device.profile), db, out, "farm tune gemv")
+    resumed.run()
+    assert f"campaign {first['id']} ('farm tune gemv' on " in capsys.readouterr().err
+    with db.engine.connect() as conn:  # in SQL, by the resumer, though its heartbeat is seconds old
+        status = dict(conn.execute(select(CampaignRow.id, CampaignRow.status)).all())
+    assert status == {first["id"]: "interrupted", resumed.campaign_id: "done"}
+    # Parquet equals SQL as soon as the resume ends: the killed driver's rows written back
+    sql = {(r["schedule"], r["campaign_id"]) for r in store.trials(db)}
+    frame = read_trials(out)
+    assert len(frame) == len(sql) == 4 and set(zip(frame["schedule"], frame["campaign_id"], strict=True)) == sql
+    assert {c for _, c in sql} == {first["id"], resumed.campaign_id}
+    assert not list((out / "locks").iterdir())  # both drivers' lock files gone

@@ -102,6 +102,44 @@ def test_cli_db_upgrade_rejects_an_unsupported_url(capsys):
     assert "unsupported database 'mysql'" in capsys.readouterr().err
 
 
+def test_migrations_leave_no_lock_file_whether_they_work_or_fail(tmp_path, capsys):
+    from farm.cli.main import main
+
+    db = tmp_path / "farm.db"
+    url = f"sqlite:///{db}"
+    assert main(["db", "upgrade", "--db", url]) == 0
+    assert main(["db", "downgrade", "head+1", "--db", url]) != 0  # past the newest revision
+    assert capsys.readouterr().err.startswith("farm: error:")
+    truncated = tmp_path / "truncated.db"
+    truncated.write_bytes(db.read_bytes()[:1000])
+    assert main(["db", "upgrade", "--db", f"sqlite:///{truncated}"]) != 0
+    assert capsys.readouterr().err.startswith("farm: error:")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["farm.db", "truncated.db"]
+
+
+def test_the_migration_lock_serializes_holders_though_each_removes_its_file(tmp_path):
+    import threading
+    import time
+
+    from farm.store.migrate import _migration_lock
+
+    url, inside, overlaps = f"sqlite:///{tmp_path / 'x.db'}", [], []
+
+    def hold():
+        with _migration_lock(url):
+            inside.append(1)
+            overlaps.append(len(inside))
+            time.sleep(0.02)
+            inside.pop()
+
+    threads = [threading.Thread(target=hold) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert overlaps == [1] * 6 and not (tmp_path / "x.db.migrate-lock").exists()
+
+
 def test_heartbeat_revision_adds_and_drops_its_column_and_keeps_the_campaigns(store_url):  # noqa: F811
     from datetime import UTC, datetime
 

@@ -63,12 +63,12 @@ def test_sqlite_write_retries_while_another_connection_holds_the_lock(tmp_path, 
     import time
 
     import farm.store.engine as engine
-    import farm.store.transactions as transactions
+    import farm.store.retry as retry
 
     monkeypatch.setattr(engine, "SQLITE_BUSY_TIMEOUT_MS", 20)  # lock errors surface at once, retry must cope
     backoffs: list[float] = []
     real_sleep = time.sleep
-    monkeypatch.setattr(transactions.time, "sleep", lambda s: (backoffs.append(s), real_sleep(s)))
+    monkeypatch.setattr(retry.time, "sleep", lambda s: (backoffs.append(s), real_sleep(s)))
     store = open_store(f"sqlite:///{tmp_path / 'farm.db'}")
     topo = upsert_topology(store, profile())
     holder = sqlite3.connect(tmp_path / "farm.db", timeout=0, isolation_level=None, check_same_thread=False)

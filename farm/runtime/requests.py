@@ -141,11 +141,13 @@ class WinnerCache:
             from farm.store import open_store
             from farm.store.engine import mask_secrets
             from farm.store.queue import enqueue
+            from farm.store.retry import no_retry
 
             if not hasattr(self, "_store"):
                 self._store = open_store(self.db)
             who = f"runtime pid {os.getpid()} on {_host()}"
-            enqueue(self._store, self.topology_hash, spec.name, problem.key(), spec.source_hash(), 0, who)
+            with no_retry():  # a courtesy: one try, then this runtime stops asking
+                enqueue(self._store, self.topology_hash, spec.name, problem.key(), spec.source_hash(), 0, who)
         except Exception as exc:  # noqa: BLE001 - a request is a courtesy: never the caller's error
             self._broken = True
             detail = mask_secrets(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)

@@ -351,6 +351,7 @@ def _positive_number(where: str, name: str, value: object) -> None:
 def _candidates_from_db(db: str | None) -> tuple[list[Candidate], str]:
     from farm.store import database_url, open_store, winners
     from farm.store.engine import mask_secrets, mask_url
+    from farm.store.retry import no_retry
 
     def reason(url: str, what: str, exc: Exception) -> str:
         detail = mask_secrets(str(exc).splitlines()[0] if str(exc) else "")
@@ -363,7 +364,8 @@ def _candidates_from_db(db: str | None) -> tuple[list[Candidate], str]:
     except Exception as exc:  # noqa: BLE001 - a missing or unreachable database means "use defaults"
         return [], reason(url, "unavailable", exc)
     try:
-        records = [Candidate.of(r) for r in winners(store)]
+        with no_retry():  # an unreachable database means defaults now, not after the store's retry window
+            records = [Candidate.of(r) for r in winners(store)]
     except Exception as exc:  # noqa: BLE001
         return [], reason(url, "unreachable", exc)
     finally:

@@ -7,8 +7,9 @@ merges each touched partition's files into one, dropping repeated trial keys. `f
 compact` does both for every partition.
 
 What a crash can lose: a killed driver's Parquet buffer (its trials since its last file),
-never SQL's rows. What restores it: the next campaign's end (the rerun's included) or `farm
-compact`, once the dead campaign no longer reads as live (heartbeat older than
+never SQL's rows. What restores it: `restore_campaigns`, run by the next campaign when it
+marks the killed one interrupted (at its start, for a re-run on the same machine), the next
+campaign's end or `farm compact`, once the dead campaign no longer reads as live (heartbeat older than
 repo.STALE_AFTER_S): rows of live campaigns other than the caller's are left to their own
 recorder, so they are never written twice. A partition is checked by row counts first
 (SQL's count against the Parquet footers) and diffed by key only when they differ.
@@ -168,6 +169,31 @@ def _write_rows(store: Store, out: str | Path, ids: list[int]) -> None:
             by_campaign.setdefault(row["campaign_id"], []).append(row)
     for campaign, rows in by_campaign.items():
         write_trials(out, campaign, rows)
+
+
+def restore_campaigns(store: Store, out: str | Path, campaign_ids: Iterable[int]) -> dict[tuple[str, str], int]:
+    """Write to Parquet the trials of `campaign_ids` (campaigns whose driver died: nothing else
+    writes them) that their partitions' files lack, then compact those partitions; returns the
+    rows written per partition. Diff and write hold the partition's lock, so two callers at
+    once write each row once."""
+    ids = sorted(set(campaign_ids))
+    if not ids:
+        return {}
+    stmt = select(TrialRow.id, TrialRow.topology_hash, TrialRow.kernel, *(TrialRow.__table__.c[k] for k in KEY))
+    by_partition: dict[tuple[str, str], list[dict]] = {}
+    for row in fetch_rows(store, stmt.where(TrialRow.campaign_id.in_(ids))):
+        by_partition.setdefault((row["topology_hash"], row["kernel"]), []).append(row)
+    written = {}
+    for (topology, kernel), rows in sorted(by_partition.items()):
+        with _locked(partition_dir(out, topology, kernel)):
+            have = _parquet_keys(out, topology, kernel)
+            missing = [row["id"] for row in rows if tuple(row[k] for k in KEY) not in have]
+            if missing:
+                _write_rows(store, out, missing)
+        if missing:
+            written[(topology, kernel)] = len(missing)
+            compact_partition(out, topology, kernel)
+    return written
 
 
 def finish_artifacts(

@@ -12,6 +12,7 @@ from sqlalchemy import Engine, inspect
 
 from farm.store.engine import create_store_engine, database_url, farm_home, mask_url
 from farm.store.migrate import refuse_foreign, upgrade
+from farm.store.retry import retry_window_s
 
 __all__ = ["ReadOnlyStoreError", "Store", "database_url", "farm_home", "open_existing", "open_store"]
 
@@ -57,6 +58,7 @@ def open_store(url: str | None = None, read_only: bool = False) -> Store:
     `farm.store.migrate`). Read-only stores never migrate and refuse writes, both in the
     repository functions and in the database session itself.
     """
+    retry_window_s()  # a bad $FARM_DB_RETRY_S is refused before anything is opened
     resolved = database_url(url)
     engine = create_store_engine(resolved, read_only=read_only)
     store = Store(engine=engine, url=resolved, read_only=read_only)

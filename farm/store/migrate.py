@@ -3,12 +3,15 @@ installed package (farm.migrations), with no alembic.ini needed.
 
 Upgrades are serialized between processes that start at once: a PostgreSQL
 transaction-level advisory lock, or an exclusive `flock` on `<db file>.migrate-lock`
-for SQLite. The loser waits, then finds the schema already at head and does nothing.
+for SQLite, which its holder removes when it is done (whether the migration worked or
+not), so no lock file stays beside the database. The loser waits, then finds the schema
+already at head and does nothing.
 """
 
 from __future__ import annotations
 
 import fcntl
+import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -132,15 +135,33 @@ def _lock_postgres(connection: Connection) -> None:
 
 @contextmanager
 def _migration_lock(url: str) -> Iterator[None]:
-    """An exclusive file lock beside a SQLite database file; nothing for other databases."""
+    """An exclusive file lock beside a SQLite database file, removed by its holder at the end;
+    nothing for other databases."""
     path = sqlite_path(normalize_url(url))
     if path is None:
         yield
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".migrate-lock"), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    lock = path.with_name(path.name + ".migrate-lock")
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.stat(lock).st_ino
+            except FileNotFoundError:
+                current = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if current == os.fstat(fd).st_ino:
+            break
+        os.close(fd)  # the holder before us removed that file: lock the one there now
+    try:
+        yield
+    finally:
+        try:
+            lock.unlink()  # while locked: whoever waits on this inode retries on a new file
+        except FileNotFoundError:
+            pass
+        os.close(fd)

@@ -23,6 +23,7 @@ from sqlalchemy import case, func, inspect, select, text, update
 from farm.store.database import Store
 from farm.store.models import ANY_TOPOLOGY, REQUEST_STATUSES, TuningRequestRow, utcnow
 from farm.store.repo import fetch_rows
+from farm.store.retry import retrying
 from farm.store.transactions import dialect_insert, write_transaction
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "renew",
     "requests",
     "status_counts",
+    "unserved",
 ]
 
 DEFAULT_LEASE_S = 300.0  # a drainer renews every third of it while it tunes
@@ -233,6 +235,15 @@ def note_unserved(store: Store, topologies: Iterable[str], note: str) -> list[di
     return sorted((dict(r) for r in rows), key=lambda r: r["id"])
 
 
+@retrying
+def unserved(store: Store, topologies: Iterable[str]) -> list[int]:
+    """Ids of the queued requests for a topology not among `topologies` (nor "any"), oldest first."""
+    have = sorted(set(topologies) | {ANY_TOPOLOGY})
+    stmt = select(_T.id).where(_T.status == "queued", _T.topology_hash.not_in(have)).order_by(_T.id)
+    with store.engine.connect() as conn:
+        return [int(i) for i in conn.scalars(stmt)]
+
+
 def requests(store: Store, status: str | None = None, limit: int | None = None) -> list[dict]:
     """Requests as dicts: claimed, then queued (in claim order), then failed and done (newest first)."""
     stmt = select(_T.__table__)
@@ -246,6 +257,7 @@ def requests(store: Store, status: str | None = None, limit: int | None = None) 
     return fetch_rows(store, stmt.limit(limit) if limit is not None else stmt)
 
 
+@retrying
 def status_counts(store: Store) -> dict[str, int]:
     """{status: requests} for every status (zeros included), in REQUEST_STATUSES order."""
     with store.engine.connect() as conn:

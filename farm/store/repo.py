@@ -1,7 +1,8 @@
 """Repository functions: every query the farm, runtime and dashboard run lives here.
 
 Reads return plain dicts (one per row, column names as keys) or `WinnerRecord`s; writes
-are short transactions retried on lock errors (`write_transaction`). Timestamps are
+are short transactions retried on lock conflicts and lost connections (`write_transaction`),
+and reads are retried on lost connections too (farm.store.retry). Timestamps are
 timezone-aware UTC datetimes.
 """
 
@@ -19,6 +20,7 @@ from farm.schedule import Status
 from farm.store.database import Store
 from farm.store.engine import mask_secrets
 from farm.store.models import CAMPAIGN_STATUSES, CampaignRow, TopologyRow, TrialRow, utcnow
+from farm.store.retry import retrying
 from farm.store.transactions import bind_processors, dialect_insert, insert_ignoring_sql, write_transaction
 from farm.trial import TrialResult
 
@@ -103,6 +105,8 @@ def start_campaign(store: Store, command: str, strategy: str, budget: int | None
 def update_campaign(store: Store, campaign_id: int, done: int, failures: int, total: int | None = None) -> None:
     """Set a campaign's progress counters (absolute values, not increments) and its heartbeat;
     `total` too when given (a search that stopped short of its cap, or spent past its plan).
+    The stored total is never below `done` (a search past its plan counts before the plan is
+    corrected, and a driver may die in between).
 
     A campaign marked interrupted while its driver was in fact alive (suspended past
     STALE_AFTER_S, or a clock skewed by more) is running again from its next update."""
@@ -114,7 +118,9 @@ def update_campaign(store: Store, campaign_id: int, done: int, failures: int, to
     status = case((revived, "running"), else_=CampaignRow.status)
     values: dict[str, Any] = {"done": done, "failures": failures, "heartbeat_at": utcnow(), "status": status}
     if total is not None:
-        values["total"] = total
+        values["total"] = max(total, done)
+    else:
+        values["total"] = case((CampaignRow.total < done, done), else_=CampaignRow.total)
     _update_campaign(store, campaign_id, **values)
 
 
@@ -128,15 +134,18 @@ def finish_campaign(store: Store, campaign_id: int, status: str) -> None:
 
 
 @write_transaction
-def interrupt_stale_campaigns(store: Store, now: datetime | None = None) -> list[dict]:
-    """Mark every running campaign whose heartbeat is older than STALE_AFTER_S `interrupted`
-    (their drivers are gone; what they recorded stays and a re-run resumes it); returns
-    those rows (id, command, host, started_at, heartbeat_at, done, total), oldest first.
-    finished_at stays NULL: they never finished, and heartbeat_at is when they were last seen."""
+def interrupt_stale_campaigns(store: Store, now: datetime | None = None, dead: Iterable[int] = ()) -> list[dict]:
+    """Mark every running campaign whose heartbeat is older than STALE_AFTER_S, or whose id is
+    in `dead` (its driver is known to be gone), `interrupted` (what they recorded stays and a
+    re-run resumes it); returns those rows (id, command, host, started_at, heartbeat_at, done,
+    total), oldest first. finished_at stays NULL: they never finished, and heartbeat_at is
+    when they were last seen."""
     cutoff = (now or utcnow()) - timedelta(seconds=STALE_AFTER_S)
-    stale = (CampaignRow.status == "running") & (
-        func.coalesce(CampaignRow.heartbeat_at, CampaignRow.started_at) < cutoff
-    )
+    stale = func.coalesce(CampaignRow.heartbeat_at, CampaignRow.started_at) < cutoff
+    dead = sorted(set(dead))
+    if dead:
+        stale = stale | CampaignRow.id.in_(dead)
+    stale = (CampaignRow.status == "running") & stale
     columns = (CampaignRow.id, CampaignRow.command, CampaignRow.host, CampaignRow.started_at, CampaignRow.heartbeat_at)
     stmt = update(CampaignRow).where(stale).values(status="interrupted")
     with store.engine.begin() as conn:
@@ -276,6 +285,7 @@ def trials(
     return fetch_rows(store, _paged(stmt, limit, offset))
 
 
+@retrying
 def count_trials(
     store: Store,
     topology: str | None = None,
@@ -289,6 +299,7 @@ def count_trials(
         return int(conn.scalar(stmt))
 
 
+@retrying
 def trial_status_counts(
     store: Store, topology: str | None = None, kernel: str | None = None, campaign: int | None = None
 ) -> dict[str, int]:
@@ -326,6 +337,7 @@ def _paged(stmt: Select, limit: int | None, offset: int) -> Select:
     return stmt.offset(offset) if offset else stmt
 
 
+@retrying
 def fetch_rows(store: Store, stmt: Select) -> list[dict]:
     with store.engine.connect() as conn:
         return [dict(row) for row in conn.execute(stmt).mappings()]

@@ -15,11 +15,15 @@ end; what it prints is farm.tuning.report's.
 Lifecycle: the campaign row's heartbeat_at is written with its progress counters (replayed
 trials included) on each recorder flush, after each task, and by a `Heartbeat` thread at
 least every HEARTBEAT_S, so a driver that was killed shows as interrupted once its heartbeat
-is older than farm.store.repo.STALE_AFTER_S; the next campaign marks such campaigns
-interrupted in SQL, at its start and every SWEEP_S while it runs (so a re-run right after a
-kill marks the killed one too), one stderr line each. Ctrl-C finishes a campaign as
-interrupted, any other exception as failed. `tune` holds each local GPU's lock
-(farm.tuning.device_lock) while it runs.
+is older than farm.store.repo.STALE_AFTER_S. The driver also holds a lock that dies with it
+(farm.tuning.driver_lock), so a campaign of this machine whose driver was killed is known
+dead at once. The next campaign marks dead campaigns interrupted in SQL, at its start (a
+re-run right after a kill marks the killed one before it resumes its trials) and every
+SWEEP_S while it runs, one stderr line each, and writes their trials that Parquet lacks
+(the killed driver's unwritten buffer) back from SQL
+(farm.store.compaction.restore_campaigns). Ctrl-C finishes a campaign as interrupted, any
+other exception as failed. `tune` holds each local GPU's lock (farm.tuning.device_lock)
+while it runs.
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ from farm.gpu import HardwareProfile
 from farm.schedule import Problem, Schedule
 from farm.store import WinnerRecord
 from farm.store import parquet as artifacts
+from farm.store.compaction import restore_campaigns
 from farm.store.repo import STALE_AFTER_S, interrupt_stale_campaigns
 from farm.trial import TrialResult
+from farm.tuning import driver_lock
 from farm.tuning.device_lock import device_locks
 from farm.tuning.engine import RemeasureFailed, StoreLog, tune_problem
 from farm.tuning.heartbeat import Heartbeat
@@ -88,6 +94,7 @@ class Campaign:
         self.campaign_id = store.start_campaign(
             self.db, self.command, self.config.strategy, self.config.budget, self.config.reps, total
         )
+        lock = driver_lock.hold(self.db, self.campaign_id, self.out)
         self.progress = Progress(total)
         self.heartbeat = Heartbeat(self._update_campaign, HEARTBEAT_S, self._interrupt_stale, SWEEP_S).start()
         self.recorder = TrialRecorder(self.db, self.campaign_id, self.out, self.heartbeat.beat)
@@ -100,28 +107,37 @@ class Campaign:
         except BaseException as exc:
             self._drop_held(task)
             self.heartbeat.stop()
-            self.recorder.close()
-            self._update_campaign()
-            status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-            store.finish_campaign(self.db, self.campaign_id, status)
+            try:
+                self.recorder.close()
+                self._update_campaign()
+                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                store.finish_campaign(self.db, self.campaign_id, status)
+            finally:  # also when the store is still unreachable: a long-lived drainer must not hold it
+                if lock is not None:
+                    lock.release()
             raise
         self.heartbeat.stop()
         self.recorder.close()  # Parquet: one file per partition, compacted (farm.store.compaction)
         self._update_campaign()
         self.progress.finish()
         store.finish_campaign(self.db, self.campaign_id, "done")
+        if lock is not None:
+            lock.release()
         self._summary(winners)
         if self.verbose:
             print(format_task_totals(self.tasks), file=sys.stderr)
         return winners
 
     def _interrupt_stale(self) -> None:
-        """Mark campaigns whose driver is gone (heartbeat older than STALE_AFTER_S) interrupted, one line each."""
-        for row in interrupt_stale_campaigns(self.db):
+        """Mark campaigns whose driver is gone (killed on this machine, or heartbeat older than
+        STALE_AFTER_S) interrupted, one line each, and write their trials Parquet lacks from SQL."""
+        rows = interrupt_stale_campaigns(self.db, dead=driver_lock.dead_campaigns(self.db, self.out))
+        for row in rows:
             seen = row["heartbeat_at"] or row["started_at"]
             print(f"campaign {row['id']} ({row['command']!r} on {row['host']}, {row['done']}/{row['total']} trials) "
                   f"was last seen {seen:%Y-%m-%d %H:%M:%S} UTC: marked interrupted; its recorded trials are "
                   "resumed, not re-run", file=sys.stderr)  # fmt: skip
+        restore_campaigns(self.db, self.out, [row["id"] for row in rows])
 
     def _tune(self, task: Task, profiles: dict[str, HardwareProfile], ahead: list[Task] | None = None):
         """Run `task` through the engine on its topology's workers; its winner, or None. The

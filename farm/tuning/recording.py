@@ -6,8 +6,9 @@ stored first is SQL's, once, and not written again) wait in one Parquet buffer p
 (topology, kernel) partition, written as one file per partition at `close()` (the
 campaign's end) or when a partition holds PARQUET_ROWS. `close()` then restores from SQL
 what Parquet lacks and compacts the partitions (farm.store.compaction): a killed driver
-loses only its Parquet buffer, which the next campaign's end or `farm compact` writes back
-from SQL. `recorded` wraps a result stream with one (the throughput and overhead
+loses only its Parquet buffer, which the next campaign writes back from SQL when it marks
+the killed one interrupted (or `farm compact` does). The SQL write rides out a database
+restart (farm.store.retry). `recorded` wraps a result stream with one (the throughput and overhead
 benchmarks record like `farm tune` does); `result_from_row` turns a recorded trial row back
 into a TrialResult, which is how a re-run campaign resumes.
 """
@@ -23,6 +24,7 @@ from farm.schedule import Problem, Schedule, Status
 from farm.store import parquet as artifacts
 from farm.store.compaction import finish_artifacts
 from farm.store.repo import insert_trials
+from farm.store.retry import call_retrying
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 
 FLUSH_EVERY = 16  # record buffered trials after this many results ...
@@ -60,7 +62,11 @@ class TrialRecorder:
             return
         batch, self.buffer = self.buffer, []
         start = time.perf_counter()
-        inserted = insert_trials(self.db, self.campaign_id, batch)
+        try:  # through a database restart: the insert is idempotent (ON CONFLICT DO NOTHING)
+            inserted = call_retrying(insert_trials, self.db, self.campaign_id, batch)
+        except BaseException:
+            self.buffer[:0] = batch  # not recorded: kept for the next flush
+            raise
         self.duplicates += len(batch) - len(inserted)
         self.spent["sql_s"] += time.perf_counter() - start
         for result in inserted:
@@ -78,7 +84,7 @@ class TrialRecorder:
         self.flush()
         self._write_parquet(list(self.pending))
         start = time.perf_counter()
-        done = finish_artifacts(self.db, self.out, self.campaign_id, self.touched)
+        done = call_retrying(finish_artifacts, self.db, self.out, self.campaign_id, self.touched)
         self.spent["parquet_s"] += time.perf_counter() - start
         return done
 

@@ -59,11 +59,12 @@ class Progress:
     def line(self) -> str:
         ran = self.done - self.skipped
         elapsed = time.monotonic() - self.start
-        left = self.total - self.done
+        total = max(self.total, self.done)  # a search past its plan counts before the plan is corrected
+        left = total - self.done
         eta = f"{left * elapsed / ran:.0f}s" if ran else "?"
-        filled = int(30 * self.done / max(self.total, 1))
+        filled = int(30 * self.done / max(total, 1))
         return (
-            f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} trials, "
+            f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{total} trials, "
             f"{self.failures} failed, {self.skipped} resumed, ETA {eta}"
         )
 

@@ -1,16 +1,23 @@
 """`farm serve`: the drainer of the tuning queue (farm.store.queue), locally or as the
 entrypoint of a `ray job submit`.
 
-Each round: leases that ran out are put back (or failed after their attempts), queued
+Each round claims up to `batch` requests for its topologies (and "any") under a lease; its
+cost is bounded by what it claims, not by the queue's length. The claimed requests are
+grouped per topology ("any" goes to the topology with the most workers) and each group is
+one campaign (farm.tuning.campaign.Campaign, with farm.tuning.tasks's config: the requested
+problems only) on that topology's workers, with trials and winners stored as `farm tune`
+stores them. A request with a winner is done; one whose campaign raised or found no
+certified schedule is retried (up to `max_attempts`), then failed with the reason. A round
+also sweeps (leases that ran out are put back, or failed after their attempts; queued
 requests for a topology none of this drainer's workers has are noted as such and left
-queued, then up to `batch` requests for its topologies (and "any") are claimed under a
-lease. They are grouped per topology ("any" goes to the topology with the most workers)
-and each group is one campaign (farm.tuning.campaign.Campaign, with farm.tuning.tasks's
-config: the requested problems only) on that topology's workers, with trials and winners
-stored as `farm tune` stores them. A request with a winner is done; one whose campaign
-raised or found no certified schedule is retried (up to `max_attempts`), then failed with
-the reason. While a group is tuned its leases are renewed every third of the lease; Ctrl-C
-gives the claims back untried. `once`: rounds until nothing is claimable, then return.
+queued) when the round before claimed nothing or SWEEP_S passed since the last sweep.
+
+Only tuning failures count as attempts: the store's writes and reads ride out a database
+restart (farm.store.retry); a campaign cut off by a longer outage gives its claims back
+untried (the next round does, if the database is still away), and the drainer tries again
+after `poll_s`. While a group is tuned its leases are renewed every third of the lease;
+Ctrl-C gives the claims back untried. `once`: rounds until nothing is claimable, then
+return.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,7 +35,9 @@ from typing import TextIO
 from farm import catalog, store
 from farm.schedule import Problem
 from farm.store import queue
+from farm.store.engine import describe_error
 from farm.store.queue import ANY_TOPOLOGY, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
+from farm.store.retry import is_transient
 from farm.tuning.campaign import Campaign
 from farm.tuning.device_lock import device_locks
 from farm.tuning.heartbeat import Heartbeat
@@ -37,6 +47,7 @@ from farm.tuning.tasks import TuneConfig
 from farm.tuning.workers import WorkerPool
 
 SHORT = 12
+SWEEP_S = 5.0  # while every round claims, expired leases and unserved requests are looked for this often
 
 
 @dataclass
@@ -99,6 +110,9 @@ class Drainer:
         self.name = name or drainer_name()
         self.lease_s, self.max_attempts, self.batch = lease_s, max_attempts, batch
         self.stream = stream or sys.stderr
+        self._swept_at: float | None = None  # monotonic time of the last sweep
+        self._claimed_last = 0
+        self._unreleased: list[int] = []  # claims to give back once the database answers again
 
     def serve(self, once: bool = False, poll_s: float = 30.0, stop: threading.Event | None = None) -> Tally:
         """Drain rounds until stopped (`stop` set, Ctrl-C), waiting `poll_s` after a round that
@@ -106,7 +120,16 @@ class Drainer:
         stop = stop or threading.Event()
         total = Tally()
         while True:
-            tally = self.drain_once()
+            try:
+                tally = self.drain_once()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self._say(f"serve: the database stayed unreachable ({describe_error(exc)}); "
+                          f"next round in {poll_s:g} s")  # fmt: skip
+                if stop.wait(poll_s):
+                    return total
+                continue
             total.add(tally)
             if tally.claimed:
                 continue  # there may be more, or retries
@@ -115,7 +138,46 @@ class Drainer:
 
     def drain_once(self) -> Tally:
         tally = Tally()
+        if self._unreleased:  # given back untried before anything else is claimed
+            queue.release(self.db, self.name, self._unreleased)
+            self._unreleased = []
         topologies = self.pool.topologies()
+        now = time.monotonic()
+        if not self._claimed_last or self._swept_at is None or now - self._swept_at >= SWEEP_S:
+            self._sweep(topologies, tally)
+            self._swept_at = now
+        claimed = queue.claim(self.db, self.name, [*topologies, ANY_TOPOLOGY], self.lease_s, self.batch)
+        tally.claimed = self._claimed_last = len(claimed)
+        busiest = max(sorted(topologies), key=lambda h: len(topologies[h]), default=None)
+        groups: dict[str, list[dict]] = {}
+        for row in claimed:
+            topology = busiest if row["topology_hash"] == ANY_TOPOLOGY else row["topology_hash"]
+            groups.setdefault(topology, []).append(row)
+        items = list(groups.items())
+        for index, (topology, rows) in enumerate(items):
+            try:
+                self._drain_group(topology, rows, tally)
+            except BaseException:
+                self._give_back([r["id"] for _, later in items[index + 1 :] for r in later])
+                raise
+        return tally
+
+    def _give_back(self, ids: list[int]) -> None:
+        """Release claims not tried (the round stopped before them, or the store failed them); while
+        the database is unreachable they are kept for the next round to release."""
+        if not ids:
+            return
+        try:
+            queue.release(self.db, self.name, ids)
+        except Exception as exc:  # noqa: BLE001 - the caller's error is the one to report
+            if is_transient(exc):
+                self._unreleased += ids  # the next round gives them back
+            else:
+                self._say(f"could not give back request(s) {', '.join(map(str, ids))} ({describe_error(exc)}): "
+                          "their leases will run out")  # fmt: skip
+
+    def _sweep(self, topologies: dict[str, list[str]], tally: Tally) -> None:
+        """Put back (or fail) requests whose lease ran out; note the queued ones no worker here serves."""
         for row in queue.expire_leases(self.db, self.max_attempts):
             tally.expired += 1
             self._say(f"request {row['id']} ({row['kernel']} {row['problem']}): {row['last_error']}; {row['status']}")
@@ -124,17 +186,7 @@ class Drainer:
         for row in queue.note_unserved(self.db, topologies, note):
             self._say(f"request {row['id']} ({row['kernel']} {row['problem']}) is for topology "
                       f"{row['topology_hash'][:SHORT]}, which no worker here has ({have}): left queued")  # fmt: skip
-        tally.unserved = {r["id"] for r in queue.requests(self.db, "queued") if r["note"] == note}
-        claimed = queue.claim(self.db, self.name, [*topologies, ANY_TOPOLOGY], self.lease_s, self.batch)
-        tally.claimed = len(claimed)
-        busiest = max(sorted(topologies), key=lambda h: len(topologies[h]), default=None)
-        groups: dict[str, list[dict]] = {}
-        for row in claimed:
-            topology = busiest if row["topology_hash"] == ANY_TOPOLOGY else row["topology_hash"]
-            groups.setdefault(topology, []).append(row)
-        for topology, rows in groups.items():
-            self._drain_group(topology, rows, tally)
-        return tally
+        tally.unserved = set(queue.unserved(self.db, topologies))
 
     def _drain_group(self, topology: str, rows: list[dict], tally: Tally) -> None:
         ids = [r["id"] for r in rows]
@@ -174,6 +226,11 @@ class Drainer:
             with device_locks(_reports(self.pool, view.topologies()[topology]), command, self.stream):
                 winners = campaign.run()
         except Exception as exc:  # noqa: BLE001 - the attempt failed: retried, then failed with the reason
+            if is_transient(exc):  # the store, not the tuning, failed: not an attempt
+                self._say(f"request(s) {', '.join(map(str, wanted))} given back untried: the database was "
+                          f"unreachable ({describe_error(exc)})")  # fmt: skip
+                self._give_back([r["id"] for r in rows])
+                raise
             self._failed(list(wanted), f"{type(exc).__name__}: {exc}", tally)
             return
         won = {(w.kernel, w.problem_key) for w in winners}
