@@ -147,6 +147,42 @@ class TrialRow(Base):
     finished_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
+# Summary rows of trials without a campaign carry this campaign_id: a key column can't be NULL.
+NO_CAMPAIGN = 0
+
+
+class TrialCountRow(Base):
+    """Trials per (campaign, topology, kernel, problem, status), kept by
+    farm.store.summaries.record_summaries in the trial insert's transaction (revision 0006).
+    The dashboard counts from here: its size grows with campaigns and problems, not trials."""
+
+    __tablename__ = "trial_counts"
+
+    campaign_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    topology_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kernel: Mapped[str] = mapped_column(String(64), primary_key=True)
+    problem: Mapped[str] = mapped_column(String(256), primary_key=True)
+    status: Mapped[str] = mapped_column(String(32), primary_key=True)
+    trials: Mapped[int] = mapped_column(BigInteger)
+
+
+class TrialFailureRow(Base):
+    """Failed trials per (campaign, topology, kernel, status, message pattern): the pattern is
+    the message with its values stripped (farm.store.summaries.normalize_message), keyed by
+    its hash (a long message can't be an index key); `example` is the smallest message."""
+
+    __tablename__ = "trial_failures"
+
+    campaign_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    topology_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kernel: Mapped[str] = mapped_column(String(64), primary_key=True)
+    status: Mapped[str] = mapped_column(String(32), primary_key=True)
+    pattern_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    pattern: Mapped[str] = mapped_column(Text)
+    example: Mapped[str] = mapped_column(Text)
+    trials: Mapped[int] = mapped_column(BigInteger)
+
+
 class WinnerRow(Base):
     """The best certified schedule per (topology, kernel, problem); stale when source_hash changed.
 
