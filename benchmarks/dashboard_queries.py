@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from farm import catalog, store  # noqa: E402
 from farm.dashboard import data, trial_data  # noqa: E402
-from farm.store import summaries  # noqa: E402
+from farm.store import compaction, summaries  # noqa: E402
+from farm.store import parquet as artifacts  # noqa: E402
 from farm.store.models import WinnerRow  # noqa: E402
 
 KERNELS = ("gemm", "gemv", "fft", "topk", "recurrent", "ternary_gemv", "conv2d")  # conv2d: not in the catalog
@@ -184,6 +185,7 @@ def calls(db) -> dict[str, Callable]:
         "sweep_table": lambda: data.sweep_table(db),
         "queue_table": lambda: data.queue_table(db),
         "queue_counts": lambda: data.queue_counts(db),
+        "campaign end: SQL rows per partition": lambda: compaction.sql_partition_counts(db),
     }
 
 
@@ -216,6 +218,40 @@ def timed(url: str) -> dict[str, float]:
     return out
 
 
+def campaign_end(rows: int, directory: Path) -> dict[str, float]:
+    """A campaign's end on one partition holding `rows` trials in one file plus a new
+    campaign's 10,000: finish_artifacts as a campaign runs it, and merging every file."""
+    topology, rng = "t" * 64, random.Random(0)
+    names = [c for c in COLUMNS if c not in ("topology_hash", "kernel")]
+
+    def write(campaign: int, count: int) -> None:
+        made = [dict(zip(COLUMNS, row, strict=True)) for row in _rows(campaign, count, topology, rng)]
+        artifacts.write_trials(
+            directory,
+            campaign,
+            [{k: r[k] for k in names} | {"topology_hash": topology, "kernel": "gemm"} for r in made],
+        )
+
+    out = {}
+    for label, full in (("campaign end (small files only)", False), ("farm compact (every file)", True)):
+        write(1, rows)
+        compaction.compact_partition(directory, topology, "gemm")
+        write(2, PER_CAMPAIGN)
+        start = time.perf_counter()
+        compaction.finish_artifacts(None, directory, None, [(topology, "gemm")], full=full)
+        out[label] = time.perf_counter() - start
+        for path in compaction.partition_files(directory, topology, "gemm"):
+            path.unlink()
+    return out
+
+
+def _rows(campaign: int, count: int, topology: str, rng: random.Random) -> Iterator[tuple]:
+    for n, row in enumerate(campaign_rows(0, campaign, topology, rng)):
+        if n >= count:
+            return
+        yield row[:5] + (row[5].replace("}", f',"c":{campaign},"n":{n}}}'),) + row[6:]
+
+
 def table(results: dict[str, dict[str, float]]) -> str:
     columns = list(results)
     names = list(next(iter(results.values())))
@@ -234,6 +270,13 @@ def main() -> int:
     parser.add_argument("--trials", type=int, nargs="+", default=[1_000_000, 3_000_000])
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--counting", action="store_true", help="also time the queries without the summaries")
+    parser.add_argument(
+        "--campaign-end",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="also time a campaign's end on a Parquet partition of ROWS trials",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     results: dict[str, dict[str, float]] = {}
@@ -264,6 +307,10 @@ def main() -> int:
             if server is not None:
                 server.stop()
     print(table(results))
+    if args.campaign_end:
+        with tempfile.TemporaryDirectory() as tmp:
+            for label, seconds in campaign_end(args.campaign_end, Path(tmp)).items():
+                print(f"{label}, partition of {args.campaign_end:,} + {PER_CAMPAIGN:,} trials: {seconds:.3f} s")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -9,35 +9,17 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from sqlalchemy import select
-from test_store_support import profile, store_url, trial  # noqa: F401  (store_url is a fixture)
+from test_store_support import profile, recounted, snapshot, store_url, trial  # noqa: F401  (store_url is a fixture)
 
 from farm import store
 from farm.dashboard import data, trial_data
 from farm.schedule import Problem, Status
 from farm.store import repo, summaries
 from farm.store.migrate import downgrade, upgrade
-from farm.store.models import TrialCountRow, TrialFailureRow, TrialRow
+from farm.store.models import TrialRow
 from farm.tuning.recording import TrialRecorder
 
 MESSAGES = ("t 0x1F at 3", "t 0x1a at 4", "max_abs 0.5 > atol 1e-4", "max_abs 2 > atol 1e-3", "fp16 timed out")
-
-
-def snapshot(db) -> tuple[list, list]:
-    with db.engine.connect() as conn:
-        counts = sorted(tuple(r) for r in conn.execute(select(TrialCountRow.__table__)))
-        failures = sorted(tuple(r) for r in conn.execute(select(TrialFailureRow.__table__)))
-    return counts, failures
-
-
-def recounted(db) -> tuple[list, list]:
-    """The summaries rebuilt from the trials table (rolled back: the stored ones stay)."""
-    with db.engine.connect() as conn:
-        with conn.begin() as transaction:
-            summaries.rebuild_summaries(conn)
-            counts = sorted(tuple(r) for r in conn.execute(select(TrialCountRow.__table__)))
-            failures = sorted(tuple(r) for r in conn.execute(select(TrialFailureRow.__table__)))
-            transaction.rollback()
-    return counts, failures
 
 
 def results(topos: list[str], start: int, stop: int) -> list:
