@@ -1,5 +1,6 @@
 """Smoke runs on the CPU adapter of the benchmarks that need no GPU to run: runtime_calls.py's
-cut-down mode (--only, --skip-costs, --skip-chains), search_replay.py and trial_repeat.py:
+cut-down mode (--only, --skip-costs, --skip-chains), search_replay.py, trial_repeat.py and
+dashboard_queries.py (a small SQLite database):
 each runs, writes its JSON and reports every row it measured (the numbers mean something on
 GPUs only)."""
 
@@ -69,3 +70,15 @@ def test_trial_repeat_re_times_the_schedules_two_landscapes_disagree_on(tmp_path
     assert [row["schedule"] for row in rows] == keys[:2]  # the fastest, then the one read 3x apart
     assert [(row["first_us"], row["second_us"]) for row in rows] == [(100.0, 101.0), (300.0, 100.0)]
     assert all(row["certified"] and len(row["rounds_us"]) == 2 and row["repeat_us"] > 0 for row in rows)
+
+
+def test_dashboard_queries_times_every_query_with_and_without_summaries(tmp_path):
+    out = tmp_path / "queries.json"
+    run = _run("dashboard_queries.py", "--trials", "20000", "--no-postgres", "--counting", "--campaign-end", "20000",
+               "--json", out)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    assert set(results) == {"sqlite 0.02M", "sqlite 0.02M counting"}
+    summarized, counted = results["sqlite 0.02M"], results["sqlite 0.02M counting"]
+    assert summarized.keys() == counted.keys() >= {"failure_summary", "trial_page"}
+    assert "campaign end (small files only), partition of 20,000" in run.stdout
