@@ -8,7 +8,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import replace
 
-from sqlalchemy import select
+from sqlalchemy import inspect, select
 from test_store_support import profile, recounted, snapshot, store_url, trial  # noqa: F401  (store_url is a fixture)
 
 from farm import store
@@ -135,11 +135,15 @@ def test_revision_0006_backfills_the_summaries_and_drops_them(store_url):  # noq
     downgrade(store_url, "0005_winner_decision")
     db = store.open_store(store_url, read_only=True)
     assert not summaries.has_summaries(db)
+    indexes = {ix["name"] for ix in inspect(db.engine).get_indexes("trials")}
+    assert "ix_trials_kernel_status" in indexes and not {"ix_trials_kernel_status_id"} & indexes
     assert store.count_trials(db) == 59  # the trials stay; counted without summaries
     db.engine.dispose()
     upgrade(store_url)
     db = store.open_store(store_url)
     assert summaries.has_summaries(db) and snapshot(db) == expected
+    indexes = {ix["name"] for ix in inspect(db.engine).get_indexes("trials")}
+    assert {"ix_trials_kernel_status_id", "ix_trials_kernel_source_status_id"} <= indexes
     with db.engine.connect() as conn:
         assert conn.scalar(select(TrialRow.id).limit(1)) is not None
     db.engine.dispose()

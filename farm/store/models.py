@@ -116,11 +116,14 @@ class TrialRow(Base):
     __tablename__ = "trials"
     __table_args__ = (
         UniqueConstraint("topology_hash", "kernel", "source_hash", "problem", "schedule"),
-        Index("ix_trials_kernel_status", "kernel", "status"),
         Index("ix_trials_campaign_status", "campaign_id", "status"),
         # Revision 0003: a campaign's trials by id (keyset paging) and per-kernel dashboard reads.
         Index("ix_trials_campaign_id_id", "campaign_id", "id"),
         Index("ix_trials_kernel_problem_topology", "kernel", "problem", "topology_hash", "status"),
+        # Revision 0006: newest first without a sort, stopping at the page's or the chart's
+        # limit (the Trials page by kernel and status; the knob chart of one source hash).
+        Index("ix_trials_kernel_status_id", "kernel", "status", "id"),
+        Index("ix_trials_kernel_source_status_id", "kernel", "source_hash", "status", "id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

@@ -1,10 +1,15 @@
 """trial summaries: counts per (campaign, topology, kernel, problem, status) and failure groups
 
 Adds trial_counts and trial_failures (farm.store.summaries keeps them in the trial insert's
-transaction) and fills them from the trials already stored, so the dashboard's counts
-read a table that grows with campaigns and problems instead of counting every trial.
-Offline (`--sql`) output fills trial_counts only: the failure patterns are computed in
-Python; run `farm db upgrade` online, or rebuild with farm.store.summaries.rebuild_summaries.
+transaction) and fills them from the trials already stored, so the dashboard's counts read
+a table that grows with campaigns and problems instead of counting every trial. Offline
+(`--sql`) output fills trial_counts only: the failure patterns are computed in Python; run
+`farm db upgrade` online, or rebuild with farm.store.summaries.rebuild_summaries.
+
+Replaces ix_trials_kernel_status with (kernel, status, id) and adds (kernel, source_hash,
+status, id): PostgreSQL reads the newest trials of a kernel and status (a Trials page) or of
+a kernel's source (the knob chart) in id order and stops at the limit instead of sorting
+them all (SQLite's indexes end in the rowid already).
 
 Revision ID: 0006_trial_summaries
 Revises: 0005_winner_decision
@@ -53,6 +58,12 @@ def upgrade() -> None:
             "campaign_id", "topology_hash", "kernel", "status", "pattern_hash", name=op.f("pk_trial_failures")
         ),
     )
+    with op.batch_alter_table("trials", schema=None) as batch_op:
+        batch_op.drop_index("ix_trials_kernel_status")
+        batch_op.create_index("ix_trials_kernel_status_id", ["kernel", "status", "id"], unique=False)
+        batch_op.create_index(
+            "ix_trials_kernel_source_status_id", ["kernel", "source_hash", "status", "id"], unique=False
+        )
     if context.is_offline_mode():
         op.execute(
             "INSERT INTO trial_counts (campaign_id, topology_hash, kernel, problem, status, trials)"
@@ -64,5 +75,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("trials", schema=None) as batch_op:
+        batch_op.drop_index("ix_trials_kernel_source_status_id")
+        batch_op.drop_index("ix_trials_kernel_status_id")
+        batch_op.create_index("ix_trials_kernel_status", ["kernel", "status"], unique=False)
     op.drop_table("trial_failures")
     op.drop_table("trial_counts")
