@@ -81,4 +81,4 @@ def test_dashboard_queries_times_every_query_with_and_without_summaries(tmp_path
     assert set(results) == {"sqlite 0.02M", "sqlite 0.02M counting"}
     summarized, counted = results["sqlite 0.02M"], results["sqlite 0.02M counting"]
     assert summarized.keys() == counted.keys() >= {"failure_summary", "trial_page"}
-    assert "campaign end (small files only), partition of 20,000" in run.stdout
+    assert "campaign end (small files only), partition of 20,000 + 50,000" in run.stdout
