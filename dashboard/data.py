@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from sqlalchemy import func, select
+from sqlalchemy import func, literal, select
 
 from farm import catalog
 from farm.dashboard.display import SHORT_HASH, schedule_text, short, us  # noqa: F401  (data.short etc.)
@@ -32,6 +32,7 @@ from farm.store.listing import NOT_RECORDED, runner_up_knobs
 from farm.store.models import CampaignRow, SweepCaseRow, TopologyRow, TrialRow, WinnerRow, utcnow
 from farm.store.records import WinnerRecord
 from farm.store.repo import campaigns, fetch_rows, live_campaigns, trial_status_counts
+from farm.store.summaries import has_summaries, summary_counts
 from farm.store.sweeps import sweep_cases, sweep_steps, sweeps
 from farm.store.winner_rows import winner_columns, winners
 
@@ -78,7 +79,7 @@ def require_data(store: Store) -> None:
     """NoData when no campaign, trial, winner or sweep has been recorded."""
     with store.engine.connect() as conn:
         for table in (CampaignRow, TrialRow, WinnerRow, SweepCaseRow):
-            if conn.scalar(select(func.count()).select_from(table)):
+            if conn.scalar(select(literal(1)).select_from(table).limit(1)):  # stops at the first row
                 return
     raise NoData(f"The database {store.safe_url} is empty. {START_HINT}")
 
@@ -88,7 +89,10 @@ def require_data(store: Store) -> None:
 
 def topology_table(store: Store) -> list[dict]:
     """Known adapters with their device names and how many trials and winners each has."""
-    trial_counts = _count_by(store, TrialRow.topology_hash)
+    if has_summaries(store):
+        trial_counts = {topology: n for (topology,), n in summary_counts(store, ("topology_hash",)).items()}
+    else:
+        trial_counts = _count_by(store, TrialRow.topology_hash)
     winner_counts = _count_by(store, WinnerRow.topology_hash)
     rows = fetch_rows(store, select(TopologyRow.__table__).order_by(TopologyRow.first_seen, TopologyRow.hash))
     return [
@@ -153,10 +157,10 @@ def status_counts(
 def kernel_names(store: Store) -> list[str]:
     """Kernels that have trials or winners, sorted."""
     with store.engine.connect() as conn:
-        found = set(conn.scalars(select(TrialRow.kernel).distinct())) | set(
-            conn.scalars(select(WinnerRow.kernel).distinct())
-        )
-    return sorted(found)
+        found = set(conn.scalars(select(WinnerRow.kernel).distinct()))
+        if not has_summaries(store):
+            return sorted(found | set(conn.scalars(select(TrialRow.kernel).distinct())))
+    return sorted(found | {kernel for (kernel,) in summary_counts(store, ("kernel",))})
 
 
 def topology_choices(store: Store) -> dict[str, str]:
@@ -170,9 +174,11 @@ def topology_choices(store: Store) -> dict[str, str]:
 def problem_keys(store: Store, kernel: str) -> list[str]:
     """Problem keys tuned or tried for `kernel`, sorted."""
     with store.engine.connect() as conn:
-        keys = set(conn.scalars(select(TrialRow.problem).where(TrialRow.kernel == kernel).distinct()))
-        keys |= set(conn.scalars(select(WinnerRow.problem).where(WinnerRow.kernel == kernel).distinct()))
-    return sorted(keys)
+        keys = set(conn.scalars(select(WinnerRow.problem).where(WinnerRow.kernel == kernel).distinct()))
+        if not has_summaries(store):
+            tried = select(TrialRow.problem).where(TrialRow.kernel == kernel).distinct()
+            return sorted(keys | set(conn.scalars(tried)))
+    return sorted(keys | {problem for (problem,) in summary_counts(store, ("problem",), kernel=kernel)})
 
 
 # ---------------------------------------------------------------- winners
@@ -332,16 +338,21 @@ def topology_comparison(store: Store, kernel: str, problem: str) -> list[dict]:
 
 def trials_by_topology(store: Store, kernel: str, problem: str) -> list[dict]:
     """Per topology: trials run and certified for one kernel/problem (how much each GPU was explored)."""
-    stmt = (
-        select(TrialRow.topology_hash, TrialRow.status, func.count().label("n"))
-        .where(TrialRow.kernel == kernel, TrialRow.problem == problem)
-        .group_by(TrialRow.topology_hash, TrialRow.status)
-    )
+    if has_summaries(store):
+        counts = summary_counts(store, ("topology_hash", "status"), kernel=kernel, problem=problem)
+    else:
+        stmt = (
+            select(TrialRow.topology_hash, TrialRow.status, func.count())
+            .where(TrialRow.kernel == kernel, TrialRow.problem == problem)
+            .group_by(TrialRow.topology_hash, TrialRow.status)
+        )
+        with store.engine.connect() as conn:
+            counts = {(topology, status): int(n) for topology, status, n in conn.execute(stmt)}
     totals: dict[str, dict[str, int]] = defaultdict(lambda: {"trials": 0, "ok": 0})
-    for r in fetch_rows(store, stmt):
-        totals[r["topology_hash"]]["trials"] += int(r["n"])
-        if r["status"] == Status.OK.value:
-            totals[r["topology_hash"]]["ok"] += int(r["n"])
+    for (topology, status), n in counts.items():
+        totals[topology]["trials"] += n
+        if status == Status.OK.value:
+            totals[topology]["ok"] += n
     return [{"topology": short(h)} | counts for h, counts in sorted(totals.items())]
 
 

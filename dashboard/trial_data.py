@@ -1,16 +1,15 @@
 """The Trials page's queries (as `farm.dashboard.data.*`): keyset pages of trials, the
 time-vs-knob chart of the current kernel source, and failures grouped by message pattern.
 
-Sized for a million trials: a page is a keyset read (newest first, no OFFSET),
-the chart reads at most MAX_CHART_TRIALS rows of one source hash, and the failure summary
-groups the newest FAILURE_SCAN failures into at most FAILURE_GROUPS groups whose messages
-have their values stripped.
+Sized for millions of trials: a page is a keyset read (newest first, no OFFSET), the chart
+reads at most MAX_CHART_TRIALS rows of one source hash, and the failure summary reads the
+failure groups kept as trials are recorded (farm.store.summaries: messages with their
+values stripped), at most FAILURE_GROUPS of them.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import NamedTuple
 
 from sqlalchemy import func, select
@@ -22,17 +21,14 @@ from farm.store.database import Store
 from farm.store.models import TrialRow
 from farm.store.paging import trials_keyset
 from farm.store.repo import count_trials, fetch_rows
+from farm.store.summaries import failure_groups, has_summaries, normalize_message
 
 MAX_CHART_TRIALS = 5000
 FAILURE_GROUPS = 50
-# The failure summary reads the newest this many failures matching its filters: a bounded
-# cost at any table size (it grouped every distinct raw message before: linear in failures,
-# ~0.8 s projected at a million trials). Counts are exact below this many failures.
+# On a database without summaries (a read-only store of an older revision) the failure
+# summary reads the newest this many failures matching its filters: a bounded cost.
 FAILURE_SCAN = 20_000
 _FAILED = tuple(s.value for s in Status if s is not Status.OK)  # IN (...): the status indexes apply
-# Values inside failure messages: hex numbers, then decimal ones (signs, fractions, exponents).
-# Digits inside a name (fp16, vec4) stay: a value does not follow a letter or an underscore.
-_VALUES = re.compile(r"0x[0-9a-fA-F]+|(?<![A-Za-z_\d.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 class TrialPage(NamedTuple):
@@ -137,11 +133,6 @@ def knob_names(rows: list[dict]) -> list[str]:
     return sorted({key for row in rows for key in row} - {"problem", "median_us"})
 
 
-def normalize_message(message: str) -> str:
-    """A failure message with its values stripped: `max_abs 0.5 > atol 1e-4` → `max_abs # > atol #`."""
-    return _VALUES.sub("#", message or "").strip()
-
-
 def failure_summary(
     store: Store,
     kernel: str | None = None,
@@ -151,8 +142,13 @@ def failure_summary(
     scan: int | None = FAILURE_SCAN,
 ) -> list[dict]:
     """Failed trials grouped by category (status) and normalized message (normalize_message),
-    most frequent first, at most `limit` groups, each with its count and one example message.
-    Reads the newest `scan` failures matching the filters (FAILURE_SCAN; None: all of them)."""
+    most frequent first, at most `limit` groups, each with its count and one example message
+    (the smallest). Read from the failure summary (exact counts, farm.store.summaries); on a
+    database without one, from the newest `scan` failures matching the filters
+    (FAILURE_SCAN; None: all of them)."""
+    if has_summaries(store):
+        groups = failure_groups(store, kernel=kernel, topology=topology, campaign=campaign)
+        return sorted(groups, key=lambda g: (-g["trials"], g["category"], g["message"]))[:limit]
     stmt = select(TrialRow.status, TrialRow.message).where(TrialRow.status.in_(_FAILED))
     if kernel is not None:
         stmt = stmt.where(TrialRow.kernel == kernel)

@@ -1,7 +1,8 @@
 """Smoke runs on the CPU adapter of the benchmarks that need no GPU to run: runtime_calls.py's
 cut-down mode (--only, --skip-costs, --skip-chains), search_replay.py, trial_repeat.py and
-queue_claims.py on a small SQLite queue: each runs, writes its JSON and reports every row it
-measured (the numbers mean something on GPUs, or a quiet machine, only)."""
+queue_claims.py on a small SQLite queue, dashboard_queries.py (a small SQLite database): each
+runs, writes its JSON and reports every row it measured (the numbers mean something on GPUs,
+or a quiet machine, only)."""
 
 import gzip
 import json
@@ -78,3 +79,15 @@ def test_queue_claims_drains_a_small_queue_with_two_claimers_and_checks_every_cl
     assert [(r["backend"], r["mode"], r["claimers"]) for r in rows] == [("sqlite", "claim", 2), ("sqlite", "round", 2)]
     assert all(r["claimed"] == 200 and r["lost"] == 0 and r["twice"] == 0 and r["attempts_max"] == 1 for r in rows)
     assert "| sqlite | round | 2 |" in run.stdout and "load average" in run.stdout
+
+
+def test_dashboard_queries_times_every_query_with_and_without_summaries(tmp_path):
+    out = tmp_path / "queries.json"
+    run = _run("dashboard_queries.py", "--trials", "20000", "--no-postgres", "--counting", "--campaign-end", "20000",
+               "--json", out)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    assert set(results) == {"sqlite 0.02M", "sqlite 0.02M counting"}
+    summarized, counted = results["sqlite 0.02M"], results["sqlite 0.02M counting"]
+    assert summarized.keys() == counted.keys() >= {"failure_summary", "trial_page"}
+    assert "campaign end (small files only), partition of 20,000 + 50,000" in run.stdout

@@ -20,7 +20,16 @@ from farm.store.migrate import alembic_config, current, downgrade, head_revision
 from farm.store.models import Base
 
 FARM_TABLES = {
-    "topologies", "campaigns", "trials", "winners", "sweep_runs", "sweep_cases", "sweep_steps", "tuning_requests"
+    "topologies",
+    "campaigns",
+    "trials",
+    "winners",
+    "sweep_runs",
+    "sweep_cases",
+    "sweep_steps",
+    "tuning_requests",
+    "trial_counts",
+    "trial_failures",
 }
 
 

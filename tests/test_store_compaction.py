@@ -85,6 +85,21 @@ def test_compaction_merges_small_files_and_drops_repeated_keys(tmp_path):
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
 
 
+def test_a_campaign_end_leaves_sealed_files_and_farm_compact_merges_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(compaction, "SEAL_ROWS", 4)
+    topo = "t" * 64
+    artifacts.write_trials(tmp_path, 1, [trial(topo, wg) for wg in range(1, 6)])  # 5 rows: sealed
+    artifacts.write_trials(tmp_path, 2, [trial(topo, wg) for wg in range(6, 8)])
+    artifacts.write_trials(tmp_path, 3, [trial(topo, wg) for wg in range(8, 10)])
+    sealed = [p for p in compaction.partition_files(tmp_path, topo, "gemv") if p.name.startswith("part-1-")]
+    assert compaction.finish_artifacts(None, tmp_path, touched=[(topo, "gemv")])["compacted"] == 1
+    files = compaction.partition_files(tmp_path, topo, "gemv")
+    assert len(files) == 2 and sealed[0] in files  # the big file is not rewritten
+    assert compaction.finish_artifacts(None, tmp_path, touched=[(topo, "gemv")])["compacted"] == 0
+    assert compaction.finish_artifacts(None, tmp_path, touched=[(topo, "gemv")], full=True)["compacted"] == 1
+    assert len(compaction.partition_files(tmp_path, topo, "gemv")) == 1 and len(set(parquet_keys(tmp_path))) == 9
+
+
 def test_farm_compact_merges_and_restores(tmp_path, capsys):
     from farm.cli.main import main
 

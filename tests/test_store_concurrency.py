@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
-from test_store_support import profile, store_url, trial  # noqa: F401  (store_url is a fixture)
+from test_store_support import profile, recounted, snapshot, store_url, trial  # noqa: F401  (store_url is a fixture)
 
 from farm.store import count_trials, open_store, record_trials, start_campaign, trials, upsert_topology
 
@@ -54,6 +54,7 @@ def test_two_processes_writing_the_same_database_lose_and_duplicate_nothing(stor
     assert inserted["a"] >= 60 and inserted["b"] >= 60  # each owns 60 keys outright
     assert count_trials(store) == 180
     assert {r["campaign_id"] for r in rows} == {1, 2}
+    assert snapshot(store) == recounted(store)  # each key counted once, by the writer that inserted it
     store.engine.dispose()
 
 

@@ -15,6 +15,7 @@ from farm import store
 from farm.dashboard import data
 from farm.schedule import Status
 from farm.store import repo
+from farm.store.migrate import downgrade
 from farm.trial import ErrorMetrics
 
 
@@ -56,13 +57,17 @@ def test_returns_only_new_keys_first_of_repeats_in_order_across_chunks(store_url
     db.engine.dispose()
 
 
-def test_failure_summary_reads_the_newest_scan_failures(tmp_path):
-    db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
+def test_failure_summary_reads_the_newest_scan_failures_without_summaries(tmp_path):
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    db = store.open_store(url)
     topo = store.upsert_topology(db, profile())
     for wg in range(1, 7):  # one at a time: ids follow wg
         status = Status.TIMEOUT if wg <= 3 else Status.WRONG_RESULT
         store.record_trials(db, None, [replace(trial(topo, wg, status), message=f"failed at {wg}")])
     store.record_trials(db, None, [trial(topo, 7)])
+    db.engine.dispose()
+    downgrade(url, "0005_winner_decision")  # a database of a revision before the summaries
+    db = store.open_store(url, read_only=True)
     everything = [(g["category"], g["trials"]) for g in data.failure_summary(db, scan=None)]
     assert everything == [("timeout", 3), ("wrong_result", 3)]
     assert data.failure_summary(db) == data.failure_summary(db, scan=None)  # under FAILURE_SCAN: exact

@@ -1,5 +1,6 @@
 """Builders shared by the store tests (no tests here): a fake adapter profile, trial results, a
-SQLite database holding one winner (`one_winner_db`), and a `store_url` fixture parametrized
+SQLite database holding one winner (`one_winner_db`), the trial summaries as stored and as
+recounted (`snapshot`, `recounted`), and a `store_url` fixture parametrized
 over SQLite and the session's PostgreSQL server."""
 
 from __future__ import annotations
@@ -55,6 +56,32 @@ def store_url(request, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'farm.db'}"
     return request.getfixturevalue("pg_fresh_url")
+
+
+def _summary_rows(conn) -> tuple[list, list]:
+    from sqlalchemy import select
+
+    from farm.store.models import TrialCountRow, TrialFailureRow
+
+    counts = sorted(tuple(r) for r in conn.execute(select(TrialCountRow.__table__)))
+    return counts, sorted(tuple(r) for r in conn.execute(select(TrialFailureRow.__table__)))
+
+
+def snapshot(db) -> tuple[list, list]:
+    """The trial summaries' rows (trial_counts, trial_failures), sorted."""
+    with db.engine.connect() as conn:
+        return _summary_rows(conn)
+
+
+def recounted(db) -> tuple[list, list]:
+    """The summaries rebuilt from the trials table (rolled back: the stored ones stay)."""
+    from farm.store import summaries
+
+    with db.engine.connect() as conn, conn.begin() as transaction:
+        summaries.rebuild_summaries(conn)
+        rows = _summary_rows(conn)
+        transaction.rollback()
+    return rows
 
 
 def one_winner_db(directory) -> tuple[str, str]:

@@ -105,7 +105,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no trials dataset at {out / 'trials'}")
     db = None if args.no_restore else open_existing(args.db)
     try:
-        done = finish_artifacts(db, out, None, partitions(out))
+        done = finish_artifacts(db, out, None, partitions(out), full=True)
     finally:
         if db is not None:
             db.engine.dispose()

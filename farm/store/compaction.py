@@ -3,8 +3,9 @@
 A campaign's recorder writes a partition's trials as one file at its end (and one more per
 PARQUET_ROWS buffered), then `finish_artifacts` runs: `restore_from_sql` writes the trials
 SQL holds and Parquet lacks (a killed driver's buffered rows), and `compact_partition`
-merges each touched partition's files into one, dropping repeated trial keys. `farm
-compact` does both for every partition.
+merges each touched partition's files under SEAL_ROWS rows into one, dropping repeated
+trial keys among them: a campaign's end costs what recent campaigns wrote, not the size of
+the partition. `farm compact` does both for every partition, merging every file.
 
 What a crash can lose: a killed driver's Parquet buffer (its trials since its last file),
 never SQL's rows. What restores it: `restore_campaigns`, run by the next campaign when it
@@ -12,7 +13,8 @@ marks the killed one interrupted (at its start, for a re-run on the same machine
 campaign's end or `farm compact`, once the dead campaign no longer reads as live (heartbeat older than
 repo.STALE_AFTER_S): rows of live campaigns other than the caller's are left to their own
 recorder, so they are never written twice. A partition is checked by row counts first
-(SQL's count against the Parquet footers) and diffed by key only when they differ.
+(SQL's count, read from the trial summaries, against the Parquet footers) and diffed by
+key only when they differ.
 
 Compaction takes an exclusive flock on `<partition>/.compact.lock` (dot files are not part
 of the dataset), writes the merged file under a dot name, renames it into place and then
@@ -38,9 +40,13 @@ from farm.store.database import Store
 from farm.store.models import TrialRow
 from farm.store.parquet import SCHEMA_VERSION, TRIAL_SCHEMA, farm_version, write_trials
 from farm.store.repo import fetch_rows, live_campaigns
+from farm.store.summaries import has_summaries, summary_counts
 
 KEY = ("source_hash", "problem", "schedule")  # the trial key within one (topology, kernel) partition
 FETCH_CHUNK = 500
+# A campaign's end merges only a partition's files under this many rows, so it rewrites what
+# recent campaigns wrote, not the whole partition; `farm compact` merges every file.
+SEAL_ROWS = 100_000
 
 
 def partition_dir(out: str | Path, topology: str, kernel: str) -> Path:
@@ -88,12 +94,16 @@ def dedupe(table: pa.Table) -> pa.Table:
     return table.take(pc.sort_indices(first["__row_min"]))
 
 
-def compact_partition(out: str | Path, topology: str, kernel: str) -> Path | None:
-    """Merge a partition's files into one (repeated trial keys dropped); returns the new file,
-    or None when there was at most one file and no repeated key to drop."""
+def compact_partition(out: str | Path, topology: str, kernel: str, seal_rows: int | None = None) -> Path | None:
+    """Merge a partition's files into one (repeated trial keys among them dropped); returns
+    the new file, or None when there was at most one file and no repeated key to drop.
+    With `seal_rows`, files of at least that many rows stay as they are and only the
+    smaller ones are merged: the cost is bounded by seal_rows, not by the partition."""
     directory = partition_dir(out, topology, kernel)
     with _locked(directory):
         files = partition_files(out, topology, kernel)
+        if seal_rows is not None:
+            files = [path for path in files if pq.ParquetFile(path).metadata.num_rows < seal_rows]
         if not files:
             return None
         table = pa.concat_tables([_read(path) for path in files])
@@ -122,6 +132,10 @@ def compact_partition(out: str | Path, topology: str, kernel: str) -> Path | Non
 
 
 def sql_partition_counts(store: Store) -> dict[tuple[str, str], int]:
+    """Trials per (topology, kernel) in SQL: from the trial summaries (farm.store.summaries)
+    where the database has them, else counted."""
+    if has_summaries(store):
+        return summary_counts(store, ("topology_hash", "kernel"))
     stmt = select(TrialRow.topology_hash, TrialRow.kernel, func.count()).group_by(
         TrialRow.topology_hash, TrialRow.kernel
     )
@@ -197,14 +211,19 @@ def restore_campaigns(store: Store, out: str | Path, campaign_ids: Iterable[int]
 
 
 def finish_artifacts(
-    store: Store | None, out: str | Path, campaign_id: int | None = None, touched: Iterable[tuple[str, str]] = ()
+    store: Store | None,
+    out: str | Path,
+    campaign_id: int | None = None,
+    touched: Iterable[tuple[str, str]] = (),
+    full: bool = False,
 ) -> dict:
-    """What a campaign's end (and `farm compact`, with every partition) does to the dataset:
-    restore from SQL what Parquet lacks, then compact `touched` and the restored partitions.
+    """What a campaign's end (and `farm compact`, with every partition and `full`) does to
+    the dataset: restore from SQL what Parquet lacks, then compact `touched` and the
+    restored partitions: their files under SEAL_ROWS rows only, unless `full` (all of them).
     Returns {"restored": rows written from SQL, "compacted": partitions merged}."""
     restored = restore_from_sql(store, out, campaign_id) if store is not None else {}
     compacted = 0
     for topology, kernel in sorted(set(touched) | set(restored)):
-        if compact_partition(out, topology, kernel) is not None:
+        if compact_partition(out, topology, kernel, None if full else SEAL_ROWS) is not None:
             compacted += 1
     return {"restored": sum(restored.values()), "compacted": compacted}

@@ -116,11 +116,14 @@ class TrialRow(Base):
     __tablename__ = "trials"
     __table_args__ = (
         UniqueConstraint("topology_hash", "kernel", "source_hash", "problem", "schedule"),
-        Index("ix_trials_kernel_status", "kernel", "status"),
         Index("ix_trials_campaign_status", "campaign_id", "status"),
         # Revision 0003: a campaign's trials by id (keyset paging) and per-kernel dashboard reads.
         Index("ix_trials_campaign_id_id", "campaign_id", "id"),
         Index("ix_trials_kernel_problem_topology", "kernel", "problem", "topology_hash", "status"),
+        # Revision 0006: newest first without a sort, stopping at the page's or the chart's
+        # limit (the Trials page by kernel and status; the knob chart of one source hash).
+        Index("ix_trials_kernel_status_id", "kernel", "status", "id"),
+        Index("ix_trials_kernel_source_status_id", "kernel", "source_hash", "status", "id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -145,6 +148,42 @@ class TrialRow(Base):
     host: Mapped[str] = mapped_column(String(256), default="")
     worker_id: Mapped[str] = mapped_column(String(128), default="")
     finished_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+# Summary rows of trials without a campaign carry this campaign_id: a key column can't be NULL.
+NO_CAMPAIGN = 0
+
+
+class TrialCountRow(Base):
+    """Trials per (campaign, topology, kernel, problem, status), kept by
+    farm.store.summaries.record_summaries in the trial insert's transaction (revision 0006).
+    The dashboard counts from here: its size grows with campaigns and problems, not trials."""
+
+    __tablename__ = "trial_counts"
+
+    campaign_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    topology_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kernel: Mapped[str] = mapped_column(String(64), primary_key=True)
+    problem: Mapped[str] = mapped_column(String(256), primary_key=True)
+    status: Mapped[str] = mapped_column(String(32), primary_key=True)
+    trials: Mapped[int] = mapped_column(BigInteger)
+
+
+class TrialFailureRow(Base):
+    """Failed trials per (campaign, topology, kernel, status, message pattern): the pattern is
+    the message with its values stripped (farm.store.summaries.normalize_message), keyed by
+    its hash (a long message can't be an index key); `example` is the smallest message."""
+
+    __tablename__ = "trial_failures"
+
+    campaign_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    topology_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kernel: Mapped[str] = mapped_column(String(64), primary_key=True)
+    status: Mapped[str] = mapped_column(String(32), primary_key=True)
+    pattern_hash: Mapped[str] = mapped_column(String(40), primary_key=True)
+    pattern: Mapped[str] = mapped_column(Text)
+    example: Mapped[str] = mapped_column(Text)
+    trials: Mapped[int] = mapped_column(BigInteger)
 
 
 class WinnerRow(Base):

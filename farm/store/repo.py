@@ -21,6 +21,7 @@ from farm.store.database import Store
 from farm.store.engine import mask_secrets
 from farm.store.models import CAMPAIGN_STATUSES, CampaignRow, TopologyRow, TrialRow, utcnow
 from farm.store.retry import retrying
+from farm.store.summaries import has_summaries, record_summaries, summary_counts
 from farm.store.transactions import bind_processors, dialect_insert, insert_ignoring_sql, write_transaction
 from farm.trial import TrialResult
 
@@ -225,6 +226,7 @@ def insert_trials(store: Store, campaign_id: int | None, results: Sequence[Trial
             chunk = ordered[start : start + chunk_rows]
             sql, params = insert_ignoring_sql(TrialRow.__table__, _TRIAL_COLUMNS, TRIAL_KEY, dialect, chunk)
             inserted.update(tuple(r) for r in conn.exec_driver_sql(sql, params))  # rowcount is -1 on psycopg
+        record_summaries(conn, (dict(zip(_TRIAL_COLUMNS, rows[key][0], strict=True)) for key in sorted(inserted)))
     return [result for key, (_, result) in rows.items() if key in inserted]
 
 
@@ -294,6 +296,11 @@ def count_trials(
     campaign: int | None = None,
 ) -> int:
     """How many trials `trials(...)` with the same filters would return without a limit (for paging)."""
+    if has_summaries(store):
+        if status is not None:
+            Status(status)  # ValueError naming the bad status
+        filters = {"topology": topology, "kernel": kernel, "status": status, "campaign": campaign}
+        return summary_counts(store, **filters).get((), 0)
     stmt = _trial_filters(select(func.count()).select_from(TrialRow), topology, kernel, status, campaign)
     with store.engine.connect() as conn:
         return int(conn.scalar(stmt))
@@ -304,6 +311,9 @@ def trial_status_counts(
     store: Store, topology: str | None = None, kernel: str | None = None, campaign: int | None = None
 ) -> dict[str, int]:
     """Trials per status (only statuses that occur), e.g. {"ok": 40, "invalid_schedule": 3}."""
+    if has_summaries(store):
+        counts = summary_counts(store, ("status",), topology=topology, kernel=kernel, campaign=campaign)
+        return {status: n for (status,), n in counts.items()}
     stmt = _trial_filters(select(TrialRow.status, func.count()), topology, kernel, None, campaign).group_by(
         TrialRow.status
     )
