@@ -21,6 +21,8 @@ import os
 import sys
 from pathlib import Path
 
+from farm import paths
+
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 # Path errors (OSError subclasses) a user causes; other OSErrors (a broken pipe, EIO) are not theirs.
@@ -225,10 +227,7 @@ def file_in_the_way(path: Path) -> Path | None:
 def writable_dir(path: Path, what: str) -> Path:
     """`path`, created if missing; PermissionError/FileExistsError/NotADirectoryError naming it
     (or the file that stands where one of its directories belongs) when it can't hold `what`."""
-    if path.exists() and not path.is_dir():
-        raise FileExistsError(f"{what}: {path} is a file, not a directory")
-    if (blocking := file_in_the_way(path)) is not None:
-        raise NotADirectoryError(f"{what}: {path}: {blocking} is a file, not a directory")
+    paths.directory_target(path, what)  # a file, FIFO, device or loop there, or a file above it
     path.mkdir(parents=True, exist_ok=True)
     if not os.access(path, os.W_OK):
         raise PermissionError(f"{what}: {path} is not writable")

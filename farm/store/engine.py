@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import sqlite3
+import stat
 import urllib.parse
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
+
+from farm import paths
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Page cache per connection (KiB; SQLite's default is 2 MiB): at a million trials the trial
@@ -168,6 +171,18 @@ def _sqlite_engine(parsed: URL, read_only: bool) -> Engine:
     return engine
 
 
+def sqlite_file_exists(path: Path) -> bool:
+    """Whether the database file exists; IsADirectoryError or UnusablePath (farm.paths) when `path`
+    is not one SQLite could use: a directory, a FIFO (opening it would block), a device, a loop."""
+    found = paths.existing(path, "the database")
+    if found is None:
+        return False
+    if stat.S_ISDIR(found.st_mode):
+        raise IsADirectoryError(f"the database {path} is a directory, not a SQLite file")
+    paths.regular_file(path, "the database")
+    return True
+
+
 def _check_creatable(path: Path) -> None:
     """Create the database's directory; PermissionError/NotADirectoryError naming the path when it can't be."""
     for parent in (path.parent, *path.parent.parents):
@@ -175,8 +190,7 @@ def _check_creatable(path: Path) -> None:
             if not parent.is_dir():
                 raise NotADirectoryError(f"cannot create the database {path}: {parent} is a file, not a directory")
             break
-    if path.is_dir():
-        raise IsADirectoryError(f"the database {path} is a directory, not a SQLite file")
+    sqlite_file_exists(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() and not os.access(path.parent, os.W_OK):
         raise PermissionError(f"cannot create the database {path}: {path.parent} is not writable")
@@ -192,10 +206,8 @@ def _sqlite_read_only_engine(path: Path) -> Engine:
     shares its files. Each connection decides afresh (NullPool): a campaign may start or
     end while the dashboard reads.
     """
-    if not path.exists():
+    if not sqlite_file_exists(path):
         raise FileNotFoundError(f"no database at {path}: run `farm tune` (or `farm db upgrade`) first")
-    if path.is_dir():
-        raise IsADirectoryError(f"the database {path} is a directory, not a SQLite file")
     resolved = path.resolve()
     uri = "file:" + urllib.parse.quote(str(resolved))
 
