@@ -77,7 +77,7 @@ def regular_file(path: str | Path, what: str, max_bytes: int | None = None) -> P
     path = Path(path)
     found = existing(path, what)
     if found is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+        raise FileNotFoundError(f"{what} {path}: no such file")
     _check_regular(path, found, what, max_bytes)
     return path
 

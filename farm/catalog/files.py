@@ -82,8 +82,8 @@ def _load_one(path: str) -> list[str]:
         return [k.name for k in _REGISTRY.values() if isinstance(k, user.Kernel) and k.origin == resolved]
     try:
         text = user.read_text(resolved, "kernels file")
-    except paths.UnusablePath as exc:
-        raise paths.UnusablePath(str(exc).replace(resolved, path, 1)) from None  # the path as the user wrote it
+    except (paths.UnusablePath, FileNotFoundError) as exc:
+        raise type(exc)(str(exc).replace(resolved, path, 1)) from None  # the path as the user wrote it
     except OSError as exc:
         raise FileNotFoundError(f"kernels file {path}: {exc.strerror or exc}") from None
     name = f"farm_kernels_{Path(resolved).stem}_{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
