@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from farm.gpu import MAX_GROUPS_PER_DIM, HardwareProfile
-from farm.schedule import InvalidSchedule, Problem, Schedule
+from farm.schedule import BASE_KNOBS, InvalidSchedule, Problem, Schedule
 
 DEFAULT_SCHEDULE = Schedule(workgroup_size=64)
 
@@ -217,9 +217,11 @@ class KernelSpec(ABC):
 
     def check(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
         """Raise InvalidSchedule when `schedule` can't run `problem` on `profile`."""
-        for knob in schedule.as_dict():
+        for knob, value in schedule.as_dict().items():
             if knob not in self.space:
                 raise InvalidSchedule(self.name, schedule, f"unknown knob {knob!r} (space: {sorted(self.space)})")
+            if type(value) is not int or (knob in BASE_KNOBS and value < 1):  # a Schedule built without of()
+                raise InvalidSchedule(self.name, schedule, f"{knob} must be an integer >= 1, got {value!r}")
         wg = schedule.workgroup_size
         max_inv = profile.limit("max-compute-invocations-per-workgroup")
         max_x = profile.limit("max-compute-workgroup-size-x")

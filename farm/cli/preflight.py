@@ -54,11 +54,14 @@ def _check_catalog_settings() -> None:
 
 
 def _check_database(db: str | None) -> None:
-    """The URL parses and names a driver the farm has ($FARM_DATABASE_URL too), and $FARM_HOME,
-    where the default database lives, is not a file; nothing is opened."""
-    from farm.store.engine import database_url, normalize_url
+    """The URL parses and names a driver the farm has ($FARM_DATABASE_URL too), $FARM_HOME, where
+    the default database lives, is not a file, and a SQLite file, if there is one, is a regular
+    file; nothing is opened or made."""
+    from farm.store.engine import database_url, normalize_url, sqlite_file_exists, sqlite_path
 
-    normalize_url(database_url(db))
+    path = sqlite_path(normalize_url(database_url(db)))
+    if path is not None:
+        sqlite_file_exists(path)  # a FIFO, a device, a directory or a symlink loop: refused before anything is made
 
 
 def _check_ray(args: argparse.Namespace) -> None:

@@ -31,6 +31,7 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_CACHE_KIB = 64 * 1024
 PG_CONNECT_TIMEOUT_S = 10  # an unreachable host fails in seconds, not after the OS's TCP timeout
 MASK = "***"
+URL_FORM = "expected DRIVER://USER:PASSWORD@HOST:PORT/NAME, with '@', ':' and '/' in a password percent-encoded"
 # Query parameters that carry secrets (libpq's `password`, psycopg's `passfile` is a path: harmless).
 _SECRET_PARAMS = ("password", "passwd", "pwd", "secret", "token", "sslpassword")
 # userinfo with a password in anything URL-shaped: scheme://user:PASSWORD@host
@@ -92,8 +93,11 @@ def normalize_url(url: str) -> URL:
     try:
         parsed = make_url(url)
         parsed.port  # noqa: B018 - a bad port only fails when read
-    except Exception as exc:  # sqlalchemy raises ArgumentError/ValueError with little context
-        raise ValueError(f"not a database URL: {mask_url(url)!r} ({mask_secrets(str(exc))})") from None
+    except Exception:  # sqlalchemy's reason may quote a piece of a password (`p@ss:w@rd` splits oddly)
+        raise ValueError(f"not a database URL: {mask_url(url)!r} ({URL_FORM})") from None
+    if parsed.host and any(c in parsed.host for c in "@/ "):  # the tail of a password with an unescaped '@'
+        raise ValueError(f"not a database URL: {mask_url(url)!r}: its user or password holds an unescaped '@' "
+                         f"({URL_FORM})")  # fmt: skip
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     backend = parsed.get_backend_name()
