@@ -72,7 +72,8 @@ def mask_command(argv: list[str]) -> str:
 def farm_home() -> Path:
     """`$FARM_HOME` (default ~/.farm); NotADirectoryError when it names a file."""
     home = Path(os.environ.get("FARM_HOME") or Path.home() / ".farm")
-    if home.exists() and not home.is_dir():
+    found = paths.existing(home, "FARM_HOME")  # a symlink loop or a dangling link: UnusablePath naming it
+    if found is not None and not stat.S_ISDIR(found.st_mode):
         raise NotADirectoryError(f"FARM_HOME {home} is a file, not a directory")
     return home
 
