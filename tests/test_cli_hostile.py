@@ -178,6 +178,13 @@ def test_export_to_a_hostile_out_is_one_line(kind, place, capsys, tmp_path):
     assert_refused(["export", "--topology", topo, "--out", path, "--db", url], path, place, capsys)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "loop", "dangling", "directory", "dev-zero", "dev-full"])
+@pytest.mark.parametrize("flag", ["--artifact-md", "--artifact-csv", "--artifact-json", "--artifact-steps-csv"])
+def test_a_hostile_sweep_artifact_is_refused_before_the_sweep(flag, kind, place, capsys):
+    path = _kind(place, kind)
+    assert_refused(["sweep", "recurrent", "--allow-cpu", flag, path], path, place, capsys)
+
+
 @pytest.mark.parametrize("kind", ["fifo", "loop", "dangling", "huge", "dev-zero", "dev-full"])
 @pytest.mark.parametrize("argv", DIR_COMMANDS, ids=lambda a: " ".join(a[:2]))
 def test_a_hostile_output_directory_is_one_line(argv, kind, place, capsys):
