@@ -52,10 +52,8 @@ def _stat(path: Path, what: str) -> os.stat_result | None:
         blocking = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
         raise NotADirectoryError(f"{what} {path}: {blocking or 'a parent'} is a file, not a directory") from None
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnusablePath(f"{what} {path}: a symlink loop") from None
-        if exc.errno == errno.ENAMETOOLONG:
-            raise UnusablePath(f"{what} {path}: the name is too long") from None
+        if exc.errno in (errno.ELOOP, errno.ENAMETOOLONG):  # "strerror: path", as every path error reads
+            raise UnusablePath(f"{what}: {os.strerror(exc.errno)}: {path}") from None
         if exc.errno == errno.EACCES:
             raise PermissionError(errno.EACCES, f"{what}: {os.strerror(errno.EACCES)}", str(path)) from None
         raise
