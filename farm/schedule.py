@@ -36,6 +36,16 @@ class Status(StrEnum):
         return self.value
 
 
+def _knob(name: str, value: object) -> int:
+    """A knob's value as an int; TypeError/ValueError naming the knob (not int()'s bare message)."""
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"schedule: knob {name}: expected an integer, got {type(value).__name__} {value!r}") from None
+    except ValueError:
+        raise ValueError(f"schedule: knob {name}: expected an integer, got {value!r}") from None
+
+
 @dataclass(frozen=True)
 class Schedule:
     """How a kernel is launched: the three shared knobs plus kernel-specific ones."""
@@ -47,8 +57,8 @@ class Schedule:
 
     @classmethod
     def of(cls, **values: int) -> Schedule:
-        base = {k: int(values.pop(k)) for k in BASE_KNOBS if k in values}
-        return cls(**base, knobs=tuple(sorted((k, int(v)) for k, v in values.items())))
+        base = {k: _knob(k, values.pop(k)) for k in BASE_KNOBS if k in values}
+        return cls(**base, knobs=tuple(sorted((k, _knob(k, v)) for k, v in values.items())))
 
     def __getitem__(self, name: str) -> int:
         if name in BASE_KNOBS:

@@ -20,6 +20,7 @@ from streamlit.testing.v1 import AppTest
 from test_store_support import one_winner_db
 
 from farm.dashboard import serve
+from farm.tuning.problems import ANY_ADAPTER as ANY
 
 PASSWORD = "Pw-s3cret-9f2"
 UNREACHABLE_PG = f"postgresql+psycopg://farm:{PASSWORD}@127.0.0.1:1/farm"
@@ -64,6 +65,11 @@ BAD_SIZES = [
     (["--sizes", "topk:n=100000000,k=8"], "its buffer 'x' needs 381.47 MiB, over the 128.00 MiB a binding may hold"),
     (["--sizes", "ternary_gemv:m=32768,k=65536"], "its buffer 'w_packed' needs 512.00 MiB"),
     (["--sizes", "recurrent:B=1,H=8,VH=8,T=8192,L=64,E=768"], "its buffer 'value' needs 192.00 MiB"),
+    (["--sizes", "recurrent:B=1,H=3,VH=2,T=4,L=8,E=8"], "value shape (1, 2, 4, 8) does not fit query (1, 3, 4, 8)"),
+    (["--sizes", "recurrent:B=1,H=1,VH=4,T=4,L=8,E=8"], "'recurrent:B=1,H=1,VH=4,T=4,L=8,E=8'"),
+    (["--sizes", "topk:n=1073741823,k=8"], "max-storage-buffer-binding-size"),
+    (["--sizes", "ternary_gemv:m=1,k=536870912"], "its buffer 'x' needs 2.00 GiB"),
+    (["--sizes", "recurrent:B=1,H=1,VH=1,T=33554432,L=1,E=2"], "max-storage-buffer-binding-size"),
     (["--sizes", ";;;"], "names no problem"),
     (["--sizes", ""], "names no problem"),
     (["gemv", "--sizes", "gemm:m=64,k=64,n=64"], "--sizes names gemm, not among the kernels to tune (gemv)"),
@@ -372,3 +378,28 @@ def test_bench_sizes_too_big_for_the_adapter_is_one_line_before_any_row(farm_hom
     argv = ["bench", "--kernels", "gemv", "--sizes", "gemv:m=6000,n=6000", "--allow-cpu", "--out", str(tmp_path)]
     line = assert_user_error(*run(argv, capsys), "6000")
     assert "max-storage-buffer-binding-size" in line and not (tmp_path / "bench.json").exists()
+
+
+@pytest.mark.parametrize("kernel", ["topk", "ternary_gemv", "p64_project", "gemm", "gemv", "fft", "recurrent"])
+def test_every_problem_the_upfront_check_passes_runs_its_kernels_own_code(kernel):
+    """The upfront check (the kernel's `problem()` rules and `check_problem`) is complete for small
+    odd sizes: what it accepts, the worker can generate, reference and launch without an error."""
+    import random
+
+    from farm import catalog
+    from farm.tuning.problems import check_problem
+
+    spec, rng, tried = catalog.get(kernel), random.Random(kernel), 0
+    for _ in range(12):  # checking every schedule of gemm's space costs ~0.4 s a problem
+        dims = {d: rng.choice((1, 2, 3, 5, 7, 8, 9, 16, 17, 33)) for d in spec.dims}
+        try:
+            problem = spec.problem(**dims)
+            check_problem(spec, problem)
+        except ValueError:
+            continue
+        inputs = spec.generate(problem, 0)
+        schedule = next(s for s in [spec.default, *spec.schedules()] if not spec.invalid_reason(s, problem, ANY))
+        spec.reference(problem, schedule, inputs)
+        spec.launch(schedule, problem, inputs)
+        tried += 1
+    assert tried > 0

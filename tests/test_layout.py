@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS = {
     "farm.schedule": 0,
     "farm.parallel": 0,
+    "farm.paths": 0,
     "farm.gpu": 0,
     "farm.trial": 1,
     "farm.catalog": 2,

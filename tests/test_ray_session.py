@@ -67,7 +67,7 @@ def test_probe_returns_at_once_when_the_address_listens():
         assert time.monotonic() - start < 1.0
 
 
-@pytest.mark.parametrize("address", ["nohost", "host:port", ":6379"])
+@pytest.mark.parametrize("address", ["nohost", "host:port", ":6379", "host:99999", "host:0", "http://host:1", "a b:1"])
 def test_probe_refuses_an_address_without_host_and_port(address):
     with pytest.raises(RayUnreachable, match=f"bad Ray address '{address}' .*expected HOST:PORT"):
         probe(address, 1.0)
@@ -75,15 +75,19 @@ def test_probe_refuses_an_address_without_host_and_port(address):
 
 def test_connect_timeout_comes_from_the_environment_and_must_be_positive(monkeypatch):
     monkeypatch.delenv(ray_session.CONNECT_TIMEOUT_ENV, raising=False)
-    assert ray_session._connect_timeout(None) == ray_session.CONNECT_TIMEOUT_S == 30.0
+    assert ray_session.connect_timeout(None) == ray_session.CONNECT_TIMEOUT_S == 30.0
     monkeypatch.setenv(ray_session.CONNECT_TIMEOUT_ENV, "4.5")
-    assert ray_session._connect_timeout(None) == 4.5
-    assert ray_session._connect_timeout(2) == 2.0  # an explicit value wins
+    assert ray_session.connect_timeout(None) == 4.5
+    assert ray_session.connect_timeout(2) == 2.0  # an explicit value wins
     monkeypatch.setenv(ray_session.CONNECT_TIMEOUT_ENV, "soon")
     with pytest.raises(ValueError, match=r"\$FARM_RAY_CONNECT_TIMEOUT_S must be a number of seconds, got 'soon'"):
-        ray_session._connect_timeout(None)
-    with pytest.raises(ValueError, match="must be > 0 seconds, got 0"):
-        ray_session._connect_timeout(0)
+        ray_session.connect_timeout(None)
+    with pytest.raises(ValueError, match="must be a finite number of seconds > 0, got 0"):
+        ray_session.connect_timeout(0)
+    for raw in ("inf", "nan", "-1", "0"):
+        monkeypatch.setenv(ray_session.CONNECT_TIMEOUT_ENV, raw)
+        with pytest.raises(ValueError, match=f"must be a finite number of seconds > 0, got '{raw}'"):
+            ray_session.connect_timeout(None)
 
 
 @pytest.mark.parametrize("via", ["flag", "env"])

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from farm import ForgeRuntime, catalog, cli
-from farm.runtime.winners import Candidate, choose_winner, load_candidates, problem_distance, read_schedules_file
+from farm.runtime.winners import (
+    MAX_SCHEDULES_BYTES,
+    Candidate,
+    choose_winner,
+    load_candidates,
+    problem_distance,
+    read_schedules_file,
+)
 from farm.schedule import Problem, Schedule
 from farm.store import WinnerRecord, open_store, save_winner, upsert_topology, write_schedules_file
 
@@ -399,14 +406,22 @@ def test_malformed_schedules_header_is_a_value_error_naming_the_file(device, tmp
 
 
 def test_schedules_directory_or_fifo_is_a_value_error_from_the_reader(tmp_path):
-    # ForgeRuntime's own check still says "does not exist" for a directory (forge.py: the
-    # lead applies /tmp/forge_changes_16_5.diff); the reader behind it names it.
-    with pytest.raises(ValueError, match=f"{tmp_path} is a directory; expected a farm-schedules/1 JSON file"):
+    with pytest.raises(ValueError, match=f"{tmp_path} is a directory, not a regular file; expected a farm-schedules/1"):
         load_candidates(None, tmp_path)
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    with pytest.raises(ValueError, match="is not a regular file"):
+    with pytest.raises(ValueError, match="is a FIFO"):
         read_schedules_file(fifo)  # reading it would block
+    with pytest.raises(ValueError, match="/dev/zero is a character device"):
+        read_schedules_file("/dev/zero")  # reading it would never end
+    big = tmp_path / "big.json"
+    with big.open("wb") as handle:
+        handle.truncate(MAX_SCHEDULES_BYTES + 1)  # sparse: no disk used
+    with pytest.raises(ValueError, match="over the"):
+        read_schedules_file(big)
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(ValueError, match="Too many levels of symbolic links"):
+        read_schedules_file(tmp_path / "loop")
     with pytest.raises(FileNotFoundError, match="absent.json does not exist"):
         read_schedules_file(tmp_path / "absent.json")
 

@@ -296,3 +296,58 @@ def test_masked_arrays_are_refused_not_unmasked(runtime, method, args, name):
     """A masked array is refused: its data would go to the GPU with its mask ignored."""
     with pytest.raises(TypeError, match=f"^{name}: .*masked array"):
         getattr(runtime, method)(*args)
+
+
+# -- schedules, knobs, out= and reshape: the argument named, ValueError or TypeError ---------
+
+
+@pytest.mark.parametrize("kernel", ["topk", "ternary_gemv", "p64_project", "gemm", "gemv", "fft", "recurrent"])
+def test_a_bad_schedule_is_an_invalid_schedule_naming_the_knob(runtime, kernel):
+    from farm import catalog
+    from farm.schedule import InvalidSchedule, Schedule
+
+    spec = catalog.get(kernel)
+    problem = spec.certify_problems()[0]
+    dims, inputs = problem.as_dict(), spec.generate(problem, 0)
+    knobs = spec.default.as_dict()
+    for knob, value in (("items_per_invocation", -1), ("vector_width", 0), ("workgroup_size", "64")):
+        bad = Schedule(**{**{k: knobs[k] for k in ("workgroup_size", "items_per_invocation", "vector_width")},
+                          knob: value}, knobs=spec.default.knobs)  # fmt: skip
+        with pytest.raises(InvalidSchedule, match=f"{knob} must be an integer >= 1, got {value!r}"):
+            runtime.run(kernel, dims, inputs, schedule=bad)
+    with pytest.raises(TypeError, match="schedule: knob workgroup_size: expected an integer, got NoneType"):
+        Schedule.of(workgroup_size=None)
+    with pytest.raises(ValueError, match="schedule: knob tile_m: expected an integer, got 'big'"):
+        Schedule.of(tile_m="big")
+
+
+def test_asarray_refuses_a_masked_array_as_the_kernels_do(runtime):
+    masked = np.ma.masked_array(f32(4), mask=[1, 0, 0, 0])
+    with pytest.raises(TypeError, match="array: expected a plain numpy array, got a masked array"):
+        runtime.asarray(masked)
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix, on purpose
+def test_out_must_be_a_plain_array(runtime):
+    signal = np.ones((2, 8), np.complex64)
+    with pytest.raises(TypeError, match="out: expected a plain numpy array, got numpy.matrix"):
+        runtime.fft(signal, out=np.matrix(np.zeros((2, 8), np.complex64)))
+    with pytest.raises(TypeError, match="out: expected a plain numpy array, got numpy.ma"):
+        runtime.fft(signal, out=np.ma.masked_array(np.zeros((2, 8), np.complex64)))
+
+
+@pytest.mark.parametrize("shape", [None, "4", 2.5, (2, None), (True, 8)])
+def test_reshape_names_the_bad_dimension(runtime, shape):
+    array = runtime.asarray(f32(4, 4))
+    with pytest.raises(TypeError, match=r"reshape: shape\[[01]\]: expected an integer"):
+        array.reshape(shape)
+
+
+def test_an_unknown_adapter_names_the_argument_passed(monkeypatch):
+    monkeypatch.setenv("FARM_ADAPTER", "0")
+    with pytest.raises(ValueError, match=r"adapter='99': index 99 out of range"):
+        ForgeRuntime(adapter="99")
+    with pytest.raises(ValueError, match=r"no adapter matches adapter='no-such-gpu'"):
+        ForgeRuntime(adapter="no-such-gpu")
+    with pytest.raises(TypeError, match="adapter: expected an index or a name substring as a string, got int"):
+        ForgeRuntime(adapter=0)

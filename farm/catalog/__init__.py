@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from farm.gpu import MAX_GROUPS_PER_DIM, HardwareProfile
-from farm.schedule import InvalidSchedule, Problem, Schedule
+from farm.schedule import BASE_KNOBS, InvalidSchedule, Problem, Schedule
 
 DEFAULT_SCHEDULE = Schedule(workgroup_size=64)
 
@@ -216,9 +216,11 @@ class KernelSpec(ABC):
 
     def check(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
         """Raise InvalidSchedule when `schedule` can't run `problem` on `profile`."""
-        for knob in schedule.as_dict():
+        for knob, value in schedule.as_dict().items():
             if knob not in self.space:
                 raise InvalidSchedule(self.name, schedule, f"unknown knob {knob!r} (space: {sorted(self.space)})")
+            if type(value) is not int or (knob in BASE_KNOBS and value < 1):  # a Schedule built without of()
+                raise InvalidSchedule(self.name, schedule, f"{knob} must be an integer >= 1, got {value!r}")
         wg = schedule.workgroup_size
         max_inv = profile.limit("max-compute-invocations-per-workgroup")
         max_x = profile.limit("max-compute-workgroup-size-x")
@@ -377,24 +379,6 @@ def _load_all() -> None:
 
     for module in KERNEL_MODULES:
         importlib.import_module(f"farm.catalog.{module}")
-    _load_extra(os.environ.get("FARM_EXTRA_KERNELS", ""))
+    importlib.import_module("farm.catalog.extra").load(os.environ.get("FARM_EXTRA_KERNELS", ""))
     importlib.import_module("farm.catalog.files").load_configured()  # user kernel files (farm.Kernel)
 
-
-def _load_extra(spec: str) -> None:
-    """Import extra kernel modules named in $FARM_EXTRA_KERNELS (comma-separated module
-    names or .py paths), e.g. test-only faulty kernels that Ray workers must also see."""
-    import importlib
-    import importlib.util
-
-    for entry in filter(None, (e.strip() for e in spec.split(","))):
-        if not entry.endswith(".py"):
-            importlib.import_module(entry)
-            continue
-        name = f"farm_extra_{Path(entry).stem}"
-        module_spec = importlib.util.spec_from_file_location(name, entry)
-        if module_spec is None or module_spec.loader is None:
-            raise ImportError(f"FARM_EXTRA_KERNELS: cannot load {entry!r}")
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[name] = module
-        module_spec.loader.exec_module(module)

@@ -20,6 +20,7 @@ import sys
 import zlib
 from pathlib import Path
 
+from farm import paths
 from farm.catalog import _REGISTRY, user
 
 FILES_ENV = "FARM_KERNELS_FILES"
@@ -76,11 +77,13 @@ def bundle() -> str | None:
 
 
 def _load_one(path: str) -> list[str]:
-    resolved = str(Path(path).expanduser().resolve()) if user.TEXTS.get(path) is None else path
+    resolved = os.path.realpath(os.path.expanduser(path)) if user.TEXTS.get(path) is None else path
     if resolved in _LOADED:
         return [k.name for k in _REGISTRY.values() if isinstance(k, user.Kernel) and k.origin == resolved]
     try:
-        text = user.read_text(resolved)
+        text = user.read_text(resolved, "kernels file")
+    except (paths.UnusablePath, FileNotFoundError) as exc:
+        raise type(exc)(str(exc).replace(resolved, path, 1)) from None  # the path as the user wrote it
     except OSError as exc:
         raise FileNotFoundError(f"kernels file {path}: {exc.strerror or exc}") from None
     name = f"farm_kernels_{Path(resolved).stem}_{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
@@ -96,7 +99,7 @@ def _load_one(path: str) -> list[str]:
     except SyntaxError as exc:
         del sys.modules[name]
         raise ValueError(f"kernels file {path} line {exc.lineno}: {exc.msg}") from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in a kernels file is an error too, not a silent exit
         del sys.modules[name]
         line = _line_in(exc, resolved)
         raise ValueError(f"kernels file {path}{line}: {type(exc).__name__}: {exc}") from exc

@@ -130,6 +130,13 @@ class Recurrent(KernelSpec):
     atol = 1e-3
     rtol = 1e-4
 
+    def problem(self, **dims: int) -> Problem:
+        p = super().problem(**dims)  # then the inputs' own shape check, on zero-stride views (no input yet)
+        shapes = (p["B"], p["H"], p["T"], p["L"]), (p["B"], p["VH"], p["T"], p["E"])
+        if min(shapes[0] + shapes[1]) >= 1:  # a dimension below 1: check_problem's message, as for every kernel
+            check_shapes(*(np.broadcast_to(np.float32(0), s) for s in shapes), None, None)
+        return p
+
     def schedules(self) -> list[Schedule]:
         """The stepwise knob product less what is invalid or a duplicate on every problem (a
         reduce mode with one thread per column: nothing to reduce; deferred without chunks),

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from farm import paths
+
 DTYPES = {"f32": np.float32, "i32": np.int32, "u32": np.uint32, "f16": np.float16}
 FUNCTIONS = {"ceil": math.ceil, "floor": math.floor, "min": min, "max": max, "abs": abs, "log2": math.log2}
 TEXTS: dict[str, str] = {}  # path -> text of every file a definition read (shipped to Ray workers)
@@ -39,10 +41,11 @@ class Namespace(dict):
         raise KernelError(f"kernel {self.kernel!r}: no knob or dim {name!r} (there are: {', '.join(self)})")
 
 
-def read_text(path: str) -> str:
-    """A file's text, from what a Ray worker was shipped (TEXTS) or the disk; recorded in TEXTS."""
+def read_text(path: str, what: str = "file") -> str:
+    """A file's text, from what a Ray worker was shipped (TEXTS) or the disk (a regular file of
+    bounded size: farm.paths); recorded in TEXTS."""
     if path not in TEXTS:
-        TEXTS[path] = Path(path).read_text()
+        TEXTS[path] = paths.read_text(path, what)
     return TEXTS[path]
 
 

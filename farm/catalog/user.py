@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from farm import paths
 from farm.catalog import _REGISTRY, KERNEL_MODULES, Arg, KernelSpec, Launch, register, rng_for
 from farm.catalog.rules import (
     TEXTS,
@@ -160,10 +161,10 @@ class Kernel(KernelSpec):
         if not path.is_absolute():
             path = (Path(self.origin).parent if self.origin else Path.cwd()) / path
         try:
-            return str(path), read_text(str(path))
-        except OSError as exc:
-            self._fail(f"cannot read its WGSL {path}: {exc.strerror or exc}; `source` is WGSL text or a path "
-                       "relative to the file that defines the kernel")  # fmt: skip
+            return str(path), read_text(str(path), "WGSL file")
+        except (OSError, paths.UnusablePath) as exc:
+            self._fail(f"cannot read its WGSL {path}: {getattr(exc, 'strerror', None) or exc}; `source` is WGSL "
+                       "text or a path relative to the file that defines the kernel")  # fmt: skip
 
     def _where(self, text: str) -> str:
         line = next((i for i, row in enumerate(self._template.splitlines(), 1) if text in row), 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from farm import catalog
+from farm import catalog, paths
 from farm.cli.errors import file_in_the_way
 
 DB_HELP = "SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)"
@@ -19,12 +19,12 @@ DB_HELP = "SQLAlchemy URL (default: $FARM_DATABASE_URL or $FARM_HOME/farm.db)"
 
 def cmd_db(args: argparse.Namespace) -> int:
     from farm.store import database_url
-    from farm.store.engine import mask_url, normalize_url, sqlite_path
+    from farm.store.engine import mask_url, normalize_url, sqlite_file_exists, sqlite_path
     from farm.store.migrate import current, downgrade, upgrade
 
     url = database_url(args.db)
     path = sqlite_path(normalize_url(url))
-    if path is not None and not path.exists() and args.db_command != "upgrade":
+    if path is not None and not sqlite_file_exists(path) and args.db_command != "upgrade":
         if args.db_command == "downgrade":
             raise FileNotFoundError(f"no database at {path}: nothing to downgrade")
         print(f"(no database yet: no migrations applied)  {mask_url(url)}")
@@ -93,7 +93,7 @@ def export_path(out: Path) -> Path:
         raise IsADirectoryError(f"--out {out} is a directory; name the FILE.json to write")
     if (blocking := file_in_the_way(out)) is not None:
         raise NotADirectoryError(f"--out {out}: {blocking} is not a directory")
-    return out
+    return paths.file_target(out, "--out")  # a FIFO or a device: refused, not written into
 
 
 def cmd_compact(args: argparse.Namespace) -> int:

@@ -4,7 +4,7 @@ exit status 2, no traceback, no password.
 A user error is a bad flag value (argparse, `FarmParser.error`; numbers bounded so none
 overflows later), a ValueError from the farm's own checks, a path that can't be used
 (missing, a file where a directory belongs, no permission, a read-only filesystem, a name
-too long, a symlink loop: `is_path_error`), a database that can't be reached or read
+too long, a symlink loop, a full disk: `is_path_error`), a database that can't be reached or read
 (SQLAlchemy's OperationalError and DatabaseError: a server down, a corrupt or foreign
 file; a driver that isn't installed is a ValueError) and a migration revision Alembic
 doesn't know; `farm cluster start`'s failed `ray start` (RayStartError) too. Anything
@@ -21,13 +21,16 @@ import os
 import sys
 from pathlib import Path
 
+from farm import paths
+
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 # Path errors (OSError subclasses) a user causes; other OSErrors (a broken pipe, EIO) are not theirs.
 PATH_ERRORS = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
-# ...and the plain OSErrors that are about the path given: a read-only filesystem, a name
-# too long, a symlink loop (not EIO, EPIPE, ENOSPC...: those stay tracebacks).
-PATH_ERRNOS = frozenset({errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP})
+# ...and the plain OSErrors that are about the path given or the disk under it: a read-only
+# filesystem, a name too long, a symlink loop, a full disk or quota (not EIO, EPIPE...: those
+# stay tracebacks).
+PATH_ERRNOS = frozenset({errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP, errno.ENOSPC, errno.EDQUOT})
 # pathlib's `Path.resolve(strict=True)` reports a loop as RuntimeError("Symlink loop from '...'") (Python < 3.13).
 SYMLINK_LOOP = "Symlink loop from "
 # Flag bounds: a value past them is an argparse error, not an OverflowError once it reaches
@@ -232,10 +235,7 @@ def file_in_the_way(path: Path) -> Path | None:
 def writable_dir(path: Path, what: str) -> Path:
     """`path`, created if missing; PermissionError/FileExistsError/NotADirectoryError naming it
     (or the file that stands where one of its directories belongs) when it can't hold `what`."""
-    if path.exists() and not path.is_dir():
-        raise FileExistsError(f"{what}: {path} is a file, not a directory")
-    if (blocking := file_in_the_way(path)) is not None:
-        raise NotADirectoryError(f"{what}: {path}: {blocking} is a file, not a directory")
+    paths.directory_target(path, what)  # a file, FIFO, device or loop there, or a file above it
     path.mkdir(parents=True, exist_ok=True)
     if not os.access(path, os.W_OK):
         raise PermissionError(f"{what}: {path} is not writable")

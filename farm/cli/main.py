@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from farm import catalog
-from farm.cli import database, helptext, queue
+from farm.cli import database, helptext, preflight, queue
 from farm.cli.errors import (
     EXIT_INTERRUPTED,
     FarmParser,
@@ -377,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        preflight.check(args)  # environment and addresses, before anything is created or started
         if getattr(args, "kernels_file", None):
             from farm.catalog import files
 

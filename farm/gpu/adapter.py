@@ -49,6 +49,10 @@ class NoAdapterError(RuntimeError):
     pass
 
 
+class AdapterNotFound(NoAdapterError, ValueError):
+    """The adapter asked for (`adapter=` or $FARM_ADAPTER) is not among this machine's: a bad value."""
+
+
 class CpuAdapterRefused(ValueError):
     """Work whose numbers mean nothing on a CPU adapter (lavapipe), asked for without --allow-cpu."""
 
@@ -97,18 +101,23 @@ def choose_adapter(spec: str | None = None):
     adapters = enumerate_adapters()
     if not adapters:
         raise NoAdapterError("no wgpu adapter found; on Debian install mesa-vulkan-drivers for a CPU adapter")
+    source = "adapter" if spec is not None else "FARM_ADAPTER"  # the argument, or the setting, named in errors
     spec = spec if spec is not None else os.environ.get("FARM_ADAPTER")
+    if spec is not None and not isinstance(spec, str):
+        raise TypeError(f"{source}: expected an index or a name substring as a string, got {type(spec).__name__}")
     if spec:
         if spec.isdigit():
             index = int(spec)
             if index >= len(adapters):
-                raise NoAdapterError(f"FARM_ADAPTER index {index} out of range: {len(adapters)} adapters")
+                raise AdapterNotFound(
+                    f"{source}={spec!r}: index {index} out of range: {len(adapters)} adapters (0..{len(adapters) - 1})"
+                )
             return adapters[index]
         for adapter in adapters:
             if spec.lower() in adapter.summary.lower():
                 return adapter
         names = "; ".join(a.summary for a in adapters)
-        raise NoAdapterError(f"no adapter matches FARM_ADAPTER={spec!r}; have: {names}")
+        raise AdapterNotFound(f"no adapter matches {source}={spec!r}; have: {names}")
     return adapters[0]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from farm import paths
 from farm.recurrent.cases import CASE_FIELDS, SweepConfig
 
 SUMMARY_HEADER = (
@@ -158,8 +159,7 @@ def write_artifacts(config: SweepConfig, report: dict, markdown: str) -> list[st
         path = getattr(config, key)
         if path is None:
             continue
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text)
+        paths.write_text_atomically(path, text, label)  # whole or not at all; a FIFO or device refused
         print(f"wrote {label} to {path}", file=sys.stderr)
         written.append(path)
     return written

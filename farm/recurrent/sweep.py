@@ -19,6 +19,7 @@ from farm.catalog.recurrent import sweep_decay
 from farm.gpu import Device, nvidia, refuse_cpu
 from farm.gpu.device import REPORT_WARM_MAX_S, REPORT_WARM_S
 from farm.oracle.compare import error_metrics
+from farm.paths import file_target
 from farm.recurrent.cases import SweepCase, SweepConfig, default_cases, long_cases, merge_cases
 from farm.recurrent.paths import BaselinePlan, fused_calls, prepare_fused, recurrent_problem
 from farm.recurrent.report import format_markdown, progress_line, record_report, write_artifacts
@@ -290,7 +291,7 @@ def build_report(config: SweepConfig, adapter: str, results: list[dict], before:
 # -- artifacts (the reference sweep's exact layouts) ---------------------------------------
 def sweep_config_from_args(args) -> SweepConfig:
     """The SweepConfig for parsed `farm sweep recurrent` flags (minimums applied)."""
-    return SweepConfig(
+    config = SweepConfig(
         warmup=args.warmup,
         repetitions=args.repetitions,
         extra_repetitions=args.extra_repetitions,
@@ -306,3 +307,8 @@ def sweep_config_from_args(args) -> SweepConfig:
         steps_csv_path=args.artifact_steps_csv,
         cases=tuple(merge_cases(default_cases() + (long_cases() if args.long else []), list(args.case))),
     ).normalized()
+    for key, flag in (("markdown_path", "--artifact-md"), ("csv_path", "--artifact-csv"),
+                      ("json_path", "--artifact-json"), ("steps_csv_path", "--artifact-steps-csv")):  # fmt: skip
+        if getattr(config, key) is not None:
+            file_target(getattr(config, key), flag)  # a directory, FIFO or device: refused before the sweep
+    return config

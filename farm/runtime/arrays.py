@@ -14,6 +14,7 @@ runtime, raises ValueError.
 from __future__ import annotations
 
 import math
+import operator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -179,7 +180,7 @@ class DeviceArray:
 
 
 def _resolve_shape(shape: tuple, size: int, old: tuple[int, ...]) -> tuple[int, ...]:
-    dims = list(map(int, shape))
+    dims = [_dim(i, d) for i, d in enumerate(shape)]
     if dims and min(dims) < 0:
         if dims.count(-1) > 1 or min(dims) < -1:
             raise ValueError(f"reshape: bad shape {tuple(dims)}")
@@ -198,7 +199,16 @@ def check_host_array(out, shape: tuple[int, ...], dtype: np.dtype, expected: str
     what else the caller would have taken, for the TypeError)."""
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out: expected {expected}, got {type(out).__name__}")
+    if isinstance(out, (np.matrix, np.ma.MaskedArray)):  # a matrix can't hold other ranks; a mask would go stale
+        raise TypeError(f"out: expected a plain numpy array, got {type(out).__module__}.{type(out).__name__}")
     if out.shape != shape or out.dtype != dtype:
         raise ValueError(f"out: expected a numpy array of shape {shape} and dtype {dtype}, got {out.shape} {out.dtype}")
     if not (out.flags.c_contiguous and out.flags.writeable):
         raise ValueError("out: the numpy array must be C-contiguous and writeable")
+
+
+def _dim(index: int, value: object) -> int:
+    """reshape's `shape[index]` as an int: TypeError naming it for a non-integer (None, 2.5, "2")."""
+    if isinstance(value, (bool, np.bool_)) or not hasattr(value, "__index__"):
+        raise TypeError(f"reshape: shape[{index}]: expected an integer, got {type(value).__name__} {value!r}")
+    return operator.index(value)

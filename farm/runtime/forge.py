@@ -189,6 +189,9 @@ class ForgeRuntime:
         if isinstance(array, DeviceArray):
             array.slab(self, "array")  # another runtime's or released: ValueError
             return array
+        if isinstance(array, np.ma.MaskedArray):  # refused as the kernels refuse it: the mask would be dropped
+            raise TypeError("array: expected a plain numpy array, got a masked array (its mask would be dropped: "
+                            "pass .filled(value) or .data yourself)")  # fmt: skip
         if not isinstance(array, np.ndarray) or array.dtype.kind not in "biufc" or array.dtype.hasobject:
             what = f"dtype {array.dtype}" if isinstance(array, np.ndarray) else type(array).__name__
             raise TypeError(f"array: expected a numeric numpy array, got {what}")

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from farm import paths
 from farm.catalog import KernelSpec
 from farm.gpu import HardwareProfile
 from farm.schedule import Problem, Schedule
@@ -221,6 +222,9 @@ SCHEDULES_FORMAT = "farm-schedules/1"  # = farm.store.export.SCHEDULES_FORMAT (a
 ENTRY_FIELDS = ("kernel", "problem", "schedule", "source_hash", "median_ns")
 MAX_KNOB = 2**31 - 1  # knob values are WGSL u32/i32 constants
 MAX_DIM = 2**63 - 1
+# A schedules file is read whole: `farm export` writes about 300 bytes a winner, so 64 MiB is
+# far beyond any real one and keeps a wrong path (/dev/zero, a disk image) from filling memory.
+MAX_SCHEDULES_BYTES = 64 * 2**20
 _PROBLEM_KEY = re.compile(r"[A-Za-z_]\w*=[0-9]{1,19}(,[A-Za-z_]\w*=[0-9]{1,19})*", re.ASCII)
 
 
@@ -235,15 +239,16 @@ _show = _repr_for_messages().repr
 
 
 def check_schedules_path(path: str | Path) -> Path:
-    """`path` as a Path when it is a regular file: FileNotFoundError when there is nothing
-    there, ValueError for a directory or a device/FIFO (reading one would block or fail)."""
+    """`path` as a Path when it is a regular file of at most MAX_SCHEDULES_BYTES: FileNotFoundError
+    when there is nothing there, ValueError for a directory, a device, a FIFO (reading one would
+    block or never end) or a symlink loop (farm.paths)."""
     path = Path(path)
-    if not path.exists():
+    if paths.existing(path, "schedules: file") is None:
         raise FileNotFoundError(f"schedules: file {path} does not exist")
-    if not path.is_file():
-        what = "a directory" if path.is_dir() else "not a regular file"
-        raise ValueError(f"schedules: {path} is {what}; expected a {SCHEDULES_FORMAT} JSON file (farm export)")
-    return path
+    try:
+        return paths.regular_file(path, "schedules:", MAX_SCHEDULES_BYTES)
+    except paths.UnusablePath as exc:
+        raise paths.UnusablePath(f"{exc}; expected a {SCHEDULES_FORMAT} JSON file (farm export)") from None
 
 
 def read_schedules_file(path: str | Path) -> list[Candidate]:
@@ -253,7 +258,7 @@ def read_schedules_file(path: str | Path) -> list[Candidate]:
     Infinity, numbers out of range, and knob values that are not JSON integers (256.5,
     "256", true are refused, not coerced). FileNotFoundError when the file is missing."""
     path = check_schedules_path(path)
-    raw = path.read_bytes()
+    raw = paths.read_bytes(path, "schedules:", MAX_SCHEDULES_BYTES)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

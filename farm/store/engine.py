@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import sqlite3
+import stat
 import urllib.parse
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
 
+from farm import paths
+
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Page cache per connection (KiB; SQLite's default is 2 MiB): at a million trials the trial
 # table's five indexes are hundreds of MiB, and inserts and dashboard reads that miss the
@@ -28,6 +31,7 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_CACHE_KIB = 64 * 1024
 PG_CONNECT_TIMEOUT_S = 10  # an unreachable host fails in seconds, not after the OS's TCP timeout
 MASK = "***"
+URL_FORM = "expected DRIVER://USER:PASSWORD@HOST:PORT/NAME, with '@', ':' and '/' in a password percent-encoded"
 # Query parameters that carry secrets (libpq's `password`, psycopg's `passfile` is a path: harmless).
 _SECRET_PARAMS = ("password", "passwd", "pwd", "secret", "token", "sslpassword")
 # userinfo with a password in anything URL-shaped: scheme://user:PASSWORD@host
@@ -68,7 +72,8 @@ def mask_command(argv: list[str]) -> str:
 def farm_home() -> Path:
     """`$FARM_HOME` (default ~/.farm); NotADirectoryError when it names a file."""
     home = Path(os.environ.get("FARM_HOME") or Path.home() / ".farm")
-    if home.exists() and not home.is_dir():
+    found = paths.existing(home, "FARM_HOME")  # a symlink loop or a dangling link: UnusablePath naming it
+    if found is not None and not stat.S_ISDIR(found.st_mode):
         raise NotADirectoryError(f"FARM_HOME {home} is a file, not a directory")
     return home
 
@@ -89,8 +94,11 @@ def normalize_url(url: str) -> URL:
     try:
         parsed = make_url(url)
         parsed.port  # noqa: B018 - a bad port only fails when read
-    except Exception as exc:  # sqlalchemy raises ArgumentError/ValueError with little context
-        raise ValueError(f"not a database URL: {mask_url(url)!r} ({mask_secrets(str(exc))})") from None
+    except Exception:  # sqlalchemy's reason may quote a piece of a password (`p@ss:w@rd` splits oddly)
+        raise ValueError(f"not a database URL: {mask_url(url)!r} ({URL_FORM})") from None
+    if parsed.host and any(c in parsed.host for c in "@/ "):  # the tail of a password with an unescaped '@'
+        raise ValueError(f"not a database URL: {mask_url(url)!r}: its user or password holds an unescaped '@' "
+                         f"({URL_FORM})")  # fmt: skip
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     backend = parsed.get_backend_name()
@@ -168,6 +176,18 @@ def _sqlite_engine(parsed: URL, read_only: bool) -> Engine:
     return engine
 
 
+def sqlite_file_exists(path: Path) -> bool:
+    """Whether the database file exists; IsADirectoryError or UnusablePath (farm.paths) when `path`
+    is not one SQLite could use: a directory, a FIFO (opening it would block), a device, a loop."""
+    found = paths.existing(path, "the database")
+    if found is None:
+        return False
+    if stat.S_ISDIR(found.st_mode):
+        raise IsADirectoryError(f"the database {path} is a directory, not a SQLite file")
+    paths.regular_file(path, "the database")
+    return True
+
+
 def _check_creatable(path: Path) -> None:
     """Create the database's directory; PermissionError/NotADirectoryError naming the path when it can't be."""
     for parent in (path.parent, *path.parent.parents):
@@ -175,8 +195,7 @@ def _check_creatable(path: Path) -> None:
             if not parent.is_dir():
                 raise NotADirectoryError(f"cannot create the database {path}: {parent} is a file, not a directory")
             break
-    if path.is_dir():
-        raise IsADirectoryError(f"the database {path} is a directory, not a SQLite file")
+    sqlite_file_exists(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() and not os.access(path.parent, os.W_OK):
         raise PermissionError(f"cannot create the database {path}: {path.parent} is not writable")
@@ -192,10 +211,8 @@ def _sqlite_read_only_engine(path: Path) -> Engine:
     shares its files. Each connection decides afresh (NullPool): a campaign may start or
     end while the dashboard reads.
     """
-    if not path.exists():
+    if not sqlite_file_exists(path):
         raise FileNotFoundError(f"no database at {path}: run `farm tune` (or `farm db upgrade`) first")
-    if path.is_dir():
-        raise IsADirectoryError(f"the database {path} is a directory, not a SQLite file")
     resolved = path.resolve()
     uri = "file:" + urllib.parse.quote(str(resolved))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from farm import paths
 from farm.store.database import Store
 from farm.store.repo import topologies
 from farm.store.winner_rows import winners
@@ -46,9 +47,8 @@ def export_schedules(store: Store, topology_hash: str) -> dict:
 
 
 def write_schedules_file(store: Store, topology_hash: str, path: str | Path) -> int:
-    """Write `export_schedules` to `path` (parents created); returns how many winners it holds."""
+    """Write `export_schedules` to `path` (parents created), whole or not at all (farm.paths);
+    returns how many winners it holds."""
     document = export_schedules(store, topology_hash)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+    paths.write_text_atomically(path, json.dumps(document, indent=2, sort_keys=False) + "\n", "schedules file")
     return len(document["winners"])

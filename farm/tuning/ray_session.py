@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import time
@@ -68,7 +69,7 @@ def init_ray(address: str | None, num_cpus: int | None, connect_timeout_s: float
     source = "--ray-address" if address else "$RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS")
     if address and address != "local":
-        timeout_s = _connect_timeout(connect_timeout_s)
+        timeout_s = connect_timeout(connect_timeout_s)
         probe(address, timeout_s, source)
         try:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="WARNING")
@@ -110,6 +111,9 @@ def probe(address: str, timeout_s: float, source: str = "--ray-address") -> None
             try:
                 with socket.create_connection((host, port), timeout=max(0.1, min(2.0, left))):
                     return
+            except socket.gaierror as exc:  # a name that doesn't resolve: waiting won't change it
+                reason = f"cannot resolve {host!r} ({exc.strerror})"
+                raise RayUnreachable(_unreachable(address, source, reason)) from None
             except OSError as exc:
                 error = exc.strerror or str(exc) or type(exc).__name__
         if time.monotonic() + _RETRY_S >= deadline:
@@ -129,14 +133,43 @@ def _endpoints(address: str, source: str) -> tuple[list[str], int]:
             address = canonicalize_bootstrap_address("auto") or ""
         except ConnectionError:
             raise RayUnreachable(_unreachable("auto", source, "no running Ray cluster found")) from None
-    host, _, port = address.split("://", 1)[-1].rstrip("/").rpartition(":")
-    host = host.strip("[]")
-    if not host or not port.isdigit():
-        raise RayUnreachable(f"bad Ray address {address!r} ({source}): expected HOST:PORT or ray://HOST:PORT")
+    host, port = parse_address(address, source)
     hosts = [host]
     if host in ("localhost", "::1") or host.startswith("127."):
         hosts.append(ray.util.get_node_ip_address())
-    return hosts, int(port)
+    return hosts, port
+
+
+def parse_address(address: str, source: str = "--ray-address") -> tuple[str, int]:
+    """(host, port) of HOST:PORT or ray://HOST:PORT, checked without a connection (so a command
+    can refuse a bad address before it creates or starts anything): RayUnreachable otherwise."""
+    scheme, sep, rest = address.strip().partition("://")
+    if not sep:
+        scheme, rest = "", scheme
+    host, _, port = rest.rstrip("/").rpartition(":")
+    host = host.strip("[]")
+    bad = (
+        scheme not in ("", "ray")
+        or not host
+        or any(c.isspace() or c in "/@?#" for c in host)
+        or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)
+    )
+    if bad:
+        raise RayUnreachable(
+            f"bad Ray address {_shown(address)} ({source}): expected HOST:PORT or ray://HOST:PORT with a port in "
+            "1..65535, 'auto' or 'local'"
+        )
+    return host, int(port)
+
+
+def check_address(address: str | None, source: str) -> None:
+    """What `init_ray` will accept for `address`: None, "local", "auto", or `parse_address`'s form."""
+    if address and address not in ("local", "auto"):
+        parse_address(address, source)
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 80 else repr(text[:60] + "...")
 
 
 def _unreachable(address: str, source: str, reason: str) -> str:
@@ -147,15 +180,17 @@ def _unreachable(address: str, source: str, reason: str) -> str:
     )
 
 
-def _connect_timeout(value: float | None) -> float:
+def connect_timeout(value: float | None) -> float:
     if value is None:
         raw = os.environ.get(CONNECT_TIMEOUT_ENV)
         try:
             value = float(raw) if raw else CONNECT_TIMEOUT_S
         except ValueError:
-            raise ValueError(f"${CONNECT_TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
-    if not value > 0:
-        raise ValueError(f"the Ray connect timeout must be > 0 seconds, got {value}")
+            raise ValueError(f"${CONNECT_TIMEOUT_ENV} must be a number of seconds, got {_shown(raw)}") from None
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"${CONNECT_TIMEOUT_ENV} must be a finite number of seconds > 0, got {_shown(raw)}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"the Ray connect timeout must be a finite number of seconds > 0, got {value}")
     return float(value)
 
 

@@ -102,7 +102,10 @@ def parse_sizes(text: str) -> dict[str, list[Problem]]:
         except ValueError as exc:
             raise ValueError(f"--sizes entry {entry!r}: {exc}") from None
         spec = catalog.get(name.strip())
-        problem = spec.problem(**values)
+        try:
+            problem = spec.problem(**values)  # the kernel's own rules for its dimensions
+        except ValueError as exc:
+            raise ValueError(f"--sizes entry {entry!r}: {exc}") from None
         check_problem(spec, problem)
         if problem not in sizes.setdefault(spec.name, []):
             sizes[spec.name].append(problem)
