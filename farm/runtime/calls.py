@@ -216,7 +216,7 @@ class Caller:
                         taken.append(slab)
                 slabs.append(slab)
             calls, raw = self._bound(plan, slabs)  # bind groups made (and checked) before anything is encoded
-            if raw is not None:
+            if raw is not None and self._native is not None:
                 self._native.encode_into(encoder, raw)
             else:
                 encode_passes(encoder, calls)
@@ -260,7 +260,7 @@ class Caller:
             raise
         pool.pin(slabs)
         try:
-            if raw is not None:
+            if raw is not None and self._native is not None:
                 self._native.record(raw)
             else:
                 if self._pending is None:
