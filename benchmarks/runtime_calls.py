@@ -111,6 +111,9 @@ def runtime_row(rt, torch, floor, label, method, args, kwargs, costs: bool = Tru
     first = fn(*args, **kwargs)  # numpy out= arrays of the outputs' shapes, filled once so their pages exist
     held = tuple(np.array(r) for r in first) if isinstance(first, tuple) else np.array(first)
     row["numpy_out_ms"] = per_call(lambda: fn(*args, **kwargs, out=held)) * 1e3
+    rt._caller.read_spin_s = SPIN_WAIT_S  # the numpy calls again, their read polling without sleeping first
+    row["numpy_spin_ms"] = per_call(lambda: fn(*args, **kwargs)) * 1e3
+    rt._caller.read_spin_s = 0.0
     device_args = [rt.asarray(a) for a in args]
 
     def on_device():
@@ -437,6 +440,9 @@ def summary(result: dict) -> list[dict]:
             add(f"{case}, DeviceArrays, spinning sync: ms", row["device_spin_ms"], spin,
                 row.get("vendor_device_ms"), vendor_method, target)  # fmt: skip
         add(f"{case}, numpy in and out: ms", row["numpy_ms"], "host wall per call (upload, call, read back)",
+            row.get("vendor_numpy_ms"), f"{vendor}: H2D + op + D2H", "<= 2.5x" if tiny else "")  # fmt: skip
+        add(f"{case}, numpy in and out, read spinning: ms", row["numpy_spin_ms"],
+            f"as numpy in and out, the read polling up to {SPIN_WAIT_S * 1e6:.0f} us first (read_spin_s)",
             row.get("vendor_numpy_ms"), f"{vendor}: H2D + op + D2H", "<= 2.5x" if tiny else "")  # fmt: skip
         add(f"{case}, kernel alone: ms", row["kernel_ms"], f"GPU {row['kernel_method']}s")
     floors = {**result["wgpu_floors"], **{f"torch {k}": v for k, v in result.get("torch_floors", {}).items()}}

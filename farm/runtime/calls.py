@@ -83,6 +83,9 @@ class Caller:
         self._pending = None  # wgpu-py's path: the command encoder of recorded calls, not submitted yet
         self._pending_calls = 0  # recorded DeviceArray calls not submitted yet
         self.flush_calls = FLUSH_CALLS  # submitted together (benchmarks/runtime_calls.py varies it)
+        # how long a read (a numpy call, DeviceArray.numpy) polls without sleeping before it
+        # waits for wgpu-py's poller thread: off until measured to win (benchmarks/runtime_calls.py)
+        self.read_spin_s = 0.0
 
     @property
     def pending_calls(self) -> int:
@@ -224,7 +227,7 @@ class Caller:
                 self.device.device.queue.submit([encoder.finish()])
                 return results
             outputs = [slab.handle for slab in slabs[len(plan.inputs) :]]
-            return read_back(self.device, plan.reads, plan.read_bytes, outputs, encoder, into)
+            return read_back(self.device, plan.reads, plan.read_bytes, outputs, encoder, into, self.read_spin_s)
         except (GpuError, ValueError, TypeError):
             raise
         except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step
@@ -357,7 +360,7 @@ class Caller:
         try:
             encoder = self.device.device.create_command_encoder()
             into = {"array": out} if out is not None else None
-            return read_back(self.device, reads, nbytes, [slab.handle], encoder, into)["array"]
+            return read_back(self.device, reads, nbytes, [slab.handle], encoder, into, self.read_spin_s)["array"]
         except GpuError:
             raise
         except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step
