@@ -20,12 +20,16 @@ view). A call with numpy inputs or outputs is one submission: uploads by
 `queue.write_buffer`, the passes, and for numpy outputs one copy each into one reused
 staging buffer, mapped once (farm.runtime.transfers). A call on DeviceArrays alone is
 recorded, not submitted: its passes join one command encoder with the calls after it,
-submitted every FLUSH_CALLS calls or as soon as anything else needs the GPU (a read,
-`synchronize`, a numpy call, an upload, a plan's release), so a chain pays a submission
-(tens of microseconds of host time: benchmarks/runtime_calls.py's submit_only) every
-FLUSH_CALLS calls, not every call. The slabs such passes bind are pinned in the pool
-until the submission (farm.runtime.pool): released meanwhile, they are neither reused
-nor destroyed.
+submitted every `flush_calls` calls (FLUSH_CALLS by default) or as soon as anything else
+needs the GPU (a read, `synchronize`, a numpy call, an upload, a plan's release), so a
+chain pays a submission (tens of microseconds of host time: benchmarks/runtime_calls.py's
+submit_only) every `flush_calls` calls, not every call. The slabs such passes bind are
+pinned in the pool until the submission (farm.runtime.pool): released meanwhile, they are
+neither reused nor destroyed.
+
+The passes of a call whose bind groups exist go to wgpu-native's C API as raw handles
+(farm.gpu.native): no wgpu-py object or descriptor per call. wgpu-py's objects are the
+fallback where that API is not the one written for; both give the same bits.
 
 A call makes the wgpu calls plain wgpu-py makes for the same work and no more, fewer for
 numpy outputs (tests/test_runtime_costs.py counts them; farm.runtime.costs).
