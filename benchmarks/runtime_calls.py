@@ -587,8 +587,9 @@ def main() -> int:
         result["kernels"].append(row)
         print(json.dumps(result["kernels"][-1]), flush=True)
         (out / "runtime-calls.json").write_text(json.dumps(result, indent=2))  # what a cut-short run had
-    gemm_plan = next((p for p in rt._caller._plans.values() if p.spec.name == "gemm" and p.last[2]), None)
-    if gemm_plan is not None:
+    gemm_plans = [p for p in rt._caller._plans.values() if p.spec.name == "gemm" and p.last[2]]
+    if gemm_plans:  # the smallest gemm's pass: the GPU work the timed loops queue stays short
+        gemm_plan = min(gemm_plans, key=lambda p: p.problem.as_dict()["m"])
         result["c_api"] = c_api_costs(rt.device.device, gemm_plan.last[2][0])
     if not args.skip_chains:
         result["gemm_chains"] = gemm_chains(rt, torch, args.quick, flush_values)
