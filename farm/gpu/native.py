@@ -11,7 +11,9 @@ wgpuComputePassEncoderRelease; then wgpuCommandEncoderFinish, wgpuQueueSubmit an
 releases) on the raw handles (`obj._internal`) through wgpu-py's own cffi `lib`, with its
 descriptors built once. Validation errors still surface: wgpu-native defers a pass's
 errors to wgpuCommandEncoderFinish, and finish and submit go through wgpu-py's
-error-capturing proxies (once per submission), so a bad pass raises there.
+error-capturing proxies (once per submission), so a bad pass raises there. (A submission
+that binds a destroyed buffer aborts the process inside wgpu-native 29's wgpuQueueSubmit,
+through wgpu-py's objects as well: the runtime's pool pins what recorded passes bind.)
 
 Written against wgpu-py 0.32.0 with wgpu-native 29.0.1.1 (`PINNED`): the functions' C
 signatures are those of that webgpu.h. `available()` is False, with one warning on the
