@@ -53,7 +53,7 @@ from farm.runtime.validation import check_output_limits
 from farm.schedule import Problem, Schedule
 
 MAX_PLANS = 256  # plans kept per runtime (each holds its constants and scratch on the device)
-MAX_BIND_SETS = 64  # bind-group sets kept per plan (a chain's pooled buffers pair up in many ways)
+MAX_BIND_SETS = 64  # bind-group sets kept per plan, at least (a chain's pooled buffers pair up in many ways)
 FLUSH_CALLS = 8  # recorded DeviceArray calls submitted together by default (Caller.flush_calls)
 
 
@@ -321,7 +321,7 @@ class Caller:
         if self._native is not None:
             raw = tuple((native.raw(pipeline), native.raw(group), *grid) for pipeline, group, grid in calls)
         plan.bind_sets[key] = bound = (calls, raw)
-        while len(plan.bind_sets) > MAX_BIND_SETS:
+        while len(plan.bind_sets) > max(MAX_BIND_SETS, 8 * self.flush_calls):  # bigger batches rotate more slabs
             plan.bind_sets.popitem(last=False)
         plan.last = (slabs, calls, raw)
         return bound
