@@ -22,21 +22,33 @@ around the call and its wait), unless its method says otherwise:
   the runtime against plain wgpu-py's for the same passes and transfers (*_wgpu_calls,
   *_floor_wgpu_calls: each goes through wgpu-py's error-capturing proxy; on a fast GPU they
   are most of a call's host time).
-Prints a table; writes runtime-calls.{md,json} under --out.
+- the hot path: the host cost of one recorded DeviceArray call without a sync (2000
+  rt.gemm on 256^2 DeviceArrays, host wall and thread CPU, through wgpu-native's C API and
+  through wgpu-py's objects, for each --flush-calls batch size); chains of 10 dependent
+  gemm 256^3 and 1024^3 with one sync, per call, for each batch size, against torch's same
+  chain; tiny numpy calls (topk n=4096, gemv 256^2); what each wgpu-native C call on the
+  hot path costs (runtime_floors.c_api_costs); the floors with an empty submission.
+Prints a table and a summary (every measure with farm's and torch's figure, their ratio, the
+target and the method of each); writes runtime-calls.{md,json} and
+runtime-calls-summary.csv under --out. Without torch (or CUDA) the vendor columns are
+skipped, and it says so.
 
-    python3 benchmarks/runtime_calls.py --db sqlite:///farm.db --out /tmp/rc [--quick] [--allow-cpu]
+    PYTHONPATH=. python3 benchmarks/runtime_calls.py --db none --out /tmp/rc [--quick] [--allow-cpu]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from runtime_floors import TransferFloor, per_call, torch_floors, wgpu_floors
+from runtime_floors import TransferFloor, c_api_costs, per_call, torch_floors, wgpu_floors
 
 from farm import ForgeRuntime, catalog
 from farm.cli.bench import settle_clocks
@@ -78,7 +90,10 @@ def cases(quick: bool):
     out.append((f"fft {batch}x1024", "fft", ((f32(batch, 1024) + 1j * f32(batch, 1024)).astype(np.complex64),), {}))
     bits = 16 if quick else 26
     out.append((f"topk 2^{bits} k=8 per block", "topk", (f32(1 << bits),), {"k": 8}))
-    for e in (96, 768) if quick else (96, 128, 192, 256, 384, 512, 640, 768):
+    # tiny calls, where a numpy call's fixed cost is all there is
+    out.append(("topk n=4096 k=8 per block (tiny)", "topk", (f32(4096),), {"k": 8}))
+    out.append(("gemv 256^2 (tiny)", "gemv", (f32(256, 256), f32(256)), {}))
+    for e in (96, 768):
         q, v = f32(1, 8, 64, 64), f32(1, 1, 64, e)
         decay = np.linspace(0.85, 0.95, 8).astype(np.float32)
         out.append((f"recurrent E={e}", "recurrent_attention", (q, v, np.zeros((1, 8, 64, e), np.float32), decay), {}))
@@ -99,6 +114,9 @@ def runtime_row(rt, torch, floor, label, method, args, kwargs, costs: bool = Tru
     first = fn(*args, **kwargs)  # numpy out= arrays of the outputs' shapes, filled once so their pages exist
     held = tuple(np.array(r) for r in first) if isinstance(first, tuple) else np.array(first)
     row["numpy_out_ms"] = per_call(lambda: fn(*args, **kwargs, out=held)) * 1e3
+    rt._caller.read_spin_s = SPIN_WAIT_S  # the numpy calls again, their read polling without sleeping first
+    row["numpy_spin_ms"] = per_call(lambda: fn(*args, **kwargs)) * 1e3
+    rt._caller.read_spin_s = 0.0
     device_args = [rt.asarray(a) for a in args]
 
     def on_device():
@@ -307,6 +325,155 @@ def _fla_chain(torch, q, v, decay, steps) -> dict:
     return {"vendor": "fla fused_recurrent_rwkv6 stepwise", "vendor_device_ms": per_call(chain, least=5) * 1e3 / steps}
 
 
+def gemm_chains(rt, torch, quick: bool, flush_values: list[int], length: int = 10) -> list[dict]:
+    """Chains of `length` dependent gemms (c = c @ b) with one sync, per call, for each
+    recorded-calls batch size (the runtime's `flush_calls`), and torch's same chain."""
+    g = np.random.default_rng(2)
+    rows = []
+    for s in (64, 128) if quick else (256, 1024):
+        a = g.standard_normal((s, s)).astype(np.float32)
+        b = (g.standard_normal((s, s)) / np.sqrt(s)).astype(np.float32)  # keeps the chain's values bounded
+        da, db = rt.asarray(a), rt.asarray(b)
+
+        def chain(da=da, db=db):
+            c = da
+            for _ in range(length):
+                c = rt.gemm(c, db)
+            rt.synchronize()
+
+        default = rt._caller.flush_calls
+        for flush in flush_values:
+            rt._caller.flush_calls = flush
+            row = {"case": f"gemm {s}^3 chain of {length}, flush_calls={flush}",
+                   "method": f"host wall of {length} dependent calls + one synchronize (default wait), / {length}"}
+            row["device_ms"] = per_call(chain) * 1e3 / length
+            rows.append(row)
+        rt._caller.flush_calls = default
+        if torch is not None:
+            ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+
+            def torch_chain(ta=ta, tb=tb):
+                c = ta
+                for _ in range(length):
+                    c = c @ tb
+                torch.cuda.synchronize()
+
+            for row in rows[-len(flush_values):]:
+                row["vendor"] = "torch"
+                row["vendor_device_ms"] = per_call(torch_chain) * 1e3 / length
+        da.release()
+        db.release()
+    return rows
+
+
+def recorded_host_cost(rt, quick: bool, flush_values: list[int]) -> list[dict]:
+    """The host cost of one recorded DeviceArray call, no sync: 2000 (--quick: 200) rt.gemm(DeviceArray,
+    DeviceArray) back to back (each output dropped), host wall (perf_counter) and this
+    thread's CPU time (thread_time) around the loop, / calls, the median of 5 loops; the
+    work is waited for outside the loop. Through wgpu-native's C API (the runtime's path)
+    and through wgpu-py's objects (its fallback), for each batch size."""
+    g = np.random.default_rng(3)
+    s, calls = (64, 200) if quick else (256, 2000)
+    da, db = (rt.asarray(g.standard_normal((s, s)).astype(np.float32)) for _ in range(2))
+    caller = rt._caller
+    default_flush, native_encoder = caller.flush_calls, caller._native
+    rows = []
+    for path in ("c api", "wgpu-py objects"):
+        rt.synchronize()
+        caller._native = native_encoder if path == "c api" else None
+        if path == "c api" and native_encoder is None:
+            continue
+        for flush in flush_values:
+            caller.flush_calls = flush
+
+            def loop():
+                for _ in range(calls):
+                    rt.gemm(da, db)
+
+            loop()  # plans, fills the pool and the kept bind groups
+            rt.synchronize()
+            walls, cpus = [], []
+            for _ in range(5):
+                t0, c0 = time.perf_counter(), time.thread_time()
+                loop()
+                walls.append(time.perf_counter() - t0)
+                cpus.append(time.thread_time() - c0)
+                rt.synchronize()
+            rows.append({
+                "case": f"recorded gemm {s}^3 through {path}, flush_calls={flush}",
+                "method": f"host wall of {calls} recorded calls, no sync, / {calls} (median of 5); cpu: thread_time",
+                "host_us": statistics.median(walls) / calls * 1e6,
+                "cpu_us": statistics.median(cpus) / calls * 1e6,
+            })
+    caller.flush_calls, caller._native = default_flush, native_encoder
+    da.release()
+    db.release()
+    return rows
+
+
+def summary(result: dict) -> list[dict]:
+    """One row per measure of the hot path's targets: farm's figure, torch's (or FLA's),
+    their ratio and the method of each (rows whose data this run lacks are left out)."""
+    rows = []
+    kernels = {row["case"]: row for row in result["kernels"]}
+    sync = "host wall per call, sync each call (median)"
+
+    def add(measure, farm, farm_method, vendor=None, vendor_method="", target=""):
+        rows.append({"measure": measure, "farm": farm, "farm_method": farm_method, "vendor": vendor,
+                     "vendor_method": vendor_method, "target": target,
+                     "ratio": farm / vendor if farm is not None and vendor else None})  # fmt: skip
+
+    for row in result.get("recorded", []):
+        add(f"{row['case']}: host us per call", row["host_us"], row["method"], target="<= 25 us")
+        add(f"{row['case']}: thread cpu us per call", row["cpu_us"], row["method"])
+    for row in result.get("gemm_chains", []) + result.get("chains", []):
+        add(f"{row['case']}: ms per call", row["device_ms"], row["method"], row.get("vendor_device_ms"),
+            f"{row.get('vendor', '-')}: the same chain on device tensors, one synchronize", "<= 1.2x")  # fmt: skip
+    for case, row in kernels.items():
+        vendor = row.get("vendor", "torch")
+        vendor_method = f"{vendor}: op + torch.cuda.synchronize on device tensors"
+        tiny = "(tiny)" in case
+        if not tiny:
+            target = "<= 2.0x" if case.split(" (")[0] in ("gemm 256^3", "gemv 4096^2") or case.startswith("fft") else ""
+            if case in ("gemm 4096^3", "gemv 16384^2") or case.startswith("fft"):
+                target = (target + "; large: no worse than before").lstrip("; ")
+            add(f"{case}, DeviceArrays, blocking sync: ms", row["device_ms"], sync + ", spin_wait_us=0",
+                row.get("vendor_device_ms"), vendor_method, target)  # fmt: skip
+            spin = sync + f", spin_wait_us={SPIN_WAIT_S * 1e6:.0f}"
+            add(f"{case}, DeviceArrays, spinning sync: ms", row["device_spin_ms"], spin,
+                row.get("vendor_device_ms"), vendor_method, target)  # fmt: skip
+        add(f"{case}, numpy in and out: ms", row["numpy_ms"], "host wall per call (upload, call, read back)",
+            row.get("vendor_numpy_ms"), f"{vendor}: H2D + op + D2H", "<= 2.5x" if tiny else "")  # fmt: skip
+        add(f"{case}, numpy in and out, read spinning: ms", row["numpy_spin_ms"],
+            f"as numpy in and out, the read polling up to {SPIN_WAIT_S * 1e6:.0f} us first (read_spin_s)",
+            row.get("vendor_numpy_ms"), f"{vendor}: H2D + op + D2H", "<= 2.5x" if tiny else "")  # fmt: skip
+        add(f"{case}, kernel alone: ms", row["kernel_ms"], f"GPU {row['kernel_method']}s")
+    floors = {**result["wgpu_floors"], **{f"torch {k}": v for k, v in result.get("torch_floors", {}).items()}}
+    names = {"empty_submit_wait_us": "empty submission + blocking wait", "empty_submit_spin_us":
+             "empty submission + spinning wait", "empty_submit_only_us": "empty submission alone",
+             "submit_wait_us": "one trivial dispatch + blocking wait", "submit_spin_us":
+             "one trivial dispatch + spinning wait", "submit_only_us": "one trivial dispatch, submit alone",
+             "torch op_sync_us": "torch op + synchronize", "torch sync_us": "torch synchronize alone"}  # fmt: skip
+    for key, label in names.items():
+        if key in floors:
+            add(f"floor: {label}: us", floors[key], "host wall per call, plain wgpu-py (torch: torch) (median)")
+    for key, value in result.get("c_api", {}).items():
+        add(f"C API: {key}", value, "host wall of a loop of 2000 calls through wgpu-py's cffi lib, / 2000")
+    return rows
+
+
+def summary_markdown(rows: list[dict]) -> str:
+    def num(v):
+        return "-" if v is None else f"{v:.4g}"
+
+    lines = ["| measure | farm | torch/FLA | ratio | target | farm's method | torch's method |", "|" + " --- |" * 7]
+    for r in rows:
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        lines.append(f"| {r['measure']} | {num(r['farm'])} | {num(r['vendor'])} | {ratio} | {r['target'] or '-'} "
+                     f"| {r['farm_method']} | {r['vendor_method'] or '-'} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 # -- report -----------------------------------------------------------------------------------
 def markdown(result: dict) -> str:
     lines = [f"# ForgeRuntime per call ({result['adapter']}, {result['date']})", "", "## Floors", ""]
@@ -358,7 +525,7 @@ def markdown(result: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", default=None)
+    parser.add_argument("--db", default=None, help="the tuned winners' database URL, or none (default schedules)")
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--allow-cpu", action="store_true")
@@ -368,8 +535,19 @@ def main() -> int:
     parser.add_argument("--skip-costs", action="store_true",
                         help="skip where the host time goes (the stubbed-wgpu runs: most of a row's time)")
     parser.add_argument("--skip-chains", action="store_true")
+    parser.add_argument("--flush-calls", default="1,8,32", metavar="N,N,...",
+                        help="recorded calls per submission to measure the gemm chains and the recorded call with")
     args = parser.parse_args()
-    rt = ForgeRuntime(db=args.db)
+    try:
+        flush_values = [int(v) for v in args.flush_calls.split(",")]
+        if min(flush_values) < 1:
+            raise ValueError
+    except ValueError:
+        print(f"runtime_calls: error: --flush-calls: expected integers >= 1, got {args.flush_calls!r}", file=sys.stderr)
+        return 2
+    absent = tempfile.TemporaryDirectory()
+    db = f"sqlite:///{absent.name}/none.db" if args.db in ("none", "None", "") else args.db
+    rt = ForgeRuntime(db=db)
     if rt.profile.is_cpu and not args.allow_cpu:
         print(f"refusing to benchmark on CPU adapter {rt.profile.summary}; pass --allow-cpu", file=sys.stderr)
         return 2
@@ -379,12 +557,19 @@ def main() -> int:
         from farm.cli.vendor import set_vendor_fp32
 
         set_vendor_fp32(torch, "ieee")  # fp32 multiplied in fp32, as farm bench's vendor (cuBLAS and Triton)
-        torch = torch if torch.cuda.is_available() else None
+        if not torch.cuda.is_available():
+            print("torch has no CUDA device: the torch and FLA columns are skipped", flush=True)
+            torch = None
     except ImportError:
+        print("torch is not importable: the torch and FLA columns are skipped", flush=True)
         torch = None
     settle_clocks(rt.device, args.settle_s)
     big = (1 << 22) if args.quick else (1 << 28)
-    result = {"adapter": rt.profile.summary, "date": time.strftime("%Y-%m-%d"), "wgpu_floors": wgpu_floors(big)}
+    from farm.gpu import native
+
+    result = {"adapter": rt.profile.summary, "date": time.strftime("%Y-%m-%d"), "wgpu_floors": wgpu_floors(big),
+              "c_api_path": native.available(), "pinned": native.PINNED, "default_flush_calls": rt._caller.flush_calls,
+              "default_spin_wait_us": rt.spin_wait_s * 1e6}  # fmt: skip
     if torch is not None:
         result["torch_floors"] = torch_floors(torch, big)
     result["runtime_transfers"] = runtime_transfers(rt, big)
@@ -393,6 +578,9 @@ def main() -> int:
     submit_wait = result["wgpu_floors"]["submit_wait_us"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    result["recorded"] = recorded_host_cost(rt, args.quick, flush_values)
+    for row in result["recorded"]:
+        print(json.dumps(row), flush=True)
     for label, method, a, kw in cases(args.quick):
         if args.only and not any(text in label for text in args.only):
             continue
@@ -402,12 +590,23 @@ def main() -> int:
         result["kernels"].append(row)
         print(json.dumps(result["kernels"][-1]), flush=True)
         (out / "runtime-calls.json").write_text(json.dumps(result, indent=2))  # what a cut-short run had
+    gemm_plans = [p for p in rt._caller._plans.values() if p.spec.name == "gemm" and p.last[2]]
+    if gemm_plans:  # the smallest gemm's pass: the GPU work the timed loops queue stays short
+        gemm_plan = min(gemm_plans, key=lambda p: p.problem.as_dict()["m"])
+        result["c_api"] = c_api_costs(rt.device.device, gemm_plan.last[2][0])
     if not args.skip_chains:
+        result["gemm_chains"] = gemm_chains(rt, torch, args.quick, flush_values)
         result["chains"] = chains(rt, torch, args.quick)
     e96 = next((row for row in result["kernels"] if row["case"] == "recurrent E=96"), {})
     result["runtime_python_us"] = e96.get("device_python_us")  # the runtime's own Python per call, the headline figure
+    result["summary"] = summary(result)
     (out / "runtime-calls.json").write_text(json.dumps(result, indent=2))
-    text = markdown(result)
+    with open(out / "runtime-calls-summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(result["summary"][0]))
+        writer.writeheader()
+        writer.writerows(result["summary"])
+    text = markdown(result) + "\n## Summary: the hot path's measures, farm against torch (FLA for recurrent)\n\n"
+    text += summary_markdown(result["summary"])
     (out / "runtime-calls.md").write_text(text)
     print(text)
     return 0

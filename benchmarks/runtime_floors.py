@@ -2,8 +2,10 @@
 plain wgpu-py doing the same submissions and transfers with no farm code, and torch.
 
 `per_call` is the timer every row uses: the median host wall time of a call that includes
-its own sync. `wgpu_floors` and `torch_floors` are the issue's floor rows (submit + wait,
-submit alone, submit + a spinning wait, a 4 KB round trip, 256 MB H2D/D2H); `TransferFloor`
+its own sync. `wgpu_floors` and `torch_floors` are the floor rows (an empty submission +
+a blocking wait, + a spinning wait, alone; the same with one trivial dispatch; a 4 KB round
+trip, 256 MB H2D/D2H; torch op + synchronize, synchronize alone); `c_api_costs` what each
+of wgpu-native's C calls on the runtime's hot path costs (farm.gpu.native); `TransferFloor`
 is plain wgpu-py doing one call's own transfers around a trivial dispatch.
 """
 
@@ -130,8 +132,18 @@ def wgpu_floors(big: int) -> dict[str, float]:
 
         mid[f"h2d_{size >> 10}k_write_buffer_us"] = per_call(by_write) * 1e6
         mid[f"h2d_{size >> 10}k_mapped_us"] = per_call(by_map) * 1e6
+    def empty_submit(wait: str) -> None:  # a submission of no work: what wgpu-native and the driver cost alone
+        dev.queue.submit([dev.create_command_encoder().finish()])
+        if wait == "block":
+            dev._poll_wait()
+        elif wait == "spin" and not spin.wait(1.0):
+            dev._poll_wait()
+
     out = {
         **mid,
+        "empty_submit_wait_us": per_call(lambda: empty_submit("block")) * 1e6,
+        "empty_submit_spin_us": per_call(lambda: empty_submit("spin")) * 1e6,
+        "empty_submit_only_us": per_call(lambda: empty_submit("none")) * 1e6,
         "submit_wait_us": per_call(submit_wait) * 1e6,
         "submit_spin_us": per_call(submit_spin) * 1e6,
         "submit_only_us": per_call(submit_only) * 1e6,
@@ -229,7 +241,77 @@ def torch_floors(torch, big: int) -> dict[str, float]:
 
     return {
         "op_sync_us": per_call(op) * 1e6,
+        "sync_us": per_call(torch.cuda.synchronize) * 1e6,  # nothing queued: the sync alone
         "h2d_pageable_gbps": big / per_call(h2d(torch.from_numpy(host)), least=5) / 1e9,
         "h2d_pinned_gbps": big / per_call(h2d(pinned), least=5) / 1e9,
         "d2h_pageable_gbps": big / per_call(lambda: on_gpu.cpu().numpy(), least=5) / 1e9,
     }
+
+
+def c_api_costs(device, one_pass: tuple, count: int = 2000) -> dict[str, float]:
+    """Host microseconds per wgpu-native C call on the runtime's hot path (farm.gpu.native),
+    made through wgpu-py's cffi `lib` on `device` (a wgpu-py device): `one_pass` is a plan's
+    (pipeline, bind group, x, y, z) of raw handles. Each figure is a loop of `count` calls
+    (host wall, perf_counter around the loop, divided by `count`); the passes are submitted
+    and waited for outside the timed loops. Empty dict when the C API is not usable."""
+    from farm.gpu import native
+
+    if not native.available():
+        return {}
+    c, ffi = native.C, native.C.ffi
+    pipeline, group, x, y, z = one_pass
+    handle, queue = device._internal, device.queue._internal
+    enc_desc, pass_desc = ffi.new("WGPUCommandEncoderDescriptor *"), ffi.new("WGPUComputePassDescriptor *")
+    buf_desc, buffers = ffi.new("WGPUCommandBufferDescriptor *"), ffi.new("WGPUCommandBuffer[1]")
+    out: dict[str, float] = {}
+
+    def timed(name: str, body) -> None:
+        encoder = c.wgpuDeviceCreateCommandEncoder(handle, enc_desc)
+        start = time.perf_counter()
+        body(encoder)
+        out[name] = (time.perf_counter() - start) / count * 1e6
+        command_buffer = c.wgpuCommandEncoderFinish(encoder, buf_desc)
+        c.wgpuCommandEncoderRelease(encoder)
+        buffers[0] = command_buffer
+        c.wgpuQueueSubmit(queue, 1, buffers)
+        c.wgpuCommandBufferRelease(command_buffer)
+        device._poll_wait()
+
+    def passes(steps: int):
+        def body(encoder):
+            for _ in range(count):
+                p = c.wgpuCommandEncoderBeginComputePass(encoder, pass_desc)
+                if steps > 0:
+                    c.wgpuComputePassEncoderSetPipeline(p, pipeline)
+                if steps > 1:
+                    c.wgpuComputePassEncoderSetBindGroup(p, 0, group, 0, ffi.NULL)
+                if steps > 2:
+                    c.wgpuComputePassEncoderDispatchWorkgroups(p, x, y, z)
+                c.wgpuComputePassEncoderEnd(p)
+                c.wgpuComputePassEncoderRelease(p)
+
+        return body
+
+    timed("pass_begin_end_release_us", passes(0))
+    timed("pass_with_set_pipeline_us", passes(1))
+    timed("pass_with_set_bind_group_us", passes(2))
+    timed("pass_with_dispatch_us", passes(3))  # the whole pass a recorded call makes
+    start = time.perf_counter()
+    for _ in range(count):
+        encoder = c.wgpuDeviceCreateCommandEncoder(handle, enc_desc)
+        command_buffer = c.wgpuCommandEncoderFinish(encoder, buf_desc)
+        c.wgpuCommandEncoderRelease(encoder)
+        c.wgpuCommandBufferRelease(command_buffer)
+    out["encoder_create_finish_release_us"] = (time.perf_counter() - start) / count * 1e6
+    submits = max(count // 10, 10)
+    start = time.perf_counter()
+    for _ in range(submits):  # empty command buffers: the submission's own cost (proxy included)
+        encoder = c.wgpuDeviceCreateCommandEncoder(handle, enc_desc)
+        command_buffer = c.wgpuCommandEncoderFinish(encoder, buf_desc)
+        c.wgpuCommandEncoderRelease(encoder)
+        buffers[0] = command_buffer
+        c.wgpuQueueSubmit(queue, 1, buffers)
+        c.wgpuCommandBufferRelease(command_buffer)
+    out["empty_encoder_and_submit_us"] = (time.perf_counter() - start) / submits * 1e6
+    device._poll_wait()
+    return out

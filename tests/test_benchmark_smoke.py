@@ -33,6 +33,10 @@ def test_runtime_calls_cut_down_to_one_case_writes_its_row(tmp_path):
     assert row["device_spin_ms"] > 0 and row["kernel_ms"] > 0 and row["kernel_method"] == "timestamp"
     assert result["wgpu_floors"]["submit_spin_us"] > 0
     assert "| gemm 64^3 |" in (tmp_path / "runtime-calls.md").read_text()
+    paths = {row["case"].split(" through ")[1].split(",")[0] for row in result["recorded"]}
+    assert paths == {"c api", "wgpu-py objects"} and all(row["host_us"] > 0 for row in result["recorded"])
+    summary = (tmp_path / "runtime-calls-summary.csv").read_text()
+    assert "floor: empty submission + blocking wait: us" in summary and "C API: pass_with_dispatch_us" in summary
 
 
 def test_search_replay_replays_a_stored_landscape_and_exports_it_unchanged(tmp_path):

@@ -324,3 +324,13 @@ def test_a_spinning_wait_idle_returns_only_once_a_long_kernel_is_done(device):
 def test_spin_wait_us_takes_microseconds_from_0_to_a_second(device, bad):
     with pytest.raises(ValueError, match=r"spin_wait_us must be .*" + re.escape(repr(bad))):
         ForgeRuntime(db="sqlite:///:memory:", device=device, spin_wait_us=bad)
+
+
+def test_a_read_that_spins_first_gives_the_blocking_reads_answers(rt):
+    a, x = f32(64, 64), f32(64, seed=1)
+    want = rt.gemv(a, x)
+    rt._caller.read_spin_s = 0.05
+    np.testing.assert_array_equal(rt.gemv(a, x), want)
+    np.testing.assert_array_equal(rt.gemv(rt.asarray(a), rt.asarray(x)).numpy(), want)
+    rt._caller.read_spin_s = 1e-9  # over before the GPU is done: the poller thread resolves the map
+    np.testing.assert_array_equal(rt.gemv(a, x), want)

@@ -455,12 +455,17 @@ class Device:
         callback runs (a core busy meanwhile; `farm.gpu.waits`: the poll's own result is
         garbage): a short kernel's wait then ends when the GPU does, not when the driver
         wakes a sleeping thread (benchmarks/runtime_calls.py measures both waits)."""
-        if spin_s > 0:
-            if self._spin_wait is None:
-                self._spin_wait = SpinWait(self.device)
-            if self._spin_wait.wait(spin_s):
-                return
+        if spin_s > 0 and self.spin(spin_s):
+            return
         self.device._poll_wait()
+
+    def spin(self, spin_s: float) -> bool:
+        """Poll without sleeping, for at most `spin_s`, until the work submitted so far is
+        done (`farm.gpu.waits`); True if it was. The polls also run other callbacks of
+        finished work, a pending buffer map's included."""
+        if self._spin_wait is None:
+            self._spin_wait = SpinWait(self.device)
+        return self._spin_wait.wait(spin_s)
 
     def _encode_pass(self, encoder, pipeline: Pipeline, bind_group, groups, timestamp_writes=None):
         grid = fold_groups(groups) if isinstance(groups, int) else groups

@@ -20,12 +20,16 @@ view). A call with numpy inputs or outputs is one submission: uploads by
 `queue.write_buffer`, the passes, and for numpy outputs one copy each into one reused
 staging buffer, mapped once (farm.runtime.transfers). A call on DeviceArrays alone is
 recorded, not submitted: its passes join one command encoder with the calls after it,
-submitted every FLUSH_CALLS calls or as soon as anything else needs the GPU (a read,
-`synchronize`, a numpy call, an upload, a plan's release), so a chain pays a submission
-(tens of microseconds of host time: benchmarks/runtime_calls.py's submit_only) every
-FLUSH_CALLS calls, not every call. The slabs such passes bind are pinned in the pool
-until the submission (farm.runtime.pool): released meanwhile, they are neither reused
-nor destroyed.
+submitted every `flush_calls` calls (FLUSH_CALLS by default) or as soon as anything else
+needs the GPU (a read, `synchronize`, a numpy call, an upload, a plan's release), so a
+chain pays a submission (tens of microseconds of host time: benchmarks/runtime_calls.py's
+submit_only) every `flush_calls` calls, not every call. The slabs such passes bind are
+pinned in the pool until the submission (farm.runtime.pool): released meanwhile, they are
+neither reused nor destroyed.
+
+The passes of a call whose bind groups exist go to wgpu-native's C API as raw handles
+(farm.gpu.native): no wgpu-py object or descriptor per call. wgpu-py's objects are the
+fallback where that API is not the one written for; both give the same bits.
 
 A call makes the wgpu calls plain wgpu-py makes for the same work and no more, fewer for
 numpy outputs (tests/test_runtime_costs.py counts them; farm.runtime.costs).
@@ -39,7 +43,7 @@ from operator import attrgetter
 import numpy as np
 
 from farm.catalog import KernelSpec, check_launch
-from farm.gpu import Buffer, Device, GpuError
+from farm.gpu import Buffer, Device, GpuError, native
 from farm.oracle.launch import compile_launch
 from farm.runtime.arrays import DeviceArray, _Storage
 from farm.runtime.plans import CallPlan, Slot, grid_of, same_bytes
@@ -49,16 +53,17 @@ from farm.runtime.validation import check_output_limits
 from farm.schedule import Problem, Schedule
 
 MAX_PLANS = 256  # plans kept per runtime (each holds its constants and scratch on the device)
-MAX_BIND_SETS = 16  # bind-group sets kept per plan
-FLUSH_CALLS = 8  # recorded DeviceArray calls submitted together (the GPU starts after this many)
+MAX_BIND_SETS = 64  # bind-group sets kept per plan, at least (a chain's pooled buffers pair up in many ways)
+FLUSH_CALLS = 8  # recorded DeviceArray calls submitted together by default (Caller.flush_calls)
 
 
 _serial = attrgetter("serial")
 
 
 def encode_passes(encoder, passes: list) -> None:
-    """One compute pass per (pipeline handle, bind group, grid): what a call records, and
-    what plain wgpu-py's floor (farm.runtime.costs) records for the same passes."""
+    """One compute pass per (pipeline handle, bind group, grid) through wgpu-py's objects:
+    the slow path's (wgpu-native's C API unusable: farm.gpu.native), and what plain wgpu-py's
+    floor (farm.runtime.costs) records for the same passes."""
     for pipeline, bind_group, grid in passes:
         compute_pass = encoder.begin_compute_pass()
         compute_pass.set_pipeline(pipeline)
@@ -76,16 +81,32 @@ class Caller:
         self.owner = owner
         self._plans: OrderedDict[tuple, CallPlan] = OrderedDict()
         self._recent: dict[tuple, CallPlan] = {}  # the runtime's own call keys -> plan
-        self._pending = None  # the command encoder of recorded DeviceArray calls, not submitted yet
-        self._pending_calls = 0
+        # Passes go to wgpu-native's C API where it is the one written for, else through
+        # wgpu-py's objects (farm.gpu.native says why, once).
+        self._native = native.NativeEncoder(device.device) if native.available() else None
+        self._pending = None  # wgpu-py's path: the command encoder of recorded calls, not submitted yet
+        self._pending_calls = 0  # recorded DeviceArray calls not submitted yet
+        self.flush_calls = FLUSH_CALLS  # submitted together (benchmarks/runtime_calls.py varies it)
+        # how long a read (a numpy call, DeviceArray.numpy) polls without sleeping before it
+        # waits for wgpu-py's poller thread: off until measured to win (benchmarks/runtime_calls.py)
+        self.read_spin_s = 0.0
+
+    @property
+    def pending_calls(self) -> int:
+        """Recorded DeviceArray calls not submitted yet."""
+        return self._pending_calls
 
     def flush(self) -> None:
         """Submit the recorded DeviceArray calls (a no-op when there are none)."""
-        if self._pending is None:
+        if not self._pending_calls:
             return
-        encoder, self._pending, self._pending_calls = self._pending, None, 0
+        self._pending_calls = 0
         try:
-            self.device.device.queue.submit([encoder.finish()])
+            if self._native is not None:
+                self._native.submit()
+            else:
+                encoder, self._pending = self._pending, None
+                self.device.device.queue.submit([encoder.finish()])
         except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step
             raise GpuError("dispatch", f"submitting the recorded DeviceArray calls: {exc}") from exc
         finally:
@@ -172,14 +193,16 @@ class Caller:
         The slabs a call binds are its inputs' (a DeviceArray's own; a pooled one each numpy
         array is written into) and its outputs' (`out`'s, else pooled), in `plan.filled`
         order; the plan's constants and scratch are bound from its bind groups."""
+        if to_device and not plan.transformed:
+            names = plan.input_names
+            if all(type(inputs[name]) is DeviceArray for name in names):
+                return self._record(plan, [inputs[name] for name in names], out)
+        self.flush()
         owner, pool = self.owner, self.pool
         taken: list[Slab] = []  # pooled for this call only
-        recorded = to_device and not plan.transformed and all(type(v) is DeviceArray for v in inputs.values())
-        if not recorded:
-            self.flush()
         try:
             values = self._transformed(plan, inputs) if plan.transformed else [inputs[s.name] for s in plan.inputs]
-            encoder = None if recorded else self.device.device.create_command_encoder()  # recorded: no uploads
+            encoder = self.device.device.create_command_encoder()
             slabs = []
             for slot, value in zip(plan.inputs, values, strict=True):
                 if type(value) is DeviceArray:
@@ -199,16 +222,16 @@ class Caller:
                     else:
                         taken.append(slab)
                 slabs.append(slab)
-            calls = self._bound(plan, slabs)  # bind groups made (and checked) before anything is encoded
-            if recorded:
-                self._record(plan, calls, slabs)
-                return results
-            encode_passes(encoder, calls)
+            calls, raw = self._bound(plan, slabs)  # bind groups made (and checked) before anything is encoded
+            if raw is not None and self._native is not None:
+                self._native.encode_into(encoder, raw)
+            else:
+                encode_passes(encoder, calls)
             if to_device:
                 self.device.device.queue.submit([encoder.finish()])
                 return results
             outputs = [slab.handle for slab in slabs[len(plan.inputs) :]]
-            return read_back(self.device, plan.reads, plan.read_bytes, outputs, encoder, into)
+            return read_back(self.device, plan.reads, plan.read_bytes, outputs, encoder, into, self.read_spin_s)
         except (GpuError, ValueError, TypeError):
             raise
         except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step
@@ -217,23 +240,50 @@ class Caller:
             if taken:
                 give_back(pool, taken)
 
-    def _record(self, plan: CallPlan, calls: list, slabs: list[Slab]) -> None:
-        """A DeviceArray-only call's passes into the pending encoder, its slabs pinned until
-        the submission (see the module docstring). A failure leaves the encoder unusable:
-        the calls recorded before it are dropped with it, and the error says how many."""
-        self.pool.pin(slabs)
+    def _record(self, plan: CallPlan, arrays: list[DeviceArray], out: dict[str, DeviceArray] | None) -> dict:
+        """A DeviceArray-only call (`arrays`: its inputs in `plan.inputs` order): its passes
+        into the pending encoder, its slabs pinned until the submission (see the module
+        docstring), every `flush_calls` calls submitted. The outputs are DeviceArrays
+        returned at once. A failure leaves the encoder unusable: the calls recorded before it
+        are dropped with it, and the error says how many."""
+        owner, pool = self.owner, self.pool
+        slabs = [array.slab(owner, slot.name) for slot, array in zip(plan.inputs, arrays, strict=True)]
+        results: dict[str, DeviceArray] = {}
+        for slot in plan.outputs:
+            target = out.get(slot.name) if out else None
+            if target is not None:
+                slab = target.slab(owner, "out")
+                results[slot.name] = target
+            else:
+                slab = pool.take(slot.nbytes)
+                results[slot.name] = DeviceArray.pooled(pool, slab, owner, slot.shape, slot.dtype)
+            slabs.append(slab)
         try:
-            if self._pending is None:
-                self._pending = self.device.device.create_command_encoder()
-            encode_passes(self._pending, calls)
+            calls, raw = self._bound(plan, slabs)  # bind groups made (and checked) before anything is encoded
+        except Exception:
+            for name, array in results.items():
+                if out is None or out.get(name) is not array:
+                    array.release()
+            raise
+        pool.pin(slabs)
+        try:
+            if raw is not None and self._native is not None:
+                self._native.record(raw)
+            else:
+                if self._pending is None:
+                    self._pending = self.device.device.create_command_encoder()
+                encode_passes(self._pending, calls)
         except Exception as exc:  # noqa: BLE001
             lost, self._pending, self._pending_calls = self._pending_calls, None, 0
-            self.pool.unpin()
+            if self._native is not None:
+                self._native.drop()
+            pool.unpin()
             raise GpuError("dispatch", f"recording the call failed ({lost} earlier recorded calls not run): {exc}",
                            plan.spec.name, plan.schedule) from exc  # fmt: skip
         self._pending_calls += 1
-        if self._pending_calls >= FLUSH_CALLS:
+        if self._pending_calls >= self.flush_calls:
             self.flush()
+        return results
 
     def _upload(self, slot: Slot, value: np.ndarray, encoder, taken: list[Slab]) -> Slab:
         """A pooled slab for this call holding the numpy input `value`."""
@@ -242,18 +292,23 @@ class Caller:
         write(self.device, self.pool, slab, value, encoder, taken)
         return slab
 
-    def _bound(self, plan: CallPlan, slabs: list[Slab]) -> list:
-        """(pipeline handle, bind group, grid) per pass for these slabs: the bind groups are
-        made on the first call that binds them and kept, by the slabs' serials."""
-        last_slabs, last_calls = plan.last
+    def _bound(self, plan: CallPlan, slabs: list[Slab]) -> tuple[list, tuple | None]:
+        """The passes for these slabs: (pipeline handle, bind group, grid) per pass as wgpu-py
+        objects, and the same as raw handles (pipeline, bind group, x, y, z) for
+        farm.gpu.native (None without it). The bind groups are made on the first call that
+        binds these slabs and kept by their serials: a serial names one buffer for good (a
+        destroyed slab's never comes back, a reused one binds the same buffer), and a plan's
+        slots fix each binding's size and kind, so a kept bind group is valid for every call
+        that passes the same live slabs in the same places."""
+        last_slabs, last_calls, last_raw = plan.last
         if slabs == last_slabs:  # the buffers of the last call (Slab compares by identity)
-            return last_calls
+            return last_calls, last_raw
         key = tuple(map(_serial, slabs))
-        calls = plan.bind_sets.get(key)
-        if calls is not None:
+        bound = plan.bind_sets.get(key)
+        if bound is not None:
             plan.bind_sets.move_to_end(key)
-            plan.last = (slabs, calls)
-            return calls
+            plan.last = (slabs, *bound)
+            return bound
         buffers = [slot.buffer for slot in plan.slots]
         for index, slab in zip(plan.filled, slabs, strict=True):
             slot = plan.slots[index]
@@ -262,11 +317,14 @@ class Caller:
             (pipeline.handle, self.device.bind(pipeline, buffers, plan.schedule, bindings), grid)
             for pipeline, (bindings, grid) in zip(plan.pipelines, plan.passes, strict=True)
         ]
-        plan.bind_sets[key] = calls
-        while len(plan.bind_sets) > MAX_BIND_SETS:
+        raw = None
+        if self._native is not None:
+            raw = tuple((native.raw(pipeline), native.raw(group), *grid) for pipeline, group, grid in calls)
+        plan.bind_sets[key] = bound = (calls, raw)
+        while len(plan.bind_sets) > max(MAX_BIND_SETS, 8 * self.flush_calls):  # bigger batches rotate more slabs
             plan.bind_sets.popitem(last=False)
-        plan.last = (slabs, calls)
-        return calls
+        plan.last = (slabs, calls, raw)
+        return bound
 
     def _transformed(self, plan: CallPlan, inputs: dict) -> list:
         """The inputs' values in `plan.inputs` order, recomputing the transformed ones on the host."""
@@ -306,7 +364,7 @@ class Caller:
         try:
             encoder = self.device.device.create_command_encoder()
             into = {"array": out} if out is not None else None
-            return read_back(self.device, reads, nbytes, [slab.handle], encoder, into)["array"]
+            return read_back(self.device, reads, nbytes, [slab.handle], encoder, into, self.read_spin_s)["array"]
         except GpuError:
             raise
         except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step

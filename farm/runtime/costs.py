@@ -23,6 +23,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from farm.gpu import native
 from farm.runtime.calls import encode_passes
 from farm.runtime.pool import BufferPool
 
@@ -51,6 +52,10 @@ def count_wgpu_calls() -> Iterator[Counter]:
     for cls in vars(_api).values():
         if isinstance(cls, type):
             places += [(cls, attr, f) for attr, f in vars(cls).items() if id(f) in names]
+    # the raw C calls of farm.gpu.native, by the same names
+    raw = {name: f for name, f in vars(native.C).items() if name.startswith("wgpu")}
+    names.update({id(f): name for name, f in raw.items()})
+    places += [(native.C, name, f) for name, f in raw.items()]
     for owner, attr, f in places:
         setattr(owner, attr, counted(names[id(f)], f))
     try:
@@ -185,6 +190,22 @@ class _NoGpu:
         pass
 
 
+class _NoNative:
+    """farm.gpu.native's NativeEncoder doing nothing (its passes hold the stub's objects)."""
+
+    def record(self, passes) -> None:
+        pass
+
+    def encode_into(self, encoder, passes) -> None:
+        pass
+
+    def submit(self) -> None:
+        pass
+
+    def drop(self) -> None:
+        pass
+
+
 @contextmanager
 def no_gpu(runtime) -> Iterator[object]:
     """`runtime` with its wgpu device replaced by no-ops for the block (yields the stub,
@@ -192,11 +213,17 @@ def no_gpu(runtime) -> Iterator[object]:
     pipeline is compiled; their outputs come from a pool of stub buffers of its own, the
     runtime's pool and the device's byte counts are as before afterwards."""
     device, caller = runtime.device, runtime._caller
+    caller.flush()  # what was recorded on the real device goes there
     saved = device.device, caller.pool, device._staging_buffers, device.bytes_in_use, device.bytes_peak
+    native_saved = caller._native
     stub = _NoGpu()
     device.device, device._staging_buffers = stub, []
     caller.pool = BufferPool(device, idle_bytes=1 << 62)
+    if native_saved is not None:
+        caller._native = _NoNative()
     try:
         yield stub
     finally:
+        caller.flush()
         device.device, caller.pool, device._staging_buffers, device.bytes_in_use, device.bytes_peak = saved
+        caller._native = native_saved

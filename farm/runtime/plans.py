@@ -41,10 +41,12 @@ class CallPlan:
     slots: list[Slot]
     owned: list[Buffer]  # constants: the plan's own device buffers
     held: list[Slab]  # scratch: pool slabs the plan holds while it lives (they count in capacity_bytes)
-    bind_sets: OrderedDict = field(default_factory=OrderedDict)  # slabs' serials -> (pipeline, bind group, grid)s
-    last: tuple = field(default=((), ()), init=False)  # the last call's slabs and their bind_sets entry
+    # slabs' serials -> ((pipeline, bind group, grid) per pass, the same as raw handles or None)
+    bind_sets: OrderedDict = field(default_factory=OrderedDict)
+    last: tuple = field(default=((), (), None), init=False)  # the last call's slabs and their bind_sets entry
     # What a call fills, in order: the inputs' slots (input and transformed), then the outputs'.
     inputs: list[Slot] = field(init=False)
+    input_names: tuple[str, ...] = field(init=False)  # the inputs' names, in order
     outputs: list[Slot] = field(init=False)
     filled: list[int] = field(init=False)  # the index in `slots` of each of inputs + outputs
     transformed: bool = field(init=False)  # any arg recomputed on the host per call
@@ -54,6 +56,7 @@ class CallPlan:
     def __post_init__(self):
         roles = [slot.role for slot in self.slots]
         self.inputs = [slot for slot in self.slots if slot.role in ("input", "transformed")]
+        self.input_names = tuple(slot.name for slot in self.inputs)
         self.outputs = [slot for slot in self.slots if slot.role == "output"]
         self.filled = [i for i, r in enumerate(roles) if r in ("input", "transformed")]
         self.filled += [i for i, r in enumerate(roles) if r == "output"]

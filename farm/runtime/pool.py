@@ -18,6 +18,7 @@ import itertools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from farm.gpu import Buffer, Device
@@ -25,6 +26,7 @@ from farm.runtime.validation import positive_bytes
 
 MIN_CLASS = 256
 _SERIALS = itertools.count(1)  # shared by every pool: a serial never names two buffers in one process
+_SERIAL = attrgetter("serial")
 DEFAULT_IDLE_BYTES = 4 << 30  # idle buffers kept for the next call, when no capacity is set
 # (a gemv 16384^2 call holds 2 GiB, its input and the input's staging: a smaller bound would
 # destroy and re-create them on every call)
@@ -141,7 +143,7 @@ class BufferPool:
     def pin(self, slabs: list[Slab]) -> None:
         """Mark `slabs` as used by recorded, unsubmitted passes (until `unpin`)."""
         with self._lock:
-            self._pinned.update(slab.serial for slab in slabs)
+            self._pinned.update(map(_SERIAL, slabs))
 
     def unpin(self) -> None:
         """The recorded passes are submitted: slabs given back meanwhile go to their free lists."""

@@ -55,18 +55,30 @@ def reads_of(outputs: list[tuple[str, np.dtype, tuple[int, ...]]]) -> tuple[list
 
 
 def read_back(
-    device: Device, reads: list[Read], nbytes: int, handles: list, encoder, into: dict | None = None
+    device: Device,
+    reads: list[Read],
+    nbytes: int,
+    handles: list,
+    encoder,
+    into: dict | None = None,
+    spin_s: float = 0.0,
 ) -> dict[str, np.ndarray]:
     """Copy each output (`handles[i]` holds `reads[i]`) into one staging buffer of at least
     `nbytes`, submit `encoder`, map the staging once and copy every output out of it: into
     the caller's array where `into` names one (memory already touched: a fresh array's pages
-    fault on first write, 0.8 against 7.5-18 GB/s for 256 MB on the CPU machine), else a new one."""
+    fault on first write, 0.8 against 7.5-18 GB/s for 256 MB on the CPU machine), else a new one.
+    With `spin_s` > 0 this thread first polls without sleeping (non-blocking polls, not the
+    blocking one said above) for up to that long, which resolves the map where the GPU is
+    done by then, without the poller thread's wake-up."""
     staging = device._take_staging(nbytes)
     try:
         for read, handle in zip(reads, handles, strict=True):
             encoder.copy_buffer_to_buffer(handle, 0, staging, read.offset, read.nbytes)
         device.device.queue.submit([encoder.finish()])
-        staging.map_async(READ_MAP_MODE, 0, nbytes).sync_wait()  # wgpu-py's poller thread resolves it
+        mapping = staging.map_async(READ_MAP_MODE, 0, nbytes)
+        if spin_s > 0:
+            device.spin(spin_s)  # a poll here runs the map's callback once the copies are done
+        mapping.sync_wait()  # else wgpu-py's poller thread resolves it
         data = staging.read_mapped(0, nbytes, copy=False)
         out = {}
         for r in reads:
