@@ -19,7 +19,13 @@ from farm.schedule import Status
 from farm.store.database import Store
 from farm.store.engine import mask_secrets
 from farm.store.models import CAMPAIGN_STATUSES, CampaignRow, TopologyRow, TrialRow, utcnow
-from farm.store.transactions import bind_processors, dialect_insert, insert_ignoring_sql, write_transaction
+from farm.store.transactions import (
+    bind_processors,
+    dialect_insert,
+    insert_ignoring_sql,
+    retrying,
+    write_transaction,
+)
 from farm.trial import TrialResult
 
 if TYPE_CHECKING:
@@ -106,6 +112,17 @@ def update_campaign(store: Store, campaign_id: int, done: int, failures: int, to
 
     A campaign marked interrupted while its driver was in fact alive (suspended past
     STALE_AFTER_S, or a clock skewed by more) is running again from its next update."""
+    with store.engine.begin() as conn:
+        _write_progress(conn, campaign_id, (done, failures, total))
+
+
+# A campaign's progress as recorded with its trials: (done, failures, total or None to keep it).
+Counts = tuple[int, int, int | None]
+
+
+def _write_progress(conn: Connection, campaign_id: int, counts: Counts) -> None:
+    """update_campaign's UPDATE on `conn` (also what a trial batch writes in its transaction)."""
+    done, failures, total = counts
     if done < 0 or failures < 0 or failures > done:
         raise ValueError(f"need 0 <= failures <= done, got done={done} failures={failures}")
     if total is not None and total < 0:
@@ -115,7 +132,8 @@ def update_campaign(store: Store, campaign_id: int, done: int, failures: int, to
     values: dict[str, Any] = {"done": done, "failures": failures, "heartbeat_at": utcnow(), "status": status}
     if total is not None:
         values["total"] = total
-    _update_campaign(store, campaign_id, **values)
+    if conn.execute(update(CampaignRow).where(CampaignRow.id == campaign_id).values(**values)).rowcount != 1:
+        raise ValueError(f"no campaign with id {campaign_id!r}")
 
 
 @write_transaction
@@ -198,25 +216,80 @@ def insert_trials(store: Store, campaign_id: int | None, results: Sequence[Trial
     campaign writes to Parquet too, so the files never hold a row SQL skipped.
 
     Idempotent (INSERT .. ON CONFLICT DO NOTHING .. RETURNING the trial key), so concurrent
-    campaigns writing the same keys lose nothing and duplicate nothing. Rows go in key
-    order, which keeps two PostgreSQL writers from deadlocking on each other's keys.
-    Driver SQL (transactions.insert_ignoring_sql): SQLAlchemy's per-row parameter processing
-    would be most of the insert time.
+    campaigns writing the same keys lose nothing and duplicate nothing. One transaction:
+    the topologies checked, then `write_trial_batch`. A campaign's recorder writes through
+    a `TrialWriter` instead (its connection held, its topologies checked once).
     """
-    dialect = store.engine.dialect
+    with store.engine.begin() as conn:
+        return write_trial_batch(conn, campaign_id, results, check=True)
+
+
+def write_trial_batch(
+    conn: Connection,
+    campaign_id: int | None,
+    results: Sequence[TrialResult],
+    counts: Counts | None = None,
+    check: bool = False,
+) -> list[TrialResult]:
+    """The one transaction body that records trials (`conn` is in a transaction): the rows
+    inserted, and with `counts` the campaign's progress and heartbeat in the same commit.
+    Whatever must change together with the trials table is written here. Returns the
+    results SQL inserted (insert_trials). `check`: the topologies are looked up first (a
+    clear ValueError instead of a foreign-key error).
+
+    Rows go in key order, which keeps two PostgreSQL writers from deadlocking on each
+    other's keys. Driver SQL (transactions.insert_ignoring_sql): SQLAlchemy's per-row
+    parameter processing would be most of the insert time."""
+    dialect = conn.dialect
     rows = _trial_rows(campaign_id, results, bind_processors(TrialRow.__table__, _TRIAL_COLUMNS, dialect))
-    if not rows:
-        return []
     inserted: set[tuple] = set()
     ordered = [rows[key][0] for key in sorted(rows)]
-    chunk_rows = PG_INSERT_CHUNK if store.dialect == "postgresql" else INSERT_CHUNK
-    with store.engine.begin() as conn:
+    if check and ordered:
         require_topologies(conn, {row[_TOPOLOGY_INDEX] for row in ordered})
-        for start in range(0, len(ordered), chunk_rows):
-            chunk = ordered[start : start + chunk_rows]
-            sql, params = insert_ignoring_sql(TrialRow.__table__, _TRIAL_COLUMNS, TRIAL_KEY, dialect, chunk)
-            inserted.update(tuple(r) for r in conn.exec_driver_sql(sql, params))  # rowcount is -1 on psycopg
+    chunk_rows = PG_INSERT_CHUNK if dialect.name == "postgresql" else INSERT_CHUNK
+    for start in range(0, len(ordered), chunk_rows):
+        chunk = ordered[start : start + chunk_rows]
+        sql, params = insert_ignoring_sql(TrialRow.__table__, _TRIAL_COLUMNS, TRIAL_KEY, dialect, chunk)
+        inserted.update(tuple(r) for r in conn.exec_driver_sql(sql, params))  # rowcount is -1 on psycopg
+    if counts is not None and campaign_id is not None:
+        _write_progress(conn, campaign_id, counts)
     return [result for key, (_, result) in rows.items() if key in inserted]
+
+
+class TrialWriter:
+    """One campaign's trial batches (its recorder's flushes), each one transaction of
+    `write_trial_batch` with the campaign's counts: the connection is held between batches
+    (no pool checkout, so no PostgreSQL ping, per batch) and each topology is looked up
+    once, at its first batch. A failed batch drops the connection (the next one checks out
+    a fresh one) and is retried like every write (transactions.retrying)."""
+
+    def __init__(self, store: Store, campaign_id: int | None):
+        self.store, self.campaign_id = store, campaign_id
+        self._conn: Connection | None = None
+        self._checked: set[str] = set()
+
+    def write(self, results: Sequence[TrialResult], counts: Counts | None = None) -> list[TrialResult]:
+        return retrying(self.store, lambda: self._write(results, counts), self.close)
+
+    def _write(self, results: Sequence[TrialResult], counts: Counts | None) -> list[TrialResult]:
+        if self._conn is None:
+            self._conn = self.store.engine.connect()
+        hashes = {result.key.topology_hash for result in results}
+        with self._conn.begin():
+            if hashes - self._checked:
+                require_topologies(self._conn, hashes - self._checked)
+            inserted = write_trial_batch(self._conn, self.campaign_id, results, counts)
+        self._checked |= hashes
+        return inserted
+
+    def close(self) -> None:
+        """Give the connection back (after a failure, or when the campaign's recorder closes)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - a broken connection is being dropped anyway
+                pass
 
 
 # Every column insert_trials writes, in _trial_rows' tuple order (id is the database's).

@@ -44,19 +44,28 @@ def write_transaction(fn: Callable[Concatenate[Store, P], R]) -> Callable[Concat
 
     @functools.wraps(fn)
     def wrapper(store: Store, *args: P.args, **kwargs: P.kwargs) -> R:
-        store.require_writable()
-        delay = FIRST_BACKOFF_S
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
-            try:
-                return fn(store, *args, **kwargs)
-            except DBAPIError as exc:
-                if attempt == WRITE_ATTEMPTS or not is_transient(exc):
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        raise AssertionError("unreachable")
+        return retrying(store, lambda: fn(store, *args, **kwargs))
 
     return wrapper
+
+
+def retrying(store: Store, attempt: Callable[[], R], failed: Callable[[], None] | None = None) -> R:
+    """Run `attempt` (one whole transaction) on a writable `store`, again after a backoff while
+    the database says "try again"; `failed` runs after every failed attempt (a writer holding
+    its connection drops it there)."""
+    store.require_writable()
+    delay = FIRST_BACKOFF_S
+    for number in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            return attempt()
+        except DBAPIError as exc:
+            if failed is not None:
+                failed()
+            if number == WRITE_ATTEMPTS or not is_transient(exc):
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    raise AssertionError("unreachable")
 
 
 def dialect_insert(store: Store, table: Table) -> Any:

@@ -13,7 +13,7 @@ campaign summary ("tasks", "totals") and one stderr line. `tune` runs one campai
 end; what it prints is farm.tuning.report's.
 
 Lifecycle: the campaign row's heartbeat_at is written with its progress counters (replayed
-trials included) on each recorder flush, after each task, and by a `Heartbeat` thread at
+trials included) in each recorder flush's transaction, after each task, and by a `Heartbeat` thread at
 least every HEARTBEAT_S, so a driver that was killed shows as interrupted once its heartbeat
 is older than farm.store.repo.STALE_AFTER_S; the next campaign marks such campaigns
 interrupted in SQL, at its start and every SWEEP_S while it runs (so a re-run right after a
@@ -87,7 +87,7 @@ class Campaign:
         )
         self.progress = Progress(total)
         self.heartbeat = Heartbeat(self._update_campaign, HEARTBEAT_S, self._interrupt_stale, SWEEP_S).start()
-        self.recorder = TrialRecorder(self.db, self.campaign_id, self.out, self.heartbeat.beat)
+        self.recorder = TrialRecorder(self.db, self.campaign_id, self.out, self._counts, self.heartbeat.writing)
         try:
             winners, task = [], None
             for index, task in enumerate(tasks):
@@ -169,7 +169,12 @@ class Campaign:
             call(task.kernel, task.problem, self.config.seed, task.topology)
 
     def _update_campaign(self) -> None:
-        store.update_campaign(self.db, self.campaign_id, *self.progress.counts(), total=self.progress.total)
+        done, failures, total = self._counts()
+        store.update_campaign(self.db, self.campaign_id, done, failures, total=total)
+
+    def _counts(self) -> tuple[int, int, int]:
+        """The campaign row's counters: what each trial flush and heartbeat writes."""
+        return (*self.progress.counts(), self.progress.total)
 
     def _summary(self, winners: list[WinnerRecord]) -> None:
         row = store.campaign(self.db, self.campaign_id)
