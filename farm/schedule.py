@@ -68,7 +68,12 @@ class Schedule:
         return {k: getattr(self, k) for k in BASE_KNOBS} | dict(self.knobs)
 
     def key(self) -> str:
-        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        # Memoized outside the fields (equality and hash ignore it): a driver asks each trial's key many times.
+        cached = self.__dict__.get("_key")
+        if cached is None:
+            cached = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+            object.__setattr__(self, "_key", cached)
+        return cached
 
     @classmethod
     def from_key(cls, text: str) -> Schedule:
@@ -98,7 +103,11 @@ class Problem:
         return dict(self.dims)
 
     def key(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in self.dims)
+        cached = self.__dict__.get("_key")  # memoized as Schedule.key
+        if cached is None:
+            cached = ",".join(f"{k}={v}" for k, v in self.dims)
+            object.__setattr__(self, "_key", cached)
+        return cached
 
     @classmethod
     def from_key(cls, text: str) -> Problem:

@@ -55,8 +55,8 @@ def _free_port() -> int:
 class PostgresServer:
     """One initdb'd cluster in `root`, started by `start()` and removed by `stop()`."""
 
-    def __init__(self, bin_dir: Path):
-        self.bin_dir = bin_dir
+    def __init__(self, bin_dir: Path, fsync: bool = False):
+        self.bin_dir, self.fsync = bin_dir, fsync  # off for tests; benchmarks of write rates turn it on
         self.root = Path(tempfile.mkdtemp(prefix="farm-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -78,7 +78,8 @@ class PostgresServer:
             entry = pwd.getpwnam("postgres")
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=60"
+        options += "" if self.fsync else " -c fsync=off"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", options, "-w", "start")
 
     def stop(self) -> None:

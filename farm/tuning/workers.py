@@ -60,7 +60,10 @@ from farm.tuning.runner import TrialRunner
 
 _POLL_S = 0.5
 DEATH_SETTLE_S = 10.0  # how long a dead actor's earlier batches may take to resolve
-MAX_BATCH = 8  # trials per batch sent to a worker (guided sizing shrinks it towards the end)
+# Trials per batch sent to a worker while plenty is left (guided sizing shrinks it towards the
+# end): a Ray call and its result cost the driver about as much as a hundred trials' SQL, so a
+# fleet's many fast trials go out several dozen a call; at 11 trials/s a batch is ~3 s of a GPU.
+MAX_BATCH = 32
 NVIDIA_SMI_TIMEOUT_S = 20.0
 # Method calls a GpuWorker runs at once (a threaded actor): one batch on the GPU while
 # the next compiles ahead or the previous one drains its comparisons; the TrialRunner's
@@ -111,6 +114,29 @@ class _Batch:
     ref: Any = None
     started: float = 0.0
     alone: bool = False  # a retried or split-off trial: never merged with others again
+
+
+class _Pending(deque):
+    """The batches waiting for a worker, counting the trials they hold: the guided size reads
+    that count at every batch taken, and a fleet's queue holds thousands."""
+
+    def __init__(self, batches=()):
+        super().__init__(batches)
+        self.trials = sum(len(b.items) for b in self)
+
+    def popleft(self) -> _Batch:
+        batch = super().popleft()
+        self.trials -= len(batch.items)
+        return batch
+
+    def appendleft(self, batch: _Batch) -> None:
+        super().appendleft(batch)
+        self.trials += len(batch.items)
+
+    def extendleft(self, batches) -> None:
+        batches = list(batches)
+        super().extendleft(batches)
+        self.trials += sum(len(b.items) for b in batches)
 
 
 class WorkerPool:
@@ -265,18 +291,24 @@ class WorkerPool:
         some GPUs idle behind the last full batches."""
         indexed = list(enumerate(jobs))
         size = batch_size or 1
-        pending = deque(_Batch(indexed[i : i + size]) for i in range(0, len(indexed), size))
+        pending = _Pending(_Batch(indexed[i : i + size]) for i in range(0, len(indexed), size))
         owner: dict[Any, _Slot] = {}
         guided = batch_size is None
+        checked = time.monotonic()
         while pending or owner:
             self._fill(slots, pending, owner, guided)
-            ready, _ = self._ray.wait(list(owner), num_returns=1, timeout=_POLL_S)
+            refs = list(owner)
+            ready, rest = self._ray.wait(refs, num_returns=1, timeout=_POLL_S)
+            if ready and rest:  # every batch back by now, in one pass: a fleet answers many at once
+                ready += self._ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             for ref in ready:
                 if ref in owner:
                     yield from self._collect(owner[ref], ref, pending, owner)
-            for slot in slots:
-                if slot.fifo and self._overdue(slot.fifo[0]):
-                    yield from self._on_timeout(slot, pending, owner)
+            if time.monotonic() - checked >= _POLL_S or not ready:  # timeouts are seconds: no scan per result
+                checked = time.monotonic()
+                for slot in slots:
+                    if slot.fifo and self._overdue(slot.fifo[0]):
+                        yield from self._on_timeout(slot, pending, owner)
 
     def _fill(self, slots: list[_Slot], pending: deque, owner: dict, guided: bool = False) -> None:
         for slot in slots:
@@ -293,7 +325,7 @@ class WorkerPool:
         first = pending.popleft()
         if first.alone or first.retries:
             return first
-        left = len(first.items) + sum(len(b.items) for b in pending)
+        left = len(first.items) + pending.trials
         # With one worker too: results stream back (progress, resume after a kill) in halves.
         want = max(1, min(MAX_BATCH, -(-left // (workers * self.max_in_flight))))
         items = list(first.items)
