@@ -20,7 +20,10 @@ class InvalidSchedule(ValueError):
         self.kernel = kernel
         self.schedule = schedule
         self.reason = reason
-        super().__init__(f"invalid schedule {schedule} for {kernel}: {reason}")
+        super().__init__(kernel, schedule, reason)  # the message is made when shown: planning meets thousands
+
+    def __str__(self) -> str:
+        return f"invalid schedule {self.schedule} for {self.kernel}: {self.reason}"
 
 
 class Status(StrEnum):
@@ -51,21 +54,24 @@ class Schedule:
         return cls(**base, knobs=tuple(sorted((k, int(v)) for k, v in values.items())))
 
     def __getitem__(self, name: str) -> int:
-        if name in BASE_KNOBS:
-            return getattr(self, name)
-        for key, value in self.knobs:
-            if key == name:
-                return value
-        raise KeyError(f"schedule {self} has no knob {name!r}")
+        try:
+            return self._values()[name]
+        except KeyError:
+            raise KeyError(f"schedule {self} has no knob {name!r}") from None
 
     def get(self, name: str, default: int) -> int:
-        try:
-            return self[name]
-        except KeyError:
-            return default
+        return self._values().get(name, default)
 
     def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in BASE_KNOBS} | dict(self.knobs)
+        return dict(self._values())
+
+    def _values(self) -> dict[str, int]:
+        """Every knob's value, memoized like `key` (the checks and the search's features read them per schedule)."""
+        cached = self.__dict__.get("_dict")
+        if cached is None:
+            cached = {k: getattr(self, k) for k in BASE_KNOBS} | dict(self.knobs)
+            object.__setattr__(self, "_dict", cached)
+        return cached
 
     def key(self) -> str:
         # Memoized outside the fields (equality and hash ignore it): a driver asks each trial's key many times.
