@@ -6,6 +6,7 @@ canonical text form stored in SQL and Parquet.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -83,7 +84,7 @@ class Schedule:
 
     @classmethod
     def from_key(cls, text: str) -> Schedule:
-        return cls.of(**json.loads(text))
+        return _schedule_from_key(text) if cls is Schedule else cls.of(**json.loads(text))
 
     def __str__(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.as_dict().items())
@@ -122,3 +123,10 @@ class Problem:
 
     def __str__(self) -> str:
         return self.key()
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _schedule_from_key(text: str) -> Schedule:
+    """Schedule.from_key, parsed once per key: a driver reads back every trial of a problem
+    (resume, finalists), and the schedules repeat across a kernel's problems."""
+    return Schedule.of(**json.loads(text))
