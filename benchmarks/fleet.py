@@ -115,6 +115,9 @@ def simulated_profile() -> HardwareProfile:
 def _stub_class():
     import ray
 
+    if __name__ != "__main__":  # imported (the tests): Ray's workers can't import this file by name
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
     @ray.remote
     class SimulatedGpus:
         """Many simulated GPUs in one asyncio actor: one lock per GPU, a trial a sleep."""

@@ -16,6 +16,7 @@ into a TrialResult, which is how a re-run campaign resumes.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
@@ -59,6 +60,7 @@ class TrialRecorder:
         self.db, self.campaign_id, self.out = db, campaign_id, out
         self.progress, self.writing = progress, writing or contextlib.nullcontext
         self.writer = TrialWriter(db, campaign_id)
+        self._lock = threading.RLock()  # a campaign's problems in parallel record from their threads
         self.buffer: list[TrialResult] = []
         self.pending: dict[tuple[str, str], list[TrialResult]] = {}  # partition -> inserted, not yet in Parquet
         self.touched: set[tuple[str, str]] = set()
@@ -67,24 +69,29 @@ class TrialRecorder:
         self.duplicates = 0
 
     def add(self, result: TrialResult) -> None:
-        self.buffer.append(result)
-        if len(self.buffer) >= FLUSH_EVERY or time.monotonic() - self.flushed_at >= FLUSH_INTERVAL_S:
-            self.flush()
+        with self._lock:
+            self.buffer.append(result)
+            if len(self.buffer) >= FLUSH_EVERY or time.monotonic() - self.flushed_at >= FLUSH_INTERVAL_S:
+                self.flush()
 
     def flush(self) -> None:
         """Write the buffered trials in SQL, with the campaign's progress, in one transaction;
         Parquet only for partitions that reached PARQUET_ROWS. The buffer is emptied only once
         SQL has them: a flush that raises keeps them for the next one."""
-        self.flushed_at = time.monotonic()
-        if not self.buffer:
-            return
-        start = time.perf_counter()
-        with self.writing():
-            counts = self.progress() if self.progress is not None else None
-            inserted = self.writer.write(self.buffer, counts)
-        self.duplicates += len(self.buffer) - len(inserted)
-        self.buffer = []
-        self.spent["sql_s"] += time.perf_counter() - start
+        with self._lock:
+            self.flushed_at = time.monotonic()
+            if not self.buffer:
+                return
+            start = time.perf_counter()
+            with self.writing():
+                counts = self.progress() if self.progress is not None else None
+                inserted = self.writer.write(self.buffer, counts)
+            self.duplicates += len(self.buffer) - len(inserted)
+            self.buffer = []
+            self.spent["sql_s"] += time.perf_counter() - start
+            self._to_parquet(inserted)
+
+    def _to_parquet(self, inserted: list[TrialResult]) -> None:
         for result in inserted:
             partition = (result.key.topology_hash, result.key.kernel)
             self.pending.setdefault(partition, []).append(result)
