@@ -66,6 +66,9 @@ class Schedule:
     def as_dict(self) -> dict[str, int]:
         return dict(self._values())
 
+    def __getstate__(self) -> dict:
+        return _fields_only(self)
+
     def _values(self) -> dict[str, int]:
         """Every knob's value, memoized like `key` (the checks and the search's features read them per schedule)."""
         cached = self.__dict__.get("_dict")
@@ -109,6 +112,9 @@ class Problem:
     def as_dict(self) -> dict[str, int]:
         return dict(self.dims)
 
+    def __getstate__(self) -> dict:
+        return _fields_only(self)
+
     def key(self) -> str:
         cached = self.__dict__.get("_key")  # memoized as Schedule.key
         if cached is None:
@@ -130,3 +136,8 @@ def _schedule_from_key(text: str) -> Schedule:
     """Schedule.from_key, parsed once per key: a driver reads back every trial of a problem
     (resume, finalists), and the schedules repeat across a kernel's problems."""
     return Schedule.of(**json.loads(text))
+
+
+def _fields_only(value) -> dict:
+    """A value object's pickled state without its memoized text (a result crossing Ray pays for every byte)."""
+    return {k: v for k, v in value.__dict__.items() if not k.startswith("_")}
