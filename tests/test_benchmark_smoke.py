@@ -1,6 +1,6 @@
 """Smoke runs on the CPU adapter of the benchmarks that need no GPU to run: runtime_calls.py's
-cut-down mode (--only, --skip-costs, --skip-chains), search_replay.py and trial_repeat.py:
-each runs, writes its JSON and reports every row it measured (the numbers mean something on
+cut-down mode (--only, --skip-costs, --skip-chains), search_replay.py, trial_repeat.py and
+fleet.py's recording mode: each runs, writes its JSON and reports every row it measured (the numbers mean something on
 GPUs only)."""
 
 import gzip
@@ -69,3 +69,11 @@ def test_trial_repeat_re_times_the_schedules_two_landscapes_disagree_on(tmp_path
     assert [row["schedule"] for row in rows] == keys[:2]  # the fastest, then the one read 3x apart
     assert [(row["first_us"], row["second_us"]) for row in rows] == [(100.0, 101.0), (300.0, 100.0)]
     assert all(row["certified"] and len(row["rounds_us"]) == 2 and row["repeat_us"] > 0 for row in rows)
+
+
+def test_fleet_records_as_a_campaign_and_reports_its_rate(tmp_path):
+    run = _run("fleet.py", "record", "--rows", "600", "--no-postgres", "--json", tmp_path / "fleet.json")
+    assert run.returncode == 0, run.stderr
+    (row,) = json.loads((tmp_path / "fleet.json").read_text())
+    assert (row["mode"], row["db"], row["rows"]) == ("record", "sqlite", 600) and row["rows_per_s"] > 0
+    assert "record | sqlite | 600 |" in run.stdout

@@ -19,13 +19,7 @@ from farm.schedule import Status
 from farm.store.database import Store
 from farm.store.engine import mask_secrets
 from farm.store.models import CAMPAIGN_STATUSES, CampaignRow, TopologyRow, TrialRow, utcnow
-from farm.store.transactions import (
-    bind_processors,
-    dialect_insert,
-    insert_ignoring_sql,
-    retrying,
-    write_transaction,
-)
+from farm.store.transactions import bind_processors, dialect_insert, insert_ignoring_sql, write_transaction
 from farm.trial import TrialResult
 
 if TYPE_CHECKING:
@@ -218,7 +212,8 @@ def insert_trials(store: Store, campaign_id: int | None, results: Sequence[Trial
     Idempotent (INSERT .. ON CONFLICT DO NOTHING .. RETURNING the trial key), so concurrent
     campaigns writing the same keys lose nothing and duplicate nothing. One transaction:
     the topologies checked, then `write_trial_batch`. A campaign's recorder writes through
-    a `TrialWriter` instead (its connection held, its topologies checked once).
+    a `farm.store.trial_writer.TrialWriter` instead (its connection held, its topologies
+    checked once).
     """
     with store.engine.begin() as conn:
         return write_trial_batch(conn, campaign_id, results, check=True)
@@ -254,42 +249,6 @@ def write_trial_batch(
     if counts is not None and campaign_id is not None:
         _write_progress(conn, campaign_id, counts)
     return [result for key, (_, result) in rows.items() if key in inserted]
-
-
-class TrialWriter:
-    """One campaign's trial batches (its recorder's flushes), each one transaction of
-    `write_trial_batch` with the campaign's counts: the connection is held between batches
-    (no pool checkout, so no PostgreSQL ping, per batch) and each topology is looked up
-    once, at its first batch. A failed batch drops the connection (the next one checks out
-    a fresh one) and is retried like every write (transactions.retrying)."""
-
-    def __init__(self, store: Store, campaign_id: int | None):
-        self.store, self.campaign_id = store, campaign_id
-        self._conn: Connection | None = None
-        self._checked: set[str] = set()
-
-    def write(self, results: Sequence[TrialResult], counts: Counts | None = None) -> list[TrialResult]:
-        return retrying(self.store, lambda: self._write(results, counts), self.close)
-
-    def _write(self, results: Sequence[TrialResult], counts: Counts | None) -> list[TrialResult]:
-        if self._conn is None:
-            self._conn = self.store.engine.connect()
-        hashes = {result.key.topology_hash for result in results}
-        with self._conn.begin():
-            if hashes - self._checked:
-                require_topologies(self._conn, hashes - self._checked)
-            inserted = write_trial_batch(self._conn, self.campaign_id, results, counts)
-        self._checked |= hashes
-        return inserted
-
-    def close(self) -> None:
-        """Give the connection back (after a failure, or when the campaign's recorder closes)."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - a broken connection is being dropped anyway
-                pass
 
 
 # Every column insert_trials writes, in _trial_rows' tuple order (id is the database's).

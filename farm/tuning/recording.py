@@ -2,15 +2,16 @@
 
 `TrialRecorder` buffers trials and writes them in SQL FLUSH_EVERY at a time or
 FLUSH_INTERVAL_S after the last write, each flush one transaction that also writes the
-campaign's progress and heartbeat (farm.store.repo.TrialWriter); the trials SQL inserted (a key another campaign
-stored first is SQL's, once, and not written again) wait in one Parquet buffer per
-(topology, kernel) partition, written as one file per partition at `close()` (the
-campaign's end) or when a partition holds PARQUET_ROWS. `close()` then restores from SQL
-what Parquet lacks and compacts the partitions (farm.store.compaction): a killed driver
-loses only its Parquet buffer, which the next campaign's end or `farm compact` writes back
-from SQL. `recorded` wraps a result stream with one (the throughput and overhead
-benchmarks record like `farm tune` does); `result_from_row` turns a recorded trial row back
-into a TrialResult, which is how a re-run campaign resumes.
+campaign's progress and heartbeat (farm.store.trial_writer); the trials SQL inserted (a key
+another campaign stored first is SQL's, once, and not written again) wait in one Parquet
+buffer per (topology, kernel) partition, written as one file per partition at `close()`
+(the campaign's end) or when a partition holds PARQUET_ROWS. `close()` then restores from
+SQL what Parquet lacks and compacts the partitions (farm.store.compaction): a killed driver
+loses at most its unflushed SQL buffer (a re-run runs those trials again) and its Parquet
+buffer, which the next campaign's end or `farm compact` writes back from SQL.
+`recorded` wraps a result stream with one (the throughput and overhead benchmarks record
+like `farm tune` does); `result_from_row` turns a recorded trial row back into a
+TrialResult, which is how a re-run campaign resumes.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from farm.gpu import Timing
 from farm.schedule import Problem, Schedule, Status
 from farm.store import parquet as artifacts
 from farm.store.compaction import finish_artifacts
-from farm.store.repo import Counts, TrialWriter
+from farm.store.repo import Counts
+from farm.store.trial_writer import TrialWriter
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 
 # Record buffered trials after this many results, or this long since the last write,
