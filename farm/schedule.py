@@ -6,6 +6,7 @@ canonical text form stored in SQL and Parquet.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -20,7 +21,10 @@ class InvalidSchedule(ValueError):
         self.kernel = kernel
         self.schedule = schedule
         self.reason = reason
-        super().__init__(f"invalid schedule {schedule} for {kernel}: {reason}")
+        super().__init__(kernel, schedule, reason)  # the message is made when shown: planning meets thousands
+
+    def __str__(self) -> str:
+        return f"invalid schedule {self.schedule} for {self.kernel}: {self.reason}"
 
 
 class Status(StrEnum):
@@ -61,28 +65,39 @@ class Schedule:
         return cls(**base, knobs=tuple(sorted((k, _knob(k, v)) for k, v in values.items())))
 
     def __getitem__(self, name: str) -> int:
-        if name in BASE_KNOBS:
-            return getattr(self, name)
-        for key, value in self.knobs:
-            if key == name:
-                return value
-        raise KeyError(f"schedule {self} has no knob {name!r}")
+        try:
+            return self._values()[name]
+        except KeyError:
+            raise KeyError(f"schedule {self} has no knob {name!r}") from None
 
     def get(self, name: str, default: int) -> int:
-        try:
-            return self[name]
-        except KeyError:
-            return default
+        return self._values().get(name, default)
 
     def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in BASE_KNOBS} | dict(self.knobs)
+        return dict(self._values())
+
+    def __getstate__(self) -> dict:
+        return _fields_only(self)
+
+    def _values(self) -> dict[str, int]:
+        """Every knob's value, memoized like `key` (the checks and the search's features read them per schedule)."""
+        cached = self.__dict__.get("_dict")
+        if cached is None:
+            cached = {k: getattr(self, k) for k in BASE_KNOBS} | dict(self.knobs)
+            object.__setattr__(self, "_dict", cached)
+        return cached
 
     def key(self) -> str:
-        return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+        # Memoized outside the fields (equality and hash ignore it): a driver asks each trial's key many times.
+        cached = self.__dict__.get("_key")
+        if cached is None:
+            cached = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
+            object.__setattr__(self, "_key", cached)
+        return cached
 
     @classmethod
     def from_key(cls, text: str) -> Schedule:
-        return cls.of(**json.loads(text))
+        return _schedule_from_key(text) if cls is Schedule else cls.of(**json.loads(text))
 
     def __str__(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.as_dict().items())
@@ -107,8 +122,15 @@ class Problem:
     def as_dict(self) -> dict[str, int]:
         return dict(self.dims)
 
+    def __getstate__(self) -> dict:
+        return _fields_only(self)
+
     def key(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in self.dims)
+        cached = self.__dict__.get("_key")  # memoized as Schedule.key
+        if cached is None:
+            cached = ",".join(f"{k}={v}" for k, v in self.dims)
+            object.__setattr__(self, "_key", cached)
+        return cached
 
     @classmethod
     def from_key(cls, text: str) -> Problem:
@@ -117,3 +139,15 @@ class Problem:
 
     def __str__(self) -> str:
         return self.key()
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _schedule_from_key(text: str) -> Schedule:
+    """Schedule.from_key, parsed once per key: a driver reads back every trial of a problem
+    (resume, finalists), and the schedules repeat across a kernel's problems."""
+    return Schedule.of(**json.loads(text))
+
+
+def _fields_only(value) -> dict:
+    """A value object's pickled state without its memoized text (a result crossing Ray pays for every byte)."""
+    return {k: v for k, v in value.__dict__.items() if not k.startswith("_")}

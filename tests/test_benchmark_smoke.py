@@ -1,6 +1,7 @@
 """Smoke runs on the CPU adapter of the benchmarks that need no GPU to run: runtime_calls.py's
 cut-down mode (--only, --skip-costs, --skip-chains), search_replay.py, trial_repeat.py and
-queue_claims.py on a small SQLite queue, dashboard_queries.py (a small SQLite database): each
+queue_claims.py on a small SQLite queue, dashboard_queries.py (a small SQLite database) and
+fleet.py's recording mode: each
 runs, writes its JSON and reports every row it measured (the numbers mean something on GPUs,
 or a quiet machine, only)."""
 
@@ -95,3 +96,11 @@ def test_dashboard_queries_times_every_query_with_and_without_summaries(tmp_path
     summarized, counted = results["sqlite 0.02M"], results["sqlite 0.02M counting"]
     assert summarized.keys() == counted.keys() >= {"failure_summary", "trial_page"}
     assert "campaign end (small files only), partition of 20,000 + 50,000" in run.stdout
+
+
+def test_fleet_records_as_a_campaign_and_reports_its_rate(tmp_path):
+    run = _run("fleet.py", "record", "--rows", "600", "--no-postgres", "--json", tmp_path / "fleet.json")
+    assert run.returncode == 0, run.stderr
+    (row,) = json.loads((tmp_path / "fleet.json").read_text())
+    assert (row["mode"], row["db"], row["rows"]) == ("record", "sqlite", 600) and row["rows_per_s"] > 0
+    assert "record | sqlite | 600 |" in run.stdout

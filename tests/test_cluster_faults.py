@@ -241,20 +241,20 @@ def test_a_cluster_without_gpus_is_refused_without_allow_cpu(pool):
 
 
 def test_guided_batches_shrink_towards_the_end_and_never_merge_retried_trials():
-    from collections import deque
-
-    from farm.tuning.workers import MAX_BATCH, _Batch
+    from farm.tuning.workers import MAX_BATCH, _Batch, _Pending
 
     pool = WorkerPool.__new__(WorkerPool)  # _take needs no Ray
     pool.max_in_flight = 2
-    pending = deque(_Batch([(i, None)]) for i in range(40))
+    jobs = 5 * MAX_BATCH * 2 * 2
+    pending = _Pending(_Batch([(i, None)]) for i in range(jobs))
     sizes = []
     while pending:
         sizes.append(len(pool._take(pending, workers=2).items))
-    assert sizes[0] == MAX_BATCH and sum(sizes) == 40
+        assert pending.trials == sum(len(b.items) for b in pending)
+    assert sizes[0] == MAX_BATCH and sum(sizes) == jobs
     assert sizes == sorted(sizes, reverse=True) and sizes[-3:] == [1, 1, 1]
-    pending = deque([_Batch([(0, None)]), _Batch([(1, None)], alone=True), _Batch([(2, None)], retries=1)])
-    pending += deque(_Batch([(i, None)]) for i in range(3, 6))
+    retried = [_Batch([(0, None)]), _Batch([(1, None)], alone=True), _Batch([(2, None)], retries=1)]
+    pending = _Pending(retried + [_Batch([(i, None)]) for i in range(3, 6)])
     taken = [[i for i, _ in pool._take(pending, workers=1).items] for _ in range(5)]
     assert taken == [[0], [1], [2], [3, 4], [5]]  # 3 left for 1 worker x 2 in flight: 2, then 1
 

@@ -353,21 +353,29 @@ def test_trial_recorder_writes_every_flush_every_trials_and_the_rest_on_flush(tm
     db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
     topo = store.upsert_topology(db, profile())
     monkeypatch.setattr("farm.tuning.recording.FLUSH_INTERVAL_S", 3600.0)  # by count only
+    campaign_id = store.start_campaign(db, "farm tune", "random", None, 7, 1000)
     flushes = []
-    recorder = TrialRecorder(db, None, tmp_path / "artifacts", on_flush=lambda: flushes.append(len(recorder.buffer)))
+
+    def progress():  # the counters go into each flush's transaction, read as it writes
+        flushes.append(len(recorder.buffer))
+        return (len(flushes) * 100, 0, 1000)
+
+    recorder = TrialRecorder(db, campaign_id, tmp_path / "artifacts", progress)
     results = [trial(topo, wg) for wg in range(1, FLUSH_EVERY + 4)]
     for result in results[:FLUSH_EVERY]:
         recorder.add(result)
-    assert flushes == [0] and store.count_trials(db) == FLUSH_EVERY  # written, buffer emptied
+    assert flushes == [FLUSH_EVERY] and store.count_trials(db) == FLUSH_EVERY and not recorder.buffer
+    assert store.campaign(db, campaign_id)["done"] == 100  # written with the trials
     for result in results[FLUSH_EVERY:]:
         recorder.add(result)
     assert store.count_trials(db) == FLUSH_EVERY and len(recorder.buffer) == 3
     assert not list((tmp_path / "artifacts").rglob("*.parquet"))  # Parquet waits for close()
     recorder.close()
-    assert flushes == [0, 0] and store.count_trials(db) == len(results)
+    assert flushes == [FLUSH_EVERY, 3] and store.count_trials(db) == len(results)
+    assert store.campaign(db, campaign_id)["done"] == 200
     assert recorder.spent["sql_s"] > 0 and recorder.spent["parquet_s"] > 0
     spent: dict[str, float] = {}
-    more = [trial(topo, wg) for wg in range(100, 105)]
+    more = [trial(topo, wg) for wg in range(10_000, 10_005)]
     assert list(recorded(more, db, None, tmp_path / "artifacts", spent)) == more
     assert store.count_trials(db) == len(results) + len(more) and spent["sql_s"] > 0
     db.engine.dispose()

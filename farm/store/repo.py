@@ -111,6 +111,17 @@ def update_campaign(store: Store, campaign_id: int, done: int, failures: int, to
 
     A campaign marked interrupted while its driver was in fact alive (suspended past
     STALE_AFTER_S, or a clock skewed by more) is running again from its next update."""
+    with store.engine.begin() as conn:
+        _write_progress(conn, campaign_id, (done, failures, total))
+
+
+# A campaign's progress as recorded with its trials: (done, failures, total or None to keep it).
+Counts = tuple[int, int, int | None]
+
+
+def _write_progress(conn: Connection, campaign_id: int, counts: Counts) -> None:
+    """update_campaign's UPDATE on `conn` (also what a trial batch writes in its transaction)."""
+    done, failures, total = counts
     if done < 0 or failures < 0 or failures > done:
         raise ValueError(f"need 0 <= failures <= done, got done={done} failures={failures}")
     if total is not None and total < 0:
@@ -122,7 +133,8 @@ def update_campaign(store: Store, campaign_id: int, done: int, failures: int, to
         values["total"] = max(total, done)
     else:
         values["total"] = case((CampaignRow.total < done, done), else_=CampaignRow.total)
-    _update_campaign(store, campaign_id, **values)
+    if conn.execute(update(CampaignRow).where(CampaignRow.id == campaign_id).values(**values)).rowcount != 1:
+        raise ValueError(f"no campaign with id {campaign_id!r}")
 
 
 @write_transaction
@@ -208,25 +220,45 @@ def insert_trials(store: Store, campaign_id: int | None, results: Sequence[Trial
     campaign writes to Parquet too, so the files never hold a row SQL skipped.
 
     Idempotent (INSERT .. ON CONFLICT DO NOTHING .. RETURNING the trial key), so concurrent
-    campaigns writing the same keys lose nothing and duplicate nothing. Rows go in key
-    order, which keeps two PostgreSQL writers from deadlocking on each other's keys.
-    Driver SQL (transactions.insert_ignoring_sql): SQLAlchemy's per-row parameter processing
-    would be most of the insert time.
+    campaigns writing the same keys lose nothing and duplicate nothing. One transaction:
+    the topologies checked, then `write_trial_batch`. A campaign's recorder writes through
+    a `farm.store.trial_writer.TrialWriter` instead (its connection held, its topologies
+    checked once).
     """
-    dialect = store.engine.dialect
+    with store.engine.begin() as conn:
+        return write_trial_batch(conn, campaign_id, results, check=True)
+
+
+def write_trial_batch(
+    conn: Connection,
+    campaign_id: int | None,
+    results: Sequence[TrialResult],
+    counts: Counts | None = None,
+    check: bool = False,
+) -> list[TrialResult]:
+    """The one transaction body that records trials (`conn` is in a transaction): the rows
+    inserted, and with `counts` the campaign's progress and heartbeat in the same commit.
+    Whatever must change together with the trials table is written here. Returns the
+    results SQL inserted (insert_trials). `check`: the topologies are looked up first (a
+    clear ValueError instead of a foreign-key error).
+
+    Rows go in key order, which keeps two PostgreSQL writers from deadlocking on each
+    other's keys. Driver SQL (transactions.insert_ignoring_sql): SQLAlchemy's per-row
+    parameter processing would be most of the insert time."""
+    dialect = conn.dialect
     rows = _trial_rows(campaign_id, results, bind_processors(TrialRow.__table__, _TRIAL_COLUMNS, dialect))
-    if not rows:
-        return []
     inserted: set[tuple] = set()
     ordered = [rows[key][0] for key in sorted(rows)]
-    chunk_rows = PG_INSERT_CHUNK if store.dialect == "postgresql" else INSERT_CHUNK
-    with store.engine.begin() as conn:
+    if check and ordered:
         require_topologies(conn, {row[_TOPOLOGY_INDEX] for row in ordered})
-        for start in range(0, len(ordered), chunk_rows):
-            chunk = ordered[start : start + chunk_rows]
-            sql, params = insert_ignoring_sql(TrialRow.__table__, _TRIAL_COLUMNS, TRIAL_KEY, dialect, chunk)
-            inserted.update(tuple(r) for r in conn.exec_driver_sql(sql, params))  # rowcount is -1 on psycopg
-        record_summaries(conn, (dict(zip(_TRIAL_COLUMNS, rows[key][0], strict=True)) for key in sorted(inserted)))
+    chunk_rows = PG_INSERT_CHUNK if dialect.name == "postgresql" else INSERT_CHUNK
+    for start in range(0, len(ordered), chunk_rows):
+        chunk = ordered[start : start + chunk_rows]
+        sql, params = insert_ignoring_sql(TrialRow.__table__, _TRIAL_COLUMNS, TRIAL_KEY, dialect, chunk)
+        inserted.update(tuple(r) for r in conn.exec_driver_sql(sql, params))  # rowcount is -1 on psycopg
+    record_summaries(conn, (dict(zip(_TRIAL_COLUMNS, rows[key][0], strict=True)) for key in sorted(inserted)))
+    if counts is not None and campaign_id is not None:
+        _write_progress(conn, campaign_id, counts)
     return [result for key, (_, result) in rows.items() if key in inserted]
 
 

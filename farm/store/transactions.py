@@ -63,13 +63,15 @@ def insert_ignoring_sql(
     PostgreSQL: INSERT .. SELECT * FROM unnest(one array per column), a short statement that
     psycopg parses once and the server prepares once, where a VALUES list of thousands of
     placeholders was split by psycopg on every call; unnest keeps the arrays' order, so rows
-    are inserted (and their keys locked) in `rows`' order. Strings go as text[]: a cast to
-    varchar(n)[] would truncate where the column's own check raises."""
+    are inserted (and their keys locked) in `rows`' order. The arrays go in binary (`%b`):
+    psycopg dumps a column array in text about 7x slower, most of a flush's client time.
+    Strings go as text[]: a cast to varchar(n)[] would truncate where the column's own
+    check raises."""
     conflict = f" ON CONFLICT ({', '.join(key)}) DO NOTHING RETURNING {', '.join(key)}"
     head = f"INSERT INTO {table.name} ({', '.join(columns)}) "
     if dialect.name == "postgresql":
         types = ["text" if isinstance(table.c[c].type, String) else table.c[c].type.compile(dialect) for c in columns]
-        sql = head + "SELECT * FROM unnest(" + ", ".join(f"%s::{t}[]" for t in types) + ")" + conflict
+        sql = head + "SELECT * FROM unnest(" + ", ".join(f"%b::{t}[]" for t in types) + ")" + conflict
         return sql, tuple(list(column) for column in zip(*rows, strict=True))
     values = ", ".join(["(" + ", ".join("?" * len(columns)) + ")"] * len(rows))
     return head + "VALUES " + values + conflict, tuple(v for row in rows for v in row)

@@ -13,7 +13,7 @@ campaign summary ("tasks", "totals") and one stderr line. `tune` runs one campai
 end; what it prints is farm.tuning.report's.
 
 Lifecycle: the campaign row's heartbeat_at is written with its progress counters (replayed
-trials included) on each recorder flush, after each task, and by a `Heartbeat` thread at
+trials included) in each recorder flush's transaction, after each task, and by a `Heartbeat` thread at
 least every HEARTBEAT_S, so a driver that was killed shows as interrupted once its heartbeat
 is older than farm.store.repo.STALE_AFTER_S. The driver also holds a lock that dies with it
 (farm.tuning.driver_lock), so a campaign of this machine whose driver was killed is known
@@ -28,7 +28,9 @@ while it runs.
 
 from __future__ import annotations
 
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -48,7 +50,7 @@ from farm.tuning.job import Job
 from farm.tuning.recording import TrialRecorder
 from farm.tuning.report import Progress, format_stage_times, format_task_totals, format_workers, problem_line
 from farm.tuning.tasks import Task, TuneConfig, notice_cpu, plan
-from farm.tuning.workers import WorkerFailure, WorkerPool
+from farm.tuning.workers import TrialQueue, WorkerFailure, WorkerPool
 
 # Tasks ahead whose inputs and reference the workers generate in the background: one ahead
 # left a GPU idle before a problem whose inputs take longer than the previous problem's
@@ -57,6 +59,10 @@ PREFETCH_AHEAD = 2
 HEARTBEAT_S = 10.0  # the most a running campaign's row goes without a write (well under STALE_AFTER_S)
 assert HEARTBEAT_S * 3 <= STALE_AFTER_S
 SWEEP_S = STALE_AFTER_S / 2  # how often a running campaign looks for dead ones to mark interrupted
+# Workers one problem's search keeps busy: a topology with at least twice this many tunes
+# len(workers) // PROBLEM_WORKERS problems at once (one GPU, or a few, tune one at a time,
+# as before: the same seeds give the same searches and winners).
+PROBLEM_WORKERS = 8
 
 
 class Campaign:
@@ -97,13 +103,19 @@ class Campaign:
         lock = driver_lock.hold(self.db, self.campaign_id, self.out)
         self.progress = Progress(total)
         self.heartbeat = Heartbeat(self._update_campaign, HEARTBEAT_S, self._interrupt_stale, SWEEP_S).start()
-        self.recorder = TrialRecorder(self.db, self.campaign_id, self.out, self.heartbeat.beat)
+        self.recorder = TrialRecorder(self.db, self.campaign_id, self.out, self._counts, self.heartbeat.writing)
         try:
             winners, task = [], None
-            for index, task in enumerate(tasks):
-                ahead = tasks[index + 1 : index + 1 + PREFETCH_AHEAD]
-                if (winner := self._tune(task, profiles, ahead)) is not None:
-                    winners.append(winner)
+            for topology, slots in topologies.items():
+                group = [t for t in tasks if t.topology == topology]
+                if min(len(group), len(slots) // PROBLEM_WORKERS) > 1:
+                    winners += self._tune_parallel(group, profiles, min(len(group), len(slots) // PROBLEM_WORKERS))
+                    continue
+                for index, task in enumerate(group):
+                    ahead = group[index + 1 : index + 1 + PREFETCH_AHEAD]
+                    if (winner := self._tune(task, profiles, ahead)) is not None:
+                        winners.append(winner)
+                task = None
         except BaseException as exc:
             self._drop_held(task)
             self.heartbeat.stop()
@@ -139,21 +151,75 @@ class Campaign:
                   "resumed, not re-run", file=sys.stderr)  # fmt: skip
         restore_campaigns(self.db, self.out, [row["id"] for row in rows])
 
-    def _tune(self, task: Task, profiles: dict[str, HardwareProfile], ahead: list[Task] | None = None):
+    def _tune_parallel(self, tasks: list[Task], profiles: dict[str, HardwareProfile], parallel: int):
+        """`parallel` of one topology's tasks tuned at once, each search on its share of the
+        workers through one TrialQueue (the next task starts as one ends, in plan order), so a
+        fleet stays busy across problems; winners in plan order. The workers are asked for a
+        task's inputs (and the next PREFETCH_AHEAD tasks') as it starts. A task that raises
+        closes the queue: the others stop, and its error is raised."""
+        trials = TrialQueue(self.pool, tasks[0].topology)
+        running: dict[int, threading.Thread] = {}
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        outcomes: dict[int, WinnerRecord | BaseException | None] = {}
+        share = max(1, len(self.pool.topologies()[tasks[0].topology]) // parallel)
+
+        def work(index: int, task: Task) -> None:
+            try:
+                runner = PoolExecutor(self.pool, task.topology, profiles, trials, share, index)
+                outcomes[index] = self._tune(task, profiles, None, runner)
+            except BaseException as exc:  # noqa: BLE001 - raised by the campaign's thread
+                outcomes[index] = exc
+            done.put(index)
+
+        try:
+            following = iter(enumerate(tasks))
+            while True:
+                while len(running) < parallel and (item := next(following, None)) is not None:
+                    index, task = item
+                    self._prefetch(tasks[index : index + 1 + PREFETCH_AHEAD])
+                    running[index] = threading.Thread(target=work, args=item, name=f"task-{index}", daemon=True)
+                    running[index].start()
+                if not running:
+                    break
+                try:
+                    finished = done.get(timeout=0.5)  # a timeout, so Ctrl-C is seen at once
+                except queue.Empty:
+                    continue
+                running.pop(finished)
+                if isinstance(outcomes[finished], BaseException):
+                    raise outcomes[finished]
+        except BaseException as exc:
+            trials.close(exc if isinstance(exc, Exception) else None)
+            for thread in running.values():
+                thread.join(timeout=60)
+            raise
+        trials.close()
+        order = {(t.kernel, t.problem.key()): n for n, t in enumerate(tasks)}
+        ours = self.tasks[-len(tasks) :]  # appended as each ended: the summary lists them in plan order
+        self.tasks[-len(tasks) :] = sorted(ours, key=lambda stats: order[(stats["kernel"], stats["problem"])])
+        return [outcomes[n] for n in range(len(tasks)) if outcomes[n] is not None]
+
+    def _tune(
+        self,
+        task: Task,
+        profiles: dict[str, HardwareProfile],
+        ahead: list[Task] | None = None,
+        runner: PoolExecutor | None = None,
+    ):
         """Run `task` through the engine on its topology's workers; its winner, or None. The
         workers are asked for the inputs and references of the tasks `ahead` not asked for
         before, in order, in the background: before `task`'s first trial when its own were
         asked for earlier (they are queued first), else once its first trial is back (the
         first task's reference would otherwise queue behind the next problem's); once its
         winner is stored, they drop `task`'s."""
-        runner = PoolExecutor(self.pool, task.topology, profiles)
+        runner = runner or PoolExecutor(self.pool, task.topology, profiles)
         log = CampaignLog(self.db, self.campaign_id, self.recorder, self.progress, self.heartbeat.beat)
         early = _task_key(task) in self._prefetched  # its own inputs and reference are queued ahead of `ahead`'s
         if early:
             self._prefetch(ahead)
         siblings = self.siblings.setdefault((task.topology, task.kernel), [])
         later = None if early else (lambda: self._prefetch(ahead))
-        outcome = tune_problem(task, self.config, runner, log, siblings, later)
+        outcome = tune_problem(task, self.config, runner, log, list(siblings), later)
         self.tasks.append(outcome.stats)
         self._workers("forget", task)
         self._prefetched.pop(_task_key(task), None)
@@ -190,7 +256,12 @@ class Campaign:
             call(task.kernel, task.problem, self.config.seed, task.topology)
 
     def _update_campaign(self) -> None:
-        store.update_campaign(self.db, self.campaign_id, *self.progress.counts(), total=self.progress.total)
+        done, failures, total = self._counts()
+        store.update_campaign(self.db, self.campaign_id, done, failures, total=total)
+
+    def _counts(self) -> tuple[int, int, int]:
+        """The campaign row's counters: what each trial flush and heartbeat writes."""
+        return (*self.progress.counts(), self.progress.total)
 
     def _summary(self, winners: list[WinnerRecord]) -> None:
         row = store.campaign(self.db, self.campaign_id)
@@ -200,16 +271,26 @@ class Campaign:
 
 class PoolExecutor:
     """The engine's trial executor for a campaign: the pool's workers of one topology run the
-    trials, the first of them re-measures the finalists."""
+    trials, the first of them re-measures the finalists. Beside other problems (`trials`, the
+    campaign's TrialQueue): the search sizes its batches for 1/`share` of the workers, and the
+    `index`-th worker re-measures."""
 
-    def __init__(self, pool: WorkerPool, topology: str, profiles: dict[str, HardwareProfile]):
-        self.pool, self.topology = pool, topology
+    def __init__(
+        self,
+        pool: WorkerPool,
+        topology: str,
+        profiles: dict[str, HardwareProfile],
+        trials: TrialQueue | None = None,
+        share: int = 1,
+        index: int = 0,
+    ):
+        self.pool, self.topology, self.trials = pool, topology, trials
         slots = pool.topologies()[topology]
-        self.slot, self.workers = slots[0], len(slots)
+        self.slot, self.workers = slots[index % len(slots)], max(1, len(slots) // share)
         self.device_name = profiles[self.slot].device_name
 
     def evaluate(self, jobs: list[Job]):
-        return self.pool.stream(jobs, self.topology)
+        return self.trials.stream(jobs) if self.trials is not None else self.pool.stream(jobs, self.topology)
 
     def precompile(self, kernel: str, problem: Problem, schedules: list[Schedule], seed: int) -> None:
         ahead = getattr(self.pool, "precompile", None)  # a pool without it (the tests' fakes) compiles at the trial

@@ -6,14 +6,16 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 class Heartbeat:
     """Runs `write` (the campaign row's counters and heartbeat_at) on `beat()`, and from a daemon
-    thread whenever nothing did for `every_s`; one write at a time. The thread also runs `sweep`
-    every `sweep_s` (the campaign marks dead ones interrupted: a re-run right after a kill
-    marks the killed campaign once its heartbeat goes stale). A failure on the thread is one
+    thread whenever nothing did (nor a write under `writing()`) for `every_s`; one write at a
+    time. The thread also runs `sweep` every `sweep_s` (the campaign marks dead ones
+    interrupted: a re-run right after a kill marks the killed campaign once its heartbeat
+    goes stale). A failure on the thread is one
     line on stderr (the next tick retries); `beat()`'s errors are the caller's."""
 
     def __init__(
@@ -31,8 +33,15 @@ class Heartbeat:
         return self
 
     def beat(self) -> None:
-        with self._lock:
+        with self.writing():
             self.write()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the write lock around another write that beats too (a campaign's trial flush
+        carries its counters and heartbeat): the thread then waits every_s from it."""
+        with self._lock:
+            yield
             self._last = time.monotonic()
 
     def stop(self) -> None:

@@ -1,34 +1,44 @@
 """How trial results reach the store: recorded as they arrive, and replayed on resume.
 
 `TrialRecorder` buffers trials and writes them in SQL FLUSH_EVERY at a time or
-FLUSH_INTERVAL_S after the last write; the trials SQL inserted (a key another campaign
-stored first is SQL's, once, and not written again) wait in one Parquet buffer per
-(topology, kernel) partition, written as one file per partition at `close()` (the
-campaign's end) or when a partition holds PARQUET_ROWS. `close()` then restores from SQL
-what Parquet lacks and compacts the partitions (farm.store.compaction): a killed driver
-loses only its Parquet buffer, which the next campaign writes back from SQL when it marks
-the killed one interrupted (or `farm compact` does). The SQL write rides out a database
-restart (farm.store.retry). `recorded` wraps a result stream with one (the throughput and overhead
-benchmarks record like `farm tune` does); `result_from_row` turns a recorded trial row back
-into a TrialResult, which is how a re-run campaign resumes.
+FLUSH_INTERVAL_S after the last write, each flush one transaction that also writes the
+campaign's progress and heartbeat (farm.store.trial_writer); the trials SQL inserted (a key
+another campaign stored first is SQL's, once, and not written again) wait in one Parquet
+buffer per (topology, kernel) partition, written as one file per partition at `close()`
+(the campaign's end) or when a partition holds PARQUET_ROWS. `close()` then restores from
+SQL what Parquet lacks and compacts the partitions (farm.store.compaction): a killed driver
+loses at most its unflushed SQL buffer (a re-run runs those trials again) and its Parquet
+buffer, which the next campaign writes back from SQL when it marks the killed one
+interrupted (or `farm compact` does). The SQL write rides out a database restart
+(farm.store.retry).
+`recorded` wraps a result stream with one (the throughput and overhead benchmarks record
+like `farm tune` does); `result_from_row` turns a recorded trial row back into a
+TrialResult, which is how a re-run campaign resumes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from farm.gpu import Timing
 from farm.schedule import Problem, Schedule, Status
 from farm.store import parquet as artifacts
 from farm.store.compaction import finish_artifacts
-from farm.store.repo import insert_trials
+from farm.store.repo import Counts
 from farm.store.retry import call_retrying
+from farm.store.trial_writer import TrialWriter
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
 
-FLUSH_EVERY = 16  # record buffered trials after this many results ...
-FLUSH_INTERVAL_S = 1.0  # ... or this long since the last write, whichever comes first
+# Record buffered trials after this many results, or this long since the last write,
+# whichever comes first: a flush costs about the same for 16 rows as for hundreds (a
+# transaction, a statement), and a killed driver loses at most this buffer of SQL rows.
+FLUSH_EVERY = 512
+FLUSH_INTERVAL_S = 0.2
 PARQUET_ROWS = 20_000  # a partition's Parquet buffer is written as a file at this many trials
 
 
@@ -38,11 +48,24 @@ class TrialRecorder:
     path), and in Parquet under `out` one file per partition at `close()` or PARQUET_ROWS.
     Parquet gets only what SQL inserted: trial keys already stored (by a concurrent
     campaign) are counted in `duplicates` and dropped, so the files hold each key at most
-    once and with SQL's values. `spent` sums the seconds of each store; `on_flush` runs
-    after each SQL write (the campaign's progress row)."""
+    once and with SQL's values. `spent` sums the seconds of each store.
 
-    def __init__(self, db, campaign_id: int | None, out: Path, on_flush=None):
-        self.db, self.campaign_id, self.out, self.on_flush = db, campaign_id, out, on_flush
+    `progress` (the campaign's (done, failures, total)) is written with each flush's trials
+    in one transaction, under `writing` (the campaign's Heartbeat.writing: one write of the
+    campaign row at a time, and a flush counts as a beat)."""
+
+    def __init__(
+        self,
+        db,
+        campaign_id: int | None,
+        out: Path,
+        progress: Callable[[], Counts] | None = None,
+        writing: Callable[[], AbstractContextManager] | None = None,
+    ):
+        self.db, self.campaign_id, self.out = db, campaign_id, out
+        self.progress, self.writing = progress, writing or contextlib.nullcontext
+        self.writer = TrialWriter(db, campaign_id)
+        self._lock = threading.RLock()  # a campaign's problems in parallel record from their threads
         self.buffer: list[TrialResult] = []
         self.pending: dict[tuple[str, str], list[TrialResult]] = {}  # partition -> inserted, not yet in Parquet
         self.touched: set[tuple[str, str]] = set()
@@ -51,37 +74,43 @@ class TrialRecorder:
         self.duplicates = 0
 
     def add(self, result: TrialResult) -> None:
-        self.buffer.append(result)
-        if len(self.buffer) >= FLUSH_EVERY or time.monotonic() - self.flushed_at >= FLUSH_INTERVAL_S:
-            self.flush()
+        with self._lock:
+            self.buffer.append(result)
+            if len(self.buffer) >= FLUSH_EVERY or time.monotonic() - self.flushed_at >= FLUSH_INTERVAL_S:
+                self.flush()
 
     def flush(self) -> None:
-        """Write the buffered trials in SQL; Parquet only for partitions that reached PARQUET_ROWS."""
-        self.flushed_at = time.monotonic()
-        if not self.buffer:
-            return
-        batch, self.buffer = self.buffer, []
-        start = time.perf_counter()
-        try:  # through a database restart: the insert is idempotent (ON CONFLICT DO NOTHING)
-            inserted = call_retrying(insert_trials, self.db, self.campaign_id, batch)
-        except BaseException:
-            self.buffer[:0] = batch  # not recorded: kept for the next flush
-            raise
-        self.duplicates += len(batch) - len(inserted)
-        self.spent["sql_s"] += time.perf_counter() - start
+        """Write the buffered trials in SQL, with the campaign's progress, in one transaction;
+        Parquet only for partitions that reached PARQUET_ROWS. The buffer is emptied only once
+        SQL has them: a flush that raises keeps them for the next one."""
+        with self._lock:
+            self.flushed_at = time.monotonic()
+            if not self.buffer:
+                return
+            start = time.perf_counter()
+            with self.writing():
+                counts = self.progress() if self.progress is not None else None
+                inserted = self.writer.write(self.buffer, counts)
+            self.duplicates += len(self.buffer) - len(inserted)
+            self.buffer = []
+            self.spent["sql_s"] += time.perf_counter() - start
+            self._to_parquet(inserted)
+
+    def _to_parquet(self, inserted: list[TrialResult]) -> None:
         for result in inserted:
             partition = (result.key.topology_hash, result.key.kernel)
             self.pending.setdefault(partition, []).append(result)
             self.touched.add(partition)
         full = [partition for partition, rows in self.pending.items() if len(rows) >= PARQUET_ROWS]
         self._write_parquet(full)
-        if self.on_flush is not None:
-            self.on_flush()
 
     def close(self) -> dict:
         """Flush, write every partition's Parquet buffer (one file each), then restore from SQL
         what Parquet lacks and compact the touched partitions (farm.store.compaction)."""
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            self.writer.close()
         self._write_parquet(list(self.pending))
         start = time.perf_counter()
         done = call_retrying(finish_artifacts, self.db, self.out, self.campaign_id, self.touched)

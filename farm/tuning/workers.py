@@ -33,8 +33,11 @@ sets CUDA_VISIBLE_DEVICES, which Vulkan ignores) and cross-checks it against `nv
 
 from __future__ import annotations
 
+import itertools
 import os
+import queue
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -60,7 +63,10 @@ from farm.tuning.runner import TrialRunner
 
 _POLL_S = 0.5
 DEATH_SETTLE_S = 10.0  # how long a dead actor's earlier batches may take to resolve
-MAX_BATCH = 8  # trials per batch sent to a worker (guided sizing shrinks it towards the end)
+# Trials per batch sent to a worker while plenty is left (guided sizing shrinks it towards the
+# end): a Ray call and its result cost the driver about as much as a hundred trials' SQL, so a
+# fleet's many fast trials go out several dozen a call; at 11 trials/s a batch is ~3 s of a GPU.
+MAX_BATCH = 32
 NVIDIA_SMI_TIMEOUT_S = 20.0
 # Method calls a GpuWorker runs at once (a threaded actor): one batch on the GPU while
 # the next compiles ahead or the previous one drains its comparisons; the TrialRunner's
@@ -111,6 +117,118 @@ class _Batch:
     ref: Any = None
     started: float = 0.0
     alone: bool = False  # a retried or split-off trial: never merged with others again
+
+
+class _Pending(deque):
+    """The batches waiting for a worker, counting the trials they hold: the guided size reads
+    that count at every batch taken, and a fleet's queue holds thousands."""
+
+    def __init__(self, batches=()):
+        super().__init__(batches)
+        self.trials = sum(len(b.items) for b in self)
+
+    def popleft(self) -> _Batch:
+        batch = super().popleft()
+        self.trials -= len(batch.items)
+        return batch
+
+    def appendleft(self, batch: _Batch) -> None:
+        super().appendleft(batch)
+        self.trials += len(batch.items)
+
+    def extendleft(self, batches) -> None:
+        batches = list(batches)
+        super().extendleft(batches)
+        self.trials += sum(len(b.items) for b in batches)
+
+    def append(self, batch: _Batch) -> None:
+        super().append(batch)
+        self.trials += len(batch.items)
+
+
+class TrialQueue:
+    """The pool's batch loop on a thread of its own, fed by several searches at once (a
+    campaign's problems in parallel): `stream(jobs)`, from any thread, yields that call's
+    results as they arrive, while every call's jobs share the workers, the guided batches and
+    the failure rules. An error in the loop (a user's error, a WorkerFailure) is raised in
+    every caller waiting and every later one; `close()` stops the loop."""
+
+    WAIT_S = 0.02  # the loop's longest wait on Ray: a search's next batch must not queue behind it
+
+    def __init__(self, pool: WorkerPool, topology: str | None = None):
+        self.pool, self.slots = pool, pool._slots_for(topology)
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="trial-queue", daemon=True)
+        self._thread.start()
+
+    def stream(self, jobs: list[Job]) -> Iterator[TrialResult]:
+        if not jobs:
+            return
+        out: queue.SimpleQueue = queue.SimpleQueue()
+        self._inbox.put((jobs, out))
+        for _ in range(len(jobs)):
+            while True:
+                if self._error is not None:
+                    raise self._error
+                try:
+                    item = out.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                break
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Stop the loop; callers still waiting get `error` (default: a WorkerFailure)."""
+        if self._error is None:
+            self._error = error or WorkerFailure("the campaign's trial queue was closed")
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        pool, slots = self.pool, self.slots
+        pending, owner, routes = _Pending(), {}, {}
+        numbers = itertools.count()
+        checked = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                self._take_new(pending, routes, numbers, block=not pending and not owner)
+                pool._fill(slots, pending, owner, guided=True)
+                if not owner:
+                    continue
+                ready, rest = pool._ray.wait(list(owner), num_returns=1, timeout=self.WAIT_S)
+                if ready and rest:
+                    ready += pool._ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+                for ref in ready:
+                    if ref in owner:
+                        for index, result in pool._collect(owner[ref], ref, pending, owner):
+                            routes.pop(index).put(result)
+                if time.monotonic() - checked >= _POLL_S:
+                    checked = time.monotonic()
+                    for slot in slots:
+                        if slot.fifo and pool._overdue(slot.fifo[0]):
+                            for index, result in pool._on_timeout(slot, pending, owner):
+                                routes.pop(index).put(result)
+        except BaseException as exc:  # noqa: BLE001 - handed to every caller, raised there
+            self._error = exc
+            for out in {id(out): out for out in routes.values()}.values():
+                out.put(exc)
+
+    def _take_new(self, pending: _Pending, routes: dict, numbers, block: bool) -> None:
+        while True:
+            try:
+                jobs, out = self._inbox.get(timeout=0.1) if block else self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            for job in jobs:
+                index = next(numbers)
+                routes[index] = out
+                pending.append(_Batch([(index, job)]))
 
 
 class WorkerPool:
@@ -265,18 +383,24 @@ class WorkerPool:
         some GPUs idle behind the last full batches."""
         indexed = list(enumerate(jobs))
         size = batch_size or 1
-        pending = deque(_Batch(indexed[i : i + size]) for i in range(0, len(indexed), size))
+        pending = _Pending(_Batch(indexed[i : i + size]) for i in range(0, len(indexed), size))
         owner: dict[Any, _Slot] = {}
         guided = batch_size is None
+        checked = time.monotonic()
         while pending or owner:
             self._fill(slots, pending, owner, guided)
-            ready, _ = self._ray.wait(list(owner), num_returns=1, timeout=_POLL_S)
+            refs = list(owner)
+            ready, rest = self._ray.wait(refs, num_returns=1, timeout=_POLL_S)
+            if ready and rest:  # every batch back by now, in one pass: a fleet answers many at once
+                ready += self._ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             for ref in ready:
                 if ref in owner:
                     yield from self._collect(owner[ref], ref, pending, owner)
-            for slot in slots:
-                if slot.fifo and self._overdue(slot.fifo[0]):
-                    yield from self._on_timeout(slot, pending, owner)
+            if time.monotonic() - checked >= _POLL_S or not ready:  # timeouts are seconds: no scan per result
+                checked = time.monotonic()
+                for slot in slots:
+                    if slot.fifo and self._overdue(slot.fifo[0]):
+                        yield from self._on_timeout(slot, pending, owner)
 
     def _fill(self, slots: list[_Slot], pending: deque, owner: dict, guided: bool = False) -> None:
         for slot in slots:
@@ -293,7 +417,7 @@ class WorkerPool:
         first = pending.popleft()
         if first.alone or first.retries:
             return first
-        left = len(first.items) + sum(len(b.items) for b in pending)
+        left = len(first.items) + pending.trials
         # With one worker too: results stream back (progress, resume after a kill) in halves.
         want = max(1, min(MAX_BATCH, -(-left // (workers * self.max_in_flight))))
         items = list(first.items)

@@ -1,0 +1,409 @@
+"""A simulated fleet on one box: the real driver (Campaign, engine, search, WorkerPool's batch
+loop, TrialRecorder), a real Ray and a real database, with the GPUs replaced by stubs.
+
+    .venv/bin/python benchmarks/fleet.py record [--rows 50000] [--no-postgres]
+    .venv/bin/python benchmarks/fleet.py driver [--trials 20000] [--db sqlite|postgres]
+    .venv/bin/python benchmarks/fleet.py fleet --gpus 64,256,1000 [--trial-s 0.09] [--db postgres]
+
+`record`: rows/s of "recording as a campaign records": a TrialRecorder with a campaign's
+progress counters fed one trial at a time, flushing as a campaign does, into SQLite and a
+throwaway PostgreSQL (fsync on), Parquet at close not counted.
+
+`driver`: the driver's own cost per trial with workers that answer at once: one campaign,
+exhaustive over every space of `farm tune --all` until `--trials`, through the real pool
+and Ray; driver CPU (this process, all its threads) per trial.
+
+`fleet`: `farm tune --all`-like work (the catalog's default problems on a simulated H200, the
+default model search and budget) on N simulated GPUs, each answering one trial at a time at
+its real per-trial rate: trials/s, driver CPU per trial, worker utilization (the GPUs' busy
+seconds over N x wall) and database rows/s.
+
+How a GPU is simulated: SimulatedGpus, an asyncio Ray actor, stands for many GPUs (one lock
+each, so each runs one batch at a time as a real worker's GPU lock does); a trial sleeps
+`--trial-s` times a seeded log-normal jitter (sigma 0.3; the default 0.09 s is one H200's
+`farm tune --all` rate, ~11 trials/s) and answers the median measured for that schedule in
+tests/data/landscapes/ and tests/data/h200_gemm_trials.json where there is one, else a
+seeded synthetic time (log-normal around a per-problem base, ~5% failures). Finalists are
+re-measured on the first GPU for `rounds x finalists x trial-s`, answering the replayed
+medians with 1% noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import hashlib
+import json
+import math
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+
+from farm import catalog, store  # noqa: E402
+from farm.gpu import HardwareProfile, Timing  # noqa: E402
+from farm.schedule import Problem, Schedule, Status  # noqa: E402
+from farm.trial import ErrorMetrics, TrialKey, TrialResult  # noqa: E402
+
+SIMULATED = "NVIDIA H200 (simulated)"
+H200_TRIAL_S = 0.09  # one H200's `farm tune --all`: ~1,550 trials in ~140 s
+GPUS_PER_ACTOR = 250  # simulated GPUs per stub actor process
+
+
+# ------------------------------------------------------------------ what the GPUs answer
+
+
+def replayed_medians() -> dict[tuple[str, str], dict[str, float | None]]:
+    """(kernel, problem key) -> {schedule key: median ns, None for a failure} from tests/data."""
+    data = ROOT / "tests" / "data"
+    out: dict[tuple[str, str], dict[str, float | None]] = {}
+    for path in sorted((data / "landscapes").glob("*.json.gz")):
+        land = json.loads(gzip.decompress(path.read_bytes()))
+        fields = land["fields"]
+        rows = out.setdefault((land["kernel"], land["problem"]), {})
+        for trial in land["trials"]:
+            row = dict(zip(fields, trial, strict=True))
+            rows[row["schedule"]] = row["median_ns"] if row["status"] == "ok" else None
+    gemm = json.loads((data / "h200_gemm_trials.json").read_text())
+    for problem, medians in gemm["problems"].items():
+        rows = out.setdefault(("gemm", problem), {})
+        for key, median in medians.items():
+            rows.setdefault(key, median)
+    return out
+
+
+def _unit(*parts: str) -> float:
+    """A seeded number in [0, 1) from `parts` (the same answer in every process and run)."""
+    digest = hashlib.blake2b("|".join(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def answer(medians: dict, topology: str, source: str, kernel: str, problem: Problem, schedule: Schedule, worker: str):
+    """The stub's TrialResult: the replayed median, else a seeded synthetic one."""
+    key = TrialKey(topology, kernel, source, problem, schedule)
+    known = medians.get((kernel, problem.key()))
+    if known is not None and schedule.key() in known:
+        median = known[schedule.key()]
+    else:
+        base = 1e5 * (1 + 20 * _unit(kernel, problem.key()))
+        u = _unit(kernel, problem.key(), schedule.key())
+        median = None if u < 0.05 else base * math.exp(0.6 * math.sqrt(-2 * math.log(1 - u)) * (u - 0.5))
+    if median is None:
+        return TrialResult(key, Status.WRONG_RESULT, "max_abs 1.0 > atol 0.001 (simulated)", None, ErrorMetrics(),
+                           "fleet", worker)  # fmt: skip
+    timing = Timing(median, median * 0.99, median * 1.01, median * 0.98, 10, "timestamp")
+    return TrialResult(key, Status.OK, "", timing, ErrorMetrics(1e-6, 1e-7, 1e-7, 1e-6), "fleet", worker)
+
+
+def simulated_profile() -> HardwareProfile:
+    """This machine's adapter's limits, named and typed as a discrete GPU (the plan of `--all`)."""
+    from farm.gpu import enumerate_adapters
+
+    profile = HardwareProfile.from_adapter(enumerate_adapters()[0])
+    return replace(profile, adapter_type="DiscreteGPU", device_name=SIMULATED, backend="Vulkan")
+
+
+def _stub_class():
+    import ray
+
+    if __name__ != "__main__":  # imported (the tests): Ray's workers can't import this file by name
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+    @ray.remote
+    class SimulatedGpus:
+        """Many simulated GPUs in one asyncio actor: one lock per GPU, a trial a sleep."""
+
+        def __init__(self, profile: dict, first: int, count: int, trial_s: float):
+            self.profile = HardwareProfile.from_dict(profile)
+            self.topology = self.profile.topology_hash()
+            self.first, self.trial_s = first, trial_s
+            self.locks = {first + i: asyncio.Lock() for i in range(count)}
+            self.busy = {first + i: 0.0 for i in range(count)}
+            self.medians = replayed_medians()
+            self.sources = {name: catalog.get(name).source_hash() for name in catalog.names()}
+            self.rng = random.Random(first)
+
+        def _seconds(self, n: int) -> float:
+            if self.trial_s <= 0:
+                return 0.0
+            return sum(self.trial_s * math.exp(self.rng.gauss(0.0, 0.3) - 0.045) for _ in range(n))
+
+        async def report(self, gpu: int) -> dict:
+            return {"worker_id": f"w{gpu}.0", "host": "fleet", "pid": os.getpid(), "profile": self.profile.to_dict(),
+                    "topology_hash": self.topology, "mapping": {"adapter": SIMULATED}}  # fmt: skip
+
+        async def evaluate(self, gpu: int, jobs: list) -> list:
+            async with self.locks[gpu]:
+                seconds = self._seconds(len(jobs))
+                if seconds:
+                    await asyncio.sleep(seconds)
+                self.busy[gpu] += seconds
+            worker = f"w{gpu}.0"
+            return [answer(self.medians, self.topology, self.sources[j.kernel], j.kernel, j.problem, j.schedule,
+                           worker) for j in jobs]  # fmt: skip
+
+        async def remeasure_rounds(self, gpu, kernel, problem, schedules, reps, rounds, seed, max_rounds, noise):
+            async with self.locks[gpu]:
+                seconds = self._seconds(rounds * len(schedules))
+                if seconds:
+                    await asyncio.sleep(seconds)
+                self.busy[gpu] += seconds
+            rng = random.Random(f"{kernel}{problem.key()}{seed}")
+            out = {}
+            for s in schedules:
+                r = answer(self.medians, self.topology, "", kernel, problem, s, "")
+                out[s.key()] = [r.median_ns * (1 + 0.01 * rng.gauss(0, 1)) for _ in range(rounds)] if r.ok else None
+            return out
+
+        async def busy_seconds(self) -> dict:
+            return dict(self.busy)
+
+        async def nothing(self, *args) -> None:
+            return None
+
+    return SimulatedGpus
+
+
+class _Method:
+    def __init__(self, actor, name: str, gpu: int):
+        self.actor, self.name, self.gpu = actor, name, gpu
+
+    def remote(self, *args):
+        if self.name in ("prefetch", "precompile", "forget", "stage_times", "inputs_held"):
+            return self.actor.nothing.remote()
+        return getattr(self.actor, self.name).remote(self.gpu, *args)
+
+
+class _Gpu:
+    """A slot's actor handle as WorkerPool uses it: calls go to the stub actor with the GPU's number."""
+
+    def __init__(self, actor, gpu: int):
+        self.actor, self.gpu = actor, gpu
+
+    def __getattr__(self, name: str) -> _Method:
+        return _Method(self.actor, name, self.gpu)
+
+
+def fleet_pool(gpus: int, trial_s: float, profile: HardwareProfile, max_in_flight: int = 2):
+    """The real WorkerPool (its batch loop and failure rules) over `gpus` simulated GPUs."""
+    import ray
+
+    from farm.tuning.ray_session import init_ray
+    from farm.tuning.workers import WorkerPool, _Slot
+
+    class FleetPool(WorkerPool):
+        def __init__(self):  # WorkerPool's, with stub actors instead of one GpuWorker per GPU
+            self._ray, self.allow_cpu, self.trial_timeout_s = ray, False, 600.0
+            self.max_in_flight, self.max_retries, self.compile_ahead = max_in_flight, 0, False
+            self.startup_timeout_s, self.replacements, self.gpus = 300.0, 0, gpus
+            self._owns_ray = init_ray(None, os.cpu_count())
+            stub = _stub_class()
+            actors = []
+            for first in range(0, gpus, GPUS_PER_ACTOR):
+                count = min(GPUS_PER_ACTOR, gpus - first)
+                actors.append(stub.options(max_concurrency=4 * count, num_cpus=0).remote(
+                    profile.to_dict(), first, count, trial_s))  # fmt: skip
+            self.stubs = actors
+            self._slots = {}
+            for i in range(gpus):
+                slot = _Slot(f"w{i}", actor=_Gpu(actors[i // GPUS_PER_ACTOR], i))
+                slot.report = ray.get(slot.actor.report.remote()) if i % GPUS_PER_ACTOR == 0 else None
+                self._slots[slot.name] = slot
+            first_report = next(iter(self._slots.values())).report
+            for i, slot in enumerate(self._slots.values()):
+                slot.report = first_report | {"worker_id": f"w{i}.0"}
+
+        def busy_seconds(self) -> float:
+            return sum(sum(b.values()) for b in ray.get([a.busy_seconds.remote() for a in self.stubs]))
+
+        def stage_times(self) -> dict:
+            return {}
+
+        def shutdown(self) -> None:
+            for actor in getattr(self, "stubs", []):
+                ray.kill(actor, no_restart=True)
+            self.stubs = []
+            self._slots = {}
+            if self._owns_ray and ray.is_initialized():
+                ray.shutdown()
+
+    return FleetPool()
+
+
+# ------------------------------------------------------------------ databases
+
+
+class Databases:
+    """A SQLite file in a temp dir and, unless disabled, a throwaway PostgreSQL with fsync on."""
+
+    def __init__(self, postgres: bool):
+        self.dir = Path(tempfile.mkdtemp(prefix="farm-fleet-"))
+        self.server = None
+        self.count = 0
+        if postgres:
+            from pg import PostgresServer, find_pg_bin
+
+            self.server = PostgresServer(find_pg_bin(), fsync=True)
+            self.server.start()
+
+    def url(self, kind: str) -> str:
+        self.count += 1
+        if kind == "sqlite":
+            return f"sqlite:///{self.dir / f'farm{self.count}.db'}"
+        if self.server is None:
+            raise SystemExit("fleet.py: error: PostgreSQL disabled (--no-postgres)")
+        self.server.admin(f"CREATE DATABASE fleet{self.count}")
+        return self.server.url(f"fleet{self.count}")
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+# ------------------------------------------------------------------ modes
+
+
+class Counter:
+    """A campaign's progress counters as the recorder reads them at each flush."""
+
+    def __init__(self, total: int):
+        self.done, self.total = 0, total
+
+    def counts(self) -> tuple[int, int, int]:
+        return self.done, 0, self.total
+
+
+def record(args, dbs: Databases) -> list[dict]:
+    """Rows/s of a campaign's recording: TrialRecorder, one add per trial, its flushes, its counters."""
+    from farm.tuning.recording import TrialRecorder
+
+    profile = simulated_profile()
+    medians = replayed_medians()
+    spec = catalog.get("gemm")
+    schedules = spec.schedules()
+    problems = [Problem.of(m=256 << (i % 5), k=256 << (i // 5 % 5), n=256 << (i // 25)) for i in range(125)]
+    results = [
+        answer(
+            medians,
+            profile.topology_hash(),
+            spec.source_hash(),
+            "gemm",
+            problems[i // len(schedules)],
+            schedules[i % len(schedules)],
+            "w0.0",
+        )  # fmt: skip
+        for i in range(args.rows)
+    ]
+    rows = []
+    for kind in ["sqlite"] + ([] if args.no_postgres else ["postgresql"]):
+        db = store.open_store(dbs.url(kind))
+        store.upsert_topology(db, profile)
+        campaign_id = store.start_campaign(db, "fleet record", "model", None, 10, len(results))
+        counter = Counter(len(results))
+        recorder = TrialRecorder(db, campaign_id, dbs.dir / "artifacts", counter.counts)
+        start, cpu = time.perf_counter(), time.process_time()
+        for result in results:
+            counter.done += 1
+            recorder.add(result)
+        recorder.flush()
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        recorder.writer.close()
+        assert store.count_trials(db) == len(results)
+        rows.append({"mode": "record", "db": kind, "rows": len(results), "rows_per_s": len(results) / wall,
+                     "driver_cpu_us_per_row": 1e6 * cpu / len(results), "load": load()})  # fmt: skip
+        db.engine.dispose()
+    return rows
+
+
+def campaign_run(args, dbs: Databases, gpus: int, trial_s: float, strategy: str, budget, limit: int | None) -> dict:
+    from farm.tuning.campaign import Campaign
+    from farm.tuning.tasks import DEFAULT_BUDGET, SPACE_SHARE, TuneConfig
+
+    profile = simulated_profile()
+    db = store.open_store(dbs.url(args.db))
+    kernels = tuple(catalog.names())
+    scaled = budget is None and strategy == "model"
+    config = TuneConfig(kernels=kernels, sizes={}, strategy=strategy, budget=DEFAULT_BUDGET if scaled else budget,
+                        space_share=SPACE_SHARE if scaled else 0.0, out=dbs.dir / "artifacts")  # fmt: skip
+    pool = fleet_pool(gpus, trial_s, profile)
+    try:
+        if limit is not None:  # enough tasks for `limit` trials (exhaustive: every schedule of each)
+            from farm.tuning import tasks as planning
+
+            whole = planning.plan(config, profile.topology_hash(), profile)
+            keep, total = [], 0
+            for task in whole:
+                if total >= limit:
+                    break
+                keep.append(task)
+                total += task.trials
+            chosen = {(t.kernel, t.problem.key()) for t in keep}
+            sizes = {}
+            for t in keep:
+                sizes.setdefault(t.kernel, []).append(t.problem)
+            config = replace(config, kernels=tuple(sizes), sizes=sizes)
+            assert len(chosen) == len(keep)
+        campaign = Campaign(config, pool, db, dbs.dir / "artifacts", "fleet")
+        start, cpu = time.perf_counter(), time.process_time()
+        winners = campaign.run()
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        trials = store.count_trials(db)
+        busy = pool.busy_seconds()
+    finally:
+        pool.shutdown()
+        db.engine.dispose()
+    return {"mode": args.mode, "db": args.db, "gpus": gpus, "trial_s": trial_s, "problems": len(campaign.tasks),
+            "winners": len(winners), "trials": trials, "wall_s": wall, "trials_per_s": trials / wall,
+            "driver_cpu_us_per_trial": 1e6 * cpu / max(trials, 1),
+            "utilization": busy / (gpus * wall) if trial_s else None,
+            "db_rows_per_s": trials / wall, "load": load()}  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=("record", "driver", "fleet"))
+    parser.add_argument("--rows", type=int, default=50_000, help="record: trials recorded per database")
+    parser.add_argument("--no-postgres", action="store_true", help="record: SQLite only")
+    parser.add_argument("--db", choices=("sqlite", "postgresql"), default="postgresql", help="driver, fleet")
+    parser.add_argument("--trials", type=int, default=20_000, help="driver: about this many trials (exhaustive)")
+    parser.add_argument("--workers", type=int, default=4, help="driver: simulated GPUs answering at once")
+    parser.add_argument("--gpus", default="64", help="fleet: comma-separated counts of simulated GPUs")
+    parser.add_argument("--trial-s", type=float, default=H200_TRIAL_S, help="fleet: mean seconds per trial per GPU")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    args = parser.parse_args()
+    needs_pg = (args.mode == "record" and not args.no_postgres) or args.db == "postgresql"
+    dbs = Databases(needs_pg)
+    try:
+        if args.mode == "record":
+            rows = record(args, dbs)
+        elif args.mode == "driver":
+            rows = [campaign_run(args, dbs, args.workers, 0.0, "exhaustive", None, args.trials)]
+        else:
+            rows = [campaign_run(args, dbs, int(n), args.trial_s, "model", None, None) for n in args.gpus.split(",")]
+    finally:
+        dbs.close()
+    print(f"machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, load {load()}")
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    print(" | ".join(keys))
+    for row in rows:
+        print(" | ".join(f"{row.get(k):.3g}" if isinstance(row.get(k), float) else str(row.get(k)) for k in keys))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
