@@ -4,6 +4,7 @@ loop, TrialRecorder), a real Ray and a real database, with the GPUs replaced by 
     .venv/bin/python benchmarks/fleet.py record [--rows 50000] [--no-postgres]
     .venv/bin/python benchmarks/fleet.py driver [--trials 20000] [--db sqlite|postgres]
     .venv/bin/python benchmarks/fleet.py fleet --gpus 64,256,1000 [--trial-s 0.09] [--db postgres]
+    .venv/bin/python benchmarks/fleet.py drivers --drivers 4 --gpus 1000 --requests 200 [--db postgres]
 
 `record`: rows/s of "recording as a campaign records": a TrialRecorder with a campaign's
 progress counters fed one trial at a time, flushing as a campaign does, into SQLite and a
@@ -17,6 +18,14 @@ and Ray; driver CPU (this process, all its threads) per trial.
 default model search and budget) on N simulated GPUs, each answering one trial at a time at
 its real per-trial rate: trials/s, driver CPU per trial, worker utilization (the GPUs' busy
 seconds over N x wall) and database rows/s.
+
+`drivers`: several drivers at once, sharded through the queue: `--requests` tune requests
+(the catalog's default problems and variants of them with a dimension doubled or halved, each
+request a problem as `farm queue add` queues it) in one database, then `--drivers` processes,
+each the real `farm serve` drainer (farm.tuning.serve.Drainer, `serve(once=True)`) over its
+share of `--gpus` simulated GPUs, joined to one Ray; aggregate trials/s, worker utilization,
+driver CPU per trial (all drivers' CPU over all trials), database rows/s, and from those how
+many drivers 11,600 trials/s would take.
 
 How a GPU is simulated: SimulatedGpus, an asyncio Ray actor, stands for many GPUs (one lock
 each, so each runs one batch at a time as a real worker's GPU lock does); a trial sleeps
@@ -193,8 +202,9 @@ class _Gpu:
         return _Method(self.actor, name, self.gpu)
 
 
-def fleet_pool(gpus: int, trial_s: float, profile: HardwareProfile, max_in_flight: int = 2):
-    """The real WorkerPool (its batch loop and failure rules) over `gpus` simulated GPUs."""
+def fleet_pool(gpus: int, trial_s: float, profile: HardwareProfile, max_in_flight: int = 2, first: int = 0):
+    """The real WorkerPool (its batch loop and failure rules) over `gpus` simulated GPUs
+    (numbered from `first`: several drivers' GPUs have distinct worker ids)."""
     import ray
 
     from farm.tuning.ray_session import init_ray
@@ -208,19 +218,19 @@ def fleet_pool(gpus: int, trial_s: float, profile: HardwareProfile, max_in_fligh
             self._owns_ray = init_ray(None, os.cpu_count())
             stub = _stub_class()
             actors = []
-            for first in range(0, gpus, GPUS_PER_ACTOR):
-                count = min(GPUS_PER_ACTOR, gpus - first)
+            for start in range(0, gpus, GPUS_PER_ACTOR):
+                count = min(GPUS_PER_ACTOR, gpus - start)
                 actors.append(stub.options(max_concurrency=4 * count, num_cpus=0).remote(
-                    profile.to_dict(), first, count, trial_s))  # fmt: skip
+                    profile.to_dict(), first + start, count, trial_s))  # fmt: skip
             self.stubs = actors
             self._slots = {}
             for i in range(gpus):
-                slot = _Slot(f"w{i}", actor=_Gpu(actors[i // GPUS_PER_ACTOR], i))
+                slot = _Slot(f"w{i}", actor=_Gpu(actors[i // GPUS_PER_ACTOR], first + i))
                 slot.report = ray.get(slot.actor.report.remote()) if i % GPUS_PER_ACTOR == 0 else None
                 self._slots[slot.name] = slot
             first_report = next(iter(self._slots.values())).report
             for i, slot in enumerate(self._slots.values()):
-                slot.report = first_report | {"worker_id": f"w{i}.0"}
+                slot.report = first_report | {"worker_id": f"w{first + i}.0"}
 
         def busy_seconds(self) -> float:
             return sum(sum(b.values()) for b in ray.get([a.busy_seconds.remote() for a in self.stubs]))
@@ -372,9 +382,121 @@ def campaign_run(args, dbs: Databases, gpus: int, trial_s: float, strategy: str,
             "db_rows_per_s": trials / wall, "load": load()}  # fmt: skip
 
 
+def request_problems(count: int, profile: HardwareProfile) -> list[tuple[str, Problem]]:
+    """`count` distinct (kernel, problem) this adapter can run: the default problems of every
+    kernel, then variants of them with one dimension doubled or halved, round after round."""
+    from farm.tuning.problems import check_problem
+
+    seen, out = set(), []
+    bases = [(name, p) for name in catalog.names() for p in catalog.get(name).default_problems(profile)]
+    for step in range(64):
+        for name, base in bases:
+            spec, dims = catalog.get(name), base.as_dict()
+            if step:
+                dim = sorted(dims)[step % len(dims)]
+                dims[dim] = dims[dim] * 2 ** ((step + 1) // 2) if step % 2 else dims[dim] // 2 ** (step // 2)
+            try:
+                problem = spec.problem(**dims)
+                check_problem(spec, problem, profile)
+            except ValueError:
+                continue
+            if (name, problem.key()) not in seen:
+                seen.add((name, problem.key()))
+                out.append((name, problem))
+                if len(out) == count:
+                    return out
+    return out
+
+
+def drain(args) -> dict:
+    """One driver of `drivers`: joins the Ray at `--ray-address`, the database at
+    $FARM_DATABASE_URL, and drains the queue with `farm serve`'s Drainer over its GPUs."""
+    import ray
+
+    from farm.tuning.serve import Drainer
+    from farm.tuning.tasks import DEFAULT_BUDGET, SPACE_SHARE, TuneConfig
+
+    ray.init(address=args.ray_address, log_to_driver=False, logging_level="WARNING")
+    profile = simulated_profile()
+    db = store.open_store(None)
+    out = Path(os.environ["FARM_HOME"]) / "artifacts"
+    config = TuneConfig(kernels=(), sizes={}, strategy="model", budget=args.budget or DEFAULT_BUDGET,
+                        space_share=0.0 if args.budget else SPACE_SHARE, out=out)  # fmt: skip
+    pool = fleet_pool(args.gpus_each, args.trial_s, profile, first=args.first)
+    try:
+        drainer = Drainer(pool, db, config, out, name=f"fleet-{args.first}", batch=args.batch,
+                          stream=open(os.devnull, "w"))  # fmt: skip
+        start, cpu = time.time(), time.process_time()
+        tally = drainer.serve(once=True)
+        end, cpu = time.time(), time.process_time() - cpu
+        busy = pool.busy_seconds()
+    finally:
+        pool.shutdown()
+        db.engine.dispose()
+    return {"start": start, "end": end, "cpu_s": cpu, "busy_s": busy, "gpus": args.gpus_each,
+            "claimed": tally.claimed, "done": tally.done, "failed": tally.failed + tally.retried}  # fmt: skip
+
+
+def drivers(args, dbs: Databases) -> dict:
+    """`--drivers` drainer processes over one queue and one Ray; their aggregate (module docstring)."""
+    import subprocess
+
+    import ray
+
+    from farm.store import queue
+    from farm.tuning.ray_session import init_ray
+
+    profile = simulated_profile()
+    url = dbs.url(args.db)
+    db = store.open_store(url)
+    wanted = request_problems(args.requests, profile)
+    for kernel, problem in wanted:
+        queue.enqueue(db, queue.ANY_TOPOLOGY, kernel, problem.key(), catalog.get(kernel).source_hash(), 0, "fleet")
+    owns = init_ray(None, os.cpu_count())
+    address = ray.get_runtime_context().gcs_address
+    shares = [args.gpus // args.drivers + (k < args.gpus % args.drivers) for k in range(args.drivers)]
+    env = {**os.environ, "FARM_DATABASE_URL": url, "FARM_DEVICE_LOCK": "off", "RAY_ADDRESS": address,
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
+    procs = []
+    try:
+        for k, share in enumerate(shares):
+            home = dbs.dir / f"driver{k}"
+            home.mkdir()
+            command = [sys.executable, __file__, "drain", "--ray-address", address, "--gpus-each", str(share),
+                       "--first", str(sum(shares[:k])), "--trial-s", str(args.trial_s), "--batch", str(args.batch),
+                       "--budget", str(args.budget or 0), "--json", str(home / "drain.json")]  # fmt: skip
+            log = open(home / "stderr.txt", "w")
+            procs.append((subprocess.Popen(command, env=env | {"FARM_HOME": str(home)}, stderr=log,
+                                           stdout=subprocess.DEVNULL), home, log))  # fmt: skip
+        for proc, home, log in procs:
+            if proc.wait() != 0:
+                tail = (home / "stderr.txt").read_text()[-2000:]
+                raise SystemExit(f"fleet.py: error: driver {home.name} exited {proc.returncode}:\n{tail}")
+            log.close()
+    finally:
+        for proc, _, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+        if owns:
+            ray.shutdown()
+    parts = [json.loads((home / "drain.json").read_text()) for _, home, _ in procs]
+    trials = store.count_trials(db)
+    counts = queue.status_counts(db)
+    db.engine.dispose()
+    wall = max(p["end"] for p in parts) - min(p["start"] for p in parts)
+    cpu = sum(p["cpu_s"] for p in parts)
+    cpu_us = 1e6 * cpu / max(trials, 1)
+    return {"mode": "drivers", "db": args.db, "drivers": args.drivers, "gpus": args.gpus, "trial_s": args.trial_s,
+            "requests": len(wanted), "done": counts.get("done", 0), "trials": trials, "wall_s": wall,
+            "trials_per_s": trials / wall, "utilization": sum(p["busy_s"] for p in parts) / (args.gpus * wall),
+            "claimed": [p["claimed"] for p in parts], "driver_cpu_us_per_trial": cpu_us,
+            "driver_cores_busy": cpu / wall, "db_rows_per_s": trials / wall,
+            "drivers_for_11600": math.ceil(11_600 * cpu_us / 1e6), "load": load()}  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("record", "driver", "fleet"))
+    parser.add_argument("mode", choices=("record", "driver", "fleet", "drivers", "drain"))
     parser.add_argument("--rows", type=int, default=50_000, help="record: trials recorded per database")
     parser.add_argument("--no-postgres", action="store_true", help="record: SQLite only")
     parser.add_argument("--db", choices=("sqlite", "postgresql"), default="postgresql", help="driver, fleet")
@@ -383,12 +505,28 @@ def main() -> int:
     parser.add_argument("--gpus", default="64", help="fleet: comma-separated counts of simulated GPUs")
     parser.add_argument("--trial-s", type=float, default=H200_TRIAL_S, help="fleet: mean seconds per trial per GPU")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    parser.add_argument("--drivers", type=int, default=2, help="drivers: drainer processes over one queue")
+    parser.add_argument("--requests", type=int, default=100, help="drivers: tune requests queued")
+    parser.add_argument("--batch", type=int, default=16, help="drivers: requests a drainer claims per round")
+    parser.add_argument("--budget", type=int, default=0, help="drivers: trials per request (0: the default)")
+    parser.add_argument("--ray-address", help=argparse.SUPPRESS)  # drain: one driver of `drivers`
+    parser.add_argument("--gpus-each", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.mode == "drain":
+        row = drain(args)
+        args.json.write_text(json.dumps(row))
+        return 0
+    if args.mode == "drivers" and not (1 <= args.drivers <= int(args.gpus)):
+        raise SystemExit(f"fleet.py: error: --drivers {args.drivers} must be 1..--gpus ({args.gpus})")
     needs_pg = (args.mode == "record" and not args.no_postgres) or args.db == "postgresql"
     dbs = Databases(needs_pg)
     try:
         if args.mode == "record":
             rows = record(args, dbs)
+        elif args.mode == "drivers":
+            args.gpus = int(args.gpus)
+            rows = [drivers(args, dbs)]
         elif args.mode == "driver":
             rows = [campaign_run(args, dbs, args.workers, 0.0, "exhaustive", None, args.trials)]
         else:

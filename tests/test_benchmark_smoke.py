@@ -1,9 +1,8 @@
 """Smoke runs on the CPU adapter of the benchmarks that need no GPU to run: runtime_calls.py's
 cut-down mode (--only, --skip-costs, --skip-chains), search_replay.py, trial_repeat.py and
 queue_claims.py on a small SQLite queue, dashboard_queries.py (a small SQLite database) and
-fleet.py's recording mode: each
-runs, writes its JSON and reports every row it measured (the numbers mean something on GPUs,
-or a quiet machine, only)."""
+fleet.py's recording and several-drivers modes: each runs, writes its JSON and reports every
+row it measured (the numbers mean something on GPUs, or a quiet machine, only)."""
 
 import gzip
 import json
@@ -104,3 +103,14 @@ def test_fleet_records_as_a_campaign_and_reports_its_rate(tmp_path):
     (row,) = json.loads((tmp_path / "fleet.json").read_text())
     assert (row["mode"], row["db"], row["rows"]) == ("record", "sqlite", 600) and row["rows_per_s"] > 0
     assert "record | sqlite | 600 |" in run.stdout
+
+
+def test_fleet_drivers_drain_one_queue_together_and_report_the_aggregate(tmp_path):
+    run = _run("fleet.py", "drivers", "--drivers", "2", "--gpus", "4", "--requests", "4", "--budget", "8",
+               "--batch", "1", "--trial-s", "0.002", "--db", "sqlite", "--json", tmp_path / "drivers.json")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (row,) = json.loads((tmp_path / "drivers.json").read_text())
+    assert (row["mode"], row["drivers"], row["gpus"], row["requests"]) == ("drivers", 2, 4, 4)
+    assert row["done"] == sum(row["claimed"]) == 4  # every request tuned, none claimed twice
+    assert row["trials"] >= 4 * 8 and 0 < row["utilization"] <= 1 and row["drivers_for_11600"] >= 1
+    assert "drivers | sqlite | 2 | 4 |" in run.stdout

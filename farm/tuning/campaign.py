@@ -288,6 +288,10 @@ class PoolExecutor:
         slots = pool.topologies()[topology]
         self.slot, self.workers = slots[index % len(slots)], max(1, len(slots) // share)
         self.device_name = profiles[self.slot].device_name
+        # beside other problems, compile hints go to its share of the workers, not to every one
+        # (a hint per worker per round would cost the driver the fleet's size at each round)
+        first = index * self.workers % len(slots)
+        self.hinted = None if trials is None else (slots + slots)[first : first + self.workers]
 
     def evaluate(self, jobs: list[Job]):
         return self.trials.stream(jobs) if self.trials is not None else self.pool.stream(jobs, self.topology)
@@ -295,7 +299,8 @@ class PoolExecutor:
     def precompile(self, kernel: str, problem: Problem, schedules: list[Schedule], seed: int) -> None:
         ahead = getattr(self.pool, "precompile", None)  # a pool without it (the tests' fakes) compiles at the trial
         if ahead is not None:
-            ahead(kernel, problem, schedules, seed, self.topology)
+            only = () if self.hinted is None else (self.hinted,)  # alone on the workers: every one of them
+            ahead(kernel, problem, schedules, seed, self.topology, *only)
 
     def remeasure_rounds(
         self,

@@ -10,10 +10,11 @@ collects each worker's report (HardwareProfile, adapter mapping) before any work
 trials: interleaved re-measurement on one worker (`remeasure_rounds`), any picklable function on
 the workers' devices (`map`), and per-worker stage times.
 
-Trials go out in small batches, at most `max_in_flight` per worker, and come back through
-`ray.wait`. A worker is a threaded actor (ACTOR_THREADS): its next batch compiles and is
-timed while the previous one finishes its comparisons (farm.tuning.runner), so two batches
-may be under way at once and a fault can't be pinned on the oldest one by itself. The rules:
+Trials go out in small batches, at most `max_in_flight` per worker, and come back as each
+batch's ref resolves (a callback queues it: a wait costs what finished, not the fleet's
+size). A worker is a threaded actor (ACTOR_THREADS): its next batch compiles and is timed
+while the previous one finishes its comparisons (farm.tuning.runner), so two batches may be
+under way at once and a fault can't be pinned on the oldest one by itself. The rules:
 
 - a batch running past `trial_timeout_s` per job: the actor is killed and replaced in its
   slot; a multi-job batch is split and re-run job by job, a single job is recorded `timeout`;
@@ -117,6 +118,32 @@ class _Batch:
     ref: Any = None
     started: float = 0.0
     alone: bool = False  # a retried or split-off trial: never merged with others again
+    answer: Any = None  # the ref's future once watched: its value, read without a second ray.get
+
+
+class _Arrivals:
+    """Batches' refs as they resolve, queued by Ray's completion callback: a wait costs what
+    finished, where ray.wait over every ref in flight costs the fleet's size each call.
+    `events` may be shared with other wake-ups (TrialQueue's new jobs)."""
+
+    def __init__(self, events: queue.SimpleQueue | None = None):
+        self.events = events if events is not None else queue.SimpleQueue()
+
+    def watch(self, batch: _Batch) -> None:
+        batch.answer = batch.ref.future()
+        batch.answer.add_done_callback(lambda _, ref=batch.ref: self.events.put(ref))
+
+    def wait(self, timeout: float) -> list:
+        """What arrived: at least one item unless `timeout` passed first, then all others ready."""
+        try:
+            arrived = [self.events.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                arrived.append(self.events.get_nowait())
+            except queue.Empty:
+                return arrived
 
 
 class _Pending(deque):
@@ -153,10 +180,9 @@ class TrialQueue:
     the failure rules. An error in the loop (a user's error, a WorkerFailure) is raised in
     every caller waiting and every later one; `close()` stops the loop."""
 
-    WAIT_S = 0.02  # the loop's longest wait on Ray: a search's next batch must not queue behind it
-
     def __init__(self, pool: WorkerPool, topology: str | None = None):
         self.pool, self.slots = pool, pool._slots_for(topology)
+        # one queue wakes the loop: a caller's jobs, a batch's ref resolved, or None to stop
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._stop = threading.Event()
@@ -186,49 +212,43 @@ class TrialQueue:
         if self._error is None:
             self._error = error or WorkerFailure("the campaign's trial queue was closed")
         self._stop.set()
+        self._inbox.put(None)
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
 
     def _loop(self) -> None:
         pool, slots = self.pool, self.slots
+        room = {slot.name: slot for slot in slots}
+        arrivals = _Arrivals(self._inbox)
         pending, owner, routes = _Pending(), {}, {}
         numbers = itertools.count()
         checked = time.monotonic()
         try:
             while not self._stop.is_set():
-                self._take_new(pending, routes, numbers, block=not pending and not owner)
-                pool._fill(slots, pending, owner, guided=True)
-                if not owner:
-                    continue
-                ready, rest = pool._ray.wait(list(owner), num_returns=1, timeout=self.WAIT_S)
-                if ready and rest:
-                    ready += pool._ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-                for ref in ready:
-                    if ref in owner:
-                        for index, result in pool._collect(owner[ref], ref, pending, owner):
+                pool._fill(room, pending, owner, True, arrivals, len(slots))
+                for event in arrivals.wait(_POLL_S):
+                    if isinstance(event, tuple):  # a caller's jobs
+                        jobs, out = event
+                        for job in jobs:
+                            index = next(numbers)
+                            routes[index] = out
+                            pending.append(_Batch([(index, job)]))
+                    elif event is not None and event in owner:
+                        slot = owner[event]
+                        for index, result in pool._collect(slot, event, pending, owner):
                             routes.pop(index).put(result)
+                        room[slot.name] = slot
                 if time.monotonic() - checked >= _POLL_S:
                     checked = time.monotonic()
                     for slot in slots:
                         if slot.fifo and pool._overdue(slot.fifo[0]):
                             for index, result in pool._on_timeout(slot, pending, owner):
                                 routes.pop(index).put(result)
+                            room[slot.name] = slot
         except BaseException as exc:  # noqa: BLE001 - handed to every caller, raised there
             self._error = exc
             for out in {id(out): out for out in routes.values()}.values():
                 out.put(exc)
-
-    def _take_new(self, pending: _Pending, routes: dict, numbers, block: bool) -> None:
-        while True:
-            try:
-                jobs, out = self._inbox.get(timeout=0.1) if block else self._inbox.get_nowait()
-            except queue.Empty:
-                return
-            block = False
-            for job in jobs:
-                index = next(numbers)
-                routes[index] = out
-                pending.append(_Batch([(index, job)]))
 
 
 class WorkerPool:
@@ -385,31 +405,52 @@ class WorkerPool:
         size = batch_size or 1
         pending = _Pending(_Batch(indexed[i : i + size]) for i in range(0, len(indexed), size))
         owner: dict[Any, _Slot] = {}
+        room = {slot.name: slot for slot in slots}
+        arrivals = _Arrivals()
         guided = batch_size is None
         checked = time.monotonic()
         while pending or owner:
-            self._fill(slots, pending, owner, guided)
-            refs = list(owner)
-            ready, rest = self._ray.wait(refs, num_returns=1, timeout=_POLL_S)
-            if ready and rest:  # every batch back by now, in one pass: a fleet answers many at once
-                ready += self._ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+            self._fill(room, pending, owner, guided, arrivals, len(slots))
+            ready = arrivals.wait(_POLL_S)  # every batch back by now, in one pass: a fleet answers many at once
             for ref in ready:
                 if ref in owner:
-                    yield from self._collect(owner[ref], ref, pending, owner)
+                    slot = owner[ref]
+                    yield from self._collect(slot, ref, pending, owner)
+                    room[slot.name] = slot
             if time.monotonic() - checked >= _POLL_S or not ready:  # timeouts are seconds: no scan per result
                 checked = time.monotonic()
                 for slot in slots:
                     if slot.fifo and self._overdue(slot.fifo[0]):
                         yield from self._on_timeout(slot, pending, owner)
+                        room[slot.name] = slot
 
-    def _fill(self, slots: list[_Slot], pending: deque, owner: dict, guided: bool = False) -> None:
-        for slot in slots:
+    def _fill(
+        self,
+        slots: list[_Slot] | dict[str, _Slot],
+        pending: deque,
+        owner: dict,
+        guided: bool = False,
+        arrivals: _Arrivals | None = None,
+        workers: int | None = None,
+    ) -> None:
+        """Send `pending` batches to `slots` with room; `slots` may be the loop's room (the slots
+        by name that may take a batch): a full one leaves it, so a fill costs what was freed."""
+        if not pending:
+            return
+        workers = workers or len(slots)
+        for slot in list(slots.values() if isinstance(slots, dict) else slots):
+            if not pending:
+                return
             while pending and len(slot.fifo) < self.max_in_flight and not _kept_apart(slot, pending[0]):
-                batch = self._take(pending, len(slots)) if guided else pending.popleft()
+                batch = self._take(pending, workers) if guided else pending.popleft()
                 batch.ref = slot.actor.evaluate.remote([job for _, job in batch.items])
                 batch.started = time.monotonic()
                 slot.fifo.append(batch)
                 owner[batch.ref] = slot
+                if arrivals is not None:
+                    arrivals.watch(batch)
+            if isinstance(slots, dict) and len(slot.fifo) >= self.max_in_flight:
+                del slots[slot.name]
 
     def _take(self, pending: deque, workers: int) -> _Batch:
         """The next batch: single fresh trials at the head of `pending` merged up to the
@@ -430,15 +471,18 @@ class WorkerPool:
 
     def _collect(self, slot: _Slot, ref, pending: deque, owner: dict) -> Iterator[tuple[int, TrialResult]]:
         ray = self._ray
+        batch = next(b for b in slot.fifo if b.ref == ref)
+        answer = batch.answer
         try:
-            results = ray.get(ref)
+            # the future's value when it has one; an error is read through ray.get, as it types it
+            ok = answer is not None and answer.done() and answer.exception() is None
+            results = answer.result() if ok else ray.get(ref)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
             yield from self._on_death(slot, pending, owner)
             return
         except ray.exceptions.RayTaskError as exc:
             raise_users_error(exc)
             raise WorkerFailure(f"worker {slot.worker_id} raised: {exc}") from exc
-        batch = next(b for b in slot.fifo if b.ref == ref)
         was_head = batch is slot.fifo[0]
         slot.fifo.remove(batch)
         del owner[ref]
@@ -518,11 +562,17 @@ class WorkerPool:
             slot.actor.prefetch.remote(kernel, problem, seed)
 
     def precompile(
-        self, kernel: str, problem: Problem, schedules: list, seed: int = 0, topology: str | None = None
+        self,
+        kernel: str,
+        problem: Problem,
+        schedules: list,
+        seed: int = 0,
+        topology: str | None = None,
+        slots: list[str] | None = None,
     ) -> None:
-        """Ask the workers (of `topology`) to compile these schedules' pipelines ahead
-        (TrialRunner.precompile: the search's likely next picks); returns at once."""
-        for slot in self._slots_for(topology):
+        """Ask the workers (of `topology`, or only those `slots`) to compile these schedules'
+        pipelines ahead (TrialRunner.precompile: the search's likely next picks); returns at once."""
+        for slot in self._slots_for(topology) if slots is None else [self._slots[name] for name in slots]:
             slot.actor.precompile.remote(kernel, problem, schedules, seed)
 
     def forget(self, kernel: str, problem: Problem, seed: int = 0, topology: str | None = None) -> None:
