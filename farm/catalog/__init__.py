@@ -53,14 +53,15 @@ class Arg:
 @dataclass
 class Pass:
     """One dispatch of a multi-pass launch: its module, groups and the args it binds
-    (indices into Launch.args; binding number = index, so every pass's WGSL declares an
-    arg at the same @binding)."""
+    (indices into Launch.args), each at the @binding of the same place in `numbers`, or
+    at its index when `numbers` is None (every pass's WGSL declares an arg at the same @binding)."""
 
     source: str
     groups: int | tuple[int, int, int]
     bindings: tuple[int, ...]
     constants: dict[str, float] = field(default_factory=dict)
     entry_point: str = "main"
+    numbers: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -79,13 +80,14 @@ class Launch:
     constants: dict[str, float] = field(default_factory=dict)
     entry_point: str = "main"
     bindings: tuple[int, ...] | None = None
+    numbers: tuple[int, ...] | None = None  # the @binding of each of `bindings` (None: its index)
     prologue: list[Pass] = field(default_factory=list)
     epilogue: list[Pass] = field(default_factory=list)
 
     def passes(self) -> list[Pass]:
         """Every dispatch in order; the main one is `Pass(self.source, ...)`."""
         bindings = self.bindings if self.bindings is not None else tuple(range(len(self.args)))
-        main = Pass(self.source, self.groups, bindings, self.constants, self.entry_point)
+        main = Pass(self.source, self.groups, bindings, self.constants, self.entry_point, self.numbers)
         return [*self.prologue, main, *self.epilogue]
 
 

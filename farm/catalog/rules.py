@@ -62,8 +62,9 @@ def parse_shape(kernel: str, arg: str, text: object) -> tuple[type, tuple[str, .
     return dtype, tuple(part.strip() for part in split_top(inner))
 
 
-def check_names(kernel: str, rule: object, what: str, dims, knobs) -> None:
-    """KernelError unless `rule` is a function or an expression naming only dims, knobs and FUNCTIONS."""
+def check_names(kernel: str, rule: object, what: str, dims, knobs, not_here=()) -> None:
+    """KernelError unless `rule` is a function or an expression naming only dims, knobs and FUNCTIONS;
+    `not_here`: knobs that can't be named here (an input's shape), each said so."""
     if callable(rule):
         return
     if not isinstance(rule, (str, int)):
@@ -74,6 +75,11 @@ def check_names(kernel: str, rule: object, what: str, dims, knobs) -> None:
         raise KernelError(f"kernel {kernel!r}: {what} {rule!r} is not an expression: {exc.msg}") from None
     known = set(dims) | set(knobs)
     for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in not_here:
+            raise KernelError(
+                f"kernel {kernel!r}: {what} {rule!r} names knob {node.id!r}: inputs and outputs are shaped by "
+                "the dims alone (the caller's arrays); a knob may size a scratch buffer (scratch={...})"
+            )
         if isinstance(node, ast.Name) and node.id not in known and node.id not in FUNCTIONS:
             kind = "knob or dim" if knobs else "dim"
             raise KernelError(
@@ -101,13 +107,18 @@ def evaluate(kernel: str, dims, rule, ns: Namespace, what: str):
         raise KernelError(f"kernel {kernel!r}: {what} {rule!r} failed for {dict(ns)}: {exc}") from None
 
 
-def workgroup_threads(source: str, ns: Mapping) -> int | None:
-    """Invocations per workgroup from the WGSL's @workgroup_size (None when not computable here)."""
-    match = _WORKGROUP_SIZE.search(source)
-    if match is None:
+def workgroup_threads(source: str, ns: Mapping, entry: str | None = None) -> int | None:
+    """Invocations per workgroup from the @workgroup_size of `entry` (else the first in the
+    WGSL); None when not computable here."""
+    if entry is not None:
+        arguments = entry_points(source).get(entry)
+    else:
+        match = _WORKGROUP_SIZE.search(source)
+        arguments = match.group(1) if match else None
+    if not arguments:
         return None
     total = 1
-    for part in split_top(match.group(1)):
+    for part in split_top(arguments):
         part = re.sub(r"(\d+)[ui]\b", r"\1", part.strip())
         try:
             total *= int(eval(part, {"__builtins__": {}}, dict(ns)))  # noqa: S307
@@ -135,3 +146,83 @@ def defining_file() -> str | None:
         frame = frame.f_back
     path = frame.f_globals.get("__file__") if frame is not None else None
     return str(Path(path).resolve()) if path and not str(path).startswith("<") else None
+
+
+# The adapter's limits as restrictions, grids and scratch shapes read them (docs/guides/custom-kernel.md):
+# name -> (HardwareProfile limit, WebGPU's default where no adapter is known yet).
+ADAPTER_LIMITS = {
+    "max_invocations": ("max-compute-invocations-per-workgroup", 256),
+    "max_workgroup_size_x": ("max-compute-workgroup-size-x", 256),
+    "max_workgroup_size_y": ("max-compute-workgroup-size-y", 256),
+    "max_workgroup_bytes": ("max-compute-workgroup-storage-size", 16384),
+    "max_workgroups": ("max-compute-workgroups-per-dimension", 65535),
+    "max_buffer_bytes": ("max-storage-buffer-binding-size", 134217728),
+}
+ADAPTER_NAMES = (*ADAPTER_LIMITS, "subgroup_size", "subgroup_max_size")
+
+
+def adapter_values(profile) -> dict[str, int]:
+    """ADAPTER_NAMES' values for `profile` (a HardwareProfile; None: WebGPU's defaults, no subgroups).
+    `subgroup_size` is the least subgroup the adapter may run (0 without the subgroup feature)."""
+    limits = dict(profile.limits) if profile is not None else {}
+    values = {name: int(limits.get(limit, default)) for name, (limit, default) in ADAPTER_LIMITS.items()}
+    lanes = profile.subgroup_lanes() if profile is not None else 0
+    values["subgroup_size"] = lanes
+    values["subgroup_max_size"] = max(lanes, profile.subgroup_max_size) if lanes else 0
+    return values
+
+
+# `@group(0) @binding(1) var<storage, read_write> y: array<f32>;` (attributes in either order)
+_RESOURCE = re.compile(r"((?:@\w+\s*\([^)]*\)\s*)+)var\s*(?:<([^>]*)>)?\s*(\w+)\s*:\s*([^;=]+?)\s*;")
+_ENTRY = re.compile(r"((?:@\w+\s*(?:\([^)]*\))?\s*)+)fn\s+(\w+)\s*\(")
+SCALARS = ("f32", "f16", "i32", "u32", "bool")
+
+
+def strip_comments(source: str) -> str:
+    """WGSL without its // and /* */ comments (line breaks kept, so line numbers hold)."""
+    source = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), source, flags=re.DOTALL)
+    return re.sub(r"//[^\n]*", "", source)
+
+
+def resources(source: str) -> dict[int, tuple[str, str, str, int]]:
+    """{binding number: (variable, access, type, line)} of the WGSL's group-0 resources;
+    access is "read", "read_write" or "uniform"."""
+    text, out = strip_comments(source), {}
+    for match in _RESOURCE.finditer(text):
+        attributes, space, name, wgsl_type = match.groups()
+        binding = re.search(r"@binding\s*\(\s*(\d+)\s*\)", attributes)
+        group = re.search(r"@group\s*\(\s*(\d+)\s*\)", attributes)
+        if binding is None or (group is not None and group.group(1) != "0"):
+            continue
+        parts = [p.strip() for p in (space or "").split(",")]
+        access = "uniform" if parts[0] == "uniform" else (parts[1] if len(parts) > 1 else "read")
+        line = text.count("\n", 0, match.start(3)) + 1
+        out[int(binding.group(1))] = (name, access, " ".join(wgsl_type.split()), line)
+    return out
+
+
+def entry_points(source: str) -> dict[str, str]:
+    """{compute entry point: its @workgroup_size arguments ("" when none)}."""
+    out = {}
+    for match in _ENTRY.finditer(strip_comments(source)):
+        attributes, name = match.groups()
+        if "@compute" in attributes:
+            size = _WORKGROUP_SIZE.search(attributes)
+            out[name] = size.group(1) if size else ""
+    return out
+
+
+def scalar_of(wgsl_type: str) -> str | None:
+    """The scalar a WGSL storage type holds (`array<vec4<f32>>` -> f32, `atomic<u32>` -> u32);
+    None for a struct or anything else not known here."""
+    inner = wgsl_type
+    while True:
+        match = re.fullmatch(r"\s*(?:array|atomic|vec[234]|mat[234]x[234])\s*<(.*?)(?:,[^<>]*)?>\s*", inner)
+        if match is None:
+            break
+        inner = match.group(1)
+    inner = inner.strip()
+    if inner in SCALARS:
+        return inner
+    short = re.fullmatch(r"vec[234]([fhiu])", inner)
+    return {"f": "f32", "h": "f16", "i": "i32", "u": "u32"}[short.group(1)] if short else None

@@ -34,20 +34,27 @@ import inspect
 import math
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from farm.catalog import _REGISTRY, KERNEL_MODULES, Arg, KernelSpec, Launch, register, rng_for
+from farm.catalog import Pass as Dispatch
 from farm.catalog.rules import (
+    ADAPTER_NAMES,
     TEXTS,
     KernelError,
     Namespace,
+    adapter_values,
     check_names,
     defining_file,
+    entry_points,
     evaluate,
     parse_shape,
     read_text,
+    resources,
+    scalar_of,
     workgroup_threads,
 )
 from farm.gpu import MAX_GROUPS_PER_DIM, HardwareProfile
@@ -56,6 +63,33 @@ from farm.schedule import BASE_KNOBS, InvalidSchedule, Problem, Schedule
 DTYPES = {"f32": np.float32, "i32": np.int32, "u32": np.uint32, "f16": np.float16}
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 _OVERRIDE = re.compile(r"^\s*override\s+(\w+)", re.MULTILINE)
+# WGSL scalars a declared dtype may be read as (narrow integers and f16 pairs packed in 32-bit words)
+READ_AS = {"float32": ("f32",), "int32": ("i32",), "uint32": ("u32",), "float16": ("f16", "u32"),
+           "int8": ("i32", "u32"), "uint8": ("u32", "i32"), "int16": ("i32", "u32"), "uint16": ("u32", "i32")}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One dispatch of a `farm.Kernel` pipeline: the `entry` point of `source` (WGSL text or a
+    path; the Kernel's `source` when None), its `grid` (as Kernel's) and the buffers it
+    `binds` by name (inputs, outputs, scratch, "params"; None: all of them, in that order)."""
+
+    entry: str = "main"
+    grid: str | int | tuple | Callable = 1
+    binds: tuple[str, ...] | list[str] | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class _Step:
+    """A declared pass, resolved: its WGSL, the args it binds (indices) and their @binding numbers."""
+
+    where: str
+    template: str
+    entry: str
+    grid: object
+    bindings: tuple[int, ...]
+    numbers: tuple[int, ...]
 
 
 class Kernel(KernelSpec):
@@ -68,14 +102,16 @@ class Kernel(KernelSpec):
     def __init__(
         self,
         name: str,
-        source: str,
+        source: str | None = None,
         *,
         dims: tuple[str, ...] | list[str],
         inputs: Mapping[str, str],
         outputs: Mapping[str, str],
         space: Mapping[str, list],
-        grid: str | tuple | Callable,
         reference: Callable,
+        grid: str | tuple | Callable | None = None,
+        passes: list[Pass | Mapping] | None = None,
+        scratch: Mapping[str, str] | None = None,
         restrict: str | list[str] | Callable | None = None,
         sizes: list[str | Mapping[str, int]] = (),
         atol: float = 1e-5,
@@ -88,27 +124,42 @@ class Kernel(KernelSpec):
     ):
         self.name, self.dims, self.params = name, tuple(dims), params
         self.origin = defining_file()
-        self.source_path, self._template = self._source(source)
+        self.values = {k: list(v) for k, v in space.items()}
         self.inputs = {k: self._shape_spec(k, v) for k, v in inputs.items()}
         self.outputs = {k: self._shape_spec(k, v) for k, v in outputs.items()}
-        self.values = {k: list(v) for k, v in space.items()}
+        self.scratch = {k: self._shape_spec(k, v, knobs=True) for k, v in (scratch or {}).items()}
         for knob, values in self.values.items():
             if not values or not all(isinstance(v, (int, bool, str, np.integer)) for v in values):
                 self._fail(f"space[{knob!r}] must be a non-empty list of int, bool or str values, got {values!r}")
         clash = set(self.values) & set(self.dims)
         if clash:
             self._fail(f"{sorted(clash)} are both knobs and dims; rename one")
+        reserved = (set(self.values) | set(self.dims)) & set(ADAPTER_NAMES)
+        if reserved:
+            self._fail(f"{sorted(reserved)} name the adapter's limits in restrictions and grids; rename it")
+        names = [*self.inputs, *self.outputs, *self.scratch]
+        if len(set(names)) != len(names) or "params" in names:
+            self._fail(f"inputs, outputs and scratch need distinct names other than 'params', got {names}")
+        self.arg_names = names + (["params"] if self.params and self.dims else [])
+        self.steps = self._passes(source, grid, passes)
+        self.source_path = self.steps[0].where if len({s.where for s in self.steps}) == 1 else None
+        self._template = "\n".join(dict.fromkeys(s.template for s in self.steps))
+        self.grid_rule = grid if passes is None else tuple(s.grid for s in self.steps)
         self.space = {
             k: tuple(range(len(v))) if _is_str(v) else tuple(int(x) for x in v) for k, v in self.values.items()
         }
         chosen = {k: v[0] for k, v in self.values.items()} | dict(defaults or {})
         self.default = Schedule.of(**{k: self._encode(k, v) for k, v in chosen.items()})
         self.restrictions = [restrict] if isinstance(restrict, str) or callable(restrict) else list(restrict or ())
-        self.grid_rule, self.shared_rule = grid, workgroup_bytes
+        self.shared_rule = workgroup_bytes
+        self._adapter = adapter_values(None)  # the adapter's limits once `check` has seen one
         for rule in self.restrictions:
             self._check_names(rule, "restriction")
-        for rule in [*(grid if isinstance(grid, tuple) else (grid,)), *([workgroup_bytes] if workgroup_bytes else [])]:
-            self._check_names(rule, "grid" if rule is not workgroup_bytes else "workgroup_bytes")
+        for step in self.steps:
+            for rule in step.grid if isinstance(step.grid, tuple) else (step.grid,):
+                self._check_names(rule, "grid")
+        if workgroup_bytes:
+            self._check_names(workgroup_bytes, "workgroup_bytes")
         self.reference_fn, self.generate_fn = reference, generate
         ref_params = set(inspect.signature(reference).parameters)
         unknown = ref_params - set(self.inputs) - set(self.dims) - set(self.values)
@@ -130,6 +181,8 @@ class Kernel(KernelSpec):
                     f"{self._where(placeholder)} has placeholder {{{{{placeholder}}}}}, which is no knob or dim "
                     f"(knobs: {', '.join(self.values)}; dims: {', '.join(self.dims)})"
                 )
+        for step in self.steps:
+            self._check_bindings(step)
         self.overrides = set(_OVERRIDE.findall(self._template)) & set(self.values)
         existing = _REGISTRY.get(name)
         if name in KERNEL_MODULES or (existing is not None and not isinstance(existing, Kernel)):
@@ -154,6 +207,9 @@ class Kernel(KernelSpec):
                               f"{' '.join(str(exc).split())[:300]} for {problem}") from exc  # fmt: skip
 
     def _source(self, source: str) -> tuple[str | None, str]:
+        if not isinstance(source, str):
+            self._fail(f"source must be WGSL text or a path, got {type(source).__name__}; several passes: "
+                       "passes=[farm.Pass(entry=..., grid=..., binds=[...]), ...]")  # fmt: skip
         if "\n" in source or "@compute" in source:
             return None, source
         path = Path(source)
@@ -166,17 +222,92 @@ class Kernel(KernelSpec):
                        "relative to the file that defines the kernel")  # fmt: skip
 
     def _where(self, text: str) -> str:
-        line = next((i for i, row in enumerate(self._template.splitlines(), 1) if text in row), 0)
-        return f"{Path(self.source_path).name if self.source_path else 'source'} line {line}"
+        for step in self.steps:
+            line = next((i for i, row in enumerate(step.template.splitlines(), 1) if text in row), 0)
+            if line:
+                return f"{step.where} line {line}"
+        return "source"
 
-    def _shape_spec(self, arg: str, text: str) -> tuple[type, tuple[str, ...]]:
+    def _passes(self, source, grid, passes) -> list[_Step]:
+        """The declared passes resolved: one from `source` and `grid` unless `passes` lists them."""
+        if passes is None:
+            if source is None or grid is None:
+                self._fail("needs source= and grid= (one pass), or passes=[farm.Pass(...), ...]")
+            passes = [Pass(grid=grid)]
+        elif grid is not None:
+            self._fail("grid= is for one pass; with passes=, each farm.Pass has its own grid")
+        elif not passes:
+            self._fail("passes= is empty; list at least one farm.Pass")
+        texts = {}
+        steps = []
+        for i, declared in enumerate(passes):
+            if isinstance(declared, Mapping):
+                try:
+                    declared = Pass(**declared)
+                except TypeError as exc:
+                    self._fail(f"pass {i}: {exc}")
+            if not isinstance(declared, Pass):
+                self._fail(f"pass {i}: expected a farm.Pass or a dict of its fields, got {type(declared).__name__}")
+            text_or_path = declared.source if declared.source is not None else source
+            if text_or_path is None:
+                self._fail(f"pass {i} ({declared.entry}) has no source and the kernel gives none")
+            if text_or_path not in texts:
+                texts[text_or_path] = self._source(text_or_path)
+            path, template = texts[text_or_path]
+            where = Path(path).name if path else "source"
+            binds = list(declared.binds) if declared.binds is not None else list(self.arg_names)
+            unknown = [b for b in binds if b not in self.arg_names]
+            if unknown or len(set(binds)) != len(binds):
+                self._fail(f"pass {i} ({declared.entry}) binds {binds}: each once, of {', '.join(self.arg_names)}")
+            declared_vars = {var: n for n, (var, *_rest) in resources(template).items()}
+            by_name = [declared_vars.get(b) for b in binds]
+            numbers = tuple(by_name) if None not in by_name else tuple(range(len(binds)))
+            steps.append(_Step(where, template, declared.entry, declared.grid,
+                               tuple(self.arg_names.index(b) for b in binds), numbers))  # fmt: skip
+        return steps
+
+    def _check_bindings(self, step: _Step) -> None:
+        """Each bound buffer against the WGSL's declaration at its @binding: access and dtype."""
+        declared = resources(step.template)
+        entries = set(entry_points(step.template))
+        if step.entry not in entries:
+            self._fail(f"{step.where} has no @compute entry point {step.entry!r} (it has: {', '.join(sorted(entries))})")
+        for index, number in zip(step.bindings, step.numbers, strict=True):
+            name = self.arg_names[index]
+            if number not in declared:
+                self._fail(f"binding {name!r}: {step.where} declares no @group(0) @binding({number}) "
+                           f"(entry {step.entry!r}); declare it, or name the variable {name!r}")  # fmt: skip
+            var, access, wgsl_type, line = declared[number]
+            at = f"binding {name!r} (@binding({number}) {var} in {step.where} line {line})"
+            if name == "params":
+                if access != "uniform":
+                    self._fail(f"{at}: the dims are a uniform; the WGSL declares var<storage, {access}>")
+                continue
+            want = "read" if name in self.inputs else "read or read_write"
+            if access == "uniform" or (name in self.inputs and access != "read"):
+                role = "an input" if name in self.inputs else "an output" if name in self.outputs else "scratch"
+                shown = "var<uniform>" if access == "uniform" else f"var<storage, {access}>"
+                self._fail(f"{at}: {name!r} is {role} (storage, {want}); the WGSL declares {shown}")
+            dtype = ({**self.inputs, **self.outputs, **self.scratch}[name])[0]
+            scalar = scalar_of(wgsl_type)
+            if scalar is not None and scalar not in READ_AS.get(np.dtype(dtype).name, ()):
+                self._fail(f"{at}: declared {np.dtype(dtype).name}, the WGSL declares {wgsl_type}")
+        if len(entries) == 1:
+            unbound = sorted(set(declared) - set(step.numbers))
+            if unbound:
+                var = declared[unbound[0]][0]
+                self._fail(f"{step.where} declares @binding({unbound[0]}) {var}, which the pass doesn't bind "
+                           f"(it binds {', '.join(self.arg_names[i] for i in step.bindings)})")  # fmt: skip
+
+    def _shape_spec(self, arg: str, text: str, knobs: bool = False) -> tuple[type, tuple[str, ...]]:
         dtype, shape = parse_shape(self.name, arg, text)
         for expr in shape:
-            self._check_names(expr, f"shape of {arg}", dims_only=True)
+            self._check_names(expr, f"shape of {arg}", dims_only=not knobs)
         return dtype, shape
 
     def _check_names(self, rule, what: str, dims_only: bool = False) -> None:
-        check_names(self.name, rule, what, self.dims, () if dims_only else getattr(self, "values", ()))
+        knobs = () if dims_only else [*getattr(self, "values", ()), *ADAPTER_NAMES]
+        check_names(self.name, rule, what, self.dims, knobs, getattr(self, "values", ()) if dims_only else ())
 
     def _size(self, size) -> Problem:
         if isinstance(size, str):
@@ -213,22 +344,24 @@ class Kernel(KernelSpec):
         return out
 
     def namespace(self, problem: Problem, schedule: Schedule | None = None) -> Namespace:
-        return Namespace(self.name, problem.as_dict() | (self.knobs(schedule) if schedule is not None else {}))
+        """Dims, the schedule's knobs and the adapter's limits (ADAPTER_NAMES) by name."""
+        knobs = self.knobs(schedule) if schedule is not None else {}
+        return Namespace(self.name, self._adapter | problem.as_dict() | knobs)
 
     def evaluate(self, rule, ns: Namespace, what: str):
         return evaluate(self.name, self.dims, rule, ns, what)
 
-    def shape(self, arg: str, problem: Problem) -> tuple[int, ...]:
-        spec = self.inputs.get(arg) or self.outputs[arg]
-        ns = self.namespace(problem)
+    def shape(self, arg: str, problem: Problem, schedule: Schedule | None = None) -> tuple[int, ...]:
+        """An input's or output's shape for `problem`; a scratch buffer's for `problem` and `schedule`."""
+        spec = self.inputs.get(arg) or self.outputs.get(arg) or self.scratch[arg]
+        ns = self.namespace(problem, schedule if arg in self.scratch else None)
         return tuple(int(self.evaluate(expr, ns, f"shape of {arg}")) for expr in spec[1])
 
-    def groups(self, schedule: Schedule, problem: Problem) -> int | tuple[int, int, int]:
-        ns = self.namespace(problem, schedule)
-        rules = self.grid_rule if isinstance(self.grid_rule, tuple) else None
-        grid = (
-            tuple(self.evaluate(g, ns, "grid") for g in rules) if rules else self.evaluate(self.grid_rule, ns, "grid")
-        )
+    def groups(self, schedule: Schedule, problem: Problem, step: int = 0) -> int | tuple[int, int, int]:
+        """The workgroup count of pass `step`."""
+        ns, rule = self.namespace(problem, schedule), self.steps[step].grid
+        grid = tuple(self.evaluate(g, ns, "grid") for g in rule) if isinstance(rule, tuple) else None
+        grid = grid if grid is not None else self.evaluate(rule, ns, "grid")
         if isinstance(grid, (int, np.integer)):
             return max(1, int(grid))
         grid = tuple(max(1, int(g)) for g in grid)
@@ -246,14 +379,17 @@ class Kernel(KernelSpec):
             [read_text(self.origin)] if self.origin and (self.origin in TEXTS or Path(self.origin).is_file()) else []
         )
         if not parts:
-            for fn in (self.reference_fn, self.generate_fn, self.grid_rule, *self.restrictions):
+            for fn in (self.reference_fn, self.generate_fn, *(s.grid for s in self.steps), *self.restrictions):
                 if callable(fn):
                     try:
                         parts.append(inspect.getsource(fn))
                     except (OSError, TypeError):
                         parts.append(repr(getattr(fn, "__code__", fn).co_code if hasattr(fn, "__code__") else fn))
         rules = [r for r in self.restrictions if not callable(r)], repr(self.grid_rule), repr(self.shared_rule)
+        steps = [(s.where, s.entry, repr(s.grid), s.bindings, s.numbers) for s in self.steps]
         declared = (self.dims, self.inputs, self.outputs, self.values, self.default.key(), self.params, self.exact)
+        if self.scratch or len(self.steps) > 1:  # one-pass kernels without scratch keep their hash
+            declared += (self.scratch, steps)
         return "\n".join(parts) + repr((declared, self.atol, self.rtol, rules))
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
@@ -265,6 +401,7 @@ class Kernel(KernelSpec):
         return self.default_problems(None)  # type: ignore[arg-type]
 
     def check(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
+        self._adapter = adapter_values(profile)  # what restrictions, grids and launch() read
         for knob in schedule.as_dict():
             if knob not in self.space and knob not in BASE_KNOBS:
                 raise InvalidSchedule(self.name, schedule, f"unknown knob {knob!r} (space: {sorted(self.space)})")
@@ -273,21 +410,23 @@ class Kernel(KernelSpec):
             if not self.evaluate(rule, ns, "restriction"):
                 shown = rule if isinstance(rule, str) else getattr(rule, "__name__", "restriction")
                 raise InvalidSchedule(self.name, schedule, f"restriction {shown!r} is false")
-        threads = self.threads(ns)
         limit = profile.limit("max-compute-invocations-per-workgroup")
-        if threads is not None and threads > limit:
-            raise InvalidSchedule(
-                self.name,
-                schedule,
-                f"{threads} invocations per workgroup > max-compute-invocations-per-workgroup {limit}",
-            )
-        groups = self.groups(schedule, problem)
-        for axis, count in zip("xyz", (groups,) if isinstance(groups, int) else groups, strict=False):
-            if count > MAX_GROUPS_PER_DIM:
-                hint = "; return a tuple (x, y) from grid and use workgroup_id.y" if isinstance(groups, int) else ""
+        for index, step in enumerate(self.steps):
+            which = f"pass {step.entry!r}: " if len(self.steps) > 1 else ""
+            threads = self.threads(ns, index)
+            if threads is not None and threads > limit:
                 raise InvalidSchedule(
-                    self.name, schedule, f"grid {axis} of {count} workgroups > {MAX_GROUPS_PER_DIM}{hint}"
+                    self.name,
+                    schedule,
+                    f"{which}{threads} invocations per workgroup > max-compute-invocations-per-workgroup {limit}",
                 )
+            groups = self.groups(schedule, problem, index)
+            for axis, count in zip("xyz", (groups,) if isinstance(groups, int) else groups, strict=False):
+                if count > MAX_GROUPS_PER_DIM:
+                    hint = "; return a tuple (x, y) from grid and use workgroup_id.y" if isinstance(groups, int) else ""
+                    raise InvalidSchedule(
+                        self.name, schedule, f"{which}grid {axis} of {count} workgroups > {MAX_GROUPS_PER_DIM}{hint}"
+                    )
         need, storage = self.workgroup_bytes(schedule, problem), profile.limit("max-compute-workgroup-storage-size")
         if need > storage:
             raise InvalidSchedule(self.name, schedule, f"needs {need} bytes of workgroup storage > {storage}")
@@ -304,15 +443,17 @@ class Kernel(KernelSpec):
             return 0
         return int(self.evaluate(self.shared_rule, self.namespace(problem, schedule), "workgroup_bytes"))
 
-    def threads(self, ns: Namespace) -> int | None:
-        return workgroup_threads(self.render(ns), ns)
+    def threads(self, ns: Namespace, step: int = 0) -> int | None:
+        return workgroup_threads(self.render(ns, step), ns, self.steps[step].entry)
 
-    def render(self, ns: Mapping) -> str:
+    def render(self, ns: Mapping, step: int = 0) -> str:
+        """Pass `step`'s WGSL with the placeholders filled."""
+
         def value(match: re.Match) -> str:
             v = ns[match.group(1)]
             return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
-        return _PLACEHOLDER.sub(value, self._template)
+        return _PLACEHOLDER.sub(value, self.steps[step].template)
 
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
         if self.generate_fn is not None:
@@ -360,11 +501,21 @@ class Kernel(KernelSpec):
             Arg(n, "storage", dtype=dtype, shape=self.shape(n, problem), output=True)
             for n, (dtype, _) in self.outputs.items()
         ]
+        args += [
+            Arg(n, "storage", dtype=dtype, shape=self.shape(n, problem, schedule)) for n, (dtype, _) in self.scratch.items()
+        ]
         if self.params and self.dims:
             values = [problem[d] for d in self.dims]
             args.append(Arg("params", "uniform", np.array(values + [0] * (-len(values) % 4), np.uint32)))
-        constants = {k: float(ns[k]) for k in self.overrides if not isinstance(ns[k], str)}
-        return Launch(source=self.render(ns), args=args, groups=self.groups(schedule, problem), constants=constants)
+        steps = []
+        for i, step in enumerate(self.steps):
+            named = set(_OVERRIDE.findall(step.template)) & self.overrides
+            constants = {k: float(ns[k]) for k in sorted(named) if not isinstance(ns[k], str)}
+            groups = self.groups(schedule, problem, i)
+            steps.append(Dispatch(self.render(ns, i), groups, step.bindings, constants, step.entry, step.numbers))
+        first = steps[0]
+        return Launch(first.source, args, first.groups, first.constants, first.entry_point, first.bindings,
+                      first.numbers, epilogue=steps[1:])  # fmt: skip
 
     def tolerance(self, problem: Problem) -> tuple[float, float]:
         return (self.atol, self.rtol)

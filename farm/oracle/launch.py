@@ -31,7 +31,7 @@ class Prepared:
         the bind groups are made once (a trial runs, times and may re-measure)."""
         if self._calls is None:
             self._calls = [
-                (pipeline, self.device.bind(pipeline, self.buffers, self.schedule, step.bindings), step.groups)
+                (pipeline, self.device.bind(pipeline, self.buffers, self.schedule, step.bindings, step.numbers), step.groups)
                 for pipeline, step in zip(self.pipelines, self.launch.passes(), strict=True)
             ]
         return self._calls
