@@ -22,10 +22,10 @@ def __getattr__(name: str):
         from farm.runtime.forge import ForgeRuntime
 
         return ForgeRuntime
-    if name == "Kernel":
-        from farm.catalog.user import Kernel, Pass
+    if name in ("Kernel", "Pass"):
+        from farm.catalog import user
 
-        return Kernel
+        return getattr(user, name)
     if name == "tune_kernel":
         from farm.tuning.local import tune_kernel
 

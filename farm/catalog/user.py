@@ -64,8 +64,9 @@ DTYPES = {"f32": np.float32, "i32": np.int32, "u32": np.uint32, "f16": np.float1
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 _OVERRIDE = re.compile(r"^\s*override\s+(\w+)", re.MULTILINE)
 # WGSL scalars a declared dtype may be read as (narrow integers and f16 pairs packed in 32-bit words)
+PACKED = ("i32", "u32")
 READ_AS = {"float32": ("f32",), "int32": ("i32",), "uint32": ("u32",), "float16": ("f16", "u32"),
-           "int8": ("i32", "u32"), "uint8": ("u32", "i32"), "int16": ("i32", "u32"), "uint16": ("u32", "i32")}  # fmt: skip
+           "int8": PACKED, "uint8": PACKED, "int16": PACKED, "uint16": PACKED}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -271,7 +272,8 @@ class Kernel(KernelSpec):
         declared = resources(step.template)
         entries = set(entry_points(step.template))
         if step.entry not in entries:
-            self._fail(f"{step.where} has no @compute entry point {step.entry!r} (it has: {', '.join(sorted(entries))})")
+            have = ", ".join(sorted(entries)) or "none"
+            self._fail(f"{step.where} has no @compute entry point {step.entry!r} (it has: {have})")
         for index, number in zip(step.bindings, step.numbers, strict=True):
             name = self.arg_names[index]
             if number not in declared:
@@ -501,9 +503,8 @@ class Kernel(KernelSpec):
             Arg(n, "storage", dtype=dtype, shape=self.shape(n, problem), output=True)
             for n, (dtype, _) in self.outputs.items()
         ]
-        args += [
-            Arg(n, "storage", dtype=dtype, shape=self.shape(n, problem, schedule)) for n, (dtype, _) in self.scratch.items()
-        ]
+        scratch = self.scratch.items()
+        args += [Arg(n, "storage", dtype=d, shape=self.shape(n, problem, schedule)) for n, (d, _) in scratch]
         if self.params and self.dims:
             values = [problem[d] for d in self.dims]
             args.append(Arg("params", "uniform", np.array(values + [0] * (-len(values) % 4), np.uint32)))

@@ -30,8 +30,9 @@ class Prepared:
         """(pipeline, bind_group, groups) per pass, for the Device's multi-pass methods;
         the bind groups are made once (a trial runs, times and may re-measure)."""
         if self._calls is None:
+            bind = self.device.bind
             self._calls = [
-                (pipeline, self.device.bind(pipeline, self.buffers, self.schedule, step.bindings, step.numbers), step.groups)
+                (pipeline, bind(pipeline, self.buffers, self.schedule, step.bindings, step.numbers), step.groups)
                 for pipeline, step in zip(self.pipelines, self.launch.passes(), strict=True)
             ]
         return self._calls
