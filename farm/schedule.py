@@ -7,7 +7,7 @@ canonical text form stored in SQL and Parquet.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 BASE_KNOBS = ("workgroup_size", "items_per_invocation", "vector_width")
@@ -38,20 +38,28 @@ class Status(StrEnum):
 
 @dataclass(frozen=True)
 class Schedule:
-    """How a kernel is launched: the three shared knobs plus kernel-specific ones."""
+    """How a kernel is launched: the three shared knobs plus kernel-specific ones. `base` names
+    the shared knobs it carries: all three for the built-ins (`of`), only those a farm.Kernel
+    declares (`declared`), so a kernel's schedules print and store only its own knobs."""
 
     workgroup_size: int = 64
     items_per_invocation: int = 1
     vector_width: int = 1
     knobs: tuple[tuple[str, int], ...] = field(default=())
+    base: tuple[str, ...] = BASE_KNOBS
 
     @classmethod
     def of(cls, **values: int) -> Schedule:
         base = {k: int(values.pop(k)) for k in BASE_KNOBS if k in values}
         return cls(**base, knobs=tuple(sorted((k, int(v)) for k, v in values.items())))
 
+    @classmethod
+    def declared(cls, **values: int) -> Schedule:
+        """A schedule of exactly these knobs (shared knobs not given are not carried)."""
+        return replace(cls.of(**values), base=tuple(k for k in BASE_KNOBS if k in values))
+
     def __getitem__(self, name: str) -> int:
-        if name in BASE_KNOBS:
+        if name in self.base:
             return getattr(self, name)
         for key, value in self.knobs:
             if key == name:
@@ -65,14 +73,15 @@ class Schedule:
             return default
 
     def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in BASE_KNOBS} | dict(self.knobs)
+        return {k: getattr(self, k) for k in self.base} | dict(self.knobs)
 
     def key(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_key(cls, text: str) -> Schedule:
-        return cls.of(**json.loads(text))
+        values = json.loads(text)
+        return cls.of(**values) if all(k in values for k in BASE_KNOBS) else cls.declared(**values)
 
     def __str__(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.as_dict().items())

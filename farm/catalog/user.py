@@ -31,6 +31,7 @@ built-ins take (certification, tuning, the runtime):
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -150,7 +151,7 @@ class Kernel(KernelSpec):
             k: tuple(range(len(v))) if _is_str(v) else tuple(int(x) for x in v) for k, v in self.values.items()
         }
         chosen = {k: v[0] for k, v in self.values.items()} | dict(defaults or {})
-        self.default = Schedule.of(**{k: self._encode(k, v) for k, v in chosen.items()})
+        self.default = Schedule.declared(**{k: self._encode(k, v) for k, v in chosen.items()})
         self.restrictions = [restrict] if isinstance(restrict, str) or callable(restrict) else list(restrict or ())
         self.shared_rule = workgroup_bytes
         self._adapter = adapter_values(None)  # the adapter's limits once `check` has seen one
@@ -252,7 +253,7 @@ class Kernel(KernelSpec):
             text_or_path = declared.source if declared.source is not None else source
             if text_or_path is None:
                 self._fail(f"pass {i} ({declared.entry}) has no source and the kernel gives none")
-            if text_or_path not in texts:
+            if not isinstance(text_or_path, str) or text_or_path not in texts:
                 texts[text_or_path] = self._source(text_or_path)
             path, template = texts[text_or_path]
             where = Path(path).name if path else "source"
@@ -332,6 +333,11 @@ class Kernel(KernelSpec):
         if _is_str(self.values[knob]):
             return self.values[knob].index(value)
         return int(value)
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule of the space, each carrying only the knobs the kernel declares."""
+        names = list(self.space)
+        return [Schedule.declared(**dict(zip(names, v, strict=True))) for v in itertools.product(*self.space.values())]
 
     # -- evaluation ----------------------------------------------------------------------
     def knobs(self, schedule: Schedule) -> dict[str, object]:
