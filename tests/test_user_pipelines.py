@@ -17,6 +17,7 @@ from farm import catalog
 from farm.catalog import files
 from farm.catalog.user import KernelError
 from farm.gpu import HardwareProfile
+from farm.oracle.certify import certify_kernels, format_table
 from farm.oracle.launch import prepare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,3 +158,16 @@ def test_restrictions_and_grids_read_the_adapters_limits(device):
                                       "max-compute-invocations-per-workgroup": 32}})  # fmt: skip
     assert spec.invalid_reason(spec.default.__class__.of(workgroup_size=64), problem, small)
     assert spec.invalid_reason(spec.default.__class__.of(workgroup_size=32), problem, small) == ""
+
+
+def test_a_compile_error_names_the_file_and_line_once(device, tmp_path):
+    source = (EXAMPLES / "array_sum.py").read_text().replace('"array_sum"', '"broken_sum"')
+    (tmp_path / "broken_sum.py").write_text(source.replace("array_sum.wgsl", "broken_sum.wgsl"))
+    wgsl = (EXAMPLES / "array_sum.wgsl").read_text()
+    (tmp_path / "broken_sum.wgsl").write_text(wgsl.replace("s += partials[i];", "s += = partials[i];"))
+    files.load([str(tmp_path / "broken_sum.py")])
+    rows = certify_kernels(["broken_sum"], schedules=3, device=device)
+    assert len(rows) >= 3 and {r.status for r in rows} == {"compile_error"}
+    table = format_table(rows)
+    line = 1 + wgsl.splitlines().index("        s += partials[i];")
+    assert table.count(f"broken_sum.wgsl:{line}:") == 1 and table.count("(error 1 below)") == len(rows)

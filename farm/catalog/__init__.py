@@ -169,6 +169,11 @@ class KernelSpec(ABC):
         """Host code that shapes the emitted WGSL beyond the template ("" when none)."""
         return ""
 
+    def source_name(self, step: int) -> str | None:
+        """The file pass `step` of a launch was rendered from, line for line, for compile
+        errors to name (None: the WGSL is generated, as the built-ins' is)."""
+        return None
+
     def code_source(self) -> str:
         """The Python that shapes the work: the text of each module defining this spec's class
         or a base below KernelSpec, and of the farm.catalog modules they take code from

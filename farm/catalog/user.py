@@ -87,6 +87,7 @@ class _Step:
     """A declared pass, resolved: its WGSL, the args it binds (indices) and their @binding numbers."""
 
     where: str
+    path: str | None
     template: str
     entry: str
     grid: object
@@ -264,7 +265,7 @@ class Kernel(KernelSpec):
             declared_vars = {var: n for n, (var, *_rest) in resources(template).items()}
             by_name = [declared_vars.get(b) for b in binds]
             numbers = tuple(by_name) if None not in by_name else tuple(range(len(binds)))
-            steps.append(_Step(where, template, declared.entry, declared.grid,
+            steps.append(_Step(where, path, template, declared.entry, declared.grid,
                                tuple(self.arg_names.index(b) for b in binds), numbers))  # fmt: skip
         return steps
 
@@ -380,6 +381,9 @@ class Kernel(KernelSpec):
     # -- KernelSpec ------------------------------------------------------------------------
     def template(self) -> str:
         return self._template
+
+    def source_name(self, step: int) -> str | None:
+        return self.steps[step].path or f"{self.name} source"
 
     def host_source(self) -> str:
         """The defining file's text (else the functions' source) and every declared value."""
