@@ -33,15 +33,14 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from farm.catalog import _REGISTRY, KERNEL_MODULES, Arg, KernelSpec, Launch, register, rng_for
-from farm.catalog import Pass as Dispatch
+from farm.catalog import passes as _passes
+from farm.catalog.passes import OVERRIDE, PLACEHOLDER, Pass
 from farm.catalog.rules import (
     ADAPTER_NAMES,
     TEXTS,
@@ -50,49 +49,13 @@ from farm.catalog.rules import (
     adapter_values,
     check_names,
     defining_file,
-    entry_points,
     evaluate,
     parse_shape,
     read_text,
-    resources,
-    scalar_of,
-    workgroup_threads,
 )
-from farm.gpu import MAX_GROUPS_PER_DIM, HardwareProfile
+from farm.catalog.wgsl import workgroup_threads
+from farm.gpu import HardwareProfile
 from farm.schedule import BASE_KNOBS, InvalidSchedule, Problem, Schedule
-
-DTYPES = {"f32": np.float32, "i32": np.int32, "u32": np.uint32, "f16": np.float16}
-_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
-_OVERRIDE = re.compile(r"^\s*override\s+(\w+)", re.MULTILINE)
-# WGSL scalars a declared dtype may be read as (narrow integers and f16 pairs packed in 32-bit words)
-PACKED = ("i32", "u32")
-READ_AS = {"float32": ("f32",), "int32": ("i32",), "uint32": ("u32",), "float16": ("f16", "u32"),
-           "int8": PACKED, "uint8": PACKED, "int16": PACKED, "uint16": PACKED}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Pass:
-    """One dispatch of a `farm.Kernel` pipeline: the `entry` point of `source` (WGSL text or a
-    path; the Kernel's `source` when None), its `grid` (as Kernel's) and the buffers it
-    `binds` by name (inputs, outputs, scratch, "params"; None: all of them, in that order)."""
-
-    entry: str = "main"
-    grid: str | int | tuple | Callable = 1
-    binds: tuple[str, ...] | list[str] | None = None
-    source: str | None = None
-
-
-@dataclass(frozen=True)
-class _Step:
-    """A declared pass, resolved: its WGSL, the args it binds (indices) and their @binding numbers."""
-
-    where: str
-    path: str | None
-    template: str
-    entry: str
-    grid: object
-    bindings: tuple[int, ...]
-    numbers: tuple[int, ...]
 
 
 class Kernel(KernelSpec):
@@ -144,7 +107,7 @@ class Kernel(KernelSpec):
         if len(set(names)) != len(names) or "params" in names:
             self._fail(f"inputs, outputs and scratch need distinct names other than 'params', got {names}")
         self.arg_names = names + (["params"] if self.params and self.dims else [])
-        self.steps = self._passes(source, grid, passes)
+        self.steps = _passes.resolve(self, source, grid, passes)
         self.source_path = self.steps[0].where if len({s.where for s in self.steps}) == 1 else None
         self._template = "\n".join(dict.fromkeys(s.template for s in self.steps))
         self.grid_rule = grid if passes is None else tuple(s.grid for s in self.steps)
@@ -178,15 +141,16 @@ class Kernel(KernelSpec):
         self.sizes = [self._size(s) for s in sizes]
         if defaults is None and self.sizes:  # the first schedule the restrictions allow for the first size
             self.default = next((s for s in self.schedules() if self._allowed(s, self.sizes[0])), self.default)
-        for placeholder in _PLACEHOLDER.findall(self._template):
+        for placeholder in PLACEHOLDER.findall(self._template):
             if placeholder not in self.values and placeholder not in self.dims:
                 self._fail(
-                    f"{self._where(placeholder)} has placeholder {{{{{placeholder}}}}}, which is no knob or dim "
+                    f"{_passes.where(self.steps, placeholder)} has placeholder {{{{{placeholder}}}}}, "
+                    "which is no knob or dim "
                     f"(knobs: {', '.join(self.values)}; dims: {', '.join(self.dims)})"
                 )
         for step in self.steps:
-            self._check_bindings(step)
-        self.overrides = set(_OVERRIDE.findall(self._template)) & set(self.values)
+            _passes.check_bindings(self, step)
+        self.overrides = set(OVERRIDE.findall(self._template)) & set(self.values)
         existing = _REGISTRY.get(name)
         if name in KERNEL_MODULES or (existing is not None and not isinstance(existing, Kernel)):
             self._fail("a built-in kernel has that name; choose another")
@@ -208,100 +172,6 @@ class Kernel(KernelSpec):
             where = getattr(fn, "__qualname__", what)
             raise KernelError(f"kernel {self.name!r}: its {what} ({where}) raised {type(exc).__name__}: "
                               f"{' '.join(str(exc).split())[:300]} for {problem}") from exc  # fmt: skip
-
-    def _source(self, source: str) -> tuple[str | None, str]:
-        if not isinstance(source, str):
-            self._fail(f"source must be WGSL text or a path, got {type(source).__name__}; several passes: "
-                       "passes=[farm.Pass(entry=..., grid=..., binds=[...]), ...]")  # fmt: skip
-        if "\n" in source or "@compute" in source:
-            return None, source
-        path = Path(source)
-        if not path.is_absolute():
-            path = (Path(self.origin).parent if self.origin else Path.cwd()) / path
-        try:
-            return str(path), read_text(str(path))
-        except OSError as exc:
-            self._fail(f"cannot read its WGSL {path}: {exc.strerror or exc}; `source` is WGSL text or a path "
-                       "relative to the file that defines the kernel")  # fmt: skip
-
-    def _where(self, text: str) -> str:
-        for step in self.steps:
-            line = next((i for i, row in enumerate(step.template.splitlines(), 1) if text in row), 0)
-            if line:
-                return f"{step.where} line {line}"
-        return "source"
-
-    def _passes(self, source, grid, passes) -> list[_Step]:
-        """The declared passes resolved: one from `source` and `grid` unless `passes` lists them."""
-        if passes is None:
-            if source is None or grid is None:
-                self._fail("needs source= and grid= (one pass), or passes=[farm.Pass(...), ...]")
-            passes = [Pass(grid=grid)]
-        elif grid is not None:
-            self._fail("grid= is for one pass; with passes=, each farm.Pass has its own grid")
-        elif not passes:
-            self._fail("passes= is empty; list at least one farm.Pass")
-        texts = {}
-        steps = []
-        for i, declared in enumerate(passes):
-            if isinstance(declared, Mapping):
-                try:
-                    declared = Pass(**declared)
-                except TypeError as exc:
-                    self._fail(f"pass {i}: {exc}")
-            if not isinstance(declared, Pass):
-                self._fail(f"pass {i}: expected a farm.Pass or a dict of its fields, got {type(declared).__name__}")
-            text_or_path = declared.source if declared.source is not None else source
-            if text_or_path is None:
-                self._fail(f"pass {i} ({declared.entry}) has no source and the kernel gives none")
-            if not isinstance(text_or_path, str) or text_or_path not in texts:
-                texts[text_or_path] = self._source(text_or_path)
-            path, template = texts[text_or_path]
-            where = Path(path).name if path else "source"
-            binds = list(declared.binds) if declared.binds is not None else list(self.arg_names)
-            unknown = [b for b in binds if b not in self.arg_names]
-            if unknown or len(set(binds)) != len(binds):
-                self._fail(f"pass {i} ({declared.entry}) binds {binds}: each once, of {', '.join(self.arg_names)}")
-            declared_vars = {var: n for n, (var, *_rest) in resources(template).items()}
-            by_name = [declared_vars.get(b) for b in binds]
-            numbers = tuple(by_name) if None not in by_name else tuple(range(len(binds)))
-            steps.append(_Step(where, path, template, declared.entry, declared.grid,
-                               tuple(self.arg_names.index(b) for b in binds), numbers))  # fmt: skip
-        return steps
-
-    def _check_bindings(self, step: _Step) -> None:
-        """Each bound buffer against the WGSL's declaration at its @binding: access and dtype."""
-        declared = resources(step.template)
-        entries = set(entry_points(step.template))
-        if step.entry not in entries:
-            have = ", ".join(sorted(entries)) or "none"
-            self._fail(f"{step.where} has no @compute entry point {step.entry!r} (it has: {have})")
-        for index, number in zip(step.bindings, step.numbers, strict=True):
-            name = self.arg_names[index]
-            if number not in declared:
-                self._fail(f"binding {name!r}: {step.where} declares no @group(0) @binding({number}) "
-                           f"(entry {step.entry!r}); declare it, or name the variable {name!r}")  # fmt: skip
-            var, access, wgsl_type, line = declared[number]
-            at = f"binding {name!r} (@binding({number}) {var} in {step.where} line {line})"
-            if name == "params":
-                if access != "uniform":
-                    self._fail(f"{at}: the dims are a uniform; the WGSL declares var<storage, {access}>")
-                continue
-            want = "read" if name in self.inputs else "read or read_write"
-            if access == "uniform" or (name in self.inputs and access != "read"):
-                role = "an input" if name in self.inputs else "an output" if name in self.outputs else "scratch"
-                shown = "var<uniform>" if access == "uniform" else f"var<storage, {access}>"
-                self._fail(f"{at}: {name!r} is {role} (storage, {want}); the WGSL declares {shown}")
-            dtype = ({**self.inputs, **self.outputs, **self.scratch}[name])[0]
-            scalar = scalar_of(wgsl_type)
-            if scalar is not None and scalar not in READ_AS.get(np.dtype(dtype).name, ()):
-                self._fail(f"{at}: declared {np.dtype(dtype).name}, the WGSL declares {wgsl_type}")
-        if len(entries) == 1:
-            unbound = sorted(set(declared) - set(step.numbers))
-            if unbound:
-                var = declared[unbound[0]][0]
-                self._fail(f"{step.where} declares @binding({unbound[0]}) {var}, which the pass doesn't bind "
-                           f"(it binds {', '.join(self.arg_names[i] for i in step.bindings)})")  # fmt: skip
 
     def _shape_spec(self, arg: str, text: str, knobs: bool = False) -> tuple[type, tuple[str, ...]]:
         dtype, shape = parse_shape(self.name, arg, text)
@@ -422,23 +292,7 @@ class Kernel(KernelSpec):
             if not self.evaluate(rule, ns, "restriction"):
                 shown = rule if isinstance(rule, str) else getattr(rule, "__name__", "restriction")
                 raise InvalidSchedule(self.name, schedule, f"restriction {shown!r} is false")
-        limit = profile.limit("max-compute-invocations-per-workgroup")
-        for index, step in enumerate(self.steps):
-            which = f"pass {step.entry!r}: " if len(self.steps) > 1 else ""
-            threads = self.threads(ns, index)
-            if threads is not None and threads > limit:
-                raise InvalidSchedule(
-                    self.name,
-                    schedule,
-                    f"{which}{threads} invocations per workgroup > max-compute-invocations-per-workgroup {limit}",
-                )
-            groups = self.groups(schedule, problem, index)
-            for axis, count in zip("xyz", (groups,) if isinstance(groups, int) else groups, strict=False):
-                if count > MAX_GROUPS_PER_DIM:
-                    hint = "; return a tuple (x, y) from grid and use workgroup_id.y" if isinstance(groups, int) else ""
-                    raise InvalidSchedule(
-                        self.name, schedule, f"{which}grid {axis} of {count} workgroups > {MAX_GROUPS_PER_DIM}{hint}"
-                    )
+        _passes.check_limits(self, schedule, problem, profile)
         need, storage = self.workgroup_bytes(schedule, problem), profile.limit("max-compute-workgroup-storage-size")
         if need > storage:
             raise InvalidSchedule(self.name, schedule, f"needs {need} bytes of workgroup storage > {storage}")
@@ -460,12 +314,7 @@ class Kernel(KernelSpec):
 
     def render(self, ns: Mapping, step: int = 0) -> str:
         """Pass `step`'s WGSL with the placeholders filled."""
-
-        def value(match: re.Match) -> str:
-            v = ns[match.group(1)]
-            return ("true" if v else "false") if isinstance(v, bool) else str(v)
-
-        return _PLACEHOLDER.sub(value, self.steps[step].template)
+        return self.steps[step].render(ns)
 
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
         if self.generate_fn is not None:
@@ -507,7 +356,6 @@ class Kernel(KernelSpec):
         return out
 
     def launch(self, schedule: Schedule, problem: Problem, inputs: dict[str, np.ndarray]) -> Launch:
-        ns = self.namespace(problem, schedule)
         args = [Arg(n, "read", np.ascontiguousarray(inputs[n], dtype)) for n, (dtype, _) in self.inputs.items()]
         args += [
             Arg(n, "storage", dtype=dtype, shape=self.shape(n, problem), output=True)
@@ -518,12 +366,7 @@ class Kernel(KernelSpec):
         if self.params and self.dims:
             values = [problem[d] for d in self.dims]
             args.append(Arg("params", "uniform", np.array(values + [0] * (-len(values) % 4), np.uint32)))
-        steps = []
-        for i, step in enumerate(self.steps):
-            named = set(_OVERRIDE.findall(step.template)) & self.overrides
-            constants = {k: float(ns[k]) for k in sorted(named) if not isinstance(ns[k], str)}
-            groups = self.groups(schedule, problem, i)
-            steps.append(Dispatch(self.render(ns, i), groups, step.bindings, constants, step.entry, step.numbers))
+        steps = _passes.dispatches(self, schedule, problem)
         first = steps[0]
         return Launch(first.source, args, first.groups, first.constants, first.entry_point, first.bindings,
                       first.numbers, epilogue=steps[1:])  # fmt: skip
