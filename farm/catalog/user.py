@@ -13,8 +13,8 @@ built-ins take (certification, tuning, the runtime):
   `{{name}}` placeholders take knob or dim values; `override name: T;` declarations whose
   name is a knob get the knob's value as a pipeline constant.
 - bindings, in order: every input (read-only storage), every output (read_write
-  storage), then a uniform with the dims as u32, in `dims` order (`struct Params { rows:
-  u32, cols: u32 }`); `params=False` leaves it out.
+  storage), every scratch buffer, then a uniform with the dims as u32, in `dims` order
+  (`struct Params { rows: u32, cols: u32 }`); `params=False` leaves it out.
 - shapes: `"dtype[expr, ...]"` with expressions of the dims; dtypes f32, i32, u32 (or
   numpy names). Knob values may be int, bool or str (schedules store a str knob as its
   index in the list). Restrictions: expressions (str or list of str) over knobs and dims,
@@ -24,6 +24,9 @@ built-ins take (certification, tuning, the runtime):
   dims or knobs it names as parameters) and returns the output (a tuple or dict for
   several). Inputs default to seeded normal floats / small integers (`generate=` replaces
   them: a function of (dims dict, numpy Generator) returning {input: array}).
+- several passes: `passes=[Pass(entry, grid=..., binds=[...]), ...]` instead of `grid`, and
+  `scratch={"partials": "f32[splits]"}`: buffers the passes share, shaped by dims and knobs
+  (farm.catalog.passes resolves the passes and checks each binding against the WGSL).
 - staleness: the hash covers the WGSL, the defining file's text (else the functions'
   source) and every argument, so changing any of them makes old winners stale.
 """
