@@ -171,3 +171,26 @@ def test_a_compile_error_names_the_file_and_line_once(device, tmp_path):
     table = format_table(rows)
     line = 1 + wgsl.splitlines().index("        s += partials[i];")
     assert table.count(f"broken_sum.wgsl:{line}:") == 1 and table.count("(error 1 below)") == len(rows)
+
+
+def test_a_broken_kernels_file_stops_only_its_own_kernels(tmp_path, farm_home):
+    """$FARM_KERNELS_FILES with a broken file beside a good one: the broken one is one warning
+    line naming it and the good kernel still certifies; asking for a kernel only the broken
+    file would define fails with that file's error."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("from farm import Kernel, Pass\n\nwrecked = Kernel(name_of_it, source='x.wgsl')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_KERNELS")}
+    env["FARM_KERNELS_FILES"] = os.pathsep.join([str(broken), str(EXAMPLES / "array_sum.py")])
+    farm_cmd = [sys.executable, "-m", "farm", "certify", "--schedules", "0"]
+    good = subprocess.run([*farm_cmd, "array_sum"], env=env, capture_output=True, text=True, timeout=300)
+    assert good.returncode == 0, good.stderr
+    assert "array_sum" in good.stdout and "1 certified" in good.stdout
+    said = [line for line in good.stderr.splitlines() if "broken.py" in line]
+    assert said == [f"farm: warning: kernels file {broken} line 3: NameError: name 'name_of_it' is not defined "
+                    "(from $FARM_KERNELS_FILES; its kernels are unavailable)"], good.stderr  # fmt: skip
+    missing = subprocess.run([*farm_cmd, "wrecked"], env=env, capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert missing.stderr.splitlines()[-1] == (
+        f"farm: error: unknown kernel 'wrecked'; kernels file {broken} line 3: NameError: name 'name_of_it' "
+        "is not defined"
+    )

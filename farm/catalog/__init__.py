@@ -273,6 +273,7 @@ def rng_for(seed: int, *salt: object) -> np.random.Generator:
 
 
 _REGISTRY: dict[str, KernelSpec] = {}
+_BROKEN: dict[str, str] = {}  # $FARM_KERNELS_FILES entries that failed to load: path -> their error
 
 
 def register(spec: KernelSpec) -> KernelSpec:
@@ -285,6 +286,8 @@ def get(name: str) -> KernelSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
+        if _BROKEN:  # the kernel may be one a broken file would define: its error is the answer
+            raise ValueError(f"unknown kernel {name!r}; {'; '.join(_BROKEN.values())}") from None
         raise ValueError(f"unknown kernel {name!r}; known: {', '.join(names())}") from None
 
 
