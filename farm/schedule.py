@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 BASE_KNOBS = ("workgroup_size", "items_per_invocation", "vector_width")
@@ -52,17 +52,25 @@ def _knob(name: str, value: object) -> int:
 
 @dataclass(frozen=True)
 class Schedule:
-    """How a kernel is launched: the three shared knobs plus kernel-specific ones."""
+    """How a kernel is launched: the three shared knobs plus kernel-specific ones. `base` names
+    the shared knobs it carries: all three for the built-ins (`of`), only those a farm.Kernel
+    declares (`declared`), so a kernel's schedules print and store only its own knobs."""
 
     workgroup_size: int = 64
     items_per_invocation: int = 1
     vector_width: int = 1
     knobs: tuple[tuple[str, int], ...] = field(default=())
+    base: tuple[str, ...] = BASE_KNOBS
 
     @classmethod
     def of(cls, **values: int) -> Schedule:
         base = {k: _knob(k, values.pop(k)) for k in BASE_KNOBS if k in values}
         return cls(**base, knobs=tuple(sorted((k, _knob(k, v)) for k, v in values.items())))
+
+    @classmethod
+    def declared(cls, **values: int) -> Schedule:
+        """A schedule of exactly these knobs (shared knobs not given are not carried)."""
+        return replace(cls.of(**values), base=tuple(k for k in BASE_KNOBS if k in values))
 
     def __getitem__(self, name: str) -> int:
         try:
@@ -83,7 +91,7 @@ class Schedule:
         """Every knob's value, memoized like `key` (the checks and the search's features read them per schedule)."""
         cached = self.__dict__.get("_dict")
         if cached is None:
-            cached = {k: getattr(self, k) for k in BASE_KNOBS} | dict(self.knobs)
+            cached = {k: getattr(self, k) for k in self.base} | dict(self.knobs)
             object.__setattr__(self, "_dict", cached)
         return cached
 
@@ -97,7 +105,10 @@ class Schedule:
 
     @classmethod
     def from_key(cls, text: str) -> Schedule:
-        return _schedule_from_key(text) if cls is Schedule else cls.of(**json.loads(text))
+        if cls is Schedule:
+            return _schedule_from_key(text)
+        values = json.loads(text)
+        return cls.of(**values) if all(k in values for k in BASE_KNOBS) else cls.declared(**values)
 
     def __str__(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.as_dict().items())
@@ -145,7 +156,8 @@ class Problem:
 def _schedule_from_key(text: str) -> Schedule:
     """Schedule.from_key, parsed once per key: a driver reads back every trial of a problem
     (resume, finalists), and the schedules repeat across a kernel's problems."""
-    return Schedule.of(**json.loads(text))
+    values = json.loads(text)
+    return Schedule.of(**values) if all(k in values for k in BASE_KNOBS) else Schedule.declared(**values)
 
 
 def _fields_only(value) -> dict:

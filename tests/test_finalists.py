@@ -132,3 +132,41 @@ def test_a_tuned_winner_shows_its_margin_and_spread_in_the_table_and_summary(tmp
     summary = json.loads(paths["summary.json"].read_text())["winners"][0]
     assert (summary["runner_up"], summary["margin"], summary["tie"], summary["p80_ns"]) == (B, 0.004, True, 2030.0)
     assert "runner_up" in paths["winners.csv"].read_text().splitlines()[0]
+
+
+def test_a_tie_is_reported_only_with_a_margin_within_the_noise():
+    """A finalist timed in three rounds while the leader's first rounds were slow pairs at
+    -10.7% against it, yet has the larger median: not a tie, and the report says so with the
+    margin of that same pair. The winner stays the leader."""
+    leader, short, far = DEFAULT.key(), B, C
+    samples = {leader: [110.0, 110.0, 110.0, 95.0, 95.0, 95.0, 95.0], short: [98.2] * 3, far: [130.0, 131.0, 129.0]}
+    decision = decide(samples, noise=0.01, default=DEFAULT)
+    assert (decision.winner, decision.runner_up) == (leader, short) and decision.tied == (leader,)
+    assert not decision.tie and decision.margin == pytest.approx(98.2 / 110 - 1)  # -10.7%
+    # a real tie: the margin reported is the tied pair's, whichever of the two a preference picks
+    close = drifting({A: 100.0, B: 100.4, C: 112.0}, rounds=7, jitter=0.001, seed=3)
+    for chosen in (A, B):
+        d = decide(close, noise=0.01, default=Schedule.from_key(chosen))
+        assert d.winner == chosen and d.tie and {d.winner, d.runner_up} == {A, B}
+        assert abs(d.margin) <= 0.01 and d.margin_low <= d.margin <= d.margin_high
+    for d in (decide(drifting({A: 100.0, B: 100.3}, 5, 0.001, seed=s), 0.01) for s in range(20)):
+        assert d.tie == (abs(d.margin) <= 0.01)
+
+
+def test_a_finalist_that_left_the_rounds_never_returns():
+    """Rounds stay paired: a finalist dropped as clearly slower is not timed again when the
+    others' later rounds slow down and its median becomes the least, so each finalist's
+    medians are a prefix of the rounds."""
+    count = iter(range(100))
+    calls: list[list[str]] = []
+
+    def measure_round(keys):  # C alternates 2.5% faster and 3.5% slower than A: never resolved
+        calls.append(list(keys))
+        index = next(count)
+        a = 200.0 if index >= 3 else 100.0  # from round 3 on, A and C run at half speed
+        times = {A: a, B: 120.0, C: a * (0.975 if index % 2 else 1.035)}
+        return {k: times[k] for k in keys}
+
+    samples = measure_until_resolved(measure_round, [A, B, C], rounds=3, max_rounds=10, noise=0.01)
+    assert all(B not in call for call in calls[3:]) and len(samples[B]) == 3
+    assert len(samples[A]) == len(calls)

@@ -18,74 +18,17 @@ import random
 import re
 import sys
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-from farm.gpu import MAX_GROUPS_PER_DIM, HardwareProfile
+from farm.catalog.launches import Arg, Launch, Pass, check_launch  # noqa: F401 - their public home
+from farm.gpu import HardwareProfile
 from farm.schedule import BASE_KNOBS, InvalidSchedule, Problem, Schedule
 
 DEFAULT_SCHEDULE = Schedule(workgroup_size=64)
-
-
-@dataclass
-class Arg:
-    """One binding, in binding order. Inputs carry `data`; outputs carry dtype+shape."""
-
-    name: str
-    kind: str  # "read" | "storage" | "uniform"
-    data: np.ndarray | None = None
-    dtype: type = np.float32
-    shape: tuple[int, ...] = ()
-    output: bool = False
-
-    @property
-    def nbytes(self) -> int:
-        if self.data is not None:
-            return int(self.data.nbytes)
-        return int(np.dtype(self.dtype).itemsize * int(np.prod(self.shape, dtype=np.int64)))
-
-
-@dataclass
-class Pass:
-    """One dispatch of a multi-pass launch: its module, groups and the args it binds
-    (indices into Launch.args; binding number = index, so every pass's WGSL declares an
-    arg at the same @binding)."""
-
-    source: str
-    groups: int | tuple[int, int, int]
-    bindings: tuple[int, ...]
-    constants: dict[str, float] = field(default_factory=dict)
-    entry_point: str = "main"
-
-
-@dataclass
-class Launch:
-    """A ready-to-dispatch kernel: rendered source, override constants, bindings, groups.
-
-    The fields describe the main dispatch, which binds every arg in order unless
-    `bindings` names a subset. A kernel that needs more than one dispatch (a pass that
-    prepares an operand once for all workgroups, a split-k sum) adds `prologue` passes
-    run before it and `epilogue` passes after, in one submission: args without data and
-    not `output` are device scratch shared by the passes. Timings span all passes."""
-
-    source: str
-    args: list[Arg]
-    groups: int | tuple[int, int, int]
-    constants: dict[str, float] = field(default_factory=dict)
-    entry_point: str = "main"
-    bindings: tuple[int, ...] | None = None
-    prologue: list[Pass] = field(default_factory=list)
-    epilogue: list[Pass] = field(default_factory=list)
-
-    def passes(self) -> list[Pass]:
-        """Every dispatch in order; the main one is `Pass(self.source, ...)`."""
-        bindings = self.bindings if self.bindings is not None else tuple(range(len(self.args)))
-        main = Pass(self.source, self.groups, bindings, self.constants, self.entry_point)
-        return [*self.prologue, main, *self.epilogue]
 
 
 def kernels_dir() -> Path:
@@ -165,6 +108,11 @@ class KernelSpec(ABC):
     def host_source(self) -> str:
         """Host code that shapes the emitted WGSL beyond the template ("" when none)."""
         return ""
+
+    def source_name(self, step: int) -> str | None:
+        """The file pass `step` of a launch was rendered from, line for line, for compile
+        errors to name (None: the WGSL is generated, as the built-ins' is)."""
+        return None
 
     def code_source(self) -> str:
         """The Python that shapes the work: the text of each module defining this spec's class
@@ -290,7 +238,8 @@ class KernelSpec(ABC):
 
 
 # farm.catalog's own machinery, not a kernel's code: not part of any kernel's code_source().
-_MACHINERY = frozenset({"farm.catalog", "farm.catalog.user", "farm.catalog.rules", "farm.catalog.files"})
+_MACHINERY = frozenset({"farm.catalog", "farm.catalog.user", "farm.catalog.rules", "farm.catalog.files",
+                        "farm.catalog.launches", "farm.catalog.passes", "farm.catalog.wgsl"})  # fmt: skip
 
 
 @cache
@@ -324,26 +273,8 @@ def rng_for(seed: int, *salt: object) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(int.from_bytes(digest[:8], "little")))
 
 
-def check_launch(spec: KernelSpec, schedule: Schedule, launch: Launch, profile: HardwareProfile) -> None:
-    """Limits every launch must respect, checked before compiling."""
-    max_binding = profile.limit("max-storage-buffer-binding-size")
-    for arg in launch.args:
-        if arg.kind != "uniform" and arg.nbytes > max_binding:
-            raise InvalidSchedule(
-                spec.name,
-                schedule,
-                f"buffer {arg.name} of {arg.nbytes} bytes > max-storage-buffer-binding-size {max_binding}",
-            )
-    for step in launch.passes():
-        groups = step.groups
-        count = groups if isinstance(groups, int) else groups[0] * groups[1] * groups[2]
-        if count > MAX_GROUPS_PER_DIM * MAX_GROUPS_PER_DIM:
-            raise InvalidSchedule(spec.name, schedule, f"{count} workgroups > {MAX_GROUPS_PER_DIM}^2")
-        if any(not 0 <= i < len(launch.args) for i in step.bindings):
-            raise ValueError(f"{spec.name}: pass binds {step.bindings}, launch has {len(launch.args)} args")
-
-
 _REGISTRY: dict[str, KernelSpec] = {}
+_BROKEN: dict[str, str] = {}  # $FARM_KERNELS_FILES entries that failed to load: path -> their error
 
 
 def register(spec: KernelSpec) -> KernelSpec:
@@ -356,6 +287,8 @@ def get(name: str) -> KernelSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
+        if _BROKEN:  # the kernel may be one a broken file would define: its error is the answer
+            raise ValueError(f"unknown kernel {name!r}; {'; '.join(_BROKEN.values())}") from None
         hint = "".join(f" did you mean {m!r}?" for m in difflib.get_close_matches(str(name), names(), n=1))
         raise ValueError(f"unknown kernel {name!r};{hint} known: {', '.join(names())}") from None
 

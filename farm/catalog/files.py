@@ -2,7 +2,9 @@
 
 A process loads the files named by `farm ... --kernels-file PATH` (`load`, which also
 appends them to $FARM_KERNELS_FILES so child processes such as the dashboard's server
-load them too) and those in $FARM_KERNELS_FILES (`os.pathsep`- or comma-separated).
+load them too) and those in $FARM_KERNELS_FILES (`os.pathsep`- or comma-separated); a
+file there that fails to load is reported in one line and skipped, and asking for a kernel
+no loaded file defines then fails with its error.
 Ray workers get `bundle()` instead, in $FARM_KERNELS_BUNDLE (farm.tuning.ray_session
 puts it in the runtime_env): each file's text and the WGSL it read, so a worker on
 another node needs nothing at the same path; the definitions see their original paths
@@ -21,7 +23,7 @@ import zlib
 from pathlib import Path
 
 from farm import paths
-from farm.catalog import _REGISTRY, user
+from farm.catalog import _BROKEN, _REGISTRY, user
 
 FILES_ENV = "FARM_KERNELS_FILES"
 BUNDLE_ENV = "FARM_KERNELS_BUNDLE"
@@ -44,7 +46,14 @@ def load_configured() -> None:
             _load_one(path)
         return
     for path in configured():
-        _load_one(path)
+        before = set(_REGISTRY)
+        try:
+            _load_one(path)
+        except (ValueError, OSError) as exc:  # one broken file must not stop the others' kernels
+            for name in set(_REGISTRY) - before:  # nothing half-loaded from it stays
+                del _REGISTRY[name]
+            _BROKEN[path] = " ".join(str(exc).split())
+            print(f"farm: warning: {_BROKEN[path]} (from ${FILES_ENV}; its kernels are unavailable)", file=sys.stderr)
 
 
 def load(paths: list[str]) -> list[str]:

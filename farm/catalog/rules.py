@@ -1,7 +1,8 @@
 """What a `farm.Kernel` declares as text, and how it is read: shapes (`"f32[rows, cols]"`),
-expressions over dims and knobs (restrictions, grids, shapes) and the WGSL's
-`@workgroup_size`, each mistake a KernelError naming the kernel, the name and the fix.
-Also the texts of the files definitions read (TEXTS: what travels to Ray workers)."""
+expressions over dims, knobs and the adapter's limits (restrictions, grids, shapes), each
+mistake a KernelError naming the kernel, the name and the fix. Also the texts of the files
+definitions read (TEXTS: what travels to Ray workers). The WGSL itself is read in
+farm.catalog.wgsl."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from farm import paths
 DTYPES = {"f32": np.float32, "i32": np.int32, "u32": np.uint32, "f16": np.float16}
 FUNCTIONS = {"ceil": math.ceil, "floor": math.floor, "min": min, "max": max, "abs": abs, "log2": math.log2}
 TEXTS: dict[str, str] = {}  # path -> text of every file a definition read (shipped to Ray workers)
-_WORKGROUP_SIZE = re.compile(r"@workgroup_size\(([^)]*)\)")
 
 
 class KernelError(ValueError):
@@ -65,8 +65,9 @@ def parse_shape(kernel: str, arg: str, text: object) -> tuple[type, tuple[str, .
     return dtype, tuple(part.strip() for part in split_top(inner))
 
 
-def check_names(kernel: str, rule: object, what: str, dims, knobs) -> None:
-    """KernelError unless `rule` is a function or an expression naming only dims, knobs and FUNCTIONS."""
+def check_names(kernel: str, rule: object, what: str, dims, knobs, not_here=()) -> None:
+    """KernelError unless `rule` is a function or an expression naming only dims, knobs and FUNCTIONS;
+    `not_here`: knobs that can't be named here (an input's shape), each said so."""
     if callable(rule):
         return
     if not isinstance(rule, (str, int)):
@@ -77,6 +78,11 @@ def check_names(kernel: str, rule: object, what: str, dims, knobs) -> None:
         raise KernelError(f"kernel {kernel!r}: {what} {rule!r} is not an expression: {exc.msg}") from None
     known = set(dims) | set(knobs)
     for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in not_here:
+            raise KernelError(
+                f"kernel {kernel!r}: {what} {rule!r} names knob {node.id!r}: inputs and outputs are shaped by "
+                "the dims alone (the caller's arrays); a knob may size a scratch buffer (scratch={...})"
+            )
         if isinstance(node, ast.Name) and node.id not in known and node.id not in FUNCTIONS:
             kind = "knob or dim" if knobs else "dim"
             raise KernelError(
@@ -104,21 +110,6 @@ def evaluate(kernel: str, dims, rule, ns: Namespace, what: str):
         raise KernelError(f"kernel {kernel!r}: {what} {rule!r} failed for {dict(ns)}: {exc}") from None
 
 
-def workgroup_threads(source: str, ns: Mapping) -> int | None:
-    """Invocations per workgroup from the WGSL's @workgroup_size (None when not computable here)."""
-    match = _WORKGROUP_SIZE.search(source)
-    if match is None:
-        return None
-    total = 1
-    for part in split_top(match.group(1)):
-        part = re.sub(r"(\d+)[ui]\b", r"\1", part.strip())
-        try:
-            total *= int(eval(part, {"__builtins__": {}}, dict(ns)))  # noqa: S307
-        except Exception:  # noqa: BLE001 - a WGSL constant not known here: the device checks it
-            return None
-    return total
-
-
 def split_top(text: str) -> list[str]:
     """Split on commas outside brackets; empty parts dropped."""
     parts, depth, start = [], 0, 0
@@ -138,3 +129,27 @@ def defining_file() -> str | None:
         frame = frame.f_back
     path = frame.f_globals.get("__file__") if frame is not None else None
     return str(Path(path).resolve()) if path and not str(path).startswith("<") else None
+
+
+# The adapter's limits as restrictions, grids and scratch shapes read them (docs/guides/custom-kernel.md):
+# name -> (HardwareProfile limit, WebGPU's default where no adapter is known yet).
+ADAPTER_LIMITS = {
+    "max_invocations": ("max-compute-invocations-per-workgroup", 256),
+    "max_workgroup_size_x": ("max-compute-workgroup-size-x", 256),
+    "max_workgroup_size_y": ("max-compute-workgroup-size-y", 256),
+    "max_workgroup_bytes": ("max-compute-workgroup-storage-size", 16384),
+    "max_workgroups": ("max-compute-workgroups-per-dimension", 65535),
+    "max_buffer_bytes": ("max-storage-buffer-binding-size", 134217728),
+}
+ADAPTER_NAMES = (*ADAPTER_LIMITS, "subgroup_size", "subgroup_max_size")
+
+
+def adapter_values(profile) -> dict[str, int]:
+    """ADAPTER_NAMES' values for `profile` (a HardwareProfile; None: WebGPU's defaults, no subgroups).
+    `subgroup_size` is the least subgroup the adapter may run (0 without the subgroup feature)."""
+    limits = dict(profile.limits) if profile is not None else {}
+    values = {name: int(limits.get(limit, default)) for name, (limit, default) in ADAPTER_LIMITS.items()}
+    lanes = profile.subgroup_lanes() if profile is not None else 0
+    values["subgroup_size"] = lanes
+    values["subgroup_max_size"] = max(lanes, profile.subgroup_max_size) if lanes else 0
+    return values

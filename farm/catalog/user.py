@@ -13,8 +13,8 @@ built-ins take (certification, tuning, the runtime):
   `{{name}}` placeholders take knob or dim values; `override name: T;` declarations whose
   name is a knob get the knob's value as a pipeline constant.
 - bindings, in order: every input (read-only storage), every output (read_write
-  storage), then a uniform with the dims as u32, in `dims` order (`struct Params { rows:
-  u32, cols: u32 }`); `params=False` leaves it out.
+  storage), every scratch buffer, then a uniform with the dims as u32, in `dims` order
+  (`struct Params { rows: u32, cols: u32 }`); `params=False` leaves it out.
 - shapes: `"dtype[expr, ...]"` with expressions of the dims; dtypes f32, i32, u32 (or
   numpy names). Knob values may be int, bool or str (schedules store a str knob as its
   index in the list). Restrictions: expressions (str or list of str) over knobs and dims,
@@ -24,6 +24,9 @@ built-ins take (certification, tuning, the runtime):
   dims or knobs it names as parameters) and returns the output (a tuple or dict for
   several). Inputs default to seeded normal floats / small integers (`generate=` replaces
   them: a function of (dims dict, numpy Generator) returning {input: array}).
+- several passes: `passes=[Pass(entry, grid=..., binds=[...]), ...]` instead of `grid`, and
+  `scratch={"partials": "f32[splits]"}`: buffers the passes share, shaped by dims and knobs
+  (farm.catalog.passes resolves the passes and checks each binding against the WGSL).
 - staleness: the hash covers the WGSL, the defining file's text (else the functions'
   source) and every argument, so changing any of them makes old winners stale.
 """
@@ -31,32 +34,31 @@ built-ins take (certification, tuning, the runtime):
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 
-from farm import paths
 from farm.catalog import _REGISTRY, KERNEL_MODULES, Arg, KernelSpec, Launch, register, rng_for
+from farm.catalog import passes as _passes
+from farm.catalog.passes import OVERRIDE, PLACEHOLDER, Pass
 from farm.catalog.rules import (
+    ADAPTER_NAMES,
     TEXTS,
     KernelError,
     Namespace,
+    adapter_values,
     check_names,
     defining_file,
     evaluate,
     parse_shape,
     read_text,
-    workgroup_threads,
 )
-from farm.gpu import MAX_GROUPS_PER_DIM, HardwareProfile
+from farm.catalog.wgsl import workgroup_threads
+from farm.gpu import HardwareProfile
 from farm.schedule import BASE_KNOBS, InvalidSchedule, Problem, Schedule
-
-DTYPES = {"f32": np.float32, "i32": np.int32, "u32": np.uint32, "f16": np.float16}
-_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
-_OVERRIDE = re.compile(r"^\s*override\s+(\w+)", re.MULTILINE)
 
 
 class Kernel(KernelSpec):
@@ -69,14 +71,16 @@ class Kernel(KernelSpec):
     def __init__(
         self,
         name: str,
-        source: str,
+        source: str | None = None,
         *,
         dims: tuple[str, ...] | list[str],
         inputs: Mapping[str, str],
         outputs: Mapping[str, str],
         space: Mapping[str, list],
-        grid: str | tuple | Callable,
         reference: Callable,
+        grid: str | tuple | Callable | None = None,
+        passes: list[Pass | Mapping] | None = None,
+        scratch: Mapping[str, str] | None = None,
         restrict: str | list[str] | Callable | None = None,
         sizes: list[str | Mapping[str, int]] = (),
         atol: float = 1e-5,
@@ -89,27 +93,42 @@ class Kernel(KernelSpec):
     ):
         self.name, self.dims, self.params = name, tuple(dims), params
         self.origin = defining_file()
-        self.source_path, self._template = self._source(source)
+        self.values = {k: list(v) for k, v in space.items()}
         self.inputs = {k: self._shape_spec(k, v) for k, v in inputs.items()}
         self.outputs = {k: self._shape_spec(k, v) for k, v in outputs.items()}
-        self.values = {k: list(v) for k, v in space.items()}
+        self.scratch = {k: self._shape_spec(k, v, knobs=True) for k, v in (scratch or {}).items()}
         for knob, values in self.values.items():
             if not values or not all(isinstance(v, (int, bool, str, np.integer)) for v in values):
                 self._fail(f"space[{knob!r}] must be a non-empty list of int, bool or str values, got {values!r}")
         clash = set(self.values) & set(self.dims)
         if clash:
             self._fail(f"{sorted(clash)} are both knobs and dims; rename one")
+        reserved = (set(self.values) | set(self.dims)) & set(ADAPTER_NAMES)
+        if reserved:
+            self._fail(f"{sorted(reserved)} name the adapter's limits in restrictions and grids; rename it")
+        names = [*self.inputs, *self.outputs, *self.scratch]
+        if len(set(names)) != len(names) or "params" in names:
+            self._fail(f"inputs, outputs and scratch need distinct names other than 'params', got {names}")
+        self.arg_names = names + (["params"] if self.params and self.dims else [])
+        self.steps = _passes.resolve(self, source, grid, passes)
+        self.source_path = self.steps[0].where if len({s.where for s in self.steps}) == 1 else None
+        self._template = "\n".join(dict.fromkeys(s.template for s in self.steps))
+        self.grid_rule = grid if passes is None else tuple(s.grid for s in self.steps)
         self.space = {
             k: tuple(range(len(v))) if _is_str(v) else tuple(int(x) for x in v) for k, v in self.values.items()
         }
         chosen = {k: v[0] for k, v in self.values.items()} | dict(defaults or {})
-        self.default = Schedule.of(**{k: self._encode(k, v) for k, v in chosen.items()})
+        self.default = Schedule.declared(**{k: self._encode(k, v) for k, v in chosen.items()})
         self.restrictions = [restrict] if isinstance(restrict, str) or callable(restrict) else list(restrict or ())
-        self.grid_rule, self.shared_rule = grid, workgroup_bytes
+        self.shared_rule = workgroup_bytes
+        self._adapter = adapter_values(None)  # the adapter's limits once `check` has seen one
         for rule in self.restrictions:
             self._check_names(rule, "restriction")
-        for rule in [*(grid if isinstance(grid, tuple) else (grid,)), *([workgroup_bytes] if workgroup_bytes else [])]:
-            self._check_names(rule, "grid" if rule is not workgroup_bytes else "workgroup_bytes")
+        for step in self.steps:
+            for rule in step.grid if isinstance(step.grid, tuple) else (step.grid,):
+                self._check_names(rule, "grid")
+        if workgroup_bytes:
+            self._check_names(workgroup_bytes, "workgroup_bytes")
         self.reference_fn, self.generate_fn = reference, generate
         ref_params = set(inspect.signature(reference).parameters)
         unknown = ref_params - set(self.inputs) - set(self.dims) - set(self.values)
@@ -125,13 +144,16 @@ class Kernel(KernelSpec):
         self.sizes = [self._size(s) for s in sizes]
         if defaults is None and self.sizes:  # the first schedule the restrictions allow for the first size
             self.default = next((s for s in self.schedules() if self._allowed(s, self.sizes[0])), self.default)
-        for placeholder in _PLACEHOLDER.findall(self._template):
+        for placeholder in PLACEHOLDER.findall(self._template):
             if placeholder not in self.values and placeholder not in self.dims:
                 self._fail(
-                    f"{self._where(placeholder)} has placeholder {{{{{placeholder}}}}}, which is no knob or dim "
+                    f"{_passes.where(self.steps, placeholder)} has placeholder {{{{{placeholder}}}}}, "
+                    "which is no knob or dim "
                     f"(knobs: {', '.join(self.values)}; dims: {', '.join(self.dims)})"
                 )
-        self.overrides = set(_OVERRIDE.findall(self._template)) & set(self.values)
+        for step in self.steps:
+            _passes.check_bindings(self, step)
+        self.overrides = set(OVERRIDE.findall(self._template)) & set(self.values)
         existing = _REGISTRY.get(name)
         if name in KERNEL_MODULES or (existing is not None and not isinstance(existing, Kernel)):
             self._fail("a built-in kernel has that name; choose another")
@@ -154,30 +176,15 @@ class Kernel(KernelSpec):
             raise KernelError(f"kernel {self.name!r}: its {what} ({where}) raised {type(exc).__name__}: "
                               f"{' '.join(str(exc).split())[:300]} for {problem}") from exc  # fmt: skip
 
-    def _source(self, source: str) -> tuple[str | None, str]:
-        if "\n" in source or "@compute" in source:
-            return None, source
-        path = Path(source)
-        if not path.is_absolute():
-            path = (Path(self.origin).parent if self.origin else Path.cwd()) / path
-        try:
-            return str(path), read_text(str(path), "WGSL file")
-        except (OSError, paths.UnusablePath) as exc:
-            self._fail(f"cannot read its WGSL {path}: {getattr(exc, 'strerror', None) or exc}; `source` is WGSL "
-                       "text or a path relative to the file that defines the kernel")  # fmt: skip
-
-    def _where(self, text: str) -> str:
-        line = next((i for i, row in enumerate(self._template.splitlines(), 1) if text in row), 0)
-        return f"{Path(self.source_path).name if self.source_path else 'source'} line {line}"
-
-    def _shape_spec(self, arg: str, text: str) -> tuple[type, tuple[str, ...]]:
+    def _shape_spec(self, arg: str, text: str, knobs: bool = False) -> tuple[type, tuple[str, ...]]:
         dtype, shape = parse_shape(self.name, arg, text)
         for expr in shape:
-            self._check_names(expr, f"shape of {arg}", dims_only=True)
+            self._check_names(expr, f"shape of {arg}", dims_only=not knobs)
         return dtype, shape
 
     def _check_names(self, rule, what: str, dims_only: bool = False) -> None:
-        check_names(self.name, rule, what, self.dims, () if dims_only else getattr(self, "values", ()))
+        knobs = () if dims_only else [*getattr(self, "values", ()), *ADAPTER_NAMES]
+        check_names(self.name, rule, what, self.dims, knobs, getattr(self, "values", ()) if dims_only else ())
 
     def _size(self, size) -> Problem:
         if isinstance(size, str):
@@ -201,6 +208,11 @@ class Kernel(KernelSpec):
             return self.values[knob].index(value)
         return int(value)
 
+    def schedules(self) -> list[Schedule]:
+        """Every schedule of the space, each carrying only the knobs the kernel declares."""
+        names = list(self.space)
+        return [Schedule.declared(**dict(zip(names, v, strict=True))) for v in itertools.product(*self.space.values())]
+
     # -- evaluation ----------------------------------------------------------------------
     def knobs(self, schedule: Schedule) -> dict[str, object]:
         """The schedule's knob values as declared (str and bool knobs decoded)."""
@@ -214,22 +226,24 @@ class Kernel(KernelSpec):
         return out
 
     def namespace(self, problem: Problem, schedule: Schedule | None = None) -> Namespace:
-        return Namespace(self.name, problem.as_dict() | (self.knobs(schedule) if schedule is not None else {}))
+        """Dims, the schedule's knobs and the adapter's limits (ADAPTER_NAMES) by name."""
+        knobs = self.knobs(schedule) if schedule is not None else {}
+        return Namespace(self.name, self._adapter | problem.as_dict() | knobs)
 
     def evaluate(self, rule, ns: Namespace, what: str):
         return evaluate(self.name, self.dims, rule, ns, what)
 
-    def shape(self, arg: str, problem: Problem) -> tuple[int, ...]:
-        spec = self.inputs.get(arg) or self.outputs[arg]
-        ns = self.namespace(problem)
+    def shape(self, arg: str, problem: Problem, schedule: Schedule | None = None) -> tuple[int, ...]:
+        """An input's or output's shape for `problem`; a scratch buffer's for `problem` and `schedule`."""
+        spec = self.inputs.get(arg) or self.outputs.get(arg) or self.scratch[arg]
+        ns = self.namespace(problem, schedule if arg in self.scratch else None)
         return tuple(int(self.evaluate(expr, ns, f"shape of {arg}")) for expr in spec[1])
 
-    def groups(self, schedule: Schedule, problem: Problem) -> int | tuple[int, int, int]:
-        ns = self.namespace(problem, schedule)
-        rules = self.grid_rule if isinstance(self.grid_rule, tuple) else None
-        grid = (
-            tuple(self.evaluate(g, ns, "grid") for g in rules) if rules else self.evaluate(self.grid_rule, ns, "grid")
-        )
+    def groups(self, schedule: Schedule, problem: Problem, step: int = 0) -> int | tuple[int, int, int]:
+        """The workgroup count of pass `step`."""
+        ns, rule = self.namespace(problem, schedule), self.steps[step].grid
+        grid = tuple(self.evaluate(g, ns, "grid") for g in rule) if isinstance(rule, tuple) else None
+        grid = grid if grid is not None else self.evaluate(rule, ns, "grid")
         if isinstance(grid, (int, np.integer)):
             return max(1, int(grid))
         grid = tuple(max(1, int(g)) for g in grid)
@@ -241,20 +255,26 @@ class Kernel(KernelSpec):
     def template(self) -> str:
         return self._template
 
+    def source_name(self, step: int) -> str | None:
+        return self.steps[step].path or f"{self.name} source"
+
     def host_source(self) -> str:
         """The defining file's text (else the functions' source) and every declared value."""
         parts = (
             [read_text(self.origin)] if self.origin and (self.origin in TEXTS or Path(self.origin).is_file()) else []
         )
         if not parts:
-            for fn in (self.reference_fn, self.generate_fn, self.grid_rule, *self.restrictions):
+            for fn in (self.reference_fn, self.generate_fn, *(s.grid for s in self.steps), *self.restrictions):
                 if callable(fn):
                     try:
                         parts.append(inspect.getsource(fn))
                     except (OSError, TypeError):
                         parts.append(repr(getattr(fn, "__code__", fn).co_code if hasattr(fn, "__code__") else fn))
         rules = [r for r in self.restrictions if not callable(r)], repr(self.grid_rule), repr(self.shared_rule)
+        steps = [(s.where, s.entry, repr(s.grid), s.bindings, s.numbers) for s in self.steps]
         declared = (self.dims, self.inputs, self.outputs, self.values, self.default.key(), self.params, self.exact)
+        if self.scratch or len(self.steps) > 1:  # one-pass kernels without scratch keep their hash
+            declared += (self.scratch, steps)
         return "\n".join(parts) + repr((declared, self.atol, self.rtol, rules))
 
     def default_problems(self, profile: HardwareProfile) -> list[Problem]:
@@ -266,6 +286,7 @@ class Kernel(KernelSpec):
         return self.default_problems(None)  # type: ignore[arg-type]
 
     def check(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
+        self._adapter = adapter_values(profile)  # what restrictions, grids and launch() read
         for knob in schedule.as_dict():
             if knob not in self.space and knob not in BASE_KNOBS:
                 raise InvalidSchedule(self.name, schedule, f"unknown knob {knob!r} (space: {sorted(self.space)})")
@@ -274,21 +295,7 @@ class Kernel(KernelSpec):
             if not self.evaluate(rule, ns, "restriction"):
                 shown = rule if isinstance(rule, str) else getattr(rule, "__name__", "restriction")
                 raise InvalidSchedule(self.name, schedule, f"restriction {shown!r} is false")
-        threads = self.threads(ns)
-        limit = profile.limit("max-compute-invocations-per-workgroup")
-        if threads is not None and threads > limit:
-            raise InvalidSchedule(
-                self.name,
-                schedule,
-                f"{threads} invocations per workgroup > max-compute-invocations-per-workgroup {limit}",
-            )
-        groups = self.groups(schedule, problem)
-        for axis, count in zip("xyz", (groups,) if isinstance(groups, int) else groups, strict=False):
-            if count > MAX_GROUPS_PER_DIM:
-                hint = "; return a tuple (x, y) from grid and use workgroup_id.y" if isinstance(groups, int) else ""
-                raise InvalidSchedule(
-                    self.name, schedule, f"grid {axis} of {count} workgroups > {MAX_GROUPS_PER_DIM}{hint}"
-                )
+        _passes.check_limits(self, schedule, problem, profile)
         need, storage = self.workgroup_bytes(schedule, problem), profile.limit("max-compute-workgroup-storage-size")
         if need > storage:
             raise InvalidSchedule(self.name, schedule, f"needs {need} bytes of workgroup storage > {storage}")
@@ -305,15 +312,12 @@ class Kernel(KernelSpec):
             return 0
         return int(self.evaluate(self.shared_rule, self.namespace(problem, schedule), "workgroup_bytes"))
 
-    def threads(self, ns: Namespace) -> int | None:
-        return workgroup_threads(self.render(ns), ns)
+    def threads(self, ns: Namespace, step: int = 0) -> int | None:
+        return workgroup_threads(self.render(ns, step), ns, self.steps[step].entry)
 
-    def render(self, ns: Mapping) -> str:
-        def value(match: re.Match) -> str:
-            v = ns[match.group(1)]
-            return ("true" if v else "false") if isinstance(v, bool) else str(v)
-
-        return _PLACEHOLDER.sub(value, self._template)
+    def render(self, ns: Mapping, step: int = 0) -> str:
+        """Pass `step`'s WGSL with the placeholders filled."""
+        return self.steps[step].render(ns)
 
     def generate(self, problem: Problem, seed: int) -> dict[str, np.ndarray]:
         if self.generate_fn is not None:
@@ -355,17 +359,20 @@ class Kernel(KernelSpec):
         return out
 
     def launch(self, schedule: Schedule, problem: Problem, inputs: dict[str, np.ndarray]) -> Launch:
-        ns = self.namespace(problem, schedule)
         args = [Arg(n, "read", np.ascontiguousarray(inputs[n], dtype)) for n, (dtype, _) in self.inputs.items()]
         args += [
             Arg(n, "storage", dtype=dtype, shape=self.shape(n, problem), output=True)
             for n, (dtype, _) in self.outputs.items()
         ]
+        scratch = self.scratch.items()
+        args += [Arg(n, "storage", dtype=d, shape=self.shape(n, problem, schedule)) for n, (d, _) in scratch]
         if self.params and self.dims:
             values = [problem[d] for d in self.dims]
             args.append(Arg("params", "uniform", np.array(values + [0] * (-len(values) % 4), np.uint32)))
-        constants = {k: float(ns[k]) for k in self.overrides if not isinstance(ns[k], str)}
-        return Launch(source=self.render(ns), args=args, groups=self.groups(schedule, problem), constants=constants)
+        steps = _passes.dispatches(self, schedule, problem)
+        first = steps[0]
+        return Launch(first.source, args, first.groups, first.constants, first.entry_point, first.bindings,
+                      first.numbers, epilogue=steps[1:])  # fmt: skip
 
     def tolerance(self, problem: Problem) -> tuple[float, float]:
         return (self.atol, self.rtol)

@@ -181,8 +181,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     sizes = parse_sizes(args.sizes) if args.sizes is not None else {}
     kernels = list(sizes) if sizes and not args.kernels and not args.all else _kernel_names(args)
-    if args.kernels_file and not (sizes or args.kernels or args.all):
-        kernels = args.user_kernels  # `farm tune --kernels-file F`: the kernels F defines
     _check_sizes(sizes, kernels, args)
     _refuse_cpu(args.allow_cpu, "tune", args.ray_address)  # no database or artifacts made for a refusal
     out = writable_dir(Path(args.out) if args.out else farm_home() / "artifacts", "tuning artifacts")
@@ -311,6 +309,8 @@ def _add_tune_parser(sub) -> None:
 
 
 def _kernel_names(args: argparse.Namespace) -> list[str]:
+    if getattr(args, "kernels_file", None) and not args.kernels and not getattr(args, "all", False):
+        return list(args.user_kernels)  # `--kernels-file F` without names: the kernels F defines
     if getattr(args, "all", False) or not args.kernels:
         return catalog.names()
     for name in args.kernels:

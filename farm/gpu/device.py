@@ -397,18 +397,26 @@ class Device:
         self.device.queue.write_buffer(buffer.handle, 0, raw)
 
     # -- dispatch ----------------------------------------------------------------
-    def bind(self, pipeline: Pipeline, buffers: list, schedule: Any = None, bindings: tuple[int, ...] | None = None):
+    def bind(
+        self,
+        pipeline: Pipeline,
+        buffers: list,
+        schedule: Any = None,
+        bindings: tuple[int, ...] | None = None,
+        numbers: tuple[int, ...] | None = None,
+    ):
         """A bind group of `buffers` at bindings 0, 1, ... or, with `bindings`, of
-        buffers[i] at binding i for each i in it (a pass that uses some of a launch's args).
+        buffers[i] at binding i for each i in it (a pass that uses some of a launch's args),
+        or at the binding of the same place in `numbers` when given (a farm.Kernel pass).
         An entry is a Buffer, bound whole, or a (Buffer, offset, size) range: `size` bytes from
         byte `offset`, a multiple of the min-uniform-buffer-offset-alignment limit (storage:
         min-storage-...), e.g. one row of a uniform buffer holding many passes' parameters
         (farm.recurrent.paths.BaselinePlan). A range wgpu refuses is a GpuError at "bind"."""
-        numbers = range(len(buffers)) if bindings is None else bindings
+        indices = range(len(buffers)) if bindings is None else bindings
         entries = []
-        for i in numbers:
+        for i, number in zip(indices, indices if numbers is None else numbers, strict=True):
             buffer, offset, size = buffers[i] if isinstance(buffers[i], tuple) else (buffers[i], 0, buffers[i].nbytes)
-            entries.append({"binding": i, "resource": {"buffer": buffer.handle, "offset": offset, "size": size}})
+            entries.append({"binding": number, "resource": {"buffer": buffer.handle, "offset": offset, "size": size}})
         try:
             layout = pipeline.handle.get_bind_group_layout(0)
             return self.device.create_bind_group(layout=layout, entries=entries)

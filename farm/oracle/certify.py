@@ -58,14 +58,21 @@ def verdict(rows: list[CertifyRow]) -> str:
 
 
 def format_table(rows: list[CertifyRow]) -> str:
+    """The rows, one line each; a message of several lines (a compiler's report) is printed
+    once below the table, each row that had it naming it by number."""
     header = f"{'kernel':<14} {'problem':<26} {'status':<17} {'max_abs':>10} {'max_rel':>10}  schedule"
     lines = [header, "-" * len(header)]
+    reports: dict[str, int] = {}
     for r in rows:
         note = f"  ({r.message})" if r.status != "ok" else ""
+        if r.status != "ok" and "\n" in r.message.strip():
+            text = r.message.replace(f" schedule {r.schedule}", "").replace(f"[{r.schedule}]", "").strip()
+            note = f"  (error {reports.setdefault(text, len(reports) + 1)} below)"
         lines.append(
             f"{r.kernel:<14} {r.problem:<26} {r.status:<17} {r.max_abs:>10.2e} {r.max_rel:>10.2e}  {r.schedule}{note}"
         )
     ok = sum(r.status == "ok" for r in rows)
     invalid = sum(r.status == "invalid_schedule" for r in rows)
     lines.append(f"{ok} certified, {invalid} rejected as invalid, {len(rows) - ok - invalid} failed")
+    lines += [f"\nerror {number}: {text}" for text, number in reports.items()]
     return "\n".join(lines)

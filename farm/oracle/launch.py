@@ -3,12 +3,13 @@ certification, tuning and the runtime library."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from farm.catalog import KernelSpec, Launch, check_launch
-from farm.gpu import Buffer, Device, PendingRead, Pipeline, Timing
+from farm.gpu import Buffer, Device, GpuError, PendingRead, Pipeline, Timing
 from farm.schedule import Problem, Schedule
 
 
@@ -30,8 +31,9 @@ class Prepared:
         """(pipeline, bind_group, groups) per pass, for the Device's multi-pass methods;
         the bind groups are made once (a trial runs, times and may re-measure)."""
         if self._calls is None:
+            bind = self.device.bind
             self._calls = [
-                (pipeline, self.device.bind(pipeline, self.buffers, self.schedule, step.bindings), step.groups)
+                (pipeline, bind(pipeline, self.buffers, self.schedule, step.bindings, step.numbers), step.groups)
                 for pipeline, step in zip(self.pipelines, self.launch.passes(), strict=True)
             ]
         return self._calls
@@ -85,7 +87,15 @@ def compile_launch(device: Device, spec: KernelSpec, schedule: Schedule, launch:
     for i, step in enumerate(launch.passes()):
         main = i == len(launch.prologue)
         label = f"{spec.name}[{schedule}]" if main else f"{spec.name} pass {i}"
-        out.append(device.pipeline(step.source, step.entry_point, step.constants, label, schedule, checked))
+        try:
+            out.append(device.pipeline(step.source, step.entry_point, step.constants, label, schedule, checked))
+        except GpuError as exc:
+            where = spec.source_name(i)
+            if where is None or exc.step != "compile":
+                raise
+            # the compiler says "wgsl:LINE:COL"; the rendered WGSL keeps the file's lines
+            message = re.sub(r"\bwgsl:(\d+:\d+)", lambda m, where=where: f"{where}:{m.group(1)}", str(exc))
+            raise GpuError("compile", message.split(": ", 1)[1], label, schedule) from exc
     return out
 
 

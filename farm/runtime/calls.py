@@ -145,7 +145,7 @@ class Caller:
         except Exception:
             self._drop(owned, held)
             raise
-        passes = [(step.bindings, grid_of(step.groups)) for step in launch.passes()]  # folded once, not per call
+        passes = [(step.bindings, step.numbers, grid_of(step.groups)) for step in launch.passes()]  # folded once
         plan = CallPlan(spec, schedule, problem, pipelines, passes, slots, owned, held)
         self._plans[key] = plan
         while len(self._plans) > MAX_PLANS:
@@ -314,8 +314,8 @@ class Caller:
             slot = plan.slots[index]
             buffers[index] = slab.view(slot.nbytes, slot.kind)
         calls = [
-            (pipeline.handle, self.device.bind(pipeline, buffers, plan.schedule, bindings), grid)
-            for pipeline, (bindings, grid) in zip(plan.pipelines, plan.passes, strict=True)
+            (pipeline.handle, self.device.bind(pipeline, buffers, plan.schedule, bindings, numbers), grid)
+            for pipeline, (bindings, numbers, grid) in zip(plan.pipelines, plan.passes, strict=True)
         ]
         raw = None
         if self._native is not None:

@@ -37,7 +37,7 @@ class CallPlan:
     schedule: Schedule
     problem: Problem
     pipelines: list[Pipeline]
-    passes: list  # (bindings, grid) per pass, in order
+    passes: list  # (bindings, binding numbers, grid) per pass, in order
     slots: list[Slot]
     owned: list[Buffer]  # constants: the plan's own device buffers
     held: list[Slab]  # scratch: pool slabs the plan holds while it lives (they count in capacity_bytes)

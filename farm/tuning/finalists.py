@@ -11,8 +11,9 @@ equivalence margin `noise` (the ratio band 1 +- noise that counts as "the same s
 - *slower*: the whole interval lies above 1 + noise;
 - *tie*: the whole interval lies inside [1 - noise, 1 + noise];
 - *unresolved* otherwise: `pending` names these, and the re-measurement adds rounds for the
-  leader and them until none is left or `max_rounds` is reached; at the cap an unresolved
-  finalist is a tie when its median ratio is within 1 + noise, else slower.
+  leader and them until none is left or `max_rounds` is reached (a finalist that leaves
+  never returns, so round i of two finalists stays a pair); at the cap an unresolved
+  finalist is a tie when its median ratio is within the band, both ways, else not.
 
 Fewer rounds than the sign test needs for CONFIDENCE (`sign_rounds`: 5 at 0.9) decide only
 by a wide margin: the interval must clear the band by EARLY_MARGIN on the verdict's side
@@ -28,7 +29,10 @@ the same schedule: the previously stored winner if it is among them, else the ke
 default schedule, else the *simplest*: the fewest knobs that differ from the default
 schedule, then the smallest canonical key (`Schedule.key()`, sorted JSON) as a deterministic
 last resort. The winner (farm.tuning.engine.winner_record) is a WinnerRecord carrying the
-decision: runner-up, margin and its interval, timing quantiles over rounds, rounds, tie.
+decision: runner-up, margin and its interval, timing quantiles over rounds, rounds, tie. The
+runner-up is the finalist the winner was judged against (the leader when a tie chose another;
+else the closest tied one, or the closest other when none tied, by paired ratio) and the
+margin is that pair's median paired ratio - 1: `tie` only with a margin within the band.
 """
 
 from __future__ import annotations
@@ -146,7 +150,9 @@ def measure_until_resolved(
     active = list(keys)
     for index in range(max_rounds):
         if index >= rounds:
-            live = {k: v for k, v in samples.items() if k not in failed}
+            # only finalists still measured: one that left never returns, so every list stays
+            # a prefix of the rounds and round i of two finalists is a pair
+            live = {k: samples[k] for k in active if k not in failed}
             active = pending(live, noise, confidence) if any(live.values()) else []
             if not active:
                 break
@@ -187,7 +193,7 @@ class Decision:
     rounds: int
     timings: dict[str, Timing] = field(default_factory=dict)
     runner_up: str | None = None
-    margin: float | None = None  # runner-up / winner - 1, median over paired rounds
+    margin: float | None = None  # runner-up / winner - 1, median over paired rounds (within noise if tie)
     margin_low: float | None = None  # the interval of that margin
     margin_high: float | None = None
 
@@ -202,24 +208,34 @@ def decide(
     """The winner of a finished re-measurement (see the module docstring)."""
     live: Rounds = {k: v for k, v in samples.items() if v}
     leader = leader_of(live)
-    tied = [leader]
-    for key in live:
-        if key == leader:
-            continue
-        c = compare(live, key, leader, noise, confidence)
-        if c.verdict == "tie" or (c.verdict == "unresolved" and c.ratio <= 1 + noise):
-            tied.append(key)
+    against = {k: compare(live, k, leader, noise, confidence) for k in live if k != leader}
+    tied = [leader] + [k for k, c in against.items() if _ties(c, compare(live, leader, k, noise, confidence), noise)]
     winner = prefer(tied, stored, default) if len(tied) > 1 else leader
     timings = {k: t for k, t in interleaved_timings(live).items() if t is not None}
-    others = [k for k in live if k != winner]
     decision = Decision(winner, leader, len(tied) > 1, tuple(sorted(tied)), max(len(v) for v in live.values()), timings)
-    if not others:
+    if not against:
         return decision
-    runner_up = min(others, key=lambda k: timings[k].median_ns)
+    # The runner-up is the finalist the winner was judged against, and the margin that pair's
+    # paired statistic, so `tie` and `margin` tell one story: a winner chosen among the tied
+    # faces the leader (or, being the leader, the closest tied one); else the closest other.
+    if winner != leader:
+        runner_up = leader
+    else:
+        partners = [k for k in tied if k != leader] or list(against)
+        runner_up = min(partners, key=lambda k: against[k].ratio)
     c = compare(live, runner_up, winner, noise, confidence)
     return dataclasses.replace(
         decision, runner_up=runner_up, margin=c.ratio - 1, margin_low=c.low - 1, margin_high=c.high - 1
     )
+
+
+def _ties(other: Comparison, back: Comparison, noise: float) -> bool:
+    """Whether a finalist ties with the leader: a tie verdict, or unresolved when the rounds ran
+    out, with the median ratio within the noise band both ways (other/leader and leader/other,
+    so the margin reported for the pair, whichever wins, is within it too)."""
+    if other.verdict not in ("tie", "unresolved"):
+        return False
+    return abs(other.ratio - 1) <= noise and abs(back.ratio - 1) <= noise
 
 
 def interleaved_timings(samples: dict[str, list[float] | None]) -> dict[str, Timing | None]:
