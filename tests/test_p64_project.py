@@ -57,7 +57,7 @@ def test_p64_project_converts_words_as_unsigned(device):
     "schedule,reason",
     [
         (Schedule.of(workgroup_size=64, vector_width=2), "vector_width 2 not in (1, 4)"),
-        (Schedule.of(workgroup_size=64, items_per_invocation=0), "items_per_invocation 0 < 1"),
+        (Schedule.of(workgroup_size=64, items_per_invocation=0), "items_per_invocation must be an integer >= 1, got 0"),
         (Schedule.of(workgroup_size=4096), "workgroup_size 4096 exceeds max-compute-invocations-per-workgroup"),
     ],
 )

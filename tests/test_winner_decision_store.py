@@ -16,7 +16,7 @@ from farm.schedule import Schedule
 from farm.store import WinnerRecord, open_store, save_vendor_ratio, save_winner, upsert_topology, winners
 from farm.store.engine import create_store_engine
 from farm.store.listing import NOT_RECORDED, format_winners
-from farm.store.migrate import current, downgrade, upgrade
+from farm.store.migrate import current, downgrade, head_revision, upgrade
 
 FAST = Schedule.of(workgroup_size=128, vector_width=4).key()
 NEXT = Schedule.of(workgroup_size=256, vector_width=4).key()
@@ -119,7 +119,7 @@ def test_revision_0005_round_trip_keeps_the_winners(store_url):  # noqa: F811
         assert (w.schedule_key, w.median_ns, w.margin, w.tie, w.vendor_ratio) == (FAST, 1000.0, None, None, None)
         db.engine.dispose()
         upgrade(store_url)
-        assert current(store_url) == "0005_winner_decision"
+        assert current(store_url) == head_revision()
         columns = {c["name"] for c in inspect(engine).get_columns("winners")}
         assert {"margin", "runner_up", "tie", "rounds", "p20_ns", "vendor_ratio", "vendor_measured_at"} <= columns
         db = open_store(store_url)
