@@ -10,7 +10,7 @@ Failures are data (a Status and a message), never missing rows.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from farm.gpu import Timing
 from farm.schedule import Problem, Schedule, Status
@@ -26,7 +26,8 @@ class ErrorMetrics:
     max_rel: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
-        return asdict(self)
+        # Spelled out: dataclasses.asdict deep-copies, and every recorded trial passes here.
+        return {"max_abs": self.max_abs, "mean_abs": self.mean_abs, "rmse": self.rmse, "max_rel": self.max_rel}
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,15 @@ class TrialResult:
     def median_ns(self) -> float | None:
         return self.timing.median_ns if self.timing else None
 
+    def __reduce__(self):
+        # Flat: every trial crosses Ray once, and unpickling nested dataclasses was a driver's
+        # largest cost per trial after recording it.
+        k, t, m = self.key, self.timing, self.metrics
+        timing = (t.median_ns, t.p20_ns, t.p80_ns, t.min_ns, t.reps, t.method) if t is not None else None
+        metrics = (m.max_abs, m.mean_abs, m.rmse, m.max_rel)
+        return _result, (k.topology_hash, k.kernel, k.source_hash, k.problem, k.schedule, self.status.value,
+                         self.message, timing, metrics, self.host, self.worker_id, self.finished_at)  # fmt: skip
+
     def as_row(self) -> dict:
         """Flat dict (SQL/Parquet/CSV friendly)."""
         t = self.timing
@@ -81,3 +91,10 @@ class TrialResult:
             "worker_id": self.worker_id,
             "finished_at": self.finished_at,
         }
+
+
+def _result(topology, kernel, source, problem, schedule, status, message, timing, metrics, host, worker, finished):
+    """An unpickled TrialResult (TrialResult.__reduce__)."""
+    key = TrialKey(topology, kernel, source, problem, schedule)
+    timing = Timing(*timing) if timing is not None else None
+    return TrialResult(key, Status(status), message, timing, ErrorMetrics(*metrics), host, worker, finished)

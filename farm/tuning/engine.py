@@ -104,6 +104,9 @@ class TrialLog(Protocol):
     def save_winner(self, winner: WinnerRecord) -> None:
         """The task's winner, with its decision."""
 
+    def forget(self, task: Task) -> None:
+        """The task is decided: nothing of it will be read back in this run."""
+
 
 @dataclass
 class Outcome:
@@ -149,6 +152,7 @@ def tune_problem(
              "planned": task.planned, "trials": budget.spent}  # fmt: skip
     stats["search_s"] = time.perf_counter() - started
     winner = choose_winner(task, config, runner, log, stats)
+    log.forget(task)
     return Outcome(list(used.values()), winner, stats)
 
 
@@ -241,7 +245,7 @@ def choose_winner(
               file=sys.stderr)  # fmt: skip
         return None
     finalists = [r.key.schedule for r in certified[: config.finalists]]
-    ok = {r.key.schedule.key() for r in certified}
+    ok = {key for key, r in known.items() if r.ok and r.median_ns}
     stored = log.stored_winner(task)
     for extra in (spec.default.key(), stored):
         if extra in ok and Schedule.from_key(extra) not in finalists:
@@ -322,6 +326,9 @@ class MemoryLog:
     def stored_winner(self, task: Task) -> str | None:
         return self.winners.get(_task_key(task))
 
+    def forget(self, task: Task) -> None:
+        pass  # a run without a database keeps its trials: they are all it has
+
     def replayed(self, result: TrialResult) -> None:
         pass
 
@@ -349,11 +356,27 @@ class StoreLog:
         self.db, self.campaign_id, self.recorder = db, campaign_id, recorder
         self.buffer: list[TrialResult] = []
         self.done = self.failures = 0
+        # A task's trials read once and kept up to date with this run's: reading them back for the
+        # finalists cost a query and a decode per trial, a sixth of a driver's CPU. Dropped with its winner.
+        self._known: dict[tuple[str, str, str, str], dict[str, TrialResult]] = {}
 
     def recorded(self, task: Task) -> dict[str, TrialResult]:
-        spec = catalog.get(task.kernel)
-        rows = store.recorded_schedules(self.db, task.topology, task.kernel, spec.source_hash(), task.problem.key())
-        return {key: result_from_row(row, task.problem) for key, row in rows.items()}
+        key = _task_key(task)
+        known = self._known.get(key)
+        if known is None:
+            rows = store.recorded_schedules(self.db, task.topology, task.kernel, key[2], key[3])
+            known = self._known[key] = {k: result_from_row(row, task.problem) for k, row in rows.items()}
+        return dict(known)
+
+    def forget(self, task: Task) -> None:
+        """The task is decided: its trials need not be kept."""
+        self._known.pop(_task_key(task), None)
+
+    def _remember(self, result: TrialResult) -> None:
+        k = result.key
+        known = self._known.get((k.topology_hash, k.kernel, k.source_hash, k.problem.key()))
+        if known is not None:
+            known.setdefault(k.schedule.key(), result)  # the first recorded stays, as the insert keeps it
 
     def stored_winner(self, task: Task) -> str | None:
         source_hash = catalog.get(task.kernel).source_hash()
@@ -369,6 +392,7 @@ class StoreLog:
     def add(self, result: TrialResult) -> None:
         self.done += 1
         self.failures += not result.ok
+        self._remember(result)
         if self.recorder is not None:
             self.recorder.add(result)
         else:
