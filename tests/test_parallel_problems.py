@@ -43,3 +43,60 @@ def test_problems_run_side_by_side_and_every_trial_is_recorded_once(pool, tmp_pa
     first, second = spans[problems[0].key()], spans[problems[1].key()]
     assert min(second) < max(first)  # the second problem's search began before the first's ended
     db.engine.dispose()
+
+
+def test_each_problem_asks_only_its_home_for_inputs_and_drops_them_where_its_trials_ran(pool, tmp_path):
+    calls = []
+    for what in ("prefetch", "forget"):
+        real = getattr(pool, what)
+
+        def recorded(kernel, problem, seed=0, topology=None, slots=None, what=what, real=real):
+            calls.append((what, problem.key(), None if slots is None else tuple(slots)))
+            real(kernel, problem, seed, topology, slots)
+
+        setattr(pool, what, recorded)
+    spec = catalog.get("gemv")
+    problems = [spec.problem(m=n, n=n) for n in (256, 512, 1024)]
+    config = TuneConfig(kernels=("gemv",), sizes={"gemv": problems}, strategy="model", budget=16)
+    db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
+    Campaign(config, pool, db, tmp_path / "artifacts", "farm tune gemv").run()
+    ran = {p.key(): {r["worker_id"].split(".")[0] for r in store.trials(db) if r["problem"] == p.key()}
+           for p in problems}  # fmt: skip
+    db.engine.dispose()
+    homes = {names for what, _, names in calls if what == "prefetch"}
+    assert all(names is not None and len(names) == PROBLEM_WORKERS for names in homes)  # a share, not the fleet
+    for problem in problems:
+        asked = [names for what, key, names in calls if key == problem.key() and what == "prefetch"]
+        dropped = [names for what, key, names in calls if key == problem.key() and what == "forget"]
+        assert len(asked) == 1 and len(dropped) == 1
+        assert set(asked[0]) <= set(dropped[0]) and ran[problem.key()] <= set(dropped[0])
+        assert set(dropped[0]) <= set(asked[0]) | ran[problem.key()]  # and nowhere else
+
+
+def test_a_queue_sends_a_problems_trials_home_first_and_names_the_workers_it_visited(pool):
+    from farm.tuning.job import Job
+    from farm.tuning.workers import TrialQueue
+
+    spec, names = catalog.get("gemv"), list(pool.topologies().values())[0]
+    homes = {"a": names[: len(names) // 2], "b": names[len(names) // 2 :]}
+    problems = {"a": spec.problem(m=256, n=256), "b": spec.problem(m=512, n=512)}
+    queue = TrialQueue(pool)
+    results: dict[str, list] = {}
+
+    def run(name: str) -> None:
+        jobs = [Job("gemv", problems[name], s, 0, 1, 2) for s in spec.schedules()[:64]]
+        results[name] = list(queue.stream(jobs, homes[name]))
+
+    import threading
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in homes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    queue.close()
+    for name, home in homes.items():
+        where = [r.worker_id.split(".")[0] for r in results[name]]
+        assert len(where) == 64
+        assert sum(w in home for w in where) > len(where) // 2  # mostly at home
+        assert queue.visited("gemv", problems[name]) == {w for w in where if w not in home}

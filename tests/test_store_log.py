@@ -8,8 +8,8 @@ from test_store_support import profile, trial
 from farm import catalog
 from farm.schedule import Problem
 from farm.store import open_store, record_trials, upsert_topology
-from farm.tuning.engine import StoreLog
 from farm.tuning.tasks import Task
+from farm.tuning.trial_logs import StoreLog
 
 
 def test_a_store_log_reads_a_task_once_and_keeps_this_runs_trials(tmp_path):

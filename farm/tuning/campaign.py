@@ -4,13 +4,14 @@ For every topology the pool's workers report, the campaign plans one task per (k
 problem) (farm.tuning.tasks) and runs each through the tuning engine (farm.tuning.engine:
 search, re-measurement of the finalists, the winner and its decision), with the pool's
 workers of that topology as the engine's trial runner and the database as its trial log.
-Trials already in the database are replayed, not run again, which is what makes a re-run
-of a killed campaign resume where it stopped. Results are recorded as they arrive
+Trials already in the database are replayed, not run again, which is what makes a re-run of
+a killed campaign resume where it stopped. Results are recorded as they arrive
 (farm.tuning.recording). While a task runs, the workers generate the inputs and references
-of the next PREFETCH_AHEAD tasks in the background, and drop a task's once its winner is
-stored. Each task's trials, caps and seconds of search and re-measurement go to the
-campaign summary ("tasks", "totals") and one stderr line. `tune` runs one campaign end to
-end; what it prints is farm.tuning.report's.
+of the next PREFETCH_AHEAD tasks in the background (beside other problems, each task's home
+as it starts: `_tune_parallel`), and drop a task's once its winner is stored. Each task's
+trials, caps and seconds of search and re-measurement go to the campaign summary ("tasks",
+"totals") and one stderr line. `tune` runs one campaign end to end; what it prints is
+farm.tuning.report's.
 
 Lifecycle: the campaign row's heartbeat_at is written with its progress counters (replayed
 trials included) in each recorder flush's transaction, after each task, and by a `Heartbeat` thread at
@@ -32,11 +33,11 @@ import queue
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from farm import store
 from farm.gpu import HardwareProfile
-from farm.schedule import Problem, Schedule
 from farm.store import WinnerRecord
 from farm.store import parquet as artifacts
 from farm.store.compaction import restore_campaigns
@@ -44,13 +45,14 @@ from farm.store.repo import STALE_AFTER_S, interrupt_stale_campaigns
 from farm.trial import TrialResult
 from farm.tuning import driver_lock
 from farm.tuning.device_lock import device_locks
-from farm.tuning.engine import RemeasureFailed, StoreLog, tune_problem
+from farm.tuning.engine import tune_problem
 from farm.tuning.heartbeat import Heartbeat
-from farm.tuning.job import Job
+from farm.tuning.pool_executor import PoolExecutor
 from farm.tuning.recording import TrialRecorder
 from farm.tuning.report import Progress, format_stage_times, format_task_totals, format_workers, problem_line
 from farm.tuning.tasks import Task, TuneConfig, notice_cpu, plan
-from farm.tuning.workers import TrialQueue, WorkerFailure, WorkerPool
+from farm.tuning.trial_logs import StoreLog
+from farm.tuning.workers import TrialQueue, WorkerPool
 
 # Tasks ahead whose inputs and reference the workers generate in the background: one ahead
 # left a GPU idle before a problem whose inputs take longer than the previous problem's
@@ -81,6 +83,9 @@ class Campaign:
         self.siblings: dict[tuple[str, str], list[str]] = {}  # (topology, kernel): this campaign's winner keys
         # the tasks whose inputs the workers were asked for and have not dropped yet, by _task_key
         self._prefetched: dict[tuple[str, str, str], Task] = {}
+        # beside other problems (_tune_parallel): each task's share of the workers, and their queue
+        self._homes: dict[tuple[str, str, str], list[str]] = {}
+        self._queue: TrialQueue | None = None
 
     def run(self) -> list[WinnerRecord]:
         topologies = self.pool.topologies()
@@ -152,20 +157,23 @@ class Campaign:
         restore_campaigns(self.db, self.out, [row["id"] for row in rows])
 
     def _tune_parallel(self, tasks: list[Task], profiles: dict[str, HardwareProfile], parallel: int):
-        """`parallel` of one topology's tasks tuned at once, each search on its share of the
-        workers through one TrialQueue (the next task starts as one ends, in plan order), so a
-        fleet stays busy across problems; winners in plan order. The workers are asked for a
-        task's inputs (and the next PREFETCH_AHEAD tasks') as it starts. A task that raises
-        closes the queue: the others stop, and its error is raised."""
-        trials = TrialQueue(self.pool, tasks[0].topology)
+        """`parallel` of one topology's tasks tuned at once through one TrialQueue (the next
+        task starts as one ends, in plan order), so a fleet stays busy across problems; winners
+        in plan order. Each running task has a home, 1/`parallel` of the workers, which a task
+        that ends hands to the next: its trials go there first (other workers take them only
+        when idle), and only there go its compile hints and the request for its inputs, at its
+        start; its inputs are dropped there and wherever else its trials ran. At a thousand
+        workers a request to every worker for every problem cost the driver more than the
+        trials. A task that raises closes the queue: the others stop, and its error is raised."""
+        trials = self._queue = TrialQueue(self.pool, tasks[0].topology)
         running: dict[int, threading.Thread] = {}
         done: queue.SimpleQueue = queue.SimpleQueue()
         outcomes: dict[int, WinnerRecord | BaseException | None] = {}
-        share = max(1, len(self.pool.topologies()[tasks[0].topology]) // parallel)
+        free = deque(_shares(self.pool.topologies()[tasks[0].topology], parallel))
 
         def work(index: int, task: Task) -> None:
             try:
-                runner = PoolExecutor(self.pool, task.topology, profiles, trials, share, index)
+                runner = PoolExecutor(self.pool, task.topology, profiles, trials, self._homes[_task_key(task)])
                 outcomes[index] = self._tune(task, profiles, None, runner)
             except BaseException as exc:  # noqa: BLE001 - raised by the campaign's thread
                 outcomes[index] = exc
@@ -176,7 +184,8 @@ class Campaign:
             while True:
                 while len(running) < parallel and (item := next(following, None)) is not None:
                     index, task = item
-                    self._prefetch(tasks[index : index + 1 + PREFETCH_AHEAD])
+                    self._homes[_task_key(task)] = free.popleft()
+                    self._prefetch([task])
                     running[index] = threading.Thread(target=work, args=item, name=f"task-{index}", daemon=True)
                     running[index].start()
                 if not running:
@@ -186,6 +195,7 @@ class Campaign:
                 except queue.Empty:
                     continue
                 running.pop(finished)
+                free.append(self._homes.pop(_task_key(tasks[finished])))
                 if isinstance(outcomes[finished], BaseException):
                     raise outcomes[finished]
         except BaseException as exc:
@@ -194,6 +204,7 @@ class Campaign:
                 thread.join(timeout=60)
             raise
         trials.close()
+        self._queue = None
         order = {(t.kernel, t.problem.key()): n for n, t in enumerate(tasks)}
         ours = self.tasks[-len(tasks) :]  # appended as each ended: the summary lists them in plan order
         self.tasks[-len(tasks) :] = sorted(ours, key=lambda stats: order[(stats["kernel"], stats["problem"])])
@@ -250,10 +261,19 @@ class Campaign:
 
     def _workers(self, what: str, task: Task) -> None:
         """Ask `task`'s workers to `prefetch` or `forget` its inputs (WorkerPool's; a pool
-        without them, as the tests' fakes, generates at each problem's first trial)."""
+        without them, as the tests' fakes, generates at each problem's first trial): beside
+        other problems its home, and to forget, also the workers its trials visited."""
         call = getattr(self.pool, what, None)
-        if call is not None:
+        if call is None:
+            return
+        home = self._homes.get(_task_key(task))
+        if home is None:
             call(task.kernel, task.problem, self.config.seed, task.topology)
+            return
+        slots = set(home)
+        if what == "forget" and self._queue is not None:
+            slots |= self._queue.visited(task.kernel, task.problem, self.config.seed)
+        call(task.kernel, task.problem, self.config.seed, task.topology, slots=sorted(slots))
 
     def _update_campaign(self) -> None:
         done, failures, total = self._counts()
@@ -267,59 +287,6 @@ class Campaign:
         row = store.campaign(self.db, self.campaign_id)
         counts = store.trial_status_counts(self.db, campaign=self.campaign_id)
         artifacts.write_campaign_summary(self.out, row, winners, counts, self.tasks)
-
-
-class PoolExecutor:
-    """The engine's trial executor for a campaign: the pool's workers of one topology run the
-    trials, the first of them re-measures the finalists. Beside other problems (`trials`, the
-    campaign's TrialQueue): the search sizes its batches for 1/`share` of the workers, and the
-    `index`-th worker re-measures."""
-
-    def __init__(
-        self,
-        pool: WorkerPool,
-        topology: str,
-        profiles: dict[str, HardwareProfile],
-        trials: TrialQueue | None = None,
-        share: int = 1,
-        index: int = 0,
-    ):
-        self.pool, self.topology, self.trials = pool, topology, trials
-        slots = pool.topologies()[topology]
-        self.slot, self.workers = slots[index % len(slots)], max(1, len(slots) // share)
-        self.device_name = profiles[self.slot].device_name
-        # beside other problems, compile hints go to its share of the workers, not to every one
-        # (a hint per worker per round would cost the driver the fleet's size at each round)
-        first = index * self.workers % len(slots)
-        self.hinted = None if trials is None else (slots + slots)[first : first + self.workers]
-
-    def evaluate(self, jobs: list[Job]):
-        return self.trials.stream(jobs) if self.trials is not None else self.pool.stream(jobs, self.topology)
-
-    def precompile(self, kernel: str, problem: Problem, schedules: list[Schedule], seed: int) -> None:
-        ahead = getattr(self.pool, "precompile", None)  # a pool without it (the tests' fakes) compiles at the trial
-        if ahead is not None:
-            only = () if self.hinted is None else (self.hinted,)  # alone on the workers: every one of them
-            ahead(kernel, problem, schedules, seed, self.topology, *only)
-
-    def remeasure_rounds(
-        self,
-        kernel: str,
-        problem: Problem,
-        schedules: list[Schedule],
-        reps: int,
-        rounds: int,
-        seed: int,
-        max_rounds: int,
-        noise: float,
-    ) -> dict[str, list[float] | None]:
-        """The pool's re-measurement on this topology's first worker."""
-        try:
-            return self.pool.remeasure_rounds(
-                self.slot, kernel, problem, schedules, reps, rounds, seed, max_rounds, noise
-            )
-        except WorkerFailure as exc:
-            raise RemeasureFailed(str(exc)) from exc
 
 
 class CampaignLog(StoreLog):
@@ -346,6 +313,12 @@ class CampaignLog(StoreLog):
 
 def _task_key(task: Task) -> tuple[str, str, str]:
     return (task.topology, task.kernel, task.problem.key())
+
+
+def _shares(slots: list[str], parallel: int) -> list[list[str]]:
+    """`slots` in `parallel` homes of len(slots) // `parallel` workers (the rest: no home's)."""
+    width = max(1, len(slots) // parallel)
+    return [(slots + slots)[(n * width) % len(slots) :][:width] for n in range(parallel)]
 
 
 def tune(

@@ -21,7 +21,8 @@ Two things differ between a campaign and a notebook, each behind one small inter
 strategies never see. A `TrialExecutor` runs jobs and re-measures finalists: a campaign's is the
 Ray worker pool's workers of one topology, `tune_kernel`'s one device in this process. A
 `TrialLog` holds what was recorded before (resume, warm start, the stored winner) and takes the
-new trials and the winner: `StoreLog` over a database, `MemoryLog` when there is none.
+new trials and the winner (farm.tuning.trial_logs): `StoreLog` over a database, `MemoryLog`
+when there is none.
 """
 
 from __future__ import annotations
@@ -33,16 +34,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from farm import catalog, store
+from farm import catalog
 from farm.schedule import Problem, Schedule
 from farm.store import WinnerRecord
 from farm.trial import TrialResult
 from farm.tuning.finalists import Decision, decide
 from farm.tuning.job import Job
-from farm.tuning.recording import result_from_row
 from farm.tuning.report import failure_summary
 from farm.tuning.search import POLISH_ROUNDS, Budget, strategy
 from farm.tuning.tasks import Task, TuneConfig
+from farm.tuning.trial_logs import TrialLog
 
 SIBLING_SEEDS = 4  # this run's winners of a kernel's other problems tried first on the next one
 
@@ -78,34 +79,6 @@ class TrialExecutor(Protocol):
 
     def precompile(self, kernel: str, problem: Problem, schedules: list[Schedule], seed: int) -> object:
         """Start compiling these schedules (the search's likely next picks) and return at once."""
-
-
-class TrialLog(Protocol):
-    """What a task's trials are remembered in: read back for resume, warm start and the
-    finalists, written as they arrive; `campaign_id` is stamped on the winner."""
-
-    campaign_id: int | None
-
-    def recorded(self, task: Task) -> dict[str, TrialResult]:
-        """The task's recorded trials (this topology, kernel, source and problem) by schedule key."""
-
-    def stored_winner(self, task: Task) -> str | None:
-        """The schedule key of the winner stored for the task's problem and source, if any."""
-
-    def replayed(self, result: TrialResult) -> None:
-        """A recorded trial was used instead of running it (counts as done)."""
-
-    def add(self, result: TrialResult) -> None:
-        """A trial that just ran."""
-
-    def searched(self, task: Task, spent: int) -> None:
-        """The task's search is over, after `spent` trials: what was added must now be recorded."""
-
-    def save_winner(self, winner: WinnerRecord) -> None:
-        """The task's winner, with its decision."""
-
-    def forget(self, task: Task) -> None:
-        """The task is decided: nothing of it will be read back in this run."""
 
 
 @dataclass
@@ -238,14 +211,16 @@ def choose_winner(
     to `stats`."""
     spec = catalog.get(task.kernel)
     known = log.recorded(task)  # after the search: this run's trials too
-    certified = sorted((r for r in known.values() if r.ok and r.median_ns), key=lambda r: float(r.median_ns))
+    # equal medians in schedule-key order: the same finalists whichever order the trials were read or run in
+    ok_keys = sorted(key for key, r in known.items() if r.ok and r.median_ns)
+    certified = sorted((known[key] for key in ok_keys), key=lambda r: float(r.median_ns))
     if not certified:
         rows = {key: {"status": str(r.status), "message": r.message} for key, r in known.items()}
         print(f"no certified schedule for {task.kernel} {task.problem}: no winner{failure_summary(rows)}",
               file=sys.stderr)  # fmt: skip
         return None
     finalists = [r.key.schedule for r in certified[: config.finalists]]
-    ok = {key for key, r in known.items() if r.ok and r.median_ns}
+    ok = set(ok_keys)
     stored = log.stored_winner(task)
     for extra in (spec.default.key(), stored):
         if extra in ok and Schedule.from_key(extra) not in finalists:
@@ -308,106 +283,3 @@ def winner_record(
         margin_high=decision.margin_high,
         tie=decision.tie,
     )
-
-
-class MemoryLog:
-    """A TrialLog without a database (`tune_kernel` without `db=`): the trials and winners of
-    this run only, so nothing is resumed and no stored winner breaks a tie."""
-
-    campaign_id = None
-
-    def __init__(self) -> None:
-        self.trials: dict[tuple[str, str, str, str], dict[str, TrialResult]] = {}
-        self.winners: dict[tuple[str, str, str, str], str] = {}
-
-    def recorded(self, task: Task) -> dict[str, TrialResult]:
-        return dict(self.trials.get(_task_key(task), {}))
-
-    def stored_winner(self, task: Task) -> str | None:
-        return self.winners.get(_task_key(task))
-
-    def forget(self, task: Task) -> None:
-        pass  # a run without a database keeps its trials: they are all it has
-
-    def replayed(self, result: TrialResult) -> None:
-        pass
-
-    def add(self, result: TrialResult) -> None:
-        key = result.key
-        partition = (key.topology_hash, key.kernel, key.source_hash, key.problem.key())
-        self.trials.setdefault(partition, {}).setdefault(key.schedule.key(), result)  # the first stays, as in SQL
-
-    def searched(self, task: Task, spent: int) -> None:
-        pass
-
-    def save_winner(self, winner: WinnerRecord) -> None:
-        key = (winner.topology_hash, winner.kernel, winner.source_hash, winner.problem_key)
-        self.winners[key] = winner.schedule_key
-
-
-class StoreLog:
-    """A TrialLog over a database: trials recorded by any run (resume, warm start, finalists)
-    and the stored winner read from it; new trials go to `recorder` (anything with `add` and
-    `flush`: a campaign's TrialRecorder, SQL and Parquet as they arrive), or without one are
-    written in SQL when the search is over; either way before the finalists are read back.
-    `done` and `failures` count the trials run or replayed (a campaign row's counters)."""
-
-    def __init__(self, db: store.Store, campaign_id: int | None, recorder=None) -> None:
-        self.db, self.campaign_id, self.recorder = db, campaign_id, recorder
-        self.buffer: list[TrialResult] = []
-        self.done = self.failures = 0
-        # A task's trials read once and kept up to date with this run's: reading them back for the
-        # finalists cost a query and a decode per trial, a sixth of a driver's CPU. Dropped with its winner.
-        self._known: dict[tuple[str, str, str, str], dict[str, TrialResult]] = {}
-
-    def recorded(self, task: Task) -> dict[str, TrialResult]:
-        key = _task_key(task)
-        known = self._known.get(key)
-        if known is None:
-            rows = store.recorded_schedules(self.db, task.topology, task.kernel, key[2], key[3])
-            known = self._known[key] = {k: result_from_row(row, task.problem) for k, row in rows.items()}
-        return dict(known)
-
-    def forget(self, task: Task) -> None:
-        """The task is decided: its trials need not be kept."""
-        self._known.pop(_task_key(task), None)
-
-    def _remember(self, result: TrialResult) -> None:
-        k = result.key
-        known = self._known.get((k.topology_hash, k.kernel, k.source_hash, k.problem.key()))
-        if known is not None:
-            known.setdefault(k.schedule.key(), result)  # the first recorded stays, as the insert keeps it
-
-    def stored_winner(self, task: Task) -> str | None:
-        source_hash = catalog.get(task.kernel).source_hash()
-        for w in store.winners(self.db, kernel=task.kernel, topology=task.topology):
-            if w.problem_key == task.problem.key() and w.source_hash == source_hash:
-                return w.schedule_key
-        return None
-
-    def replayed(self, result: TrialResult) -> None:
-        self.done += 1
-        self.failures += not result.ok
-
-    def add(self, result: TrialResult) -> None:
-        self.done += 1
-        self.failures += not result.ok
-        self._remember(result)
-        if self.recorder is not None:
-            self.recorder.add(result)
-        else:
-            self.buffer.append(result)
-
-    def searched(self, task: Task, spent: int) -> None:
-        if self.recorder is not None:
-            self.recorder.flush()
-        batch, self.buffer = self.buffer, []
-        if batch:
-            store.record_trials(self.db, self.campaign_id, batch)
-
-    def save_winner(self, winner: WinnerRecord) -> None:
-        store.save_winner(self.db, winner)
-
-
-def _task_key(task: Task) -> tuple[str, str, str, str]:
-    return (task.topology, task.kernel, catalog.get(task.kernel).source_hash(), task.problem.key())

@@ -26,10 +26,11 @@ from farm.gpu import Device, choose_adapter
 from farm.schedule import Problem, Status
 from farm.store import WinnerRecord
 from farm.trial import TrialResult
-from farm.tuning.engine import MemoryLog, StoreLog, TrialLog, tune_problem
+from farm.tuning.engine import tune_problem
 from farm.tuning.problems import check_problem
 from farm.tuning.runner import TrialRunner
 from farm.tuning.tasks import Task, TuneConfig, notice_cpu, parse_dims, plan
+from farm.tuning.trial_logs import MemoryLog, StoreLog, TrialLog
 
 
 @dataclass

@@ -21,7 +21,15 @@ import numpy as np
 
 from farm.schedule import Schedule
 from farm.trial import TrialResult
-from farm.tuning.surrogate import knn_predict, knob_features, log_targets, onehot_features, ranks, ridge_predict
+from farm.tuning.surrogate import (
+    knn_predict,
+    knob_features,
+    knob_values,
+    log_targets,
+    onehot_features,
+    ranks,
+    ridge_predict,
+)
 
 Evaluate = Callable[[list[Schedule]], list[TrialResult]]
 HINT_COUNT = 8  # model_based's `hint`: the next best-ranked candidates after each batch
@@ -246,10 +254,12 @@ def polish_round(
     ok = [(r.median_ns, n) for n, r in enumerate(results) if r.ok and r.median_ns]
     if not ok or size <= 0:
         return [], False
-    centre = space[seen[min(ok)[1]]].as_dict()
+    names, values = knob_values(space)
+    counted = [j for j, name in enumerate(names) if name not in derived]
+    centre = values[seen[min(ok)[1]], counted]
+    distance = (values[:, counted] != centre).sum(axis=1)  # as _distance, for the whole space at once
     taken = set(seen)
-    distance = {i: _distance(centre, s.as_dict(), derived) for i, s in enumerate(space) if i not in taken}
-    near = [i for i, d in distance.items() if d <= POLISH_RADIUS]
+    near = [i for i in np.flatnonzero(distance <= POLISH_RADIUS).tolist() if i not in taken]
     if not near:
         return [], False
     targets = log_targets(results)

@@ -175,10 +175,17 @@ class _Pending(deque):
 
 class TrialQueue:
     """The pool's batch loop on a thread of its own, fed by several searches at once (a
-    campaign's problems in parallel): `stream(jobs)`, from any thread, yields that call's
+    campaign's problems in parallel): `stream(jobs, home)`, from any thread, yields that call's
     results as they arrive, while every call's jobs share the workers, the guided batches and
     the failure rules. An error in the loop (a user's error, a WorkerFailure) is raised in
-    every caller waiting and every later one; `close()` stops the loop."""
+    every caller waiting and every later one; `close()` stops the loop.
+
+    `home` (slot names: a problem's share of the workers) is where a call's jobs go first:
+    its inputs, reference and compiled pipelines are there, and its guided batches are sized
+    for it. A worker with nothing of its homes queued takes the fullest other queue's next
+    batch (no worker idles while trials wait); `visited` names the workers outside its home
+    that ran a problem's trials, which hold its inputs too. A call without a home is every
+    worker's. Trials the failure rules send again go first, to any worker."""
 
     def __init__(self, pool: WorkerPool, topology: str | None = None):
         self.pool, self.slots = pool, pool._slots_for(topology)
@@ -186,14 +193,16 @@ class TrialQueue:
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._stop = threading.Event()
+        self._visited: dict[tuple[str, str, int], set[str]] = {}
+        self._visited_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="trial-queue", daemon=True)
         self._thread.start()
 
-    def stream(self, jobs: list[Job]) -> Iterator[TrialResult]:
+    def stream(self, jobs: list[Job], home: Iterable[str] | None = None) -> Iterator[TrialResult]:
         if not jobs:
             return
         out: queue.SimpleQueue = queue.SimpleQueue()
-        self._inbox.put((jobs, out))
+        self._inbox.put((jobs, out, tuple(home) if home else None))
         for _ in range(len(jobs)):
             while True:
                 if self._error is not None:
@@ -206,6 +215,11 @@ class TrialQueue:
                     raise item
                 yield item
                 break
+
+    def visited(self, kernel: str, problem: Problem, seed: int = 0) -> set[str]:
+        """The workers outside the problem's home (or any, for jobs without one) that ran its trials."""
+        with self._visited_lock:
+            return set(self._visited.get((kernel, problem.key(), seed), ()))
 
     def close(self, error: BaseException | None = None) -> None:
         """Stop the loop; callers still waiting get `error` (default: a WorkerFailure)."""
@@ -220,35 +234,81 @@ class TrialQueue:
         pool, slots = self.pool, self.slots
         room = {slot.name: slot for slot in slots}
         arrivals = _Arrivals(self._inbox)
-        pending, owner, routes = _Pending(), {}, {}
+        queues: dict[tuple[str, ...] | None, _Pending] = {}  # by home, in arrival order
+        homes: dict[str, list[tuple[str, ...]]] = {}  # slot name -> the homes it belongs to
+        again, owner, routes = _Pending(), {}, {}  # again: what the failure rules send again
         numbers = itertools.count()
         checked = time.monotonic()
         try:
             while not self._stop.is_set():
-                pool._fill(room, pending, owner, True, arrivals, len(slots))
+                self._fill(room, queues, homes, again, owner, arrivals)
                 for event in arrivals.wait(_POLL_S):
                     if isinstance(event, tuple):  # a caller's jobs
-                        jobs, out = event
+                        jobs, out, home = event
+                        if home not in queues:
+                            queues[home] = _Pending()
+                            for name in home or ():
+                                homes.setdefault(name, []).append(home)
                         for job in jobs:
                             index = next(numbers)
                             routes[index] = out
-                            pending.append(_Batch([(index, job)]))
+                            queues[home].append(_Batch([(index, job)]))
                     elif event is not None and event in owner:
                         slot = owner[event]
-                        for index, result in pool._collect(slot, event, pending, owner):
+                        for index, result in pool._collect(slot, event, again, owner):
                             routes.pop(index).put(result)
                         room[slot.name] = slot
                 if time.monotonic() - checked >= _POLL_S:
                     checked = time.monotonic()
                     for slot in slots:
                         if slot.fifo and pool._overdue(slot.fifo[0]):
-                            for index, result in pool._on_timeout(slot, pending, owner):
+                            for index, result in pool._on_timeout(slot, again, owner):
                                 routes.pop(index).put(result)
                             room[slot.name] = slot
         except BaseException as exc:  # noqa: BLE001 - handed to every caller, raised there
             self._error = exc
             for out in {id(out): out for out in routes.values()}.values():
                 out.put(exc)
+
+    def _fill(self, room: dict, queues: dict, homes: dict, again: _Pending, owner: dict, arrivals: _Arrivals) -> None:
+        """WorkerPool._fill with homes: each worker with room takes from what is sent again,
+        then its homes' queues, then the fullest other queue."""
+        waiting = again.trials + sum(q.trials for q in queues.values())
+        if not waiting:
+            return
+        pool = self.pool
+        for slot in list(room.values()):
+            while waiting and len(slot.fifo) < pool.max_in_flight:
+                home, source = self._source(slot, queues, homes, again)
+                if _kept_apart(slot, source[0]):
+                    break
+                batch = pool._take(source, len(home) if home else len(self.slots))
+                waiting -= len(batch.items)
+                batch.ref = slot.actor.evaluate.remote([job for _, job in batch.items])
+                batch.started = time.monotonic()
+                slot.fifo.append(batch)
+                owner[batch.ref] = slot
+                arrivals.watch(batch)
+                if source is again or home is None or slot.name not in home:
+                    self._note_visit(slot.name, batch)
+            if len(slot.fifo) >= pool.max_in_flight:
+                del room[slot.name]
+            if not waiting:
+                return
+
+    def _source(self, slot: _Slot, queues: dict, homes: dict, again: _Pending) -> tuple[tuple | None, _Pending]:
+        if again:
+            return None, again
+        for home in homes.get(slot.name, ()):
+            if queues[home]:
+                return home, queues[home]
+        home = max((h for h in queues if queues[h]), key=lambda h: queues[h].trials)
+        return home, queues[home]
+
+    def _note_visit(self, name: str, batch: _Batch) -> None:
+        with self._visited_lock:
+            for _, job in batch.items:
+                self._visited.setdefault((job.kernel, job.problem.key(), job.seed), set()).add(name)
 
 
 class WorkerPool:
@@ -554,11 +614,18 @@ class WorkerPool:
         return TrialResult(key, status, message, host=slot.report.get("host", ""), worker_id=slot.worker_id)
 
     # -- inputs ahead and behind ------------------------------------------------------
-    def prefetch(self, kernel: str, problem: Problem, seed: int = 0, topology: str | None = None) -> None:
-        """Ask the workers (of `topology`) to generate `problem`'s inputs and reference in
-        the background (TrialRunner.prefetch); returns at once. A worker replaced meanwhile
-        just generates them at its first trial."""
-        for slot in self._slots_for(topology):
+    def prefetch(
+        self,
+        kernel: str,
+        problem: Problem,
+        seed: int = 0,
+        topology: str | None = None,
+        slots: Iterable[str] | None = None,
+    ) -> None:
+        """Ask the workers (of `topology`, or only those `slots`) to generate `problem`'s inputs
+        and reference in the background (TrialRunner.prefetch); returns at once. A worker
+        replaced meanwhile, or one not asked, just generates them at its first trial."""
+        for slot in self._slots_for(topology) if slots is None else [self._slots[name] for name in slots]:
             slot.actor.prefetch.remote(kernel, problem, seed)
 
     def precompile(
@@ -575,10 +642,17 @@ class WorkerPool:
         for slot in self._slots_for(topology) if slots is None else [self._slots[name] for name in slots]:
             slot.actor.precompile.remote(kernel, problem, schedules, seed)
 
-    def forget(self, kernel: str, problem: Problem, seed: int = 0, topology: str | None = None) -> None:
-        """Ask the workers (of `topology`) to drop `problem`'s inputs and buffers
-        (TrialRunner.forget); returns at once."""
-        for slot in self._slots_for(topology):
+    def forget(
+        self,
+        kernel: str,
+        problem: Problem,
+        seed: int = 0,
+        topology: str | None = None,
+        slots: Iterable[str] | None = None,
+    ) -> None:
+        """Ask the workers (of `topology`, or only those `slots`) to drop `problem`'s inputs and
+        buffers (TrialRunner.forget); returns at once."""
+        for slot in self._slots_for(topology) if slots is None else [self._slots[name] for name in slots]:
             slot.actor.forget.remote(kernel, problem, seed)
 
     def inputs_held(self, worker_id: str) -> list[tuple[str, str, int]]:
