@@ -88,7 +88,7 @@ class Schedule:
         # Flat and interned: the schedules of a driver's results and a worker's jobs repeat, and
         # an interned one keeps its memoized key and values.
         fields = (self.workgroup_size, self.items_per_invocation, self.vector_width, self.knobs, self.base)
-        return _schedule, (fields, self.__dict__.get("_key"))
+        return _interned, (Schedule, fields, self.__dict__.get("_key"))
 
     def _values(self) -> dict[str, int]:
         """Every knob's value, memoized like `key` (the checks and the search's features read them per schedule)."""
@@ -137,7 +137,7 @@ class Problem:
         return dict(self.dims)
 
     def __reduce__(self):
-        return _problem, (self.dims,)  # as Schedule's
+        return _interned, (Problem, (self.dims,), self.__dict__.get("_key"))  # as Schedule's
 
     def key(self) -> str:
         cached = self.__dict__.get("_key")  # memoized as Schedule.key
@@ -163,32 +163,20 @@ def _schedule_from_key(text: str) -> Schedule:
     return Schedule.of(**values) if all(k in values for k in BASE_KNOBS) else Schedule.declared(**values)
 
 
-_INTERNED: dict[tuple, Schedule] = {}
+_INTERNED: dict[tuple, Schedule | Problem] = {}
 _INTERNED_MAX = 1 << 16
 
 
-@functools.lru_cache(maxsize=1 << 12)
-def _interned_problem(dims: tuple) -> Problem:
-    return Problem(dims)
-
-
-def _schedule(fields: tuple, key: str | None) -> Schedule:
-    """An unpickled Schedule: one object per distinct schedule, its key memo set from the sender's."""
+def _interned(cls: type, fields: tuple, key: str | None):
+    """An unpickled Schedule or Problem: one object per distinct value, its key memo set from the sender's."""
     try:
-        schedule = _INTERNED.get(fields)
+        value = _INTERNED.get((cls, fields))
     except TypeError:  # a knob value that can't be hashed: a hand-built schedule the checks will refuse
-        return Schedule(*fields)
-    if schedule is None:
+        return cls(*fields)
+    if value is None:
         if len(_INTERNED) >= _INTERNED_MAX:
             _INTERNED.clear()
-        schedule = _INTERNED[fields] = Schedule(*fields)
-    if key is not None and "_key" not in schedule.__dict__:
-        object.__setattr__(schedule, "_key", key)
-    return schedule
-
-
-def _problem(dims: tuple) -> Problem:
-    try:
-        return _interned_problem(dims)
-    except TypeError:
-        return Problem(dims)
+        value = _INTERNED[(cls, fields)] = cls(*fields)
+    if key is not None and "_key" not in value.__dict__:
+        object.__setattr__(value, "_key", key)
+    return value

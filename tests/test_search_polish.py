@@ -154,8 +154,6 @@ def test_the_polish_is_deterministic_hints_its_next_picks_and_keeps_every_worker
 def test_a_knob_one_schedule_lacks_counts_as_zero_so_the_prefetch_twin_is_one_knob_away():
     """recurrent's prefetch=1 schedules carry a knob their twins lack (absent = 0): the polish
     reaches the twin of a settled incumbent, whose knob names differ."""
-    from farm.tuning.search import _distance
-
     base = RECURRENT[0].as_dict()
     assert _distance(base, base | {"prefetch": 1}) == 1 and _distance(base, base | {"prefetch": 0}) == 0
     assert _distance(base | {"chunk": 16}, base | {"prefetch": 1}) == 1 + (base["chunk"] != 16)
@@ -175,7 +173,7 @@ def test_a_knob_one_schedule_lacks_counts_as_zero_so_the_prefetch_twin_is_one_kn
 
 def test_generic_knobs_the_kernel_s_own_knobs_fix_are_left_out_of_the_distance():
     from farm import catalog
-    from farm.tuning.search import _distance, derived_knobs
+    from farm.tuning.search import derived_knobs
 
     gemm = catalog.get("gemm").schedules()
     assert derived_knobs(gemm) == {"workgroup_size", "items_per_invocation"}  # (tile/reg)^2 and reg_m*reg_n
@@ -207,3 +205,10 @@ def test_on_the_h200_fft_landscape_the_two_knob_sweep_reaches_the_radix_16_basin
     (row,) = json.loads(next(tmp_path.glob("*-t-search-replay.json")).read_text())["rows"]
     assert row["kernel"] == "fft" and row["space"] == 335 and row["best_ns"] == 84608.0
     assert row["within_1pct"] >= 22 and row["mean_trials"] <= 80  # a round without the sweep: about 16, in 70.5 trials
+
+
+def _distance(a: dict[str, int], b: dict[str, int], derived: frozenset[str] = frozenset()) -> int:
+    """How many knobs two schedules differ in, by the polish's own `distances`."""
+    from farm.tuning.search import distances
+
+    return int(distances([Schedule.of(**a), Schedule.of(**b)], 0, derived)[1])

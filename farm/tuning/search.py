@@ -170,7 +170,8 @@ def model_based(
         raise ValueError(f"workers must be >= 1, got {workers}")
     batch_size = batch_size or max(4, 2 * workers)
     planned = total if extend_after is None else max(1, min(total, extend_after))
-    features, onehot = knob_features(space), onehot_features(space)
+    _, values = knob_values(space)  # once: both models' features come from it
+    features, onehot = knob_features(space, values), onehot_features(space, values)
     index = {s.key(): i for i, s in enumerate(space)}
     known = [r for r in prior or [] if r.key.schedule.key() in index][:total]
     budget.spend(len(known))
@@ -254,10 +255,7 @@ def polish_round(
     ok = [(r.median_ns, n) for n, r in enumerate(results) if r.ok and r.median_ns]
     if not ok or size <= 0:
         return [], False
-    names, values = knob_values(space)
-    counted = [j for j, name in enumerate(names) if name not in derived]
-    centre = values[seen[min(ok)[1]], counted]
-    distance = (values[:, counted] != centre).sum(axis=1)  # as _distance, for the whole space at once
+    distance = distances(space, seen[min(ok)[1]], derived)
     taken = set(seen)
     near = [i for i in np.flatnonzero(distance <= POLISH_RADIUS).tolist() if i not in taken]
     if not near:
@@ -284,12 +282,14 @@ def polish_round(
     return fresh, radius
 
 
-def _distance(a: dict[str, int], b: dict[str, int], derived: frozenset[str] = frozenset()) -> int:
-    """How many knobs two schedules differ in, a knob one of them lacks counting as 0 (as in
-    `knob_features`): recurrent's `prefetch=1` twin is one knob from its schedule without it.
-    Forms with knobs of their own stay apart (stepwise and chunked recurrent differ in >= 4).
-    `derived` knobs don't count."""
-    return sum(a.get(k, 0) != b.get(k, 0) for k in a.keys() | b.keys() if k not in derived)
+def distances(space: list[Schedule], centre: int, derived: frozenset[str] = frozenset()) -> np.ndarray:
+    """How many knobs each schedule of `space` differs in from `space[centre]`, a knob one of
+    them lacks counting as 0 (as in `knob_features`): recurrent's `prefetch=1` twin is one
+    knob from its schedule without it. Forms with knobs of their own stay apart (stepwise and
+    chunked recurrent differ in >= 4). `derived` knobs don't count."""
+    names, values = knob_values(space)
+    counted = [j for j, name in enumerate(names) if name not in derived]
+    return (values[:, counted] != values[centre, counted]).sum(axis=1)
 
 
 DERIVABLE = ("workgroup_size", "items_per_invocation")  # every kernel's generic knobs

@@ -22,9 +22,9 @@ def log_targets(results: list[TrialResult]) -> np.ndarray:
 
 def knob_values(space: list[Schedule]) -> tuple[list[str], np.ndarray]:
     """(the knob names of the space, sorted; an int matrix: one row per schedule, a column per
-    name, a knob a schedule lacks as 0). The model search builds its features, distances and
-    derived knobs from it: built per knob value from the schedules' memoized dicts, it costs
-    a driver a fraction of what per-element Python did over a space of thousands."""
+    name, a knob a schedule lacks as 0). The model search builds its features and the polish
+    its distances from it: per knob value, over the whole space at once, a fraction of what
+    per-element Python cost a driver over a space of thousands."""
     rows = [s.as_dict() for s in space]
     names = sorted({name for row in rows for name in row})
     values = np.array([[row.get(n, 0) for n in names] for row in rows], dtype=np.int64).reshape(len(rows), len(names))
@@ -37,9 +37,10 @@ def _by_value(column: np.ndarray, value_of) -> np.ndarray:
     return np.array([value_of(int(v)) for v in distinct], dtype=np.float64)[inverse.reshape(-1)]
 
 
-def knob_features(space: list[Schedule]) -> np.ndarray:
-    """One row per schedule: log2(1 + knob value) per knob name, scaled to [0, 1]."""
-    _, values = knob_values(space)
+def knob_features(space: list[Schedule], values: np.ndarray | None = None) -> np.ndarray:
+    """One row per schedule: log2(1 + knob value) per knob name, scaled to [0, 1] (`values`:
+    the space's `knob_values`, when the caller has them)."""
+    values = knob_values(space)[1] if values is None else values
     raw = np.empty(values.shape, dtype=np.float64)
     for j in range(values.shape[1]):
         raw[:, j] = _by_value(values[:, j], lambda v: math.log2(1 + max(v, 0)))
@@ -48,9 +49,10 @@ def knob_features(space: list[Schedule]) -> np.ndarray:
     return (raw - raw.min(axis=0)) / span
 
 
-def onehot_features(space: list[Schedule]) -> np.ndarray:
-    """One row per schedule: a 0/1 column per (knob, value) present in the space, sorted."""
-    _, values = knob_values(space)
+def onehot_features(space: list[Schedule], values: np.ndarray | None = None) -> np.ndarray:
+    """One row per schedule: a 0/1 column per (knob, value) present in the space, sorted
+    (`values` as `knob_features`')."""
+    values = knob_values(space)[1] if values is None else values
     blocks = []
     for j in range(values.shape[1]):
         distinct, inverse = np.unique(values[:, j], return_inverse=True)

@@ -447,6 +447,10 @@ class WorkerPool:
         results: dict[int, TrialResult] = dict(self._run(jobs, [self._slots[worker_id]], batch_size))
         return [results[i] for i in range(len(jobs))]
 
+    def _chosen(self, topology: str | None, slots: Iterable[str] | None) -> list[_Slot]:
+        """Those `slots` by name, else every slot of `topology` (`_slots_for`)."""
+        return self._slots_for(topology) if slots is None else [self._slots[name] for name in slots]
+
     def _slots_for(self, topology: str | None) -> list[_Slot]:
         if topology is None:
             return list(self._slots.values())
@@ -625,7 +629,7 @@ class WorkerPool:
         """Ask the workers (of `topology`, or only those `slots`) to generate `problem`'s inputs
         and reference in the background (TrialRunner.prefetch); returns at once. A worker
         replaced meanwhile, or one not asked, just generates them at its first trial."""
-        for slot in self._slots_for(topology) if slots is None else [self._slots[name] for name in slots]:
+        for slot in self._chosen(topology, slots):
             slot.actor.prefetch.remote(kernel, problem, seed)
 
     def precompile(
@@ -639,7 +643,7 @@ class WorkerPool:
     ) -> None:
         """Ask the workers (of `topology`, or only those `slots`) to compile these schedules'
         pipelines ahead (TrialRunner.precompile: the search's likely next picks); returns at once."""
-        for slot in self._slots_for(topology) if slots is None else [self._slots[name] for name in slots]:
+        for slot in self._chosen(topology, slots):
             slot.actor.precompile.remote(kernel, problem, schedules, seed)
 
     def forget(
@@ -652,7 +656,7 @@ class WorkerPool:
     ) -> None:
         """Ask the workers (of `topology`, or only those `slots`) to drop `problem`'s inputs and
         buffers (TrialRunner.forget); returns at once."""
-        for slot in self._slots_for(topology) if slots is None else [self._slots[name] for name in slots]:
+        for slot in self._chosen(topology, slots):
             slot.actor.forget.remote(kernel, problem, seed)
 
     def inputs_held(self, worker_id: str) -> list[tuple[str, str, int]]:
