@@ -7,7 +7,7 @@ around the call and its wait), unless its method says otherwise:
   256 MB D2H through a mapped staging buffer; torch: op + synchronize, 256 MB pageable and
   pinned H2D/D2H;
 - per kernel: the runtime from numpy (numpy in, numpy out; again into reused numpy `out=`
-  arrays, whose pages exist already), the runtime on DeviceArrays
+  arrays, whose pages exist already; again with the read not spinning, `read_spin_s=0`), the runtime on DeviceArrays
   (`rt.synchronize()` each call; again with the sync spinning up to SPIN_WAIT_S before it
   blocks, ForgeRuntime's `spin_wait_us`), the kernel alone by GPU timestamps (same schedule), torch
   from numpy (H2D, op, D2H) and torch on device tensors (op + synchronize; FLA's
@@ -114,9 +114,9 @@ def runtime_row(rt, torch, floor, label, method, args, kwargs, costs: bool = Tru
     first = fn(*args, **kwargs)  # numpy out= arrays of the outputs' shapes, filled once so their pages exist
     held = tuple(np.array(r) for r in first) if isinstance(first, tuple) else np.array(first)
     row["numpy_out_ms"] = per_call(lambda: fn(*args, **kwargs, out=held)) * 1e3
-    rt._caller.read_spin_s = SPIN_WAIT_S  # the numpy calls again, their read polling without sleeping first
-    row["numpy_spin_ms"] = per_call(lambda: fn(*args, **kwargs)) * 1e3
-    rt._caller.read_spin_s = 0.0
+    rt._caller.read_spin_s = 0.0  # the numpy calls again, their read waiting for the poller thread at once
+    row["numpy_block_ms"] = per_call(lambda: fn(*args, **kwargs)) * 1e3
+    rt._caller.read_spin_s = None
     device_args = [rt.asarray(a) for a in args]
 
     def on_device():
@@ -452,10 +452,11 @@ def summary(result: dict) -> list[dict]:
             spin = sync + f", spin_wait_us={SPIN_WAIT_S * 1e6:.0f}"
             add(f"{case}, DeviceArrays, spinning sync: ms", row["device_spin_ms"], spin,
                 row.get("vendor_device_ms"), vendor_method, target)  # fmt: skip
-        add(f"{case}, numpy in and out: ms", row["numpy_ms"], "host wall per call (upload, call, read back)",
+        add(f"{case}, numpy in and out: ms", row["numpy_ms"],
+            "host wall per call (upload, call, read back; the read spinning up to the default spin_wait_us)",
             row.get("vendor_numpy_ms"), f"{vendor}: H2D + op + D2H", "<= 2.5x" if tiny else "")  # fmt: skip
-        add(f"{case}, numpy in and out, read spinning: ms", row["numpy_spin_ms"],
-            f"as numpy in and out, the read polling up to {SPIN_WAIT_S * 1e6:.0f} us first (read_spin_s)",
+        add(f"{case}, numpy in and out, read not spinning: ms", row["numpy_block_ms"],
+            "as numpy in and out, the read waiting for wgpu-py's poller thread at once (read_spin_s=0)",
             row.get("vendor_numpy_ms"), f"{vendor}: H2D + op + D2H", "<= 2.5x" if tiny else "")  # fmt: skip
         add(f"{case}, kernel alone: ms", row["kernel_ms"], f"GPU {row['kernel_method']}s")
     floors = {**result["wgpu_floors"], **{f"torch {k}": v for k, v in result.get("torch_floors", {}).items()}}

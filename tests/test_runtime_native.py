@@ -222,3 +222,72 @@ def test_without_the_c_api_the_runtime_records_through_wgpu_py_and_says_so_once(
     np.testing.assert_allclose(first.gemv(first.asarray(a), first.asarray(x)).numpy(), a @ x, rtol=1e-5, atol=1e-5)
     first.close()
     second.close()
+
+
+def test_a_numpy_call_goes_through_the_c_api_with_one_submission_and_one_map(rt):
+    from farm.runtime.costs import count_wgpu_calls
+
+    a, x = f32(32, 32), f32(32, seed=1)
+    want = rt.gemv(a, x)  # plans
+    with count_wgpu_calls() as counts:
+        got = rt.gemv(a, x)
+    np.testing.assert_array_equal(got, want)
+    assert counts["wgpuQueueSubmit"] == counts["wgpuBufferMapAsync"] == counts["wgpuBufferUnmap"] == 1
+    assert counts["wgpuQueueWriteBuffer"] == 2 and counts["wgpuCommandEncoderCopyBufferToBuffer"] == 1
+
+
+def test_a_small_asarray_makes_no_submission_of_its_own_and_its_data_is_there_for_the_next_call(rt):
+    from farm.runtime.costs import count_wgpu_calls
+
+    a, x = f32(8, 8), f32(8, seed=1)
+    with count_wgpu_calls() as counts:
+        da, dx = rt.asarray(a), rt.asarray(x)
+    assert counts["wgpuQueueSubmit"] == 0 and counts["wgpuQueueWriteBuffer"] == 2
+    np.testing.assert_array_equal(rt.gemv(da, dx).numpy(), rt.gemv(a, x))
+    np.testing.assert_array_equal(dx.numpy(), x)
+
+
+@pytest.mark.parametrize("spin_s", [0.0, 1e-9, 0.05])
+def test_a_read_gives_the_same_bytes_whether_its_map_is_resolved_by_spinning_or_by_the_poller(rt, spin_s):
+    a, x = f32(40, 40), f32(40, seed=2)
+    want = a.astype(np.float64) @ x
+    rt._caller.read_spin_s = spin_s  # 0: the poller thread at once; 1e-9: after a spin too short; 0.05: spinning
+    np.testing.assert_allclose(rt.gemv(a, x), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(rt.gemv(rt.asarray(a), rt.asarray(x)).numpy(), want, rtol=1e-5, atol=1e-5)
+    assert rt.device.device._poller._token_ids == set()  # every token the reads took is given back
+
+
+def test_reads_from_several_threads_each_get_their_own_answer(device, tmp_path):
+    import threading
+
+    runtimes = [_runtime(device, tmp_path, f"t{i}") for i in range(3)]
+    cases = [(f32(24, 24, seed=i), f32(24, seed=10 + i)) for i in range(3)]
+    errors: list = []
+
+    def work(rt, a, x):
+        try:
+            for _ in range(30):
+                np.testing.assert_allclose(rt.gemv(a, x), a.astype(np.float64) @ x, rtol=1e-5, atol=1e-5)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(rt, *case)) for rt, case in zip(runtimes, cases, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for rt in runtimes:
+        rt.close()
+
+
+def test_a_failed_map_raises_and_leaves_no_staging_buffer_mapped(device):
+    usage = device._wgpu.BufferUsage
+    staging = device.device.create_buffer(size=64, usage=usage.MAP_READ | usage.COPY_DST)
+    staging.destroy()
+    with pytest.raises(RuntimeError, match="mapping a staging buffer of 64 bytes for reading failed"):
+        device.map_read(staging, 64, 0.0)
+    fresh = device.device.create_buffer(size=64, usage=usage.MAP_READ | usage.COPY_DST)
+    assert bytes(device.map_read(fresh, 64, 0.0)) == bytes(64)
+    device.unmap_read(fresh)
+    fresh.destroy()

@@ -36,7 +36,7 @@ from farm.gpu.adapter import (
 )
 from farm.gpu.clocks import CLOCK_TOLERANCE, trace_check
 from farm.gpu.modules import create_module
-from farm.gpu.waits import SpinWait
+from farm.gpu.waits import MapRead, SpinWait
 
 STAGING_KEEP = 8  # free readback staging buffers a Device keeps for reuse (a worker has ~6 in flight)
 
@@ -246,6 +246,7 @@ class Device:
         self._staging_buffers: list = []  # reused readback buffers, least recently used first
         self._staging_lock = threading.Lock()
         self._spin_wait: SpinWait | None = None  # made on the first spinning wait
+        self._map_read: MapRead | None = None  # made on the first read through the C API
         self.bytes_in_use = 0
         self.bytes_peak = 0
 
@@ -474,6 +475,17 @@ class Device:
         if self._spin_wait is None:
             self._spin_wait = SpinWait(self.device)
         return self._spin_wait.wait(spin_s)
+
+    def map_read(self, staging, nbytes: int, spin_s: float = 0.0):
+        """Bytes 0..`nbytes` of the MAP_READ buffer `staging` once the work submitted so far
+        has written them, through wgpu-native's C API (`farm.gpu.waits.MapRead`: spinning up
+        to `spin_s` first); valid until `unmap_read(staging)`."""
+        if self._map_read is None:
+            self._map_read = MapRead(self.device)
+        return self._map_read.map(staging, nbytes, spin_s)
+
+    def unmap_read(self, staging) -> None:
+        self._map_read.unmap(staging)
 
     def _encode_pass(self, encoder, pipeline: Pipeline, bind_group, groups, timestamp_writes=None):
         grid = fold_groups(groups) if isinstance(groups, int) else groups

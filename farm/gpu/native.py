@@ -44,8 +44,14 @@ PASS_FUNCTIONS = (
     "wgpuComputePassEncoderRelease",
     "wgpuCommandEncoderRelease",
     "wgpuCommandBufferRelease",
+    "wgpuCommandEncoderCopyBufferToBuffer",
+    "wgpuBufferMapAsync",
+    "wgpuBufferGetMappedRange",
+    "wgpuBufferUnmap",
+    "wgpuDevicePoll",
 )
-CHECKED_FUNCTIONS = ("wgpuCommandEncoderFinish", "wgpuQueueSubmit")  # through wgpu-py's proxy: errors raise
+# through wgpu-py's proxy: errors raise
+CHECKED_FUNCTIONS = ("wgpuCommandEncoderFinish", "wgpuQueueSubmit", "wgpuQueueWriteBuffer")
 
 C = SimpleNamespace()  # C name -> function, filled by `available()`
 _state: dict[str, object] = {}  # "ok": bool, "why": str; decided once per process
@@ -115,6 +121,23 @@ class NativeEncoder:
         if encoder is None:
             encoder = self.encoder = C.wgpuDeviceCreateCommandEncoder(self._device, self._encoder_desc)
         self.passes += encode_raw(encoder, self._pass_desc, passes)
+
+    def copy_buffer_to_buffer(self, source, source_offset: int, destination, destination_offset: int, size: int):
+        """wgpu-py's GPUCommandEncoder.copy_buffer_to_buffer (same arguments, wgpu-py buffers)
+        into the open encoder: a numpy call's uploads and read-back copies go where its
+        passes go. A bad copy raises at `submit`, as a bad pass does."""
+        encoder = self.encoder
+        if encoder is None:
+            encoder = self.encoder = C.wgpuDeviceCreateCommandEncoder(self._device, self._encoder_desc)
+        C.wgpuCommandEncoderCopyBufferToBuffer(
+            encoder, source._internal, source_offset, destination._internal, destination_offset, size
+        )
+
+    def write_buffer(self, buffer, data) -> None:
+        """wgpu-py's queue.write_buffer(buffer, 0, data) for a contiguous numpy array of whole
+        words, without its argument checks and conversions (through wgpu-py's error-capturing
+        proxy: a bad write raises)."""
+        C.wgpuQueueWriteBuffer(self._queue, buffer._internal, 0, C.ffi.from_buffer(data), data.nbytes)
 
     def encode_into(self, encoder, passes) -> None:
         """`passes` into wgpu-py's command `encoder` (a call that also uploads or reads back,

@@ -21,6 +21,8 @@ import threading
 import time
 import weakref
 
+from farm.gpu import native
+
 # waiter key -> (ticket of the last callback run, whether its status was Success). A
 # waiter's entry goes with it; a callback for a waiter gone (its device dropped) is ignored.
 _FIRED: dict[int, tuple[int, bool]] = {}
@@ -83,3 +85,84 @@ class SpinWait:
                 return ok
             if clock() >= deadline:
                 return False
+
+
+# waiter slot of one pending map -> [resolved, status was Success, Event or None]; the callback
+# pops it. A key per map: concurrent reads on one device resolve each their own.
+_MAPS: dict[int, list] = {}
+_MAP_CALLBACK = None  # as _CALLBACK, for wgpuBufferMapAsync
+
+
+def _map_callback():
+    global _MAP_CALLBACK
+    if _MAP_CALLBACK is None:
+        from wgpu.backends.wgpu_native._ffi import ffi, lib
+
+        success = lib.WGPUMapAsyncStatus_Success
+
+        @ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
+        def mapped(status, _message, key, _unused):
+            slot = _MAPS.pop(int(ffi.cast("uintptr_t", key)), None)
+            if slot is not None:
+                slot[1] = status == success
+                slot[0] = True  # resolved before the event is read: see MapRead.map
+                if slot[2] is not None:
+                    slot[2].set()
+
+        _MAP_CALLBACK = mapped
+    return _MAP_CALLBACK
+
+
+class MapRead:
+    """Reads of MAP_READ buffers of one wgpu-py device through the C API: `map` maps a
+    range and waits for it, `unmap` ends the read. wgpu-py's own map_async makes a cffi
+    callback, a promise and a poller token per call (tens of microseconds on a short read)
+    and always waits by its poller thread's wake-up. Here one callback serves every map; the
+    wait first spins on non-blocking polls (as SpinWait does), then takes a token of
+    wgpu-py's poller thread, whose blocking poll runs the callback, and waits on an event:
+    never a second blocking poll beside the poller's (decision 010: two cost milliseconds
+    a call on NVIDIA's driver). wgpu-py's buffer object is not told: it reads as unmapped
+    throughout, which it is again after `unmap`."""
+
+    def __init__(self, device):
+        from wgpu.backends.wgpu_native._ffi import ffi, lib
+
+        self._ffi = ffi
+        self._device, self._poller = device._internal, device._poller
+        self._lock = threading.Lock()  # one registration at a time through the shared struct
+        self._info = ffi.new("WGPUBufferMapCallbackInfo *")
+        self._info.mode = lib.WGPUCallbackMode_AllowProcessEvents
+        self._info.callback = _map_callback()
+        self._read = lib.WGPUMapMode_Read  # the C functions: farm.gpu.native's (only used where it is available)
+
+    def map(self, buffer, nbytes: int, spin_s: float):
+        """Bytes 0..`nbytes` of wgpu-py MAP_READ `buffer`, mapped once the work submitted
+        before is done: a cffi buffer, valid until `unmap`. RuntimeError if the map fails."""
+        ffi, lib = self._ffi, native.C  # looked up per call: farm.runtime.costs counts them there
+        slot = [False, False, None]
+        with self._lock:
+            key = next(_KEYS)
+            _MAPS[key] = slot
+            self._info.userdata1 = ffi.cast("void *", key)
+            lib.wgpuBufferMapAsync(buffer._internal, self._read, 0, nbytes, self._info[0])
+        if not slot[0] and spin_s > 0:
+            poll, device, null = lib.wgpuDevicePoll, self._device, ffi.NULL
+            clock, deadline = time.perf_counter, time.perf_counter() + spin_s
+            while True:
+                poll(device, False, null)  # runs the callbacks of finished work
+                if slot[0] or clock() >= deadline:
+                    break
+        if not slot[0]:
+            slot[2] = event = threading.Event()
+            token = self._poller.get_token()  # its thread polls (blocking) until the token is done
+            try:
+                if not slot[0]:  # the callback sets slot[0] before it reads slot[2]
+                    event.wait()
+            finally:
+                token.set_done()
+        if not slot[1]:
+            raise RuntimeError(f"mapping a staging buffer of {nbytes} bytes for reading failed")
+        return ffi.buffer(lib.wgpuBufferGetMappedRange(buffer._internal, 0, nbytes), nbytes)
+
+    def unmap(self, buffer) -> None:
+        native.C.wgpuBufferUnmap(buffer._internal)

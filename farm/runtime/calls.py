@@ -88,8 +88,12 @@ class Caller:
         self._pending_calls = 0  # recorded DeviceArray calls not submitted yet
         self.flush_calls = FLUSH_CALLS  # submitted together (benchmarks/runtime_calls.py varies it)
         # how long a read (a numpy call, DeviceArray.numpy) polls without sleeping before it
-        # waits for wgpu-py's poller thread: off until measured to win (benchmarks/runtime_calls.py)
-        self.read_spin_s = 0.0
+        # waits for wgpu-py's poller thread; None: as long as the owner's sync does (spin_wait_s)
+        self.read_spin_s: float | None = None
+
+    def _read_spin_s(self) -> float:
+        spin = self.read_spin_s
+        return getattr(self.owner, "spin_wait_s", 0.0) if spin is None else spin
 
     @property
     def pending_calls(self) -> int:
@@ -202,7 +206,9 @@ class Caller:
         taken: list[Slab] = []  # pooled for this call only
         try:
             values = self._transformed(plan, inputs) if plan.transformed else [inputs[s.name] for s in plan.inputs]
-            encoder = self.device.device.create_command_encoder()
+            # the C API's encoder where there is one: uploads, passes and read-back copies in it
+            native_encoder = self._native
+            encoder = native_encoder if native_encoder is not None else self.device.device.create_command_encoder()
             slabs = []
             for slot, value in zip(plan.inputs, values, strict=True):
                 if type(value) is DeviceArray:
@@ -223,18 +229,25 @@ class Caller:
                         taken.append(slab)
                 slabs.append(slab)
             calls, raw = self._bound(plan, slabs)  # bind groups made (and checked) before anything is encoded
-            if raw is not None and self._native is not None:
-                self._native.encode_into(encoder, raw)
+            if native_encoder is not None:
+                native_encoder.record(raw)
             else:
                 encode_passes(encoder, calls)
             if to_device:
-                self.device.device.queue.submit([encoder.finish()])
+                if native_encoder is not None:
+                    native_encoder.submit()
+                else:
+                    self.device.device.queue.submit([encoder.finish()])
                 return results
             outputs = [slab.handle for slab in slabs[len(plan.inputs) :]]
-            return read_back(self.device, plan.reads, plan.read_bytes, outputs, encoder, into, self.read_spin_s)
+            return read_back(self.device, plan.reads, plan.read_bytes, outputs, encoder, into, self._read_spin_s())
         except (GpuError, ValueError, TypeError):
+            if self._native is not None:
+                self._native.drop()  # a call that failed part-way leaves nothing recorded
             raise
         except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step
+            if self._native is not None:
+                self._native.drop()
             raise GpuError("dispatch", str(exc), plan.spec.name, plan.schedule) from exc
         finally:
             if taken:
@@ -349,9 +362,17 @@ class Caller:
         self.flush()
         taken: list[Slab] = []
         try:
-            encoder = self.device.device.create_command_encoder()
-            write(self.device, self.pool, slab, value, encoder, taken)
-            self.device.device.queue.submit([encoder.finish()])
+            if self._native is not None:  # a small write needs no submission of its own: none is made
+                try:
+                    write(self.device, self.pool, slab, value, self._native, taken)
+                    self._native.submit()
+                except Exception:
+                    self._native.drop()
+                    raise
+            else:
+                encoder = self.device.device.create_command_encoder()
+                write(self.device, self.pool, slab, value, encoder, taken)
+                self.device.device.queue.submit([encoder.finish()])
         finally:
             give_back(self.pool, taken)
 
@@ -362,9 +383,9 @@ class Caller:
         self.flush()
         reads, nbytes = reads_of([("array", array.dtype, array.shape)])
         try:
-            encoder = self.device.device.create_command_encoder()
+            encoder = self._native if self._native is not None else self.device.device.create_command_encoder()
             into = {"array": out} if out is not None else None
-            return read_back(self.device, reads, nbytes, [slab.handle], encoder, into, self.read_spin_s)["array"]
+            return read_back(self.device, reads, nbytes, [slab.handle], encoder, into, self._read_spin_s())["array"]
         except GpuError:
             raise
         except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step

@@ -190,10 +190,19 @@ class _NoGpu:
         pass
 
 
-class _NoNative:
+class _NoNative(native.NativeEncoder):
     """farm.gpu.native's NativeEncoder doing nothing (its passes hold the stub's objects)."""
 
+    def __init__(self):
+        self.encoder, self.passes = None, 0
+
     def record(self, passes) -> None:
+        pass
+
+    def copy_buffer_to_buffer(self, source, source_offset, destination, destination_offset, size) -> None:
+        pass
+
+    def write_buffer(self, buffer, data) -> None:
         pass
 
     def encode_into(self, encoder, passes) -> None:
@@ -203,6 +212,19 @@ class _NoNative:
         pass
 
     def drop(self) -> None:
+        pass
+
+    def __del__(self) -> None:
+        pass
+
+
+class _NoMapRead:
+    """farm.gpu.waits.MapRead for a stub staging buffer: its zeros."""
+
+    def map(self, buffer, nbytes: int, spin_s: float):
+        return buffer.read_mapped(0, nbytes, copy=False)
+
+    def unmap(self, buffer) -> None:
         pass
 
 
@@ -215,9 +237,9 @@ def no_gpu(runtime) -> Iterator[object]:
     device, caller = runtime.device, runtime._caller
     caller.flush()  # what was recorded on the real device goes there
     saved = device.device, caller.pool, device._staging_buffers, device.bytes_in_use, device.bytes_peak
-    native_saved = caller._native
+    native_saved, map_saved = caller._native, device._map_read
     stub = _NoGpu()
-    device.device, device._staging_buffers = stub, []
+    device.device, device._staging_buffers, device._map_read = stub, [], _NoMapRead()
     caller.pool = BufferPool(device, idle_bytes=1 << 62)
     if native_saved is not None:
         caller._native = _NoNative()
@@ -226,4 +248,4 @@ def no_gpu(runtime) -> Iterator[object]:
     finally:
         caller.flush()
         device.device, caller.pool, device._staging_buffers, device.bytes_in_use, device.bytes_peak = saved
-        caller._native = native_saved
+        caller._native, device._map_read = native_saved, map_saved

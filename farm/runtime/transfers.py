@@ -7,11 +7,14 @@ copied into one of the Device's reused MAP_READ staging buffers, at its own offs
 that buffer is mapped once. Plain wgpu-py maps one staging buffer per output, and its
 "READ" mode submits an empty command buffer before each map (for buffers written through
 a mapping, gfx-rs/wgpu-native#305); staging here is only written by the copies just
-submitted, so that submission is skipped. The map is resolved by wgpu-py's poller thread.
-Waiting by this thread's own blocking poll as well (which runs the callback here, no
-hand-off) is not done: it saves microseconds per read on lavapipe but costs milliseconds
-per numpy call on a discrete GPU, where two threads then sit in a blocking wgpuDevicePoll
-(benchmarks/runtime_calls.py measures a call's cost).
+submitted, so that submission is skipped. Where wgpu-native's C API is available
+(farm.gpu.native) a numpy call's uploads, passes, copies, submission and map go through
+it, the map's wait spinning first as a sync's does; else through wgpu-py's objects. Either
+way a map that is not resolved by this thread's non-blocking polls is resolved by wgpu-py's
+poller thread: waiting by this thread's own blocking poll as well is not done: it saves
+microseconds per read on lavapipe but costs milliseconds per numpy call on a discrete GPU,
+where two threads then sit in a blocking wgpuDevicePoll (benchmarks/runtime_calls.py
+measures a call's cost).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from farm.gpu import Device, GpuError
+from farm.gpu.native import NativeEncoder
 from farm.runtime.pool import BufferPool, Slab
 
 # Uploads of this many bytes or more go through a mapped staging buffer: past about 2 MB a
@@ -67,19 +71,28 @@ def read_back(
     `nbytes`, submit `encoder`, map the staging once and copy every output out of it: into
     the caller's array where `into` names one (memory already touched: a fresh array's pages
     fault on first write, 0.8 against 7.5-18 GB/s for 256 MB on the CPU machine), else a new one.
-    With `spin_s` > 0 this thread first polls without sleeping (non-blocking polls, not the
-    blocking one said above) for up to that long, which resolves the map where the GPU is
-    done by then, without the poller thread's wake-up."""
+
+    `encoder` is a farm.gpu.native.NativeEncoder (the call's passes recorded in it) or a
+    wgpu-py command encoder. Through the first the copies, submission and map go through
+    wgpu-native's C API, the map's wait spinning up to `spin_s` before it waits for
+    wgpu-py's poller thread (farm.gpu.waits.MapRead); through the second, wgpu-py's
+    map_async, the poller thread resolving it (after this thread's non-blocking polls for up
+    to `spin_s`, which resolve it where the GPU is done by then)."""
     staging = device._take_staging(nbytes)
+    native = isinstance(encoder, NativeEncoder)
     try:
         for read, handle in zip(reads, handles, strict=True):
             encoder.copy_buffer_to_buffer(handle, 0, staging, read.offset, read.nbytes)
-        device.device.queue.submit([encoder.finish()])
-        mapping = staging.map_async(READ_MAP_MODE, 0, nbytes)
-        if spin_s > 0:
-            device.spin(spin_s)  # a poll here runs the map's callback once the copies are done
-        mapping.sync_wait()  # else wgpu-py's poller thread resolves it
-        data = staging.read_mapped(0, nbytes, copy=False)
+        if native:
+            encoder.submit()
+            data = device.map_read(staging, nbytes, spin_s)
+        else:
+            device.device.queue.submit([encoder.finish()])
+            mapping = staging.map_async(READ_MAP_MODE, 0, nbytes)
+            if spin_s > 0:
+                device.spin(spin_s)  # a poll here runs the map's callback once the copies are done
+            mapping.sync_wait()  # else wgpu-py's poller thread resolves it
+            data = staging.read_mapped(0, nbytes, copy=False)
         out = {}
         for r in reads:
             view = np.frombuffer(data, r.dtype, r.count, r.offset).reshape(r.shape)
@@ -89,8 +102,14 @@ def read_back(
             else:
                 np.copyto(target, view)
                 out[r.name] = target
-        staging.unmap()
+        data = view = None  # no view of the mapping outlives it
+        if native:
+            device.unmap_read(staging)
+        else:
+            staging.unmap()
     except Exception as exc:
+        if native:
+            encoder.drop()  # what a failed copy left open
         staging.destroy()  # it may be left mapped or pending: not for reuse
         raise GpuError("readback", str(exc)) from exc
     device._give_staging(staging)
@@ -109,7 +128,10 @@ def write(device: Device, pool: BufferPool, slab: Slab, value: np.ndarray, encod
     if not raw.nbytes:
         return
     if raw.nbytes < MAPPED_UPLOAD_MIN:
-        device.device.queue.write_buffer(slab.handle, 0, raw)
+        if isinstance(encoder, NativeEncoder):
+            encoder.write_buffer(slab.handle, raw)
+        else:
+            device.device.queue.write_buffer(slab.handle, 0, raw)
         return
     stage = pool.take(raw.nbytes, "upload")
     taken.append(stage)
