@@ -257,3 +257,25 @@ def test_model_hints_the_next_best_ranked_candidates_and_often_picks_them_next()
     assert statistics.mean(hit) >= 0.3 and statistics.mean(hit[len(hit) // 2 :]) >= 0.5
     plain = model_based(space, synthetic_evaluate(random.Random(3)), Budget(64), random.Random(0))
     assert [r.key.schedule for r in results] == [r.key.schedule for r in plain]  # hinting changes no pick
+
+
+def test_knn_predict_ranks_neighbours_as_a_stable_sort_does_ties_included():
+    def reference(known, targets, query, k):
+        k = min(k, len(known))
+        distances = np.sqrt(((query[:, None, :] - known[None, :, :]) ** 2).sum(axis=2))
+        nearest = np.argsort(distances, axis=1, kind="stable")[:, :k]
+        d = np.take_along_axis(distances, nearest, axis=1)
+        weights = 1.0 / (d + 1e-3)
+        return (weights * targets[nearest]).sum(axis=1) / weights.sum(axis=1)
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):  # small integer knob values: many equal distances, across the k-th place too
+        dims = int(rng.integers(1, 7))
+        known = rng.integers(0, 3, (int(rng.integers(1, 40)), dims)).astype(float)
+        query = rng.integers(0, 3, (int(rng.integers(1, 60)), dims)).astype(float)
+        targets = rng.standard_normal(len(known))
+        for k in (1, 3, 5, 50):
+            np.testing.assert_array_equal(knn_predict(known, targets, query, k), reference(known, targets, query, k))
+    known, query = rng.standard_normal((300, 14)), rng.standard_normal((2000, 14))  # several chunks
+    targets = rng.standard_normal(300)
+    np.testing.assert_array_equal(knn_predict(known, targets, query), reference(known, targets, query, 5))

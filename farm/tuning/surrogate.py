@@ -77,11 +77,40 @@ def ranks(values: np.ndarray) -> np.ndarray:
     return out
 
 
+KNN_CHUNK = 1 << 16  # query rows x known rows x features per chunk: its temporaries stay in cache
+
+
 def knn_predict(known: np.ndarray, targets: np.ndarray, query: np.ndarray, k: int = 5) -> np.ndarray:
-    """Inverse-distance-weighted mean of the `k` nearest known targets for each query row."""
+    """Inverse-distance-weighted mean of the `k` nearest known targets for each query row
+    (nearest first, equal distances in known-row order, as a stable sort ranks them)."""
     k = min(k, len(known))
-    distances = np.sqrt(((query[:, None, :] - known[None, :, :]) ** 2).sum(axis=2))
-    nearest = np.argsort(distances, axis=1, kind="stable")[:, :k]
+    distances = np.empty((len(query), len(known)))
+    step = max(1, KNN_CHUNK // max(1, known.size))
+    for start in range(0, len(query), step):  # row by row the same arithmetic as one broadcast
+        rows = query[start : start + step]
+        distances[start : start + step] = np.sqrt(((rows[:, None, :] - known[None, :, :]) ** 2).sum(axis=2))
+    nearest = _nearest(distances, k)
     d = np.take_along_axis(distances, nearest, axis=1)
     weights = 1.0 / (d + 1e-3)
     return (weights * targets[nearest]).sum(axis=1) / weights.sum(axis=1)
+
+
+def _nearest(distances: np.ndarray, k: int) -> np.ndarray:
+    """The first `k` columns of each row's stable argsort, without sorting whole rows: a
+    partition finds each row's k-th distance; where exactly k lie at or below it, those k
+    (in column order) are sorted stably; rows with ties across the k-th place are sorted whole."""
+    if k >= distances.shape[1]:
+        return np.argsort(distances, axis=1, kind="stable")[:, :k]
+    kth = np.partition(distances, k - 1, axis=1)[:, k - 1 : k]
+    inside = distances <= kth
+    exact = inside.sum(axis=1) == k
+    nearest = np.empty((len(distances), k), dtype=np.intp)
+    rows = np.flatnonzero(exact)
+    if len(rows):
+        cols = np.nonzero(inside[rows])[1].reshape(len(rows), k)  # ascending within each row
+        order = np.argsort(np.take_along_axis(distances[rows], cols, axis=1), axis=1, kind="stable")
+        nearest[rows] = np.take_along_axis(cols, order, axis=1)
+    rows = np.flatnonzero(~exact)
+    if len(rows):
+        nearest[rows] = np.argsort(distances[rows], axis=1, kind="stable")[:, :k]
+    return nearest
