@@ -259,6 +259,42 @@ def test_guided_batches_shrink_towards_the_end_and_never_merge_retried_trials():
     assert taken == [[0], [1], [2], [3, 4], [5]]  # 3 left for 1 worker x 2 in flight: 2, then 1
 
 
+def test_a_wide_round_goes_as_one_batch_per_worker_sized_by_the_whole_round():
+    from farm.tuning.workers import SHARE_WORKERS, _Batch, _Pending
+
+    pool = WorkerPool.__new__(WorkerPool)
+    pool.max_in_flight = 2
+    workers = 2 * SHARE_WORKERS
+    pending = _Pending(_Batch([(i, None)]) for i in range(2 * workers))  # a round of two trials a worker
+    batches = [pool._take(pending, workers) for _ in range(workers)]
+    assert [len(b.items) for b in batches] == [2] * workers and all(b.share for b in batches)
+    assert not pending and pending.round == 0
+    pending = _Pending(_Batch([(i, None)]) for i in range(workers // 2))  # fewer trials than workers: one each
+    assert {len(pool._take(pending, workers).items) for _ in range(workers // 2)} == {1}
+    pending = _Pending(_Batch([(i, None)]) for i in range(8 * workers))  # a large round: guided, not shares
+    first = pool._take(pending, workers)
+    assert len(first.items) == 4 and not first.share
+    narrow = _Pending(_Batch([(i, None)]) for i in range(2 * (SHARE_WORKERS - 1)))
+    assert len(pool._take(narrow, SHARE_WORKERS - 1).items) == 1  # below SHARE_WORKERS: as before
+
+
+def test_a_worker_takes_one_share_batch_a_fill_so_a_wide_round_reaches_every_worker():
+    from farm.tuning.workers import SHARE_WORKERS, _Batch, _Pending, _Slot
+
+    class Actor:
+        class evaluate:
+            @staticmethod
+            def remote(jobs):
+                return object()
+
+    pool = WorkerPool.__new__(WorkerPool)
+    pool.max_in_flight = 2
+    slots = [_Slot(f"w{n}", Actor) for n in range(SHARE_WORKERS)]
+    pending = _Pending(_Batch([(i, None)]) for i in range(2 * SHARE_WORKERS))
+    pool._fill(slots, pending, {}, guided=True)
+    assert [sum(len(b.items) for b in slot.fifo) for slot in slots] == [2] * SHARE_WORKERS
+
+
 
 def test_a_farm_adapter_naming_no_adapter_is_one_line_not_a_dead_actor(tmp_path):
     """FARM_ADAPTER naming no adapter must not kill the worker in __init__ (Ray's

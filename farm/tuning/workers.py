@@ -68,6 +68,10 @@ DEATH_SETTLE_S = 10.0  # how long a dead actor's earlier batches may take to res
 # end): a Ray call and its result cost the driver about as much as a hundred trials' SQL, so a
 # fleet's many fast trials go out several dozen a call; at 11 trials/s a batch is ~3 s of a GPU.
 MAX_BATCH = 32
+# From this many workers a guided batch that is a worker's whole share of what is left (at most
+# max_in_flight trials) goes as one call: at fleet scale a search round gives each worker one or
+# two trials, and one Ray call per trial was most of the driver's cost a trial.
+SHARE_WORKERS = 16
 NVIDIA_SMI_TIMEOUT_S = 20.0
 # Method calls a GpuWorker runs at once (a threaded actor): one batch on the GPU while
 # the next compiles ahead or the previous one drains its comparisons; the TrialRunner's
@@ -118,6 +122,7 @@ class _Batch:
     ref: Any = None
     started: float = 0.0
     alone: bool = False  # a retried or split-off trial: never merged with others again
+    share: bool = False  # a worker's whole share of a wide round: it takes no second batch in that fill
     answer: Any = None  # the ref's future once watched: its value, read without a second ray.get
 
 
@@ -153,24 +158,31 @@ class _Pending(deque):
     def __init__(self, batches=()):
         super().__init__(batches)
         self.trials = sum(len(b.items) for b in self)
+        self.round = self.trials  # trials queued since it was last empty: the round being handed out
 
     def popleft(self) -> _Batch:
         batch = super().popleft()
         self.trials -= len(batch.items)
+        if not self.trials:
+            self.round = 0
         return batch
+
+    def _added(self, count: int) -> None:
+        self.trials += count
+        self.round += count
 
     def appendleft(self, batch: _Batch) -> None:
         super().appendleft(batch)
-        self.trials += len(batch.items)
+        self._added(len(batch.items))
 
     def extendleft(self, batches) -> None:
         batches = list(batches)
         super().extendleft(batches)
-        self.trials += sum(len(b.items) for b in batches)
+        self._added(sum(len(b.items) for b in batches))
 
     def append(self, batch: _Batch) -> None:
         super().append(batch)
-        self.trials += len(batch.items)
+        self._added(len(batch.items))
 
 
 class TrialQueue:
@@ -291,6 +303,8 @@ class TrialQueue:
                 arrivals.watch(batch)
                 if source is again or home is None or slot.name not in home:
                     self._note_visit(slot.name, batch)
+                if batch.share:
+                    break
             if len(slot.fifo) >= pool.max_in_flight:
                 del room[slot.name]
             if not waiting:
@@ -464,7 +478,9 @@ class WorkerPool:
         """Batches of `batch_size`, or guided: each batch takes its share of what is left,
         ceil(left / (workers x in-flight)) clamped to 1..MAX_BATCH, so workers get large
         batches while plenty is left and single trials at the end, where a fixed size left
-        some GPUs idle behind the last full batches."""
+        some GPUs idle behind the last full batches. From SHARE_WORKERS workers, where each
+        worker's share of what is left is at most its in-flight count, that share goes as one
+        batch (one call, not one per trial) and the worker takes no second one in that fill."""
         indexed = list(enumerate(jobs))
         size = batch_size or 1
         pending = _Pending(_Batch(indexed[i : i + size]) for i in range(0, len(indexed), size))
@@ -513,6 +529,8 @@ class WorkerPool:
                 owner[batch.ref] = slot
                 if arrivals is not None:
                     arrivals.watch(batch)
+                if batch.share:
+                    break
             if isinstance(slots, dict) and len(slot.fifo) >= self.max_in_flight:
                 del slots[slot.name]
 
@@ -523,12 +541,15 @@ class WorkerPool:
         if first.alone or first.retries:
             return first
         left = len(first.items) + pending.trials
+        # a wide round's share per worker, from the whole round: what is left shrinks as it is handed out
+        per_worker = -(-max(left, getattr(pending, "round", 0)) // workers)
+        share = workers >= SHARE_WORKERS and per_worker <= self.max_in_flight
         # With one worker too: results stream back (progress, resume after a kill) in halves.
-        want = max(1, min(MAX_BATCH, -(-left // (workers * self.max_in_flight))))
+        want = per_worker if share else max(1, min(MAX_BATCH, -(-left // (workers * self.max_in_flight))))
         items = list(first.items)
         while pending and len(items) < want and not pending[0].alone and not pending[0].retries:
             items += pending.popleft().items
-        return _Batch(items)
+        return _Batch(items, share=share)
 
     def _overdue(self, batch: _Batch) -> bool:
         return time.monotonic() - batch.started > self.trial_timeout_s * len(batch.items)
