@@ -12,7 +12,7 @@ from runtime_cases import f32, method_cases
 
 from farm import ForgeRuntime
 from farm.catalog.ternary_gemv import pack_codes
-from farm.gpu import native
+from farm.gpu import native, waits
 from farm.runtime import calls as calls_module
 from farm.runtime.arrays import DeviceArray
 
@@ -255,6 +255,7 @@ def test_a_read_gives_the_same_bytes_whether_its_map_is_resolved_by_spinning_or_
     np.testing.assert_allclose(rt.gemv(a, x), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(rt.gemv(rt.asarray(a), rt.asarray(x)).numpy(), want, rtol=1e-5, atol=1e-5)
     assert rt.device.device._poller._token_ids == set()  # every token the reads took is given back
+    assert waits._MAPS == {}  # every map's slot was resolved and dropped
 
 
 def test_reads_from_several_threads_each_get_their_own_answer(device, tmp_path):
