@@ -96,10 +96,10 @@ class ForgeRuntime:
     together (a positive integer, or None: no bound; idle buffers beyond 4 GiB are freed);
     `request_tuning`: queue misses for `farm serve` (True, False, or None:
     `$FARM_REQUEST_TUNING`; farm.runtime.requests); `spin_wait_us`: how long
-    `synchronize()` polls the GPU without sleeping before it blocks (a number from 0: it
-    blocks at once, to 1e6; None, the default: DEFAULT_SPIN_US on a GPU, 0 on a CPU
-    adapter; a short kernel's sync ends sooner when a spare core spins, see
-    farm.gpu.Device.wait_idle). A wrong type is a TypeError (ValueError for
+    `synchronize()`, and a read (a numpy call, `DeviceArray.numpy()`), polls the GPU
+    without sleeping before it blocks (a number from 0: it blocks at once, to 1e6; None,
+    the default: DEFAULT_SPIN_US on a GPU, 0 on a CPU adapter; a short kernel's sync ends
+    sooner when a spare core spins, see farm.gpu.Device.wait_idle). A wrong type is a TypeError (ValueError for
     spin_wait_us), a value out of range a ValueError, naming the argument and the value,
     raised before any device is opened.
 
