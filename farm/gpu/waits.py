@@ -27,26 +27,29 @@ from farm.gpu import native
 # waiter's entry goes with it; a callback for a waiter gone (its device dropped) is ignored.
 _FIRED: dict[int, tuple[int, bool]] = {}
 _KEYS = itertools.count(1)
-_CALLBACK = None  # the one ffi callback, made on first use and never freed (wgpu may call it late)
+_CALLBACKS: dict[str, object] = {}  # signature -> its one ffi callback, never freed (wgpu may call it late)
 
 
-def _callback():
-    global _CALLBACK
-    if _CALLBACK is None:
-        from wgpu.backends.wgpu_native._ffi import ffi, lib
+def _shared_callback(signature: str, success, fired):
+    """The one ffi callback of `signature` (made on first use: creating one costs far more
+    than a wait): it calls `fired(userdata1, userdata2, status == success)` with both
+    userdata pointers as ints. wgpu-py 0.32's own callbacks leave out the message (a
+    by-value WGPUStringView), so their userdata arguments would be its pointer and length."""
+    made = _CALLBACKS.get(signature)
+    if made is None:
+        from wgpu.backends.wgpu_native._ffi import ffi
 
-        success = lib.WGPUQueueWorkDoneStatus_Success
+        @ffi.callback(signature)
+        def made(status, _message, first, second):
+            fired(int(ffi.cast("uintptr_t", first)), int(ffi.cast("uintptr_t", second)), status == success)
 
-        # wgpu-py 0.32's own callback leaves out the message (a by-value WGPUStringView),
-        # so its userdata arguments would be the message's pointer and length.
-        @ffi.callback("void(WGPUQueueWorkDoneStatus, WGPUStringView, void *, void *)")
-        def work_done(status, _message, key, ticket):
-            key = int(ffi.cast("uintptr_t", key))
-            if key in _FIRED:
-                _FIRED[key] = (int(ffi.cast("uintptr_t", ticket)), status == success)
+        _CALLBACKS[signature] = made
+    return made
 
-        _CALLBACK = work_done
-    return _CALLBACK
+
+def _work_done(key: int, ticket: int, ok: bool) -> None:
+    if key in _FIRED:
+        _FIRED[key] = (ticket, ok)
 
 
 class SpinWait:
@@ -64,7 +67,11 @@ class SpinWait:
         self._lock = threading.Lock()  # one registration at a time through the shared struct
         self._info = ffi.new("WGPUQueueWorkDoneCallbackInfo *")
         self._info.mode = lib.WGPUCallbackMode_AllowProcessEvents
-        self._info.callback = _callback()
+        self._info.callback = _shared_callback(
+            "void(WGPUQueueWorkDoneStatus, WGPUStringView, void *, void *)",
+            lib.WGPUQueueWorkDoneStatus_Success,
+            _work_done,
+        )
         self._info.userdata1 = ffi.cast("void *", self._key)
 
     def wait(self, spin_s: float) -> bool:
@@ -90,27 +97,15 @@ class SpinWait:
 # waiter slot of one pending map -> [resolved, status was Success, Event or None]; the callback
 # pops it. A key per map: concurrent reads on one device resolve each their own.
 _MAPS: dict[int, list] = {}
-_MAP_CALLBACK = None  # as _CALLBACK, for wgpuBufferMapAsync
 
 
-def _map_callback():
-    global _MAP_CALLBACK
-    if _MAP_CALLBACK is None:
-        from wgpu.backends.wgpu_native._ffi import ffi, lib
-
-        success = lib.WGPUMapAsyncStatus_Success
-
-        @ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
-        def mapped(status, _message, key, _unused):
-            slot = _MAPS.pop(int(ffi.cast("uintptr_t", key)), None)
-            if slot is not None:
-                slot[1] = status == success
-                slot[0] = True  # resolved before the event is read: see MapRead.map
-                if slot[2] is not None:
-                    slot[2].set()
-
-        _MAP_CALLBACK = mapped
-    return _MAP_CALLBACK
+def _mapped(key: int, _unused: int, ok: bool) -> None:
+    slot = _MAPS.pop(key, None)
+    if slot is not None:
+        slot[1] = ok
+        slot[0] = True  # resolved before the event is read: see MapRead.map
+        if slot[2] is not None:
+            slot[2].set()
 
 
 class MapRead:
@@ -132,7 +127,9 @@ class MapRead:
         self._lock = threading.Lock()  # one registration at a time through the shared struct
         self._info = ffi.new("WGPUBufferMapCallbackInfo *")
         self._info.mode = lib.WGPUCallbackMode_AllowProcessEvents
-        self._info.callback = _map_callback()
+        self._info.callback = _shared_callback(
+            "void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)", lib.WGPUMapAsyncStatus_Success, _mapped
+        )
         self._read = lib.WGPUMapMode_Read  # the C functions: farm.gpu.native's (only used where it is available)
 
     def map(self, buffer, nbytes: int, spin_s: float):

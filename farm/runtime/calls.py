@@ -241,13 +241,12 @@ class Caller:
                 return results
             outputs = [slab.handle for slab in slabs[len(plan.inputs) :]]
             return read_back(self.device, plan.reads, plan.read_bytes, outputs, encoder, into, self._read_spin_s())
-        except (GpuError, ValueError, TypeError):
+        except Exception as exc:
             if self._native is not None:
                 self._native.drop()  # a call that failed part-way leaves nothing recorded
-            raise
-        except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step
-            if self._native is not None:
-                self._native.drop()
+            if isinstance(exc, (GpuError, ValueError, TypeError)):
+                raise
+            # any wgpu failure names the step
             raise GpuError("dispatch", str(exc), plan.spec.name, plan.schedule) from exc
         finally:
             if taken:

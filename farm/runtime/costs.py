@@ -214,9 +214,6 @@ class _NoNative(native.NativeEncoder):
     def drop(self) -> None:
         pass
 
-    def __del__(self) -> None:
-        pass
-
 
 class _NoMapRead:
     """farm.gpu.waits.MapRead for a stub staging buffer: its zeros."""

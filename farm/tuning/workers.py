@@ -534,7 +534,7 @@ class WorkerPool:
             if isinstance(slots, dict) and len(slot.fifo) >= self.max_in_flight:
                 del slots[slot.name]
 
-    def _take(self, pending: deque, workers: int) -> _Batch:
+    def _take(self, pending: _Pending, workers: int) -> _Batch:
         """The next batch: single fresh trials at the head of `pending` merged up to the
         guided size; a retried or split-off trial goes alone."""
         first = pending.popleft()
@@ -542,7 +542,7 @@ class WorkerPool:
             return first
         left = len(first.items) + pending.trials
         # a wide round's share per worker, from the whole round: what is left shrinks as it is handed out
-        per_worker = -(-max(left, getattr(pending, "round", 0)) // workers)
+        per_worker = -(-max(left, pending.round) // workers)
         share = workers >= SHARE_WORKERS and per_worker <= self.max_in_flight
         # With one worker too: results stream back (progress, resume after a kill) in halves.
         want = per_worker if share else max(1, min(MAX_BATCH, -(-left // (workers * self.max_in_flight))))
