@@ -90,6 +90,31 @@ def test_a_chain_on_the_c_api_path_gives_wgpu_pys_bits(runtimes):
     _same_bits(*results)
 
 
+def test_a_chains_recorded_calls_share_one_compute_pass_a_submission(runtimes, monkeypatch):
+    """The GPU pays a pass boundary per submission, not per call; a read-back copy ends the pass."""
+    fast, _ = runtimes
+    begun = []
+
+    real = native.C
+
+    class Counting:
+        def __getattr__(self, name):
+            if name == "wgpuCommandEncoderBeginComputePass":
+                begun.append(name)
+            return getattr(real, name)
+
+    a, x = f32(24, 24) * np.float32(0.2), f32(24, seed=1)
+    da, y = fast.asarray(a), fast.asarray(x)
+    fast.synchronize()
+    monkeypatch.setattr(native, "C", Counting())
+    for _ in range(2 * calls_module.FLUSH_CALLS):
+        y = fast.gemv(da, y)
+    fast.synchronize()
+    assert len(begun) == 2  # one pass for each flush of FLUSH_CALLS calls
+    y.numpy()
+    assert len(begun) == 2
+
+
 @pytest.fixture
 def rt(device, tmp_path):
     runtime = _runtime(device, tmp_path, "absent")

@@ -113,19 +113,39 @@ class NativeEncoder:
         self._buffer_desc = ffi.new("WGPUCommandBufferDescriptor *")
         self._buffers = ffi.new("WGPUCommandBuffer[1]")
         self.encoder = None  # the open command encoder, or None
+        self._pass = None  # the compute pass open in it, or None
         self.passes = 0  # passes recorded into it
 
     def record(self, passes) -> None:
-        """`passes` into the open encoder (opened first when there is none)."""
+        """`passes` into the open encoder (opened first when there is none), as dispatches of
+        one compute pass kept open across calls: WebGPU gives each dispatch its own usage
+        scope, so wgpu orders dependent dispatches inside a pass as it does across passes,
+        and the GPU is spared a pass boundary per call."""
         encoder = self.encoder
         if encoder is None:
             encoder = self.encoder = C.wgpuDeviceCreateCommandEncoder(self._device, self._encoder_desc)
-        self.passes += encode_raw(encoder, self._pass_desc, passes)
+        compute_pass = self._pass
+        if compute_pass is None:
+            compute_pass = self._pass = C.wgpuCommandEncoderBeginComputePass(encoder, self._pass_desc)
+        set_pipeline, set_group = C.wgpuComputePassEncoderSetPipeline, C.wgpuComputePassEncoderSetBindGroup
+        dispatch, null = C.wgpuComputePassEncoderDispatchWorkgroups, C.NULL
+        for pipeline, group, x, y, z in passes:
+            set_pipeline(compute_pass, pipeline)
+            set_group(compute_pass, 0, group, 0, null)
+            dispatch(compute_pass, x, y, z)
+        self.passes += len(passes)
+
+    def _end_pass(self) -> None:
+        compute_pass, self._pass = self._pass, None
+        if compute_pass is not None:
+            C.wgpuComputePassEncoderEnd(compute_pass)
+            C.wgpuComputePassEncoderRelease(compute_pass)
 
     def copy_buffer_to_buffer(self, source, source_offset: int, destination, destination_offset: int, size: int):
         """wgpu-py's GPUCommandEncoder.copy_buffer_to_buffer (same arguments, wgpu-py buffers)
         into the open encoder: a numpy call's uploads and read-back copies go where its
         passes go. A bad copy raises at `submit`, as a bad pass does."""
+        self._end_pass()
         encoder = self.encoder
         if encoder is None:
             encoder = self.encoder = C.wgpuDeviceCreateCommandEncoder(self._device, self._encoder_desc)
@@ -147,6 +167,7 @@ class NativeEncoder:
     def submit(self) -> None:
         """Finish and submit the open encoder (a no-op when none is open). A wgpu error in
         any recorded pass raises here, after the encoder is released."""
+        self._end_pass()
         encoder, self.encoder, self.passes = self.encoder, None, 0
         if encoder is None:
             return
@@ -162,6 +183,9 @@ class NativeEncoder:
 
     def drop(self) -> None:
         """Release the open encoder unsubmitted (its passes are not run)."""
+        compute_pass, self._pass = self._pass, None
+        if compute_pass is not None:
+            C.wgpuComputePassEncoderRelease(compute_pass)
         encoder, self.encoder, self.passes = self.encoder, None, 0
         if encoder is not None:
             C.wgpuCommandEncoderRelease(encoder)

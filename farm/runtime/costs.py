@@ -194,7 +194,7 @@ class _NoNative(native.NativeEncoder):
     """farm.gpu.native's NativeEncoder doing nothing (its passes hold the stub's objects)."""
 
     def __init__(self):
-        self.encoder, self.passes = None, 0
+        self.encoder, self.passes, self._pass = None, 0, None
 
     def record(self, passes) -> None:
         pass
