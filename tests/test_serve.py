@@ -153,3 +153,20 @@ def test_drainer_settings_are_checked(device, tmp_path, bad, message):
 def test_problem_keys_match_what_the_campaign_stores():
     spec = catalog.get("gemm")
     assert spec.problem(**Problem.from_key("n=8,m=4,k=2").as_dict()).key() == Problem.of(m=4, k=2, n=8).key()
+
+
+def test_a_round_claims_a_request_per_eight_workers_unless_told(store_url, device, tmp_path):  # noqa: F811
+    """At fleet scale every claimed request starts at once on a home of 8 workers; a small pool
+    claims 16 (tuned one after another), and an explicit batch is kept."""
+    db = open_store(store_url)
+    drainer, _ = _drainer(MixedPool(device.profile), db, tmp_path)
+    fleet = {"a" * 64: [f"w{i}" for i in range(600)], "b" * 64: [f"v{i}" for i in range(400)]}
+    assert drainer.claim_size(fleet) == 125
+    assert drainer.claim_size({"a" * 64: ["w0", "w1"]}) == 16
+    told, _ = _drainer(MixedPool(device.profile), db, tmp_path, batch=3)
+    assert told.claim_size(fleet) == 3
+    src = catalog.get("gemv").source_hash()
+    for m in range(40, 40 + 8 * 5, 8):
+        q.enqueue(db, device.profile.topology_hash(), "gemv", f"m={m},n=24", src, 0, "alice")
+    assert told.drain_once().claimed == 3
+    db.engine.dispose()

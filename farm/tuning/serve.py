@@ -2,7 +2,11 @@
 entrypoint of a `ray job submit`.
 
 Each round claims up to `batch` requests for its topologies (and "any") under a lease; its
-cost is bounded by what it claims, not by the queue's length. The claimed requests are
+cost is bounded by what it claims, not by the queue's length. Unless `batch` is given, a
+round claims enough to give every claimed request a home of PROBLEM_WORKERS workers
+(`claim_size`: one per 8 workers, at least CLAIM_LEAST), since a campaign tunes that many
+problems at once and a request's search rounds are sequential: at fleet scale more requests
+in flight, each on fewer workers, keep more of them busy. The claimed requests are
 grouped per topology ("any" goes to the topology with the most workers) and each group is
 one campaign (farm.tuning.campaign.Campaign, with farm.tuning.tasks's config: the requested
 problems only) on that topology's workers, with trials and winners stored as `farm tune`
@@ -38,7 +42,7 @@ from farm.store import queue
 from farm.store.engine import describe_error
 from farm.store.queue import ANY_TOPOLOGY, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
 from farm.store.retry import is_transient
-from farm.tuning.campaign import Campaign
+from farm.tuning.campaign import PROBLEM_WORKERS, Campaign
 from farm.tuning.device_lock import device_locks
 from farm.tuning.heartbeat import Heartbeat
 from farm.tuning.problems import check_problem
@@ -47,6 +51,7 @@ from farm.tuning.tasks import TuneConfig
 from farm.tuning.workers import WorkerPool
 
 SHORT = 12
+CLAIM_LEAST = 16  # requests a round claims at least, however few the workers
 SWEEP_S = 5.0  # while every round claims, expired leases and unserved requests are looked for this often
 
 
@@ -101,10 +106,10 @@ class Drainer:
         name: str | None = None,
         lease_s: float = DEFAULT_LEASE_S,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        batch: int = 16,
+        batch: int | None = None,
         stream: TextIO | None = None,
     ):
-        if lease_s <= 0 or max_attempts < 1 or batch < 1:
+        if lease_s <= 0 or max_attempts < 1 or (batch is not None and batch < 1):
             raise ValueError(f"need lease > 0, max attempts >= 1, batch >= 1; got {lease_s}, {max_attempts}, {batch}")
         self.pool, self.db, self.config, self.out = pool, db, config, Path(out)
         self.name = name or drainer_name()
@@ -146,7 +151,8 @@ class Drainer:
         if not self._claimed_last or self._swept_at is None or now - self._swept_at >= SWEEP_S:
             self._sweep(topologies, tally)
             self._swept_at = now
-        claimed = queue.claim(self.db, self.name, [*topologies, ANY_TOPOLOGY], self.lease_s, self.batch)
+        size = self.claim_size(topologies)
+        claimed = queue.claim(self.db, self.name, [*topologies, ANY_TOPOLOGY], self.lease_s, size)
         tally.claimed = self._claimed_last = len(claimed)
         busiest = max(sorted(topologies), key=lambda h: len(topologies[h]), default=None)
         groups: dict[str, list[dict]] = {}
@@ -161,6 +167,14 @@ class Drainer:
                 self._give_back([r["id"] for _, later in items[index + 1 :] for r in later])
                 raise
         return tally
+
+    def claim_size(self, topologies: dict[str, list[str]]) -> int:
+        """Requests a round claims: `batch` when given, else one per PROBLEM_WORKERS workers
+        (at least CLAIM_LEAST), so the campaigns at a fleet's scale start every claimed
+        request at once, each on a home of PROBLEM_WORKERS or more."""
+        if self.batch is not None:
+            return self.batch
+        return max(CLAIM_LEAST, sum(map(len, topologies.values())) // PROBLEM_WORKERS)
 
     def _give_back(self, ids: list[int]) -> None:
         """Release claims not tried (the round stopped before them, or the store failed them); while
