@@ -105,3 +105,31 @@ def test_a_queue_sends_a_problems_trials_home_first_and_names_the_workers_it_vis
         at_home += sum(w in home for w in where)
         assert queue.visited("gemv", problems[name]) == {w for w in where if w not in home}
     assert at_home > 64  # together: mostly at home
+
+
+def test_a_drainer_claims_more_as_homes_free_and_settles_each_request_as_its_task_ends(pool, tmp_path):
+    """Two homes, a claim of 2, 4 requests: the campaign claims the other two as homes free (one
+    campaign, not two rounds each waiting for its slowest task), and a request is done when its
+    own task ends, before the campaign does."""
+    import io
+
+    from farm.store import queue as q
+    from farm.tuning.serve import Drainer
+
+    spec = catalog.get("gemm")
+    problems = [spec.problem(m=n, k=n, n=n) for n in (256, 512, 1024, 2048)]
+    db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
+    ids = [q.enqueue(db, q.ANY_TOPOLOGY, "gemm", p.key(), spec.source_hash(), 0, "alice")[0] for p in problems]
+    stream = io.StringIO()
+    config = TuneConfig(kernels=(), strategy="model", budget=24)
+    drainer = Drainer(pool, db, config, tmp_path / "artifacts", name="d", batch=2, stream=stream)
+    tally = drainer.drain_once()
+    assert (tally.claimed, tally.done, tally.failed, tally.retried) == (4, 4, 0, 0)
+    rows = {r["id"]: r for r in q.requests(db)}
+    assert {rows[i]["status"] for i in ids} == {"done"}
+    (campaign_id,) = {rows[i]["campaign_id"] for i in ids}
+    assert "as homes free" in stream.getvalue()
+    ended = store.campaign(db, campaign_id)["finished_at"]
+    assert min(rows[i]["finished_at"] for i in ids) < ended
+    assert {w.problem_key for w in store.winners(db, kernel="gemm")} == {p.key() for p in problems}
+    db.engine.dispose()

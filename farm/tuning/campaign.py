@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from farm import store
@@ -71,9 +72,22 @@ class Campaign:
     """One run of `farm tune`: owns the progress, the campaign row and the trial recorder."""
 
     def __init__(
-        self, config: TuneConfig, pool: WorkerPool, db: store.Store, out: Path, command: str, verbose: bool = False
+        self,
+        config: TuneConfig,
+        pool: WorkerPool,
+        db: store.Store,
+        out: Path,
+        command: str,
+        verbose: bool = False,
+        more: Callable[[int], list[Task]] | None = None,
+        ended: Callable[[Task, WinnerRecord | None], None] | None = None,
     ):
+        """`more(count)` (with problems in parallel): up to `count` further tasks of the same
+        topology, asked for whenever homes are free and the planned tasks have all started
+        (`farm serve` claims more requests there); `ended(task, winner)`: each such task's
+        outcome as it ends, before the campaign does."""
         self.config, self.pool, self.db, self.out, self.command = config, pool, db, out, command
+        self.more, self.ended = more, ended
         self.verbose = verbose  # the plan's and the search's totals too
         self.recorder: TrialRecorder | None = None
         self.campaign_id = 0
@@ -180,7 +194,7 @@ class Campaign:
             done.put(index)
 
         try:
-            following = iter(enumerate(tasks))
+            following = self._following(tasks, free)
             while True:
                 while len(running) < parallel and (item := next(following, None)) is not None:
                     index, task = item
@@ -198,6 +212,8 @@ class Campaign:
                 free.append(self._homes.pop(_task_key(tasks[finished])))
                 if isinstance(outcomes[finished], BaseException):
                     raise outcomes[finished]
+                if self.ended is not None:
+                    self.ended(tasks[finished], outcomes[finished])
         except BaseException as exc:
             trials.close(exc if isinstance(exc, Exception) else None)
             for thread in running.values():
@@ -209,6 +225,22 @@ class Campaign:
         ours = self.tasks[-len(tasks) :]  # appended as each ended: the summary lists them in plan order
         self.tasks[-len(tasks) :] = sorted(ours, key=lambda stats: order[(stats["kernel"], stats["problem"])])
         return [outcomes[n] for n in range(len(tasks)) if outcomes[n] is not None]
+
+    def _following(self, tasks: list[Task], free: deque):
+        """(index, task) of `tasks` in order, then of those `more` adds as homes free (appended
+        to `tasks`), until it has none: a drainer's next requests start as the last ones end,
+        not after the slowest of them."""
+        index = 0
+        while True:
+            while index < len(tasks):
+                yield index, tasks[index]
+                index += 1
+            planned = {_task_key(t) for t in tasks}
+            extra = [t for t in (self.more(len(free)) if self.more and free else []) if _task_key(t) not in planned]
+            if not extra:
+                return
+            tasks.extend(extra)
+            self.progress.total += sum(t.trials for t in extra)
 
     def _tune(
         self,

@@ -10,8 +10,11 @@ in flight, each on fewer workers, keep more of them busy. The claimed requests a
 grouped per topology ("any" goes to the topology with the most workers) and each group is
 one campaign (farm.tuning.campaign.Campaign, with farm.tuning.tasks's config: the requested
 problems only) on that topology's workers, with trials and winners stored as `farm tune`
-stores them. A request with a winner is done; one whose campaign raised or found no
-certified schedule is retried (up to `max_attempts`), then failed with the reason. A round
+stores them. Where the campaign tunes problems in parallel it claims more requests whenever
+a home is free and its planned problems have all started, so the next requests start as
+the first ones end rather than after the slowest. A request with a winner is done as its
+problem's task ends; one whose campaign raised or found no certified schedule is retried
+(up to `max_attempts`), then failed with the reason. A round
 also sweeps (leases that ran out are put back, or failed after their attempts; queued
 requests for a topology none of this drainer's workers has are noted as such and left
 queued) when the round before claimed nothing or SWEEP_S passed since the last sweep.
@@ -38,7 +41,7 @@ from typing import TextIO
 
 from farm import catalog, store
 from farm.schedule import Problem
-from farm.store import queue
+from farm.store import WinnerRecord, queue
 from farm.store.engine import describe_error
 from farm.store.queue import ANY_TOPOLOGY, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
 from farm.store.retry import is_transient
@@ -47,7 +50,7 @@ from farm.tuning.device_lock import device_locks
 from farm.tuning.heartbeat import Heartbeat
 from farm.tuning.problems import check_problem
 from farm.tuning.report import format_workers
-from farm.tuning.tasks import TuneConfig
+from farm.tuning.tasks import TuneConfig, plan
 from farm.tuning.workers import WorkerPool
 
 SHORT = 12
@@ -203,11 +206,11 @@ class Drainer:
         tally.unserved = set(queue.unserved(self.db, topologies))
 
     def _drain_group(self, topology: str, rows: list[dict], tally: Tally) -> None:
-        ids = [r["id"] for r in rows]
+        ids = [r["id"] for r in rows]  # grows as the campaign claims more (`_tune`)
         self._say(f"tuning request(s) {', '.join(map(str, ids))} on topology {topology[:SHORT]}")
         renew = Heartbeat(lambda: queue.renew(self.db, self.name, ids, self.lease_s), self.lease_s / 3).start()
         try:
-            self._tune(topology, rows, tally)
+            self._tune(topology, rows, tally, ids)
         except KeyboardInterrupt:
             queue.release(self.db, self.name, ids)
             self._say(f"interrupted: request(s) {', '.join(map(str, ids))} given back to the queue")
@@ -215,27 +218,64 @@ class Drainer:
         finally:
             renew.stop()
 
-    def _tune(self, topology: str, rows: list[dict], tally: Tally) -> None:
+    def _tune(self, topology: str, rows: list[dict], tally: Tally, held: list[int]) -> None:
+        """One campaign on `topology` for the claimed `rows`; with problems in parallel it claims
+        more requests as homes free (`held` grows by them) and settles each request as its
+        task ends, the rest when the campaign ends."""
         profile = self.pool.profiles()[self.pool.topologies()[topology][0]]
-        sizes: dict[str, list[Problem]] = {}
-        wanted: dict[int, tuple[str, str]] = {}
-        for row in rows:
-            try:
-                spec = catalog.get(row["kernel"])
-                problem = spec.problem(**Problem.from_key(row["problem"]).as_dict())
-                check_problem(spec, problem, profile)
-            except ValueError as exc:  # an unknown kernel here, or a problem this adapter can't run
-                self._failed([row["id"]], f"{type(exc).__name__}: {exc}", tally)
-                continue
-            wanted[row["id"]] = (spec.name, problem.key())
-            if problem not in sizes.setdefault(spec.name, []):
-                sizes[spec.name].append(problem)
+        wanted: dict[int, tuple[str, str]] = {}  # request id -> (kernel, problem key), not settled yet
+        ended: dict[tuple[str, str], WinnerRecord | None] = {}  # the tasks that ended, by key
+
+        def admit(new_rows: list[dict]) -> dict[str, list[Problem]]:
+            sizes: dict[str, list[Problem]] = {}
+            for row in new_rows:
+                try:
+                    spec = catalog.get(row["kernel"])
+                    problem = spec.problem(**Problem.from_key(row["problem"]).as_dict())
+                    check_problem(spec, problem, profile)
+                except ValueError as exc:  # an unknown kernel here, or a problem this adapter can't run
+                    self._failed([row["id"]], f"{type(exc).__name__}: {exc}", tally)
+                    continue
+                key = (spec.name, problem.key())
+                if key in ended:  # the same problem, tuned a moment ago in this campaign
+                    self._settle([row["id"]], ended[key], campaign, tally)
+                    continue
+                planned = any(k == key for k in wanted.values())
+                wanted[row["id"]] = key
+                if not planned and problem not in sizes.setdefault(spec.name, []):
+                    sizes[spec.name].append(problem)
+            return {k: v for k, v in sizes.items() if v}
+
+        campaign = None
+        sizes = admit(rows)
         if not wanted:
             return
+        any_here = topology == max(sorted(topologies := self.pool.topologies()), key=lambda h: len(topologies[h]))
+
+        def more(count: int) -> list:
+            claimed = queue.claim(self.db, self.name, [topology, *([ANY_TOPOLOGY] if any_here else [])],
+                                  self.lease_s, count)  # fmt: skip
+            if not claimed:
+                return []
+            tally.claimed += len(claimed)
+            held.extend(r["id"] for r in claimed)
+            self._say(f"tuning request(s) {', '.join(str(r['id']) for r in claimed)} on topology "
+                      f"{topology[:SHORT]} as homes free")  # fmt: skip
+            extra = admit(claimed)
+            return plan(replace(self.config, kernels=tuple(extra), sizes=extra), topology, profile) if extra else []
+
+        def task_ended(task, winner) -> None:
+            key = (task.kernel, task.problem.key())
+            ended[key] = winner
+            ids = [i for i, k in wanted.items() if k == key]
+            for i in ids:
+                del wanted[i]
+            self._settle(ids, winner, campaign, tally)
+
         config = replace(self.config, kernels=tuple(sizes), sizes=sizes)
         command = f"farm serve ({self.name}): request(s) {', '.join(map(str, wanted))}"
         view = TopologyView(self.pool, topology)
-        campaign = Campaign(config, view, self.db, self.out, command)
+        campaign = Campaign(config, view, self.db, self.out, command, more=more, ended=task_ended)
         try:
             with device_locks(_reports(self.pool, view.topologies()[topology]), command, self.stream):
                 winners = campaign.run()
@@ -243,17 +283,24 @@ class Drainer:
             if is_transient(exc):  # the store, not the tuning, failed: not an attempt
                 self._say(f"request(s) {', '.join(map(str, wanted))} given back untried: the database was "
                           f"unreachable ({describe_error(exc)})")  # fmt: skip
-                self._give_back([r["id"] for r in rows])
+                self._give_back(list(wanted))
                 raise
             self._failed(list(wanted), f"{type(exc).__name__}: {exc}", tally)
             return
-        won = {(w.kernel, w.problem_key) for w in winners}
-        done = [i for i, key in wanted.items() if key in won]
-        note = f"tuned on {topology[:SHORT]}"
-        tally.done += queue.complete(self.db, self.name, done, campaign.campaign_id or None, note)
-        missing = [i for i in wanted if i not in done]
+        won = {(w.kernel, w.problem_key): w for w in winners}
+        for key in dict.fromkeys(wanted.values()):
+            self._settle([i for i, k in wanted.items() if k == key], won.get(key), campaign, tally)
+
+    def _settle(self, ids: list[int], winner, campaign, tally: Tally) -> None:
+        """Requests `ids` done when their problem has a winner, else failed (or queued again)."""
+        if not ids:
+            return
+        if winner is not None:
+            tally.done += queue.complete(self.db, self.name, ids, campaign.campaign_id or None,
+                                         f"tuned on {winner.topology_hash[:SHORT]}")  # fmt: skip
+            return
         reason = f"no certified schedule, so no winner (campaign {campaign.campaign_id}: see its failed trials)"
-        self._failed(missing, reason, tally)
+        self._failed(ids, reason, tally)
 
     def _failed(self, ids: list[int], reason: str, tally: Tally) -> None:
         for request, status in sorted(queue.fail(self.db, self.name, ids, reason, self.max_attempts).items()):
