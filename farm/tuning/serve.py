@@ -268,9 +268,9 @@ class Drainer:
             key = (task.kernel, task.problem.key())
             ended[key] = winner
             ids = [i for i, k in wanted.items() if k == key]
-            for i in ids:
-                del wanted[i]
             self._settle(ids, winner, campaign, tally)
+            for i in ids:  # only once settled: a store failure gives them back with the rest
+                del wanted[i]
 
         config = replace(self.config, kernels=tuple(sizes), sizes=sizes)
         command = f"farm serve ({self.name}): request(s) {', '.join(map(str, wanted))}"
