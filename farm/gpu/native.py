@@ -114,7 +114,6 @@ class NativeEncoder:
         self._buffers = ffi.new("WGPUCommandBuffer[1]")
         self.encoder = None  # the open command encoder, or None
         self._pass = None  # the compute pass open in it, or None
-        self.passes = 0  # passes recorded into it
 
     def record(self, passes) -> None:
         """`passes` into the open encoder (opened first when there is none), as dispatches of
@@ -133,7 +132,6 @@ class NativeEncoder:
             set_pipeline(compute_pass, pipeline)
             set_group(compute_pass, 0, group, 0, null)
             dispatch(compute_pass, x, y, z)
-        self.passes += len(passes)
 
     def _end_pass(self) -> None:
         compute_pass, self._pass = self._pass, None
@@ -159,16 +157,11 @@ class NativeEncoder:
         proxy: a bad write raises)."""
         C.wgpuQueueWriteBuffer(self._queue, buffer._internal, 0, C.ffi.from_buffer(data), data.nbytes)
 
-    def encode_into(self, encoder, passes) -> None:
-        """`passes` into wgpu-py's command `encoder` (a call that also uploads or reads back,
-        which wgpu-py's encoder records; it finishes and submits it)."""
-        encode_raw(encoder._internal, self._pass_desc, passes)
-
     def submit(self) -> None:
         """Finish and submit the open encoder (a no-op when none is open). A wgpu error in
         any recorded pass raises here, after the encoder is released."""
         self._end_pass()
-        encoder, self.encoder, self.passes = self.encoder, None, 0
+        encoder, self.encoder = self.encoder, None
         if encoder is None:
             return
         try:
@@ -186,7 +179,7 @@ class NativeEncoder:
         compute_pass, self._pass = self._pass, None
         if compute_pass is not None:
             C.wgpuComputePassEncoderRelease(compute_pass)
-        encoder, self.encoder, self.passes = self.encoder, None, 0
+        encoder, self.encoder = self.encoder, None
         if encoder is not None:
             C.wgpuCommandEncoderRelease(encoder)
 
@@ -195,24 +188,3 @@ class NativeEncoder:
             self.drop()
         except Exception:  # noqa: BLE001 - interpreter shutdown: the library may be gone already
             pass
-
-
-def encode_raw(encoder, pass_desc, passes) -> int:
-    """Each (pipeline, bind group, x, y, z) of raw handles as one compute pass into the raw
-    command `encoder` (a wgpu-py GPUCommandEncoder's `_internal` will do); returns the count."""
-    begin = C.wgpuCommandEncoderBeginComputePass
-    set_pipeline, set_group = C.wgpuComputePassEncoderSetPipeline, C.wgpuComputePassEncoderSetBindGroup
-    dispatch, end, release = (
-        C.wgpuComputePassEncoderDispatchWorkgroups,
-        C.wgpuComputePassEncoderEnd,
-        C.wgpuComputePassEncoderRelease,
-    )
-    null = C.NULL
-    for pipeline, group, x, y, z in passes:
-        compute_pass = begin(encoder, pass_desc)
-        set_pipeline(compute_pass, pipeline)
-        set_group(compute_pass, 0, group, 0, null)
-        dispatch(compute_pass, x, y, z)
-        end(compute_pass)
-        release(compute_pass)
-    return len(passes)

@@ -194,7 +194,7 @@ class _NoNative(native.NativeEncoder):
     """farm.gpu.native's NativeEncoder doing nothing (its passes hold the stub's objects)."""
 
     def __init__(self):
-        self.encoder, self.passes, self._pass = None, 0, None
+        self.encoder, self._pass = None, None
 
     def record(self, passes) -> None:
         pass
@@ -203,9 +203,6 @@ class _NoNative(native.NativeEncoder):
         pass
 
     def write_buffer(self, buffer, data) -> None:
-        pass
-
-    def encode_into(self, encoder, passes) -> None:
         pass
 
     def submit(self) -> None:

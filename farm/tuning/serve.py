@@ -157,7 +157,7 @@ class Drainer:
         size = self.claim_size(topologies)
         claimed = queue.claim(self.db, self.name, [*topologies, ANY_TOPOLOGY], self.lease_s, size)
         tally.claimed = self._claimed_last = len(claimed)
-        busiest = max(sorted(topologies), key=lambda h: len(topologies[h]), default=None)
+        busiest = _busiest(topologies)
         groups: dict[str, list[dict]] = {}
         for row in claimed:
             topology = busiest if row["topology_hash"] == ANY_TOPOLOGY else row["topology_hash"]
@@ -250,7 +250,7 @@ class Drainer:
         sizes = admit(rows)
         if not wanted:
             return
-        any_here = topology == max(sorted(topologies := self.pool.topologies()), key=lambda h: len(topologies[h]))
+        any_here = topology == _busiest(self.pool.topologies())  # "any" requests go there
 
         def more(count: int) -> list:
             claimed = queue.claim(self.db, self.name, [topology, *([ANY_TOPOLOGY] if any_here else [])],
@@ -288,8 +288,11 @@ class Drainer:
             self._failed(list(wanted), f"{type(exc).__name__}: {exc}", tally)
             return
         won = {(w.kernel, w.problem_key): w for w in winners}
-        for key in dict.fromkeys(wanted.values()):
-            self._settle([i for i, k in wanted.items() if k == key], won.get(key), campaign, tally)
+        by_key: dict[tuple[str, str], list[int]] = {}
+        for request, key in wanted.items():
+            by_key.setdefault(key, []).append(request)
+        for key, ids in by_key.items():
+            self._settle(ids, won.get(key), campaign, tally)
 
     def _settle(self, ids: list[int], winner, campaign, tally: Tally) -> None:
         """Requests `ids` done when their problem has a winner, else failed (or queued again)."""
@@ -313,6 +316,11 @@ class Drainer:
 
     def _say(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
+
+
+def _busiest(topologies: dict[str, list[str]]) -> str | None:
+    """The topology with the most workers (ties: the first by hash), where "any" requests go."""
+    return max(sorted(topologies), key=lambda h: len(topologies[h]), default=None)
 
 
 def _reports(pool, slots: list[str]) -> dict[str, dict]:
