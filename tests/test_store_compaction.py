@@ -6,6 +6,8 @@ from SQL without writing anything twice."""
 
 from __future__ import annotations
 
+import threading
+
 from test_store_support import profile, store_url, trial  # noqa: F401  (store_url is a fixture)
 
 from farm import store
@@ -114,4 +116,39 @@ def test_farm_compact_merges_and_restores(tmp_path, capsys):
     assert main(["compact", "--out", str(out), "--db", url]) == 0
     assert "1 partition(s) compacted, 5 trial(s) restored from SQL" in capsys.readouterr().out
     assert len(compaction.partition_files(out, topo, "gemv")) == 1 and set(parquet_keys(out)) == sql_keys(db)
+    db.engine.dispose()
+
+
+
+def test_a_campaign_end_reading_a_partition_while_another_compacts_it_loses_nothing(tmp_path, monkeypatch):
+    """Two drainers on one machine share the artifacts directory: one campaign's end restores
+    from SQL (reading the partition's files) while the other's compaction replaces them."""
+    db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
+    topo = store.upsert_topology(db, profile())
+    out = tmp_path / "artifacts"
+    killed = store.start_campaign(db, "farm tune", "random", None, 7, 60)
+    recorder = TrialRecorder(db, killed, out)
+    for wg in range(1, 21):
+        recorder.add(trial(topo, wg))
+    recorder.flush()  # in SQL, not in Parquet
+    store.finish_campaign(db, killed, "interrupted")
+    for wg in (1, 2):  # two small files of another campaign, for a compaction to merge and remove
+        artifacts.write_trials(out, 99, [trial(topo, wg)])
+    listing, other = compaction.partition_files, []
+
+    def listed_then_compacted(*args):
+        files = listing(*args)
+        if not other and threading.current_thread() is threading.main_thread():
+            other.append(threading.Thread(target=compaction.compact_partition, args=(out, topo, "gemv")))
+            other[0].start()
+            other[0].join(timeout=1.0)  # done at once, unless this reader holds the partition's lock
+        return files
+
+    monkeypatch.setattr(compaction, "partition_files", listed_then_compacted)
+    assert compaction.restore_from_sql(db, out) == {(topo, "gemv"): 18}
+    other[0].join()
+    monkeypatch.setattr(compaction, "partition_files", listing)
+    compaction.compact_partition(out, topo, "gemv")
+    keys = parquet_keys(out)
+    assert len(keys) == len(set(keys)) == 20 and set(keys) == sql_keys(db)
     db.engine.dispose()

@@ -136,9 +136,10 @@ def test_two_drainers_serve_through_a_postgresql_restart_losing_and_repeating_no
         stop.set()
         for thread in threads:
             thread.join(timeout=60)
-    assert errors == [] and not any(t.is_alive() for t in threads)
+    logs = "\n".join(f"{d.name}:\n{d.stream.getvalue()}" for d in drainers)  # what each drainer said, on failure
+    assert errors == [] and not any(t.is_alive() for t in threads), logs
     claimed = [i for _, group, _ in claims for i in group]
-    assert sorted(claimed) == ids  # each request claimed once: none lost, none twice
+    assert sorted(claimed) == ids, logs  # each request claimed once: none lost, none twice
     assert {name for name, _, at in claims if at > back} == {"d1", "d2"}  # both still serving after the restart
     rows = q.requests(db)
     assert {(r["status"], r["attempts"]) for r in rows} == {("done", 1)}  # the restart cost no attempt

@@ -19,7 +19,9 @@ key only when they differ.
 Compaction takes an exclusive flock on `<partition>/.compact.lock` (dot files are not part
 of the dataset), writes the merged file under a dot name, renames it into place and then
 removes its inputs: a reader between the rename and the removal sees rows twice, never
-fewer.
+fewer. A restore's diff and write hold the same lock, since two campaigns ending at once
+on one machine (two `farm serve` drainers sharing FARM_HOME) would otherwise read files the
+other's compaction is removing.
 """
 
 from __future__ import annotations
@@ -150,21 +152,33 @@ def restore_from_sql(store: Store, out: str | Path, campaign_id: int | None = No
     skip = set(live_campaigns(store)) - {campaign_id}
     written = {}
     for (topology, kernel), count in sql_partition_counts(store).items():
-        if count <= parquet_rows(out, topology, kernel):
+        if count <= _rows_if_still(out, topology, kernel):
             continue
-        have = _parquet_keys(out, topology, kernel)
-        stmt = select(TrialRow.id, TrialRow.campaign_id, *(TrialRow.__table__.c[k] for k in KEY)).where(
-            TrialRow.topology_hash == topology, TrialRow.kernel == kernel
-        )
-        missing = [
-            row["id"]
-            for row in fetch_rows(store, stmt)
-            if row["campaign_id"] not in skip and tuple(row[k] for k in KEY) not in have
-        ]
-        if missing:
-            _write_rows(store, out, missing)
-            written[(topology, kernel)] = len(missing)
+        with _locked(partition_dir(out, topology, kernel)):  # another campaign's end may be compacting it
+            if count <= parquet_rows(out, topology, kernel):
+                continue
+            have = _parquet_keys(out, topology, kernel)
+            stmt = select(TrialRow.id, TrialRow.campaign_id, *(TrialRow.__table__.c[k] for k in KEY)).where(
+                TrialRow.topology_hash == topology, TrialRow.kernel == kernel
+            )
+            missing = [
+                row["id"]
+                for row in fetch_rows(store, stmt)
+                if row["campaign_id"] not in skip and tuple(row[k] for k in KEY) not in have
+            ]
+            if missing:
+                _write_rows(store, out, missing)
+                written[(topology, kernel)] = len(missing)
     return written
+
+
+def _rows_if_still(out: str | Path, topology: str, kernel: str) -> int:
+    """parquet_rows without the partition's lock (a campaign's end reads every partition);
+    -1 when a compaction removed a file between the listing and its footer."""
+    try:
+        return parquet_rows(out, topology, kernel)
+    except FileNotFoundError:
+        return -1
 
 
 def _parquet_keys(out: str | Path, topology: str, kernel: str) -> set[tuple]:
