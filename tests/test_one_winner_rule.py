@@ -16,6 +16,7 @@ from farm import store
 from farm.catalog import files
 from farm.store import WinnerRecord
 from farm.store.records import DECISION_FIELDS, VENDOR_FIELDS
+from farm.tuning.tasks import TuneConfig
 
 # A kernel whose winner is clear whatever the timing noise: `work` iterations of a dependent
 # multiply-add per element, the default the slowest (256), the best (1) many times faster
@@ -100,8 +101,10 @@ def test_tune_kernel_and_farm_tune_decide_the_same_winner_the_same_way(spin_file
     assert _tried(cli_db) == _tried(local_db) == {t.key.schedule.key() for t in tuned.trials}  # the same candidates
     for winner, tried in ((on_farm, _tried(cli_db)), (in_process, _tried(local_db))):
         _decision_is_whole(winner, tried)
-    same = ("schedule_key", "runner_up", "tie", "rounds", "problem_key", "source_hash", "topology_hash")
+    same = ("schedule_key", "runner_up", "tie", "problem_key", "source_hash", "topology_hash")
     assert {f: getattr(on_farm, f) for f in same} == {f: getattr(in_process, f) for f in same}
+    # rounds are added while timing noise keeps finalists close, so two runs agree on the rule, not the count
+    assert all(TuneConfig.rounds <= w.rounds <= TuneConfig.max_rounds for w in (on_farm, in_process))
     assert in_process.knobs == {"work": 1}
     # every field a stored winner has, the in-process one has: nothing kept apart for notebooks
     unset = {f.name for f in fields(WinnerRecord) if getattr(in_process, f.name) is None}
