@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from farm import catalog, store
-from farm.tuning.campaign import PROBLEM_WORKERS, Campaign
+from farm.tuning.campaign import PROBLEM_WORKERS, TASKS_PER_HOME, Campaign
 from farm.tuning.tasks import TuneConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -43,6 +43,31 @@ def test_problems_run_side_by_side_and_every_trial_is_recorded_once(pool, tmp_pa
     first, second = spans[problems[0].key()], spans[problems[1].key()]
     assert min(second) < max(first)  # the second problem's search began before the first's ended
     db.engine.dispose()
+
+
+def test_two_problems_share_each_home_at_once(pool, tmp_path):
+    """Two homes, four problems: all four start at once, two to a home, so one's round tail
+    is the other's trials."""
+    homes = []
+    real = pool.prefetch
+
+    def recorded(kernel, problem, seed=0, topology=None, slots=None):
+        homes.append((problem.key(), tuple(slots)))
+        real(kernel, problem, seed, topology, slots)
+
+    pool.prefetch = recorded
+    spec = catalog.get("gemm")
+    problems = [spec.problem(m=n, k=n, n=n) for n in (256, 512, 1024, 2048)]
+    config = TuneConfig(kernels=("gemm",), sizes={"gemm": problems}, strategy="model", budget=24)
+    db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
+    Campaign(config, pool, db, tmp_path / "artifacts", "farm tune gemm").run()
+    rows = store.trials(db)
+    db.engine.dispose()
+    assert [key for key, _ in homes] == [p.key() for p in problems]  # each asked for once, at its start
+    assert [names for _, names in homes[2:]] == [names for _, names in homes[:2]]  # the 3rd shares the 1st's home
+    assert homes[0][1] != homes[1][1] and TASKS_PER_HOME == 2  # each home once before any twice
+    first_ends = min(max(r["finished_at"] for r in rows if r["problem"] == p.key()) for p in problems[:2])
+    assert all(min(r["finished_at"] for r in rows if r["problem"] == p.key()) < first_ends for p in problems[2:])
 
 
 def test_each_problem_asks_only_its_home_for_inputs_and_drops_them_where_its_trials_ran(pool, tmp_path):

@@ -155,13 +155,13 @@ def test_problem_keys_match_what_the_campaign_stores():
     assert spec.problem(**Problem.from_key("n=8,m=4,k=2").as_dict()).key() == Problem.of(m=4, k=2, n=8).key()
 
 
-def test_a_round_claims_a_request_per_eight_workers_unless_told(store_url, device, tmp_path):  # noqa: F811
-    """At fleet scale every claimed request starts at once on a home of 8 workers; a small pool
-    claims 16 (tuned one after another), and an explicit batch is kept."""
+def test_a_round_claims_two_requests_per_eight_workers_unless_told(store_url, device, tmp_path):  # noqa: F811
+    """At fleet scale every claimed request starts at once, two to a home of 8 workers; a small
+    pool claims 16 (tuned one after another), and an explicit batch is kept."""
     db = open_store(store_url)
     drainer, _ = _drainer(MixedPool(device.profile), db, tmp_path)
     fleet = {"a" * 64: [f"w{i}" for i in range(600)], "b" * 64: [f"v{i}" for i in range(400)]}
-    assert drainer.claim_size(fleet) == 125
+    assert drainer.claim_size(fleet) == 250
     assert drainer.claim_size({"a" * 64: ["w0", "w1"]}) == 16
     told, _ = _drainer(MixedPool(device.profile), db, tmp_path, batch=3)
     assert told.claim_size(fleet) == 3

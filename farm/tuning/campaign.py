@@ -62,10 +62,13 @@ PREFETCH_AHEAD = 2
 HEARTBEAT_S = 10.0  # the most a running campaign's row goes without a write (well under STALE_AFTER_S)
 assert HEARTBEAT_S * 3 <= STALE_AFTER_S
 SWEEP_S = STALE_AFTER_S / 2  # how often a running campaign looks for dead ones to mark interrupted
-# Workers one problem's search keeps busy: a topology with at least twice this many tunes
-# len(workers) // PROBLEM_WORKERS problems at once (one GPU, or a few, tune one at a time,
-# as before: the same seeds give the same searches and winners).
+# Workers one problem's search keeps busy (its home): a topology with at least twice this many
+# tunes problems on len(workers) // PROBLEM_WORKERS homes at once (one GPU, or a few, tune one
+# at a time, as before: the same seeds give the same searches and winners).
 PROBLEM_WORKERS = 8
+# Tasks sharing a home at once: while one waits for its round's slowest trial, re-measures its
+# finalists on one worker or refits its models, the other's trials keep the home's GPUs busy.
+TASKS_PER_HOME = 2
 
 
 class Campaign:
@@ -128,7 +131,7 @@ class Campaign:
             for topology, slots in topologies.items():
                 group = [t for t in tasks if t.topology == topology]
                 if min(len(group), len(slots) // PROBLEM_WORKERS) > 1:
-                    winners += self._tune_parallel(group, profiles, min(len(group), len(slots) // PROBLEM_WORKERS))
+                    winners += self._tune_parallel(group, profiles, len(slots) // PROBLEM_WORKERS)
                     continue
                 for index, task in enumerate(group):
                     ahead = group[index + 1 : index + 1 + PREFETCH_AHEAD]
@@ -170,20 +173,23 @@ class Campaign:
                   "resumed, not re-run", file=sys.stderr)  # fmt: skip
         restore_campaigns(self.db, self.out, [row["id"] for row in rows])
 
-    def _tune_parallel(self, tasks: list[Task], profiles: dict[str, HardwareProfile], parallel: int):
-        """`parallel` of one topology's tasks tuned at once through one TrialQueue (the next
-        task starts as one ends, in plan order), so a fleet stays busy across problems; winners
-        in plan order. Each running task has a home, 1/`parallel` of the workers, which a task
-        that ends hands to the next: its trials go there first (other workers take them only
-        when idle), and only there go its compile hints and the request for its inputs, at its
-        start; its inputs are dropped there and wherever else its trials ran. At a thousand
-        workers a request to every worker for every problem cost the driver more than the
-        trials. A task that raises closes the queue: the others stop, and its error is raised."""
+    def _tune_parallel(self, tasks: list[Task], profiles: dict[str, HardwareProfile], homes: int):
+        """One topology's tasks tuned TASKS_PER_HOME to each of `homes` at once through one
+        TrialQueue (the next task starts as one ends, in plan order), so a fleet stays busy
+        across problems; winners in plan order. Each running task has a home, 1/`homes` of the
+        workers, which a task that ends hands to the next: its trials go there first (other
+        workers take them only when idle), and only there go its compile hints and the request
+        for its inputs, at its start; its inputs are dropped there and wherever else its trials
+        ran. At a thousand workers a request to every worker for every problem cost the driver
+        more than the trials. A task that raises closes the queue: the others stop, and its
+        error is raised."""
         trials = self._queue = TrialQueue(self.pool, tasks[0].topology)
         running: dict[int, threading.Thread] = {}
         done: queue.SimpleQueue = queue.SimpleQueue()
         outcomes: dict[int, WinnerRecord | BaseException | None] = {}
-        free = deque(_shares(self.pool.topologies()[tasks[0].topology], parallel))
+        shares = _shares(self.pool.topologies()[tasks[0].topology], homes)
+        free = deque(shares * TASKS_PER_HOME)  # each home once before any twice
+        parallel = len(free)
 
         def work(index: int, task: Task) -> None:
             try:

@@ -3,10 +3,10 @@ entrypoint of a `ray job submit`.
 
 Each round claims up to `batch` requests for its topologies (and "any") under a lease; its
 cost is bounded by what it claims, not by the queue's length. Unless `batch` is given, a
-round claims enough to give every claimed request a home of PROBLEM_WORKERS workers
-(`claim_size`: one per 8 workers, at least CLAIM_LEAST), since a campaign tunes that many
-problems at once and a request's search rounds are sequential: at fleet scale more requests
-in flight, each on fewer workers, keep more of them busy. The claimed requests are
+round claims enough to start every claimed request at once, TASKS_PER_HOME on each home of
+PROBLEM_WORKERS workers (`claim_size`: two per 8 workers, at least CLAIM_LEAST), since a
+campaign tunes that many problems at once and a request's search rounds are sequential: at
+fleet scale more requests in flight, each on fewer workers, keep more of them busy. The claimed requests are
 grouped per topology ("any" goes to the topology with the most workers) and each group is
 one campaign (farm.tuning.campaign.Campaign, with farm.tuning.tasks's config: the requested
 problems only) on that topology's workers, with trials and winners stored as `farm tune`
@@ -45,7 +45,7 @@ from farm.store import WinnerRecord, queue
 from farm.store.engine import describe_error
 from farm.store.queue import ANY_TOPOLOGY, DEFAULT_LEASE_S, DEFAULT_MAX_ATTEMPTS
 from farm.store.retry import is_transient
-from farm.tuning.campaign import PROBLEM_WORKERS, Campaign
+from farm.tuning.campaign import PROBLEM_WORKERS, TASKS_PER_HOME, Campaign
 from farm.tuning.device_lock import device_locks
 from farm.tuning.heartbeat import Heartbeat
 from farm.tuning.problems import check_problem
@@ -172,12 +172,12 @@ class Drainer:
         return tally
 
     def claim_size(self, topologies: dict[str, list[str]]) -> int:
-        """Requests a round claims: `batch` when given, else one per PROBLEM_WORKERS workers
-        (at least CLAIM_LEAST), so the campaigns at a fleet's scale start every claimed
-        request at once, each on a home of PROBLEM_WORKERS or more."""
+        """Requests a round claims: `batch` when given, else TASKS_PER_HOME per PROBLEM_WORKERS
+        workers (at least CLAIM_LEAST), so the campaigns at a fleet's scale start every claimed
+        request at once, each sharing a home of PROBLEM_WORKERS or more with one other."""
         if self.batch is not None:
             return self.batch
-        return max(CLAIM_LEAST, sum(map(len, topologies.values())) // PROBLEM_WORKERS)
+        return max(CLAIM_LEAST, sum(map(len, topologies.values())) // PROBLEM_WORKERS * TASKS_PER_HOME)
 
     def _give_back(self, ids: list[int]) -> None:
         """Release claims not tried (the round stopped before them, or the store failed them); while
