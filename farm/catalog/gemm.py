@@ -10,6 +10,7 @@ against the adapter's limit.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import os
@@ -194,6 +195,9 @@ class Gemm(KernelSpec):
         return {name: schedule.get(name, defaults[name]) for name in self.space}
 
     def tiling(self, schedule: Schedule) -> Tiling:
+        return _tiling(self, schedule)
+
+    def _tiling(self, schedule: Schedule) -> Tiling:
         k = self.knobs(schedule)
         return Tiling(
             threads=k["workgroup_size"],
@@ -212,8 +216,8 @@ class Gemm(KernelSpec):
         )
 
     def check_knobs(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
-        k = self.knobs(schedule)
-        reject = first_problem(self.tiling(schedule), k["items_per_invocation"])
+        items = schedule.get("items_per_invocation", self.default.items_per_invocation)
+        reject = first_problem(self.tiling(schedule), items)
         if reject:
             raise InvalidSchedule(self.name, schedule, reject)
 
@@ -291,6 +295,12 @@ class Gemm(KernelSpec):
 def workgroup_bytes(tile_m: int, tile_n: int, tile_k: int, double_buffer: int, pad: int = 0) -> int:
     """Workgroup memory a schedule declares: NBUF slices of A (BK×(BM+pad)) and B (BK×BN), f32."""
     return (2 if double_buffer else 1) * tile_k * (tile_m + pad + tile_n) * 4
+
+
+@functools.lru_cache(maxsize=8192)
+def _tiling(spec: Gemm, schedule: Schedule) -> Tiling:
+    # a campaign's plan checks every schedule of the space for every problem, three tilings a check
+    return spec._tiling(schedule)
 
 
 def _wgmem(t: Tiling) -> int:
