@@ -45,6 +45,7 @@ import argparse
 import asyncio
 import gzip
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -387,26 +388,42 @@ def campaign_run(args, dbs: Databases, gpus: int, trial_s: float, strategy: str,
 
 def request_problems(count: int, profile: HardwareProfile) -> list[tuple[str, Problem]]:
     """`count` distinct (kernel, problem) this adapter can run: the default problems of every
-    kernel, then variants of them with one dimension doubled or halved, round after round."""
+    kernel, then variants of them with one dimension doubled or halved, round after round,
+    then (for a queue deeper than those) with two dimensions scaled at once."""
     from farm.tuning.problems import check_problem
 
     seen, out = set(), []
+
+    def add(name: str, dims: dict[str, int]) -> bool:
+        """Whether `count` are reached once this variant is added (when valid and new)."""
+        spec = catalog.get(name)
+        try:
+            problem = spec.problem(**dims)
+            check_problem(spec, problem, profile)
+        except ValueError:
+            return False
+        if (name, problem.key()) not in seen:
+            seen.add((name, problem.key()))
+            out.append((name, problem))
+        return len(out) == count
+
     bases = [(name, p) for name in catalog.names() for p in catalog.get(name).default_problems(profile)]
     for step in range(64):
         for name, base in bases:
-            spec, dims = catalog.get(name), base.as_dict()
+            dims = base.as_dict()
             if step:
                 dim = sorted(dims)[step % len(dims)]
                 dims[dim] = dims[dim] * 2 ** ((step + 1) // 2) if step % 2 else dims[dim] // 2 ** (step // 2)
-            try:
-                problem = spec.problem(**dims)
-                check_problem(spec, problem, profile)
-            except ValueError:
-                continue
-            if (name, problem.key()) not in seen:
-                seen.add((name, problem.key()))
-                out.append((name, problem))
-                if len(out) == count:
+            if add(name, dims):
+                return out
+    scales = [(a, b) for a in (-2, -1, 1, 2, -3, 3) for b in (-2, -1, 1, 2, -3, 3)]
+    for a, b in scales:
+        for name, base in bases:
+            for first, second in itertools.combinations(sorted(base.as_dict()), 2):
+                dims = base.as_dict()
+                for dim, power in ((first, a), (second, b)):
+                    dims[dim] = dims[dim] * 2**power if power > 0 else dims[dim] // 2**-power
+                if add(name, dims):
                     return out
     return out
 
