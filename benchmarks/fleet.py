@@ -25,7 +25,9 @@ request a problem as `farm queue add` queues it) in one database, then `--driver
 each the real `farm serve` drainer (farm.tuning.serve.Drainer, `serve(once=True)`) over its
 share of `--gpus` simulated GPUs, joined to one Ray; aggregate trials/s, worker utilization,
 driver CPU per trial (all drivers' CPU over all trials), database rows/s, and from those how
-many drivers 11,600 trials/s would take.
+many drivers 11,600 trials/s would take. `dry_s` is when the last request was claimed and
+`busy_until_dry` the GPUs' busy share until then: a fleet's steady state while work still
+waits, apart from the tail of the last requests' sequential rounds.
 
 How a GPU is simulated: SimulatedGpus, an asyncio Ray actor, stands for many GPUs (one lock
 each, so each runs one batch at a time as a real worker's GPU lock does); a trial sleeps
@@ -141,6 +143,7 @@ def _stub_class():
             self.first, self.trial_s = first, trial_s
             self.locks = {first + i: asyncio.Lock() for i in range(count)}
             self.busy = {first + i: 0.0 for i in range(count)}
+            self.by_second: dict[int, float] = {}  # busy GPU-seconds in each wall-clock second
             self.medians = replayed_medians()
             self.sources = {name: catalog.get(name).source_hash() for name in catalog.names()}
             self.rng = random.Random(first)
@@ -158,6 +161,7 @@ def _stub_class():
             async with self.locks[gpu]:
                 seconds = self._seconds(len(jobs))
                 if seconds:
+                    self._spend(time.time(), seconds)
                     await asyncio.sleep(seconds)
                 self.busy[gpu] += seconds
             worker = f"w{gpu}.0"
@@ -168,6 +172,7 @@ def _stub_class():
             async with self.locks[gpu]:
                 seconds = self._seconds(rounds * len(schedules)) * REMEASURE_SHARE
                 if seconds:
+                    self._spend(time.time(), seconds)
                     await asyncio.sleep(seconds)
                 self.busy[gpu] += seconds
             rng = random.Random(f"{kernel}{problem.key()}{seed}")
@@ -177,8 +182,18 @@ def _stub_class():
                 out[s.key()] = [r.median_ns * (1 + 0.01 * rng.gauss(0, 1)) for _ in range(rounds)] if r.ok else None
             return out
 
+        def _spend(self, start: float, seconds: float) -> None:
+            while seconds > 0:
+                second = int(start)
+                part = min(seconds, second + 1 - start)
+                self.by_second[second] = self.by_second.get(second, 0.0) + part
+                start, seconds = start + part, seconds - part
+
         async def busy_seconds(self) -> dict:
             return dict(self.busy)
+
+        async def busy_by_second(self) -> dict:
+            return dict(self.by_second)
 
         async def nothing(self, *args) -> None:
             return None
@@ -238,6 +253,13 @@ def fleet_pool(gpus: int, trial_s: float, profile: HardwareProfile, max_in_fligh
 
         def busy_seconds(self) -> float:
             return sum(sum(b.values()) for b in ray.get([a.busy_seconds.remote() for a in self.stubs]))
+
+        def busy_by_second(self) -> dict[int, float]:
+            total: dict[int, float] = {}
+            for part in ray.get([a.busy_by_second.remote() for a in self.stubs]):
+                for second, busy in part.items():
+                    total[second] = total.get(second, 0.0) + busy
+            return total
 
         def stage_times(self) -> dict:
             return {}
@@ -449,11 +471,11 @@ def drain(args) -> dict:
         start, cpu = time.time(), time.process_time()
         tally = drainer.serve(once=True)
         end, cpu = time.time(), time.process_time() - cpu
-        busy = pool.busy_seconds()
+        busy, by_second = pool.busy_seconds(), pool.busy_by_second()
     finally:
         pool.shutdown()
         db.engine.dispose()
-    return {"start": start, "end": end, "cpu_s": cpu, "busy_s": busy, "gpus": args.gpus_each,
+    return {"start": start, "end": end, "cpu_s": cpu, "busy_s": busy, "gpus": args.gpus_each, "by_second": by_second,
             "claimed": tally.claimed, "done": tally.done, "failed": tally.failed + tally.retried}  # fmt: skip
 
 
@@ -502,14 +524,19 @@ def drivers(args, dbs: Databases) -> dict:
     parts = [json.loads((home / "drain.json").read_text()) for _, home, _ in procs]
     trials = store.count_trials(db)
     counts = queue.status_counts(db)
+    dry = max(r["claimed_at"] for r in queue.requests(db) if r["claimed_at"]).timestamp()  # the last claim: dry
     won = [w.median_ns for w in store.winners(db) if w.median_ns]
     db.engine.dispose()
-    wall = max(p["end"] for p in parts) - min(p["start"] for p in parts)
+    start = min(p["start"] for p in parts)
+    wall = max(p["end"] for p in parts) - start
+    # busy while requests still waited for a claim: a fleet's steady state, before the last ones' tail
+    until_dry = sum(b for p in parts for second, b in p["by_second"].items() if int(start) <= int(second) < int(dry))
     cpu = sum(p["cpu_s"] for p in parts)
     cpu_us = 1e6 * cpu / max(trials, 1)
     return {"mode": "drivers", "db": args.db, "drivers": args.drivers, "gpus": args.gpus, "trial_s": args.trial_s,
             "requests": len(wanted), "done": counts.get("done", 0), "trials": trials, "wall_s": wall,
             "trials_per_s": trials / wall, "utilization": sum(p["busy_s"] for p in parts) / (args.gpus * wall),
+            "dry_s": dry - start, "busy_until_dry": until_dry / (args.gpus * max(int(dry) - int(start), 1)),
             "claimed": [p["claimed"] for p in parts], "driver_cpu_us_per_trial": cpu_us,
             "driver_cores_busy": cpu / wall, "db_rows_per_s": trials / wall,
             "drivers_for_11600": math.ceil(11_600 * cpu_us / 1e6),

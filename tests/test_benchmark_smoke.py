@@ -113,5 +113,6 @@ def test_fleet_drivers_drain_one_queue_together_and_report_the_aggregate(tmp_pat
     assert (row["mode"], row["drivers"], row["gpus"], row["requests"]) == ("drivers", 2, 4, 4)
     assert row["done"] == sum(row["claimed"]) == 4  # every request tuned, none claimed twice
     assert row["trials"] >= 4 * 8 and 0 < row["utilization"] <= 1 and row["drivers_for_11600"] >= 1
+    assert 0 < row["dry_s"] <= row["wall_s"] and 0 <= row["busy_until_dry"] <= 1  # the last claim, and busy till then
     assert row["winners_geomean_us"] > 0  # the winners' quality, to compare runs that search differently
     assert "drivers | sqlite | 2 | 4 |" in run.stdout
