@@ -70,6 +70,29 @@ def test_two_problems_share_each_home_at_once(pool, tmp_path):
     assert all(min(r["finished_at"] for r in rows if r["problem"] == p.key()) < first_ends for p in problems[2:])
 
 
+def test_fewer_problems_than_homes_get_wider_homes(tmp_path):
+    """24 workers hold 3 homes of 8; 2 problems take 12 each, so their rounds are wider."""
+    wide = fleet.fleet_pool(3 * PROBLEM_WORKERS, 0.003, fleet.simulated_profile())
+    homes = []
+    real = wide.prefetch
+
+    def recorded(kernel, problem, seed=0, topology=None, slots=None):
+        homes.append(tuple(slots))
+        real(kernel, problem, seed, topology, slots)
+
+    wide.prefetch = recorded
+    spec = catalog.get("gemm")
+    problems = [spec.problem(m=n, k=n, n=n) for n in (256, 512)]
+    config = TuneConfig(kernels=("gemm",), sizes={"gemm": problems}, strategy="model", budget=16)
+    db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
+    try:
+        Campaign(config, wide, db, tmp_path / "artifacts", "farm tune gemm").run()
+    finally:
+        db.engine.dispose()
+        wide.shutdown()
+    assert [len(names) for names in homes] == [12, 12] and not set(homes[0]) & set(homes[1])
+
+
 def test_each_problem_asks_only_its_home_for_inputs_and_drops_them_where_its_trials_ran(pool, tmp_path):
     calls = []
     for what in ("prefetch", "forget"):

@@ -131,7 +131,8 @@ class Campaign:
             for topology, slots in topologies.items():
                 group = [t for t in tasks if t.topology == topology]
                 if min(len(group), len(slots) // PROBLEM_WORKERS) > 1:
-                    winners += self._tune_parallel(group, profiles, len(slots) // PROBLEM_WORKERS)
+                    # fewer problems than homes: wider homes, so each search's rounds are wider too
+                    winners += self._tune_parallel(group, profiles, min(len(group), len(slots) // PROBLEM_WORKERS))
                     continue
                 for index, task in enumerate(group):
                     ahead = group[index + 1 : index + 1 + PREFETCH_AHEAD]
