@@ -48,13 +48,8 @@ def test_a_campaign_leaves_one_file_per_partition(store_url, tmp_path, monkeypat
 
 def test_a_killed_campaigns_trials_are_restored_from_sql_by_the_rerun(store_url, tmp_path):  # noqa: F811
     db = store.open_store(store_url)
-    topo = store.upsert_topology(db, profile())
     out = tmp_path / "artifacts"
-    killed = store.start_campaign(db, "farm tune", "random", None, 7, 60)
-    recorder = TrialRecorder(db, killed, out)
-    for wg in range(1, 30):
-        recorder.add(trial(topo, wg))
-    recorder.flush()  # in SQL; the Parquet buffer dies with the driver
+    topo, killed = _killed_campaign(db, out, 29)
     assert not list(out.rglob("*.parquet"))
     rerun = TrialRecorder(db, store.start_campaign(db, "farm tune", "random", None, 7, 60), out)
     rerun.add(trial(topo, 100))
@@ -124,13 +119,8 @@ def test_a_campaign_end_reading_a_partition_while_another_compacts_it_loses_noth
     """Two drainers on one machine share the artifacts directory: one campaign's end restores
     from SQL (reading the partition's files) while the other's compaction replaces them."""
     db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
-    topo = store.upsert_topology(db, profile())
     out = tmp_path / "artifacts"
-    killed = store.start_campaign(db, "farm tune", "random", None, 7, 60)
-    recorder = TrialRecorder(db, killed, out)
-    for wg in range(1, 21):
-        recorder.add(trial(topo, wg))
-    recorder.flush()  # in SQL, not in Parquet
+    topo, killed = _killed_campaign(db, out, 20)
     store.finish_campaign(db, killed, "interrupted")
     for wg in (1, 2):  # two small files of another campaign, for a compaction to merge and remove
         artifacts.write_trials(out, 99, [trial(topo, wg)])
@@ -152,3 +142,15 @@ def test_a_campaign_end_reading_a_partition_while_another_compacts_it_loses_noth
     keys = parquet_keys(out)
     assert len(keys) == len(set(keys)) == 20 and set(keys) == sql_keys(db)
     db.engine.dispose()
+
+
+def _killed_campaign(db, out, count: int) -> tuple[str, int]:
+    """(topology, campaign id) of a campaign that recorded `count` trials in SQL and died
+    before writing its Parquet buffer."""
+    topo = store.upsert_topology(db, profile())
+    killed = store.start_campaign(db, "farm tune", "random", None, 7, 60)
+    recorder = TrialRecorder(db, killed, out)
+    for wg in range(1, count + 1):
+        recorder.add(trial(topo, wg))
+    recorder.flush()  # in SQL; the Parquet buffer dies with the driver
+    return topo, killed
