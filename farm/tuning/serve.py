@@ -6,16 +6,16 @@ cost is bounded by what it claims, not by the queue's length. Unless `batch` is 
 round claims enough to start every claimed request at once, TASKS_PER_HOME on each home of
 PROBLEM_WORKERS workers (`claim_size`: two per 8 workers, at least CLAIM_LEAST), since a
 campaign tunes that many problems at once and a request's search rounds are sequential: at
-fleet scale more requests in flight, each on fewer workers, keep more of them busy. The claimed requests are
-grouped per topology ("any" goes to the topology with the most workers) and each group is
-one campaign (farm.tuning.campaign.Campaign, with farm.tuning.tasks's config: the requested
-problems only) on that topology's workers, with trials and winners stored as `farm tune`
-stores them. Where the campaign tunes problems in parallel it claims more requests whenever
-a home is free and its planned problems have all started, so the next requests start as
-the first ones end rather than after the slowest. A request with a winner is done as its
-problem's task ends; one whose campaign raised or found no certified schedule is retried
-(up to `max_attempts`), then failed with the reason. A round
-also sweeps (leases that ran out are put back, or failed after their attempts; queued
+fleet scale more requests in flight, each on fewer workers, keep more of them busy. The
+claimed requests are grouped per topology ("any" goes to the topology with the most
+workers) and each group is one campaign (farm.tuning.campaign.Campaign, with
+farm.tuning.tasks's config: the requested problems only) on that topology's workers, with
+trials and winners stored as `farm tune` stores them. Where the campaign tunes problems in
+parallel it claims more requests whenever a home is free and its planned problems have all
+started, so the next requests start as the first ones end rather than after the slowest. A
+request with a winner is done as its problem's task ends; one whose campaign raised or
+found no certified schedule is retried (up to `max_attempts`), then failed with the reason.
+A round also sweeps (leases that ran out are put back, or failed after their attempts; queued
 requests for a topology none of this drainer's workers has are noted as such and left
 queued) when the round before claimed nothing or SWEEP_S passed since the last sweep.
 
