@@ -164,7 +164,12 @@ class HardwareProfile:
         return hashlib.sha256(payload.encode()).hexdigest()
 
     def limit(self, name: str) -> int:
-        return dict(self.limits)[name]
+        # memoized outside the fields (equality and hash ignore it): a plan asks for limits per schedule it checks
+        limits = self.__dict__.get("_limits")
+        if limits is None:
+            limits = dict(self.limits)
+            object.__setattr__(self, "_limits", limits)
+        return limits[name]
 
     def has(self, feature: str) -> bool:
         return feature in self.features
