@@ -403,3 +403,20 @@ def test_every_problem_the_upfront_check_passes_runs_its_kernels_own_code(kernel
         spec.launch(schedule, problem, inputs)
         tried += 1
     assert tried > 0
+
+
+def test_the_upfront_check_stops_at_the_first_schedule_that_runs_and_names_the_default_s_reason(monkeypatch):
+    """A drainer checks every request it claims: a problem the default schedule runs costs one
+    check, not one per schedule of the space; one nothing runs still says why the default can't."""
+    from farm import catalog
+    from farm.tuning.problems import check_problem
+
+    spec, asked = catalog.get("recurrent"), []
+    real = spec.invalid_reason
+    monkeypatch.setattr(spec, "invalid_reason", lambda s, p, a: asked.append(s) or real(s, p, a))
+    check_problem(spec, spec.problem(B=1, H=8, VH=1, T=64, L=64, E=96))
+    assert asked == [spec.default]
+    topk = catalog.get("topk")
+    with pytest.raises(ValueError, match=r"no schedule of topk can run it on any adapter \((.+)\)") as raised:
+        check_problem(topk, topk.problem(n=64, k=2000))
+    assert topk.invalid_reason(topk.default, topk.problem(n=64, k=2000), ANY) in str(raised.value)

@@ -49,9 +49,10 @@ def check_problem(spec: KernelSpec, problem: Problem, profile: HardwareProfile |
     if small:
         raise ValueError(f"{spec.name} {problem}: every dimension must be >= 1, got {', '.join(small)}")
     _check_buffers(spec, problem, target, where)
-    reasons = [spec.invalid_reason(s, problem, target) for s in [spec.default, *spec.schedules()]]
-    if all(reasons):
-        raise ValueError(f"{spec.name} {problem}: no schedule of {spec.name} can run it {where} ({reasons[0]})")
+    # the first schedule that can run it ends the search: a drainer checks every request it claims
+    first = spec.invalid_reason(spec.default, problem, target)
+    if first and all(spec.invalid_reason(s, problem, target) for s in spec.schedules()):
+        raise ValueError(f"{spec.name} {problem}: no schedule of {spec.name} can run it {where} ({first})")
 
 
 def _check_buffers(spec: KernelSpec, problem: Problem, profile: HardwareProfile, where: str) -> None:
