@@ -15,12 +15,14 @@ trials, a settled one stops where it did. `--budget N` is an explicit cap: no sc
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from farm import catalog
+from farm.catalog import KernelSpec
 from farm.gpu import HardwareProfile
 from farm.schedule import Problem, Schedule
 from farm.tuning.problems import check_problem
@@ -146,7 +148,7 @@ def plan(config: TuneConfig, topology: str, profile: HardwareProfile) -> list[Ta
     tasks = []
     for name in config.kernels:
         spec = catalog.get(name)
-        candidates = [s for s in spec.schedules() if s != spec.default]
+        candidates = _candidates(spec, tuple((knob, tuple(values)) for knob, values in spec.space.items()))
         for problem in config.sizes.get(name) or spec.default_problems(profile):
             space = [s for s in candidates if not spec.invalid_reason(s, problem, profile)]
             budget, capped, extend_after = config.budget, None, None
@@ -157,6 +159,14 @@ def plan(config: TuneConfig, topology: str, profile: HardwareProfile) -> list[Ta
             excluded = len(candidates) - len(space)
             tasks.append(Task(topology, name, problem, space, budget, capped, excluded, extend_after))
     return tasks
+
+
+@functools.lru_cache(maxsize=64)
+def _candidates(spec: KernelSpec, space: tuple) -> tuple[Schedule, ...]:
+    """`spec`'s schedules but its default, built once per space: `farm serve` plans each
+    request it claims as homes free, and building recurrent's 2,196 schedules anew each time
+    cost more than checking them (a schedule built once also keeps its memoized values)."""
+    return tuple(s for s in spec.schedules() if s != spec.default)
 
 
 def scaled_budget(budget: int | None, space: int, share: float) -> tuple[int | None, int | None]:
