@@ -202,3 +202,36 @@ def test_a_process_that_outlives_sigterm_is_killed_though_no_scan_finds_it_again
     monkeypatch.setattr(ray_processes, "head_pids", lambda temp_dir: next(scans, []))
     assert ray_processes.stop_head(tmp_path / "ray", grace_s=0.5) == [stubborn.pid]
     assert stubborn.wait(timeout=5) == -9
+
+
+def test_start_head_returns_once_the_job_agent_listens(tmp_path, monkeypatch):
+    """`ray start` returns before the head's dashboard agent is up, and Ray's job API waits
+    only 10 s for it: a `ray job submit` typed at once on a loaded machine was refused ("No
+    available agent to submit job"). start_head waits for the agent's port, up to its timeout."""
+    import socket
+    import threading
+    import time
+
+    monkeypatch.setattr(cluster, "_ray_start", lambda argv, env, timeout_s: None)  # the head "started"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    agent = socket.socket()
+    agent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def listen_later():
+        time.sleep(0.8)
+        agent.bind(("127.0.0.1", port))
+        agent.listen()
+
+    threading.Thread(target=listen_later, daemon=True).start()
+    started = time.monotonic()
+    try:
+        cluster.start_head(extra_ports={"dashboard_agent_listen_port": port}, token_file=tmp_path / "token",
+                           timeout_s=20)  # fmt: skip
+        assert 0.7 < time.monotonic() - started < 10
+    finally:
+        agent.close()
+    started = time.monotonic()  # an agent that never comes: the head is returned at the timeout, as before
+    cluster.start_head(extra_ports={"dashboard_agent_listen_port": port}, token_file=tmp_path / "token", timeout_s=1)
+    assert 0.9 < time.monotonic() - started < 5

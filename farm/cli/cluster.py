@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -46,6 +47,7 @@ from farm.cli.ray_processes import (  # noqa: F401 - `farm cluster stop`'s half,
 )
 
 DEFAULT_TOKEN_PATH = Path.home() / ".ray" / "auth_token"
+AGENT_PORT = 52365  # `ray start`'s --dashboard-agent-listen-port unless extra_ports names one
 TERMINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
 # `ray start` flags for the ports a head opens besides the GCS and the dashboard.
 EXTRA_PORT_FLAGS = (
@@ -196,10 +198,24 @@ def start_head(
     """
     token = ensure_token(token_file)
     argv = head_command(host, port, dashboard_port, num_cpus, num_gpus, temp_dir, extra_ports)
+    deadline = time.monotonic() + timeout_s
     _ray_start(argv, head_env(token), timeout_s)
+    _wait_for_agent(host, (extra_ports or {}).get("dashboard_agent_listen_port", AGENT_PORT), deadline)
     home = Path(temp_dir) if temp_dir is not None else Path("/tmp/ray")
     gpus = num_gpus if num_gpus is not None else detected_gpus()
     return HeadNode(f"http://{host}:{dashboard_port}", port, home, token, gpus)
+
+
+def _wait_for_agent(host: str, port: int, deadline: float) -> None:
+    """Until the head's dashboard agent listens (it registers for job submissions right
+    after), or `deadline`: `ray start` returns before it, and Ray's job API waits only 10 s
+    for it ("No available agent to submit job"), which a loaded machine's start can exceed."""
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return
+        except OSError:
+            time.sleep(0.2)
 
 
 def detected_gpus() -> int | None:
