@@ -142,7 +142,6 @@ def _stub_class():
             self.topology = self.profile.topology_hash()
             self.first, self.trial_s = first, trial_s
             self.locks = {first + i: asyncio.Lock() for i in range(count)}
-            self.busy = {first + i: 0.0 for i in range(count)}
             self.by_second: dict[int, float] = {}  # busy GPU-seconds in each wall-clock second
             self.medians = replayed_medians()
             self.sources = {name: catalog.get(name).source_hash() for name in catalog.names()}
@@ -163,7 +162,6 @@ def _stub_class():
                 if seconds:
                     self._spend(time.time(), seconds)
                     await asyncio.sleep(seconds)
-                self.busy[gpu] += seconds
             worker = f"w{gpu}.0"
             return [answer(self.medians, self.topology, self.sources[j.kernel], j.kernel, j.problem, j.schedule,
                            worker) for j in jobs]  # fmt: skip
@@ -174,7 +172,6 @@ def _stub_class():
                 if seconds:
                     self._spend(time.time(), seconds)
                     await asyncio.sleep(seconds)
-                self.busy[gpu] += seconds
             rng = random.Random(f"{kernel}{problem.key()}{seed}")
             out = {}
             for s in schedules:
@@ -188,9 +185,6 @@ def _stub_class():
                 part = min(seconds, second + 1 - start)
                 self.by_second[second] = self.by_second.get(second, 0.0) + part
                 start, seconds = start + part, seconds - part
-
-        async def busy_seconds(self) -> dict:
-            return dict(self.busy)
 
         async def busy_by_second(self) -> dict:
             return dict(self.by_second)
@@ -252,7 +246,7 @@ def fleet_pool(gpus: int, trial_s: float, profile: HardwareProfile, max_in_fligh
                 slot.report = first_report | {"worker_id": f"w{first + i}.0"}
 
         def busy_seconds(self) -> float:
-            return sum(sum(b.values()) for b in ray.get([a.busy_seconds.remote() for a in self.stubs]))
+            return sum(self.busy_by_second().values())
 
         def busy_by_second(self) -> dict[int, float]:
             total: dict[int, float] = {}

@@ -197,7 +197,7 @@ class Gemm(KernelSpec):
     def tiling(self, schedule: Schedule) -> Tiling:
         return _tiling(self, schedule)
 
-    def _tiling(self, schedule: Schedule) -> Tiling:
+    def _build_tiling(self, schedule: Schedule) -> Tiling:
         k = self.knobs(schedule)
         return Tiling(
             threads=k["workgroup_size"],
@@ -300,7 +300,7 @@ def workgroup_bytes(tile_m: int, tile_n: int, tile_k: int, double_buffer: int, p
 @functools.lru_cache(maxsize=8192)
 def _tiling(spec: Gemm, schedule: Schedule) -> Tiling:
     # a campaign's plan checks every schedule of the space for every problem, three tilings a check
-    return spec._tiling(schedule)
+    return spec._build_tiling(schedule)
 
 
 def _wgmem(t: Tiling) -> int:

@@ -130,9 +130,9 @@ class Campaign:
             winners, task = [], None
             for topology, slots in topologies.items():
                 group = [t for t in tasks if t.topology == topology]
-                if min(len(group), len(slots) // PROBLEM_WORKERS) > 1:
-                    # fewer problems than homes: wider homes, so each search's rounds are wider too
-                    winners += self._tune_parallel(group, profiles, min(len(group), len(slots) // PROBLEM_WORKERS))
+                homes = min(len(group), len(slots) // PROBLEM_WORKERS)  # fewer problems: wider homes, wider rounds
+                if homes > 1:
+                    winners += self._tune_parallel(group, profiles, homes)
                     continue
                 for index, task in enumerate(group):
                     ahead = group[index + 1 : index + 1 + PREFETCH_AHEAD]
@@ -188,8 +188,7 @@ class Campaign:
         running: dict[int, threading.Thread] = {}
         done: queue.SimpleQueue = queue.SimpleQueue()
         outcomes: dict[int, WinnerRecord | BaseException | None] = {}
-        shares = _shares(self.pool.topologies()[tasks[0].topology], homes)
-        free = deque(shares * TASKS_PER_HOME)  # each home once before any twice
+        free = deque(_shares(self.pool.topologies()[tasks[0].topology], homes) * TASKS_PER_HOME)  # each once first
         parallel = len(free)
 
         def work(index: int, task: Task) -> None:
