@@ -32,6 +32,7 @@ MAX_LINES = 400
 ONE_IDEA = {
     "farm/gpu/device.py",
     "farm/runtime/forge.py",
+    "farm/runtime/calls.py",
     "farm/tuning/runner.py",
     "farm/tuning/workers.py",
 }

@@ -33,6 +33,10 @@ fallback where that API is not the one written for; both give the same bits.
 
 A call makes the wgpu calls plain wgpu-py makes for the same work and no more, fewer for
 numpy outputs (tests/test_runtime_costs.py counts them; farm.runtime.costs).
+
+This is one idea in one module, over the line count: a call's path from its plan to the GPU
+(planning, recording, submitting, reading back), whose parts share the pending encoder and
+the pool's pins.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ FLUSH_CALLS = 8  # recorded DeviceArray calls submitted together by default (Cal
 
 
 _serial = attrgetter("serial")
+_ONLY_DEVICE_ARRAYS = {DeviceArray}
 
 
 def encode_passes(encoder, passes: list) -> None:
@@ -198,9 +203,9 @@ class Caller:
         array is written into) and its outputs' (`out`'s, else pooled), in `plan.filled`
         order; the plan's constants and scratch are bound from its bind groups."""
         if to_device and not plan.transformed:
-            names = plan.input_names
-            if all(type(inputs[name]) is DeviceArray for name in names):
-                return self._record(plan, [inputs[name] for name in names], out)
+            arrays = [inputs[name] for name in plan.input_names]
+            if set(map(type, arrays)) == _ONLY_DEVICE_ARRAYS:  # no generator: this runs per call
+                return self._record(plan, arrays, out)
         self.flush()
         owner, pool = self.owner, self.pool
         taken: list[Slab] = []  # pooled for this call only
@@ -259,7 +264,12 @@ class Caller:
         returned at once. A failure leaves the encoder unusable: the calls recorded before it
         are dropped with it, and the error says how many."""
         owner, pool = self.owner, self.pool
-        slabs = [array.slab(owner, slot.name) for slot, array in zip(plan.inputs, arrays, strict=True)]
+        slabs = []
+        for array in arrays:  # DeviceArray.slab's checks, inlined: this runs per call
+            storage = array._storage
+            if storage.owner is not owner or storage.slab is None:
+                array.slab(owner, plan.inputs[len(slabs)].name)  # raises the ValueError that says which
+            slabs.append(storage.slab)
         results: dict[str, DeviceArray] = {}
         for slot in plan.outputs:
             target = out.get(slot.name) if out else None
