@@ -27,7 +27,9 @@ around the call and its wait), unless its method says otherwise:
   through wgpu-py's objects, for each --flush-calls batch size); chains of 10 dependent
   gemm 256^3 and 1024^3 with one sync, per call, for each batch size, against torch's same
   chain; tiny numpy calls (topk n=4096, gemv 256^2); what each wgpu-native C call on the
-  hot path costs (runtime_floors.c_api_costs); the floors with an empty submission.
+  hot path costs (runtime_floors.c_api_costs); the floors with an empty submission; what a
+  gemm dispatch costs the GPU alone, 10 in one pass each waiting for the one before (a
+  recorded chain), 10 that don't wait, and the same a pass each (runtime_floors.dispatch_floors).
 Prints a table and a summary (every measure with farm's and torch's figure, their ratio, the
 target and the method of each); writes runtime-calls.{md,json} and
 runtime-calls-summary.csv under --out. Without torch (or CUDA) the vendor columns are
@@ -48,7 +50,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from runtime_floors import TransferFloor, c_api_costs, per_call, torch_floors, wgpu_floors
+from runtime_floors import TransferFloor, c_api_costs, dispatch_floors, per_call, torch_floors, wgpu_floors
 
 from farm import ForgeRuntime, catalog
 from farm.cli.bench import settle_clocks
@@ -366,6 +368,25 @@ def gemm_chains(rt, torch, quick: bool, flush_values: list[int], length: int = 1
     return rows
 
 
+def gemm_dispatch_floors(rt, quick: bool, count: int = 10) -> dict[str, dict]:
+    """runtime_floors.dispatch_floors for the runtime's gemm plans of the chains' sizes: the
+    GPU's cost of a dependent dispatch beside the kernel's own, by size."""
+    out = {}
+    for s in (64,) if quick else (256, 1024):
+        da, db = (rt.asarray(np.ones((s, s), np.float32)) for _ in range(2))
+        outputs = [rt.gemm(da, db) for _ in range(count)]  # live at once: `count` bind groups, distinct outputs
+        rt.synchronize()
+        plan = next(p for p in rt._caller._plans.values() if p.spec.name == "gemm" and p.problem.as_dict()["m"] == s)
+        bound = [calls for calls, _ in list(plan.bind_sets.values())[-count:]]
+        if len(plan.passes) == 1 and len(bound) == count:  # one pass a call, as gemm's schedules are
+            groups = [calls[0][1] for calls in bound]
+            reps = 3 if quick else 40
+            out[f"gemm {s}^3"] = dispatch_floors(rt.device.device, bound[0][0][0], groups, bound[0][0][2], count, reps)
+        for array in (da, db, *outputs):
+            array.release()
+    return out
+
+
 def recorded_host_cost(rt, quick: bool, flush_values: list[int]) -> list[dict]:
     """The host cost of one recorded DeviceArray call, no sync: 2000 (--quick: 200) rt.gemm(DeviceArray,
     DeviceArray) back to back (each output dropped), host wall (perf_counter) and this
@@ -470,6 +491,10 @@ def summary(result: dict) -> list[dict]:
             add(f"floor: {label}: us", floors[key], "host wall per call, plain wgpu-py (torch: torch) (median)")
     for key, value in result.get("c_api", {}).items():
         add(f"C API: {key}", value, "host wall of a loop of 2000 calls through wgpu-py's cffi lib, / 2000")
+    for case, floors in result.get("dispatch_floors", {}).items():
+        for key, value in floors.items():
+            add(f"GPU: {case} a dispatch, {key}", value,
+                "GPU timestamps at the first pass's begin and the last's end / dispatches (median; runtime_floors)")
     return rows
 
 
@@ -606,6 +631,7 @@ def main() -> int:
     if gemm_plans:  # the smallest gemm's pass: the GPU work the timed loops queue stays short
         gemm_plan = min(gemm_plans, key=lambda p: p.problem.as_dict()["m"])
         result["c_api"] = c_api_costs(rt.device.device, gemm_plan.last[2][0])
+    result["dispatch_floors"] = gemm_dispatch_floors(rt, args.quick)
     if not args.skip_chains:
         result["gemm_chains"] = gemm_chains(rt, torch, args.quick, flush_values)
         result["chains"] = chains(rt, torch, args.quick)

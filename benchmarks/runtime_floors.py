@@ -315,3 +315,53 @@ def c_api_costs(device, one_pass: tuple, count: int = 2000) -> dict[str, float]:
     out["empty_encoder_and_submit_us"] = (time.perf_counter() - start) / submits * 1e6
     device._poll_wait()
     return out
+
+
+def dispatch_floors(device, pipeline, groups: list, grid: tuple, count: int = 10, reps: int = 40) -> dict[str, float]:
+    """GPU microseconds a dispatch of one kernel (`pipeline`, a wgpu-py compute pipeline,
+    over `grid`), by timestamps at the first pass's beginning and the last pass's end, the
+    median of `reps`, / dispatches: alone; `count` times in one pass, each writing the same
+    output, so each waits for the one before (what a recorded chain's calls are:
+    farm.gpu.native keeps them in one pass); `count` times in one pass on `count` outputs
+    (none waits); the same two with a pass each. `groups`: `count` bind groups of
+    `pipeline` with distinct outputs. Empty dict without timestamp queries."""
+    import wgpu
+
+    if "timestamp-query" not in device.features:
+        return {}
+
+    def timed(bound: list, one_pass: bool) -> float:
+        queries = device.create_query_set(type="timestamp", count=2 * reps)
+        resolve = device.create_buffer(size=16 * reps, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+        encoder = device.create_command_encoder()
+        for rep in range(reps):
+            first = {"query_set": queries, "beginning_of_pass_write_index": 2 * rep}
+            last = {"query_set": queries, "end_of_pass_write_index": 2 * rep + 1}
+            if one_pass:
+                compute = encoder.begin_compute_pass(timestamp_writes={**first, **last})
+            for index, group in enumerate(bound):
+                if not one_pass:
+                    writes = {**(first if index == 0 else {}), **(last if index == len(bound) - 1 else {})}
+                    compute = encoder.begin_compute_pass(timestamp_writes=writes or None)
+                compute.set_pipeline(pipeline)
+                compute.set_bind_group(0, group)
+                compute.dispatch_workgroups(*grid)
+                if not one_pass:
+                    compute.end()
+            if one_pass:
+                compute.end()
+        encoder.resolve_query_set(queries, 0, 2 * reps, resolve, 0)
+        device.queue.submit([encoder.finish()])
+        stamps = np.frombuffer(bytes(device.queue.read_buffer(resolve)), np.uint64).astype(np.int64)
+        resolve.destroy()
+        queries.destroy()
+        return float(np.median(stamps[1::2] - stamps[0::2])) / 1e3 / len(bound)
+
+    timed([groups[0]] * count, True)  # warm-up
+    return {
+        "alone_us": timed(groups[:1], True),
+        "dependent_one_pass_us": timed([groups[0]] * count, True),
+        "independent_one_pass_us": timed(groups[:count], True),
+        "dependent_pass_each_us": timed([groups[0]] * count, False),
+        "independent_pass_each_us": timed(groups[:count], False),
+    }

@@ -37,6 +37,10 @@ def test_runtime_calls_cut_down_to_one_case_writes_its_row(tmp_path):
     assert paths == {"c api", "wgpu-py objects"} and all(row["host_us"] > 0 for row in result["recorded"])
     summary = (tmp_path / "runtime-calls-summary.csv").read_text()
     assert "floor: empty submission + blocking wait: us" in summary and "C API: pass_with_dispatch_us" in summary
+    floors = result["dispatch_floors"]["gemm 64^3"]
+    assert set(floors) == {"alone_us", "dependent_one_pass_us", "independent_one_pass_us",
+                           "dependent_pass_each_us", "independent_pass_each_us"} and min(floors.values()) > 0
+    assert "GPU: gemm 64^3 a dispatch, dependent_one_pass_us" in summary
 
 
 def test_search_replay_replays_a_stored_landscape_and_exports_it_unchanged(tmp_path):
