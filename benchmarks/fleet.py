@@ -15,7 +15,7 @@ exhaustive over every space of `farm tune --all` until `--trials`, through the r
 and Ray; driver CPU (this process, all its threads) per trial. A warm-up campaign (32 trials
 of a small gemv) runs first in the same process and is not counted, as a long-lived driver
 (`farm serve`) has paid its one-off costs (SQLAlchemy configuring its mappers on first use:
-~0.3 s, ~15 us a trial of this run) before its next campaign; `warm_up_cpu_s` is its CPU.
+~0.25 s, ~14 us a trial of this run) before its next campaign; `warm_up_cpu_s` is its CPU.
 
 `fleet`: `farm tune --all`-like work (the catalog's default problems on a simulated H200, the
 default model search and budget) on N simulated GPUs, each answering one trial at a time at

@@ -29,7 +29,8 @@ around the call and its wait), unless its method says otherwise:
   chain; tiny numpy calls (topk n=4096, gemv 256^2); what each wgpu-native C call on the
   hot path costs (runtime_floors.c_api_costs); the floors with an empty submission; what a
   gemm dispatch costs the GPU alone, 10 in one pass each waiting for the one before (a
-  recorded chain), 10 that don't wait, and the same a pass each (runtime_floors.dispatch_floors).
+  recorded chain), 10 that don't wait, and the same a pass each (runtime_floors.dispatch_floors),
+  against cuBLAS kernel-only alone and 10 dependent by CUDA-graph replay.
 Prints a table and a summary (every measure with farm's and torch's figure, their ratio, the
 target and the method of each); writes runtime-calls.{md,json} and
 runtime-calls-summary.csv under --out. Without torch (or CUDA) the vendor columns are
@@ -368,9 +369,10 @@ def gemm_chains(rt, torch, quick: bool, flush_values: list[int], length: int = 1
     return rows
 
 
-def gemm_dispatch_floors(rt, quick: bool, count: int = 10) -> dict[str, dict]:
+def gemm_dispatch_floors(rt, torch, quick: bool, count: int = 10) -> dict[str, dict]:
     """runtime_floors.dispatch_floors for the runtime's gemm plans of the chains' sizes: the
-    GPU's cost of a dependent dispatch beside the kernel's own, by size."""
+    GPU's cost of a dependent dispatch beside the kernel's own, by size; with torch, cuBLAS
+    kernel-only the same two ways (`vendor_kernel_gpu`)."""
     out = {}
     for s in (64,) if quick else (256, 1024):
         da, db = (rt.asarray(np.ones((s, s), np.float32)) for _ in range(2))
@@ -382,9 +384,36 @@ def gemm_dispatch_floors(rt, quick: bool, count: int = 10) -> dict[str, dict]:
             groups = [calls[0][1] for calls in bound]
             reps = 3 if quick else 40
             out[f"gemm {s}^3"] = dispatch_floors(rt.device.device, bound[0][0][0], groups, bound[0][0][2], count, reps)
+            if torch is not None:
+                out[f"gemm {s}^3"]["vendor"] = vendor_kernel_gpu(torch, s, count)
         for array in (da, db, *outputs):
             array.release()
     return out
+
+
+def vendor_kernel_gpu(torch, s: int, count: int) -> dict[str, float]:
+    """cuBLAS's kernel-only microseconds of one s^3 fp32 matmul, and of each of `count`
+    dependent ones (each reads the one before's output: on one stream they run in order
+    either way), by farm bench's CUDA-graph replay (farm.cli.vendor.vendor_kernel_ns)."""
+    from farm.cli.vendor import vendor_kernel_ns
+
+    a = torch.ones(s, s, device="cuda")
+    b = torch.full((s, s), 1.0 / s, device="cuda")
+    ping, pong = torch.empty_like(a), torch.empty_like(a)
+
+    def one():
+        torch.mm(a, b, out=ping)
+
+    def chain():
+        source = a
+        for i in range(count):
+            target = ping if i % 2 == 0 else pong
+            torch.mm(source, b, out=target)
+            source = target
+
+    alone, method = vendor_kernel_ns(torch, one, reps=20)
+    dependent, _ = vendor_kernel_ns(torch, chain, reps=20)
+    return {"alone_us": alone / 1e3, "dependent_us": dependent / 1e3 / count, "method": method}
 
 
 def recorded_host_cost(rt, quick: bool, flush_values: list[int]) -> list[dict]:
@@ -492,9 +521,13 @@ def summary(result: dict) -> list[dict]:
     for key, value in result.get("c_api", {}).items():
         add(f"C API: {key}", value, "host wall of a loop of 2000 calls through wgpu-py's cffi lib, / 2000")
     for case, floors in result.get("dispatch_floors", {}).items():
+        vendor = floors.get("vendor", {})
+        like = {"alone_us": vendor.get("alone_us"), "dependent_one_pass_us": vendor.get("dependent_us")}
         for key, value in floors.items():
-            add(f"GPU: {case} a dispatch, {key}", value,
-                "GPU timestamps at the first pass's begin and the last's end / dispatches (median; runtime_floors)")
+            if key != "vendor":
+                add(f"GPU: {case} a dispatch, {key}", value,
+                    "kernel-only: GPU timestamps at the first pass's begin and the last's end / dispatches (median)",
+                    like.get(key), f"cuBLAS kernel-only, {vendor['method']}" if like.get(key) else "")  # fmt: skip
     return rows
 
 
@@ -631,7 +664,7 @@ def main() -> int:
     if gemm_plans:  # the smallest gemm's pass: the GPU work the timed loops queue stays short
         gemm_plan = min(gemm_plans, key=lambda p: p.problem.as_dict()["m"])
         result["c_api"] = c_api_costs(rt.device.device, gemm_plan.last[2][0])
-    result["dispatch_floors"] = gemm_dispatch_floors(rt, args.quick)
+    result["dispatch_floors"] = gemm_dispatch_floors(rt, torch, args.quick)
     if not args.skip_chains:
         result["gemm_chains"] = gemm_chains(rt, torch, args.quick, flush_values)
         result["chains"] = chains(rt, torch, args.quick)
