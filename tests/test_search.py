@@ -190,6 +190,33 @@ def test_model_batches_keep_every_worker_busy(workers, batches):
     assert max(sizes[1:-1]) == batches  # after the random seed batch, before the remainder
 
 
+def test_lead_schedules_are_measured_with_the_seeds_and_the_search_goes_as_with_them_as_prior():
+    """A campaign's winners of other problems (`lead`) go in the seeds' batch, not a round of
+    their own before it, and the search then measures the same schedules as when they were
+    measured first and handed over as prior trials."""
+    space = gemm_like_space()
+    lead = space[5:8]
+
+    def evaluate(batch):  # each schedule's noise its own: the same costs in any order
+        return [synthetic_evaluate(random.Random(s.key()))([s])[0] for s in batch]
+
+    def searched(**kwargs):
+        batches = []
+
+        def recording(batch):
+            batches.append([s.key() for s in batch])
+            return evaluate(batch)
+
+        model_based(space, recording, Budget(60), random.Random(1), workers=4, **kwargs)
+        return batches
+
+    prior = evaluate(lead)
+    before, now = searched(prior=prior), searched(lead=lead)
+    assert now[0] == [s.key() for s in lead] + before[0]  # one round: the lead, then the seeds
+    assert now[1:] == before[1:]
+    assert sum(map(len, now)) == 60  # the lead counts against the budget, as prior trials do
+
+
 def test_model_rejects_a_worker_count_below_one():
     with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
         model_based(gemm_like_space(), synthetic_evaluate(random.Random(0)), Budget(8), random.Random(0), workers=0)

@@ -387,7 +387,7 @@ def test_a_problem_first_tries_this_campaigns_winners_of_the_kernels_other_probl
     of, never the default again), and a campaign of two problems records them."""
     from farm import catalog, store
     from farm.tuning.campaign import Campaign
-    from farm.tuning.engine import SIBLING_SEEDS, sibling_trials
+    from farm.tuning.engine import SIBLING_SEEDS, sibling_schedules
     from farm.tuning.tasks import Task
 
     spec = catalog.get("gemv")
@@ -398,12 +398,10 @@ def test_a_problem_first_tries_this_campaigns_winners_of_the_kernels_other_probl
     keys = [s.key() for s in space if s != spec.default][: SIBLING_SEEDS + 2]
     siblings = [spec.default.key(), *keys, keys[0]]
     task = Task(topology=topology, kernel="gemv", problem=problem, space=space, budget=3)
-    batches = []
-    tried = sibling_trials(task, siblings, {keys[-1]: None}, lambda batch: batches.append(batch) or ["r"] * len(batch))
-    assert tried == ["r"] * SIBLING_SEEDS
-    assert [s.key() for s in batches[0]] == [keys[0], *keys[-2:0:-1]][:SIBLING_SEEDS]  # latest first, recorded one out
-    assert spec.default.key() not in [s.key() for s in batches[0]]
-    assert sibling_trials(task, [], {}, batches.append) == []  # no earlier winner of this kernel: nothing tried
+    lead = [s.key() for s in sibling_schedules(task, siblings, {keys[-1]: None})]
+    assert lead == [keys[0], *keys[-2:0:-1]][:SIBLING_SEEDS]  # latest first, recorded one out
+    assert spec.default.key() not in lead
+    assert sibling_schedules(task, [], {}) == []  # no earlier winner of this kernel: nothing tried
 
     second = Problem.of(m=24, n=40)
     config = TuneConfig(kernels=("gemv",), sizes={"gemv": [problem, second]}, budget=3, reps=2, rounds=1)
@@ -576,3 +574,58 @@ def test_the_python_that_farm_tune_suggests_runs(farm_home, capsys):
     assert len(lines) == 5
     exec(compile("\n".join(line.strip() for line in lines), "NEXT_STEPS", "exec"), {})  # noqa: S102 - our own text
     assert capsys.readouterr().out.strip().startswith("[")
+
+
+class _CostExecutor:
+    """A TrialExecutor whose trials take no GPU: each schedule's time is a function of its key."""
+
+    workers, device_name = 8, "fake"
+
+    def __init__(self, events: list):
+        self.batches, self.events = [], events
+
+    def evaluate(self, jobs):
+        import hashlib
+
+        from farm.gpu import Timing
+
+        self.batches.append([job.schedule.key() for job in jobs])
+        for job in jobs:
+            ns = 1e4 + int(hashlib.sha256((job.problem.key() + job.schedule.key()).encode()).hexdigest()[:6], 16) % 9e4
+            key = TrialKey("t", job.kernel, catalog.get(job.kernel).source_hash(), job.problem, job.schedule)
+            self.events.append("trial")
+            yield TrialResult(key, Status.OK, timing=Timing(ns, ns, ns, ns, 10, "fake"))
+
+    def remeasure_rounds(self, kernel, problem, schedules, reps, rounds, seed, max_rounds, noise):
+        return {s.key(): [1e4 + i for i in range(rounds)] for s in schedules}
+
+    def precompile(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("searched", [True, False])
+def test_the_default_and_the_siblings_go_in_the_searchs_first_batch_and_the_first_trial_back_is_announced(searched):
+    """Each round of a problem waits for its slowest trial on a fleet: the default and this
+    run's winners of the kernel's other problems are measured with the search's seeds (the
+    default first, so its trial is the first back), not in rounds of their own."""
+    from farm.tuning.engine import tune_problem
+    from farm.tuning.tasks import Task
+    from farm.tuning.trial_logs import MemoryLog
+
+    spec = catalog.get("gemv")
+    problem = spec.problem(m=256, n=256)
+    space = [s for s in spec.schedules() if s != spec.default]
+    task = Task(topology="t", kernel="gemv", problem=problem, space=space if searched else [], budget=24)
+    events: list = []
+    runner = _CostExecutor(events)
+    siblings = [s.key() for s in space[:2]]
+    outcome = tune_problem(task, TuneConfig(kernels=("gemv",)), runner, MemoryLog(), siblings,
+                           lambda: events.append("first back"))  # fmt: skip
+    first = runner.batches[0]
+    assert first[0] == spec.default.key()
+    assert events[:2] == ["trial", "first back"] and events.count("first back") == 1
+    if searched:
+        assert first[1:3] == siblings[::-1] and len(first) > 3  # latest winner first, then the seeds
+        assert len(runner.batches) > 1 and outcome.winner is not None
+    else:
+        assert runner.batches == [[spec.default.key()]]  # nothing to search: the default alone

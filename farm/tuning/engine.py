@@ -3,14 +3,16 @@
 `tune_problem` is what `farm tune` (farm.tuning.campaign) and `farm.tune_kernel`
 (farm.tuning.local) both run for each (kernel, problem) of their plan (farm.tuning.tasks.Task):
 
-1. the default schedule first, then the strategy (farm.tuning.search) over the task's space
-   within its budget. A schedule with a recorded trial is not run again: the recorded result
-   is replayed to the strategy (a re-run resumes where the last one stopped). The model
-   strategy is warm-started: every recorded trial of this problem seeds its models and counts
-   against the budget, and so do the winners of this run's earlier problems of the same kernel
-   (`siblings`, SIBLING_SEEDS of them, tried right after the default: a neighbouring problem's
-   winner is a better first guess than a random schedule); it stops early when its models see
-   nothing better than the noise, and it ends with a polish of the incumbent's neighbourhood;
+1. the default schedule, then the strategy (farm.tuning.search) over the task's space
+   within its budget, the default first in the strategy's first batch (a round of its own
+   would add one to every problem's chain of rounds). A schedule with a recorded trial is
+   not run again: the recorded result is replayed to the strategy (a re-run resumes where
+   the last one stopped). The model strategy is warm-started: every recorded trial of this
+   problem seeds its models and counts against the budget, and so do the winners of this
+   run's earlier problems of the same kernel (`siblings`, SIBLING_SEEDS of them, measured
+   with the seeds right after the default: a neighbouring problem's winner is a better
+   first guess than a random schedule); it stops early when its models see nothing better
+   than the noise, and it ends with a polish of the incumbent's neighbourhood;
 2. the best few certified trials (any run's), the default and the stored winner re-measured
    interleaved on one device, rounds added until close ones separate or tie;
 3. farm.tuning.finalists.decide picks the winner (a tie within the noise keeps the stored
@@ -102,24 +104,36 @@ def tune_problem(
 ) -> Outcome:
     """Search `task`, re-measure its finalists and decide its winner (see the module docstring).
     `siblings`: the schedule keys that won this run's earlier problems of the kernel, oldest
-    first. `first_trial_done` runs once the default schedule's trial is back (a campaign then
-    asks its workers for the next problems' inputs)."""
+    first. `first_trial_done` runs once the first trial is back (the default schedule's, the
+    first of the search's first batch; a campaign then asks its workers for the next
+    problems' inputs)."""
     started = time.perf_counter()
     spec = catalog.get(task.kernel)
     recorded = log.recorded(task)
     used: dict[str, TrialResult] = {}
-    evaluate = _evaluator(task, config, runner, log, recorded, used)
-    evaluate([spec.default])
-    if first_trial_done is not None:
-        first_trial_done()
+    evaluate = _evaluator(task, config, runner, log, recorded, used, first_trial_done)
+    default_run = False
+
+    def search_evaluate(batch: list[Schedule]) -> list[TrialResult]:
+        # The default goes first in the search's first batch: one round of a problem's
+        # critical path, not two (on a fleet each round waits for its slowest trial).
+        nonlocal default_run
+        if default_run:
+            return evaluate(batch)
+        default_run = True
+        lead = [] if spec.default in batch else [spec.default]
+        return evaluate([*lead, *batch])[len(lead) :]
+
     rng = random.Random(f"{config.seed}:{task.kernel}:{task.problem.key()}")
     budget = Budget(task.budget)
     warm = warm_start(task, config, runner, log, recorded)
     if warm:
         for result in warm["prior"]:
             used.setdefault(result.key.schedule.key(), result)
-        warm["prior"] = sibling_trials(task, siblings, recorded, evaluate) + warm["prior"]
-    strategy(config.strategy)(task.space, evaluate, budget, rng, workers=runner.workers, **warm)
+        warm["lead"] = sibling_schedules(task, siblings, recorded)  # measured with the seeds
+    strategy(config.strategy)(task.space, search_evaluate, budget, rng, workers=runner.workers, **warm)
+    if not default_run:  # the search ran nothing (no budget, or an empty space)
+        search_evaluate([])
     log.searched(task, budget.spent)
     stats = {"kernel": task.kernel, "problem": task.problem.key(), "space": len(task.space), "cap": task.budget,
              "planned": task.planned, "trials": budget.spent}  # fmt: skip
@@ -136,8 +150,17 @@ def _evaluator(
     log: TrialLog,
     recorded: dict[str, TrialResult],
     used: dict[str, TrialResult],
+    first_trial_done: Callable[[], None] | None = None,
 ):
-    """The strategies' `evaluate`: recorded trials replayed, the rest run by `runner` and logged."""
+    """The strategies' `evaluate`: recorded trials replayed, the rest run by `runner` and
+    logged; `first_trial_done` runs once, as the first result of the first batch is back."""
+    pending = first_trial_done
+
+    def first_back() -> None:
+        nonlocal pending
+        if pending is not None:
+            done, pending = pending, None
+            done()
 
     def evaluate(batch: list[Schedule]) -> list[TrialResult]:
         results: dict[str, TrialResult] = {}
@@ -152,6 +175,8 @@ def _evaluator(
         for result in runner.evaluate(fresh):
             results[result.key.schedule.key()] = result
             log.add(result)
+            first_back()
+        first_back()  # every trial of the first batch was replayed
         ordered = [results[s.key()] for s in batch]
         for result in ordered:
             used.setdefault(result.key.schedule.key(), result)
@@ -160,22 +185,20 @@ def _evaluator(
     return evaluate
 
 
-def sibling_trials(
-    task: Task, siblings: Sequence[str], recorded: dict[str, TrialResult], evaluate
-) -> list[TrialResult]:
-    """Trials of the schedules that won this kernel's earlier problems in this run (the
-    SIBLING_SEEDS latest, distinct), where this problem can run them and has no recorded
-    trial of them: a neighbouring problem's winner is a better first guess than a random
-    schedule (a search of one problem may miss, within its budget, the schedule that won its
-    neighbour and is faster here too), and every run of the same plan tries it."""
+def sibling_schedules(task: Task, siblings: Sequence[str], recorded: dict[str, TrialResult]) -> list[Schedule]:
+    """The schedules that won this kernel's earlier problems in this run (the SIBLING_SEEDS
+    latest, distinct), where this problem can run them and has no recorded trial of them: a
+    neighbouring problem's winner is a better first guess than a random schedule (a search
+    of one problem may miss, within its budget, the schedule that won its neighbour and is
+    faster here too), and every run of the same plan tries it. The model search measures
+    them with its seeds (its `lead`)."""
     space = {s.key() for s in task.space}
-    default = catalog.get(task.kernel).default.key()  # already evaluated first
+    default = catalog.get(task.kernel).default.key()  # measured anyway
     keys: list[str] = []
     for key in reversed(siblings):
         if key in space and key not in recorded and key != default and key not in keys:
             keys.append(key)
-    keys = keys[:SIBLING_SEEDS]
-    return evaluate([Schedule.from_key(k) for k in keys]) if keys else []
+    return [Schedule.from_key(k) for k in keys[:SIBLING_SEEDS]]
 
 
 def warm_start(

@@ -106,6 +106,7 @@ def model_based(
     extend_after: int | None = None,
     hint: Callable[[list[Schedule]], None] | None = None,
     polish: int = 0,
+    lead: list[Schedule] | None = None,
 ) -> list[TrialResult]:
     """Two cheap surrogates voting: k-nearest neighbours over log2 knob values (smooth
     trends) and a ridge regression over one-hot knob values (what each value is worth on
@@ -141,6 +142,11 @@ def model_based(
     trials' spread). A large space whose search has not settled gets more trials; a settled
     one stops at `extend_after`.
 
+    Lead (`lead` given: a campaign's winners of the kernel's other problems): schedules of
+    the space measured in the first batch, before the seeds, and known to the models as the
+    warm start's trials are (ahead of them, counted against the budget); measured with the
+    seeds, not in a round of their own, as each round of a problem waits for its slowest trial.
+
     Hint (`hint` given): with each model batch, the HINT_COUNT best-ranked candidates it
     did not pick (the likely picks of the next round) go to `hint`, which a campaign uses
     to have its workers compile their pipelines ahead (TrialRunner.precompile): a batch
@@ -173,15 +179,21 @@ def model_based(
     _, values = knob_values(space)  # once: both models' features come from it
     features, onehot = knob_features(space, values), onehot_features(space, values)
     index = {s.key(): i for i, s in enumerate(space)}
-    known = [r for r in prior or [] if r.key.schedule.key() in index][:total]
+    known = [r for r in prior or [] if r.key.schedule.key() in index]
+    recorded = {r.key.schedule.key() for r in known}
+    leads = list(dict.fromkeys(index[s.key()] for s in lead or [] if s.key() in index and s.key() not in recorded))
+    leads = leads[:total]
+    known = known[: total - len(leads)]
     budget.spend(len(known))
-    seen: list[int] = [index[r.key.schedule.key()] for r in known]
+    seen: list[int] = leads + [index[r.key.schedule.key()] for r in known]
     results: list[TrialResult] = []
     order = [i for i in range(len(space)) if i not in set(seen)]
     rng.shuffle(order)
     seed_count = max(0, min(planned, max(4, planned // 4)) - len(seen))
     picks = covering(order, space, seen, seed_count)
-    results += _evaluate([space[i] for i in picks], evaluate, budget)
+    first = _evaluate([space[i] for i in leads + picks], evaluate, budget)
+    known = first[: len(leads)] + known  # as prior trials: ahead of the warm start's
+    results += first[len(leads) :]
     seen += picks
     residuals: list[float] = []
     quiet = 0
