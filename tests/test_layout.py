@@ -34,6 +34,7 @@ ONE_IDEA = {
     "farm/runtime/forge.py",
     "farm/runtime/calls.py",
     "farm/tuning/runner.py",
+    "farm/tuning/search.py",
     "farm/tuning/workers.py",
 }
 

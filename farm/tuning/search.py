@@ -7,6 +7,9 @@ strategy may not evaluate more schedules than it has left, and `spend` raises wh
 to. Every strategy returns all the results it evaluated, in evaluation order, and is
 deterministic given `rng` and the results it gets back (which is what makes a resumed
 campaign, replaying recorded results, follow the same path).
+
+This is one idea in one module: the model search's seeds, rounds, stops and polish share
+its models, its budget and its rules for "improving", and are read together.
 """
 
 from __future__ import annotations
@@ -182,7 +185,7 @@ def model_based(
     known = [r for r in prior or [] if r.key.schedule.key() in index]
     recorded = {r.key.schedule.key() for r in known}
     leads = list(dict.fromkeys(index[s.key()] for s in lead or [] if s.key() in index and s.key() not in recorded))
-    leads = leads[:total]
+    leads = leads[:total]  # as prior trials: the lead first, then the warm start's, within the cap
     known = known[: total - len(leads)]
     budget.spend(len(known))
     seen: list[int] = leads + [index[r.key.schedule.key()] for r in known]
