@@ -123,3 +123,62 @@ def test_threads_recording_chains_on_one_runtime_get_their_own_answers(rt):
     assert errors_of_threads(work) == []
     rt.synchronize()
     assert rt._caller.pending_calls == 0
+
+
+def _tuned_runtime(device, tmp_path, problem, median_ns):
+    """A runtime whose gemv winner for `problem` is stored with a kernel time of `median_ns`."""
+    from farm import catalog
+    from farm.store import WinnerRecord, open_store, save_winner, upsert_topology
+
+    spec = catalog.get("gemv")
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    store = open_store(url)
+    upsert_topology(store, device.profile)
+    save_winner(store, WinnerRecord(topology_hash=device.profile.topology_hash(), kernel="gemv",
+                                    problem_key=problem.key(), source_hash=spec.source_hash(),
+                                    schedule_key=spec.default.key(), median_ns=median_ns,
+                                    device_name=device.profile.device_name))  # fmt: skip
+    store.engine.dispose()
+    return ForgeRuntime(db=url, device=device)
+
+
+def test_calls_of_a_long_tuned_kernel_start_on_the_gpu_at_once_and_the_next_waits_for_it(device, tmp_path):
+    from farm import catalog
+
+    a, x = f32(16, 16) * np.float32(0.25), f32(16, seed=5)
+    rt = _tuned_runtime(device, tmp_path, catalog.get("gemv").problem(m=16, n=16), median_ns=1e9)  # 1 s a call
+    try:
+        da, y = rt.asarray(a), rt.asarray(x)
+        rt.synchronize()
+        with count_wgpu_calls() as counts:
+            y = rt.gemv(da, y)  # its known GPU time is worth a submission of its own, and the GPU is idle
+            assert (counts["wgpuQueueSubmit"], rt._caller.pending_calls) == (1, 0)
+            y = rt.gemv(da, y)  # the GPU has a second's work queued: this one waits to go with later calls
+            assert (counts["wgpuQueueSubmit"], rt._caller.pending_calls) == (1, 1)
+        np.testing.assert_allclose(y.numpy(), a @ (a @ x), rtol=1e-4, atol=1e-5)
+    finally:
+        rt.close()
+
+
+def test_calls_of_a_short_or_untimed_kernel_are_batched_and_every_batching_gives_the_same_bits(device, tmp_path):
+    from farm import catalog
+
+    a, x = f32(16, 16) * np.float32(0.25), f32(16, seed=6)
+    problem = catalog.get("gemv").problem(m=16, n=16)
+    results = []
+    for median_ns in (1.0, 1e9, None):  # 1 ns: never worth a submission of its own; None: no winner stored
+        rt = _tuned_runtime(device, tmp_path / str(median_ns), problem, median_ns) if median_ns else ForgeRuntime(
+            db=f"sqlite:///{tmp_path / 'absent.db'}", device=device)  # fmt: skip
+        try:
+            da, y = rt.asarray(a), rt.asarray(x)
+            rt.synchronize()
+            with count_wgpu_calls() as counts:
+                for _ in range(calls_module.FLUSH_CALLS - 1):
+                    y = rt.gemv(da, y)
+                submitted = counts["wgpuQueueSubmit"]
+            if median_ns != 1e9:
+                assert submitted == 0  # batched: FLUSH_CALLS - 1 calls wait for the next
+            results.append(y.numpy())
+        finally:
+            rt.close()
+    assert all(np.array_equal(results[0], r) for r in results[1:])

@@ -23,7 +23,9 @@ recorded, not submitted: its passes join one command encoder with the calls afte
 submitted every `flush_calls` calls (FLUSH_CALLS by default) or as soon as anything else
 needs the GPU (a read, `synchronize`, a numpy call, an upload, a plan's release), so a
 chain pays a submission (tens of microseconds of host time: benchmarks/runtime_calls.py's
-submit_only) every `flush_calls` calls, not every call. The slabs such passes bind are
+submit_only) every `flush_calls` calls, not every call. Calls whose tuned kernels are long
+go earlier (EARLY_SUBMIT_S): a chain of them would otherwise leave the GPU idle while the
+host records eight. The slabs such passes bind are
 pinned in the pool until the submission (farm.runtime.pool): released meanwhile, they are
 neither reused nor destroyed.
 
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from operator import attrgetter
+from time import perf_counter
 
 import numpy as np
 
@@ -59,6 +62,10 @@ from farm.schedule import Problem, Schedule
 MAX_PLANS = 256  # plans kept per runtime (each holds its constants and scratch on the device)
 MAX_BIND_SETS = 64  # bind-group sets kept per plan, at least (a chain's pooled buffers pair up in many ways)
 FLUSH_CALLS = 8  # recorded DeviceArray calls submitted together by default (Caller.flush_calls)
+# Recorded calls go early once their known GPU time (winners' medians) reaches EARLY_SUBMIT_S
+# and the GPU is within SUBMIT_LEAD_S (a submission and the GPU's start) of running dry.
+EARLY_SUBMIT_S = 60e-6
+SUBMIT_LEAD_S = 20e-6
 
 
 _serial = attrgetter("serial")
@@ -92,6 +99,9 @@ class Caller:
         self._pending = None  # wgpu-py's path: the command encoder of recorded calls, not submitted yet
         self._pending_calls = 0  # recorded DeviceArray calls not submitted yet
         self.flush_calls = FLUSH_CALLS  # submitted together (benchmarks/runtime_calls.py varies it)
+        self.early_submit_s = EARLY_SUBMIT_S  # see EARLY_SUBMIT_S (benchmarks/runtime_calls.py varies it)
+        self._pending_s = 0.0  # the recorded calls' known GPU seconds (CallPlan.gpu_s)
+        self._busy_until = 0.0  # perf_counter() when the GPU should finish what was submitted
         # how long a read (a numpy call, DeviceArray.numpy) polls without sleeping before it
         # waits for wgpu-py's poller thread; None: as long as the owner's sync does (spin_wait_s)
         self.read_spin_s: float | None = None
@@ -110,6 +120,8 @@ class Caller:
         if not self._pending_calls:
             return
         self._pending_calls = 0
+        self._busy_until = max(perf_counter(), self._busy_until) + self._pending_s
+        self._pending_s = 0.0
         try:
             if self._native is not None:
                 self._native.submit()
@@ -120,6 +132,10 @@ class Caller:
             raise GpuError("dispatch", f"submitting the recorded DeviceArray calls: {exc}") from exc
         finally:
             self.pool.unpin()
+
+    def idle(self) -> None:
+        """The GPU has finished everything submitted (a sync waited for it)."""
+        self._busy_until = 0.0
 
     def recent(self, key: tuple) -> CallPlan | None:
         return self._recent.get(key)
@@ -245,7 +261,9 @@ class Caller:
                     self.device.device.queue.submit([encoder.finish()])
                 return results
             outputs = [slab.handle for slab in slabs[len(plan.inputs) :]]
-            return read_back(self.device, plan.reads, plan.read_bytes, outputs, encoder, into, self._read_spin_s())
+            done = read_back(self.device, plan.reads, plan.read_bytes, outputs, encoder, into, self._read_spin_s())
+            self._busy_until = 0.0  # the read waited for everything submitted before it
+            return done
         except Exception as exc:
             if self._native is not None:
                 self._native.drop()  # a call that failed part-way leaves nothing recorded
@@ -296,14 +314,17 @@ class Caller:
                     self._pending = self.device.device.create_command_encoder()
                 encode_passes(self._pending, calls)
         except Exception as exc:  # noqa: BLE001
-            lost, self._pending, self._pending_calls = self._pending_calls, None, 0
+            lost, self._pending, self._pending_calls, self._pending_s = self._pending_calls, None, 0, 0.0
             if self._native is not None:
                 self._native.drop()
             pool.unpin()
             raise GpuError("dispatch", f"recording the call failed ({lost} earlier recorded calls not run): {exc}",
                            plan.spec.name, plan.schedule) from exc  # fmt: skip
         self._pending_calls += 1
-        if self._pending_calls >= self.flush_calls:
+        self._pending_s += plan.gpu_s
+        if self._pending_calls >= self.flush_calls or (
+            self._pending_s >= self.early_submit_s and perf_counter() + SUBMIT_LEAD_S >= self._busy_until
+        ):
             self.flush()
         return results
 
@@ -394,7 +415,9 @@ class Caller:
         try:
             encoder = self._native if self._native is not None else self.device.device.create_command_encoder()
             into = {"array": out} if out is not None else None
-            return read_back(self.device, reads, nbytes, [slab.handle], encoder, into, self._read_spin_s())["array"]
+            done = read_back(self.device, reads, nbytes, [slab.handle], encoder, into, self._read_spin_s())["array"]
+            self._busy_until = 0.0  # the read waited for everything submitted before it
+            return done
         except GpuError:
             raise
         except Exception as exc:  # noqa: BLE001 - any wgpu failure names the step

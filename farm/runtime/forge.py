@@ -134,7 +134,7 @@ class ForgeRuntime:
         self.topology_hash = self.profile.topology_hash()
         self.binding_limit = self.profile.limit("max-storage-buffer-binding-size")  # every call checks it
         self._schedules = Path(schedules) if schedules is not None else None
-        self._lookups: dict[tuple[str, str], tuple[Schedule, str]] = {}
+        self._lookups: dict[tuple[str, str], tuple[Schedule, str, float]] = {}
         self._warned: set[tuple[str, ...]] = set()
         self.winner_cache = WinnerCache(db, self._schedules, self.topology_hash, request_tuning, self._warn)
         if self._schedules is not None:
@@ -160,18 +160,20 @@ class ForgeRuntime:
         """
         spec = catalog.get(getattr(kernel, "name", kernel))
         if problem is None:
-            return self._tuned(spec, spec.default_problems(self.profile)[0])
-        return self._tuned(spec, problem_of(spec, problem))
+            return self._tuned(spec, spec.default_problems(self.profile)[0])[:2]
+        return self._tuned(spec, problem_of(spec, problem))[:2]
 
-    def _tuned(self, spec, problem: Problem) -> tuple[Schedule, str]:
-        """`tuned_schedule` for a checked `problem` of `spec` (the kernel calls' path)."""
+    def _tuned(self, spec, problem: Problem) -> tuple[Schedule, str, float]:
+        """`tuned_schedule` for a checked `problem` of `spec` (the kernel calls' path), and
+        the tuned winner's kernel seconds (0 when not known: another problem's winner, the
+        default), which sizes the runtime's early submissions (farm.runtime.calls)."""
         key = (spec.name, problem.key())
         cached = self._lookups.get(key)
         if cached is None:
             lookup = lookup_schedule(self.winners(), spec, problem, self.profile)
             if lookup.warning:
                 self._warn(key, lookup.warning)
-            cached = (lookup.schedule, lookup.source)
+            cached = (lookup.schedule, lookup.source, (lookup.median_ns or 0.0) / 1e9)
             self.winner_cache.missed(spec, problem, lookup.source)
             if len(self._lookups) >= _MAX_CACHED_LOOKUPS:
                 self._lookups.clear()
@@ -224,6 +226,7 @@ class ForgeRuntime:
         with self._lock:
             self._caller.flush()
             self.device.wait_idle(self.spin_wait_s)
+            self._caller.idle()
 
     def memory(self) -> dict[str, int | None]:
         """Device bytes of the pool: held (live arrays, calls), idle (kept for reuse), capacity."""
@@ -574,8 +577,9 @@ class ForgeRuntime:
                 check_input_limits(kernel, inputs, self.binding_limit)
                 spec = catalog.get(kernel)
                 problem = spec.problem(**dims)
-                chosen = schedule if schedule is not None else self._tuned(spec, problem)[0]
+                chosen, _, gpu_s = (schedule, "", 0.0) if schedule is not None else self._tuned(spec, problem)
                 plan = self._caller.plan(spec, chosen, problem, inputs, self.binding_limit)
+                plan.gpu_s = max(plan.gpu_s, gpu_s)  # a plan first made for an explicit schedule learns it too
                 self._caller.remember(recent, plan)
             if out:
                 check_out(plan, inputs, out, self)

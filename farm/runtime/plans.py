@@ -44,6 +44,7 @@ class CallPlan:
     # slabs' serials -> ((pipeline, bind group, grid) per pass, the same as raw handles or None)
     bind_sets: OrderedDict = field(default_factory=OrderedDict)
     last: tuple = field(default=((), (), None), init=False)  # the last call's slabs and their bind_sets entry
+    gpu_s: float = 0.0  # a call's GPU time as its winner's stored median, 0 when unknown (Caller's early submission)
     # What a call fills, in order: the inputs' slots (input and transformed), then the outputs'.
     inputs: list[Slot] = field(init=False)
     input_names: tuple[str, ...] = field(init=False)  # the inputs' names, in order

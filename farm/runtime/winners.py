@@ -46,11 +46,13 @@ class Candidate:
     source_hash: str
     schedule_key: str
     device_name: str = ""
+    median_ns: float | None = None  # its kernel time as tuned (GPU timestamps), None when not stored
 
     @classmethod
     def of(cls, record: object) -> Candidate:
         """From a WinnerRecord, or a dict with the same fields (an exported JSON row)."""
         get = record.get if isinstance(record, dict) else lambda name, default="": getattr(record, name, default)
+        median = get("median_ns", None)
         return cls(
             topology_hash=str(get("topology_hash", "")),
             kernel=str(get("kernel", "")),
@@ -58,6 +60,7 @@ class Candidate:
             source_hash=str(get("source_hash", "")),
             schedule_key=str(get("schedule_key", "")),
             device_name=str(get("device_name", "") or ""),
+            median_ns=float(median) if isinstance(median, (int, float)) and median > 0 else None,
         )
 
 
@@ -69,6 +72,7 @@ class Lookup:
     schedule: Schedule
     source: str
     warning: str = ""
+    median_ns: float | None = None  # the tuned winner's kernel time (source "tuned" only)
 
 
 # -- choosing among candidates -----------------------------------------------------------
@@ -151,7 +155,7 @@ def lookup_schedule(
             f"using the default {default}",
         )
     if source == "tuned":
-        return Lookup(schedule, source)
+        return Lookup(schedule, source, median_ns=winner.median_ns)
     return Lookup(
         schedule,
         source,
@@ -313,6 +317,7 @@ def _entry(where: str, entry: object, topology_hash: str, device_name: str) -> C
         source_hash=entry["source_hash"],
         schedule_key=_schedule_key(where, entry["schedule"]),
         device_name=device_name,
+        median_ns=float(entry["median_ns"]),
     )
 
 
