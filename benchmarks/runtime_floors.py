@@ -324,7 +324,9 @@ def dispatch_floors(device, pipeline, groups: list, grid: tuple, count: int = 10
     output, so each waits for the one before (what a recorded chain's calls are:
     farm.gpu.native keeps them in one pass); `count` times in one pass on `count` outputs
     (none waits); the same two with a pass each. `groups`: `count` bind groups of
-    `pipeline` with distinct outputs. Empty dict without timestamp queries."""
+    `pipeline` with distinct outputs. Empty dict without timestamp queries. Its own
+    timestamp loop, not Device.time_calls (which encodes a pass per call): the five are
+    timed one way, so what differs between them is the passes, not the method."""
     import wgpu
 
     if "timestamp-query" not in device.features:

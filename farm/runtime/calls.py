@@ -262,7 +262,7 @@ class Caller:
                 return results
             outputs = [slab.handle for slab in slabs[len(plan.inputs) :]]
             done = read_back(self.device, plan.reads, plan.read_bytes, outputs, encoder, into, self._read_spin_s())
-            self._busy_until = 0.0  # the read waited for everything submitted before it
+            self.idle()  # the read waited for everything submitted before it
             return done
         except Exception as exc:
             if self._native is not None:
@@ -416,7 +416,7 @@ class Caller:
             encoder = self._native if self._native is not None else self.device.device.create_command_encoder()
             into = {"array": out} if out is not None else None
             done = read_back(self.device, reads, nbytes, [slab.handle], encoder, into, self._read_spin_s())["array"]
-            self._busy_until = 0.0  # the read waited for everything submitted before it
+            self.idle()  # the read waited for everything submitted before it
             return done
         except GpuError:
             raise

@@ -183,8 +183,8 @@ def model_based(
     features, onehot = knob_features(space, values), onehot_features(space, values)
     index = {s.key(): i for i, s in enumerate(space)}
     known = [r for r in prior or [] if r.key.schedule.key() in index]
-    recorded = {r.key.schedule.key() for r in known}
-    leads = list(dict.fromkeys(index[s.key()] for s in lead or [] if s.key() in index and s.key() not in recorded))
+    prior_keys = {r.key.schedule.key() for r in known}
+    leads = list(dict.fromkeys(index[s.key()] for s in lead or [] if s.key() in index and s.key() not in prior_keys))
     leads = leads[:total]  # as prior trials: the lead first, then the warm start's, within the cap
     known = known[: total - len(leads)]
     budget.spend(len(known))
