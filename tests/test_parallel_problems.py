@@ -155,6 +155,26 @@ def test_a_queue_sends_a_problems_trials_home_first_and_names_the_workers_it_vis
     assert at_home > 64  # together: mostly at home
 
 
+def test_a_round_goes_one_trial_a_worker_home_first_while_workers_idle(pool):
+    """Idle workers take one trial each before any worker takes a second: a round of 8 for
+    a home of 4 on 16 idle workers runs on its 4 home workers and 4 others, not two deep on
+    four (a round waits for its slowest worker)."""
+    from farm.tuning.job import Job
+    from farm.tuning.workers import TrialQueue
+
+    spec, names = catalog.get("gemv"), list(pool.topologies().values())[0]
+    home, problem = names[4:8], spec.problem(m=256, n=256)
+    queue = TrialQueue(pool)
+    try:
+        results = list(queue.stream([Job("gemv", problem, s, 0, 1, 2) for s in spec.schedules()[:8]], home))
+    finally:
+        queue.close()
+    where = [r.worker_id.split(".")[0] for r in results]
+    assert len(where) == 8 and len(set(where)) == 8
+    assert set(home) <= set(where)
+    assert queue.visited("gemv", problem) == set(where) - set(home)
+
+
 def test_a_drainer_claims_more_as_homes_free_and_settles_each_request_as_its_task_ends(pool, tmp_path):
     """Two homes, a claim of 2, 4 requests: the campaign claims the other two as homes free (one
     campaign, not two rounds each waiting for its slowest task), and a request is done when its

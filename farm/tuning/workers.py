@@ -195,9 +195,11 @@ class TrialQueue:
     `home` (slot names: a problem's share of the workers) is where a call's jobs go first:
     its inputs, reference and compiled pipelines are there, and its guided batches are sized
     for it. A worker with nothing of its homes queued takes the fullest other queue's next
-    batch (no worker idles while trials wait); `visited` names the workers outside its home
-    that ran a problem's trials, which hold its inputs too. A call without a home is every
-    worker's. Trials the failure rules send again go first, to any worker."""
+    batch (no worker idles while trials wait), and idle workers take one batch each before
+    any worker takes a second (a round waits for its slowest worker); `visited` names the
+    workers outside its home that ran a problem's trials, which hold its inputs too. A call
+    without a home is every worker's. Trials the failure rules send again go first, to any
+    worker."""
 
     def __init__(self, pool: WorkerPool, topology: str | None = None):
         self.pool, self.slots = pool, pool._slots_for(topology)
@@ -284,38 +286,50 @@ class TrialQueue:
 
     def _fill(self, room: dict, queues: dict, homes: dict, again: _Pending, owner: dict, arrivals: _Arrivals) -> None:
         """WorkerPool._fill with homes: each worker with room takes from what is sent again,
-        then its homes' queues, then the fullest other queue."""
+        then its homes' queues, then the fullest other queue; idle workers first, one batch
+        each, so a round smaller than the idle workers runs one trial deep."""
         waiting = again.trials + sum(q.trials for q in queues.values())
         if not waiting:
             return
         pool = self.pool
-        for slot in list(room.values()):
-            while waiting and len(slot.fifo) < pool.max_in_flight:
-                home, source = self._source(slot, queues, homes, again)
-                if _kept_apart(slot, source[0]):
-                    break
-                batch = pool._take(source, len(home) if home else len(self.slots))
-                waiting -= len(batch.items)
-                batch.ref = slot.actor.evaluate.remote([job for _, job in batch.items])
-                batch.started = time.monotonic()
-                slot.fifo.append(batch)
-                owner[batch.ref] = slot
-                arrivals.watch(batch)
-                if source is again or home is None or slot.name not in home:
-                    self._note_visit(slot.name, batch)
-                if batch.share:
-                    break
-            if len(slot.fifo) >= pool.max_in_flight:
-                del room[slot.name]
-            if not waiting:
-                return
+        shared: set[str] = set()  # took its round's share: no second batch in this fill
+        # Idle workers first, one batch each (from their homes, then from the fullest other
+        # queue), then every worker up to max_in_flight: a worker holding two trials of a
+        # round while another idles would make the round two trials long.
+        for depth, own in ((1, True), (1, False), (pool.max_in_flight, False)):
+            for slot in list(room.values()):
+                while waiting and len(slot.fifo) < depth and slot.name not in shared:
+                    home, source = self._source(slot, queues, homes, again, own)
+                    if source is None or _kept_apart(slot, source[0]):
+                        break
+                    batch = pool._take(source, len(home) if home else len(self.slots))
+                    waiting -= len(batch.items)
+                    batch.ref = slot.actor.evaluate.remote([job for _, job in batch.items])
+                    batch.started = time.monotonic()
+                    slot.fifo.append(batch)
+                    owner[batch.ref] = slot
+                    arrivals.watch(batch)
+                    if source is again or home is None or slot.name not in home:
+                        self._note_visit(slot.name, batch)
+                    if batch.share:
+                        shared.add(slot.name)
+                if len(slot.fifo) >= pool.max_in_flight:
+                    del room[slot.name]
+                if not waiting:
+                    return
 
-    def _source(self, slot: _Slot, queues: dict, homes: dict, again: _Pending) -> tuple[tuple | None, _Pending]:
+    def _source(
+        self, slot: _Slot, queues: dict, homes: dict, again: _Pending, own: bool = False
+    ) -> tuple[tuple | None, _Pending | None]:
+        """Where `slot` takes its next batch: what is sent again, its homes' queues, then
+        (unless `own`) the fullest other queue; (None, None) when `own` finds nothing."""
         if again:
             return None, again
         for home in homes.get(slot.name, ()):
             if queues[home]:
                 return home, queues[home]
+        if own:
+            return None, None
         home = max((h for h in queues if queues[h]), key=lambda h: queues[h].trials)
         return home, queues[home]
 
