@@ -140,10 +140,11 @@ def _stub_class():
     class SimulatedGpus:
         """Many simulated GPUs in one asyncio actor: one lock per GPU, a trial a sleep."""
 
-        def __init__(self, profile: dict, first: int, count: int, trial_s: float):
+        def __init__(self, profile: dict, first: int, count: int, trial_s: float, inputs_s: float = 0.0):
             self.profile = HardwareProfile.from_dict(profile)
             self.topology = self.profile.topology_hash()
-            self.first, self.trial_s = first, trial_s
+            self.first, self.trial_s, self.inputs_s = first, trial_s, inputs_s
+            self.ready: dict[tuple[int, str, str], float] = {}  # (gpu, kernel, problem) -> its inputs made
             self.locks = {first + i: asyncio.Lock() for i in range(count)}
             self.by_second: dict[int, float] = {}  # busy GPU-seconds in each wall-clock second
             self.medians = replayed_medians()
@@ -159,8 +160,26 @@ def _stub_class():
             return {"worker_id": f"w{gpu}.0", "host": "fleet", "pid": os.getpid(), "profile": self.profile.to_dict(),
                     "topology_hash": self.topology, "mapping": {"adapter": SIMULATED}}  # fmt: skip
 
+        def _inputs_ready(self, gpu: int, kernel: str, problem: Problem) -> float:
+            """When this GPU's worker has the problem's inputs and reference: `inputs_s` after
+            it first needed them (a prefetch or a trial), until it forgets them."""
+            return self.ready.setdefault((gpu, kernel, problem.key()), time.time() + self.inputs_s)
+
+        async def prefetch(self, gpu: int, kernel: str, problem: Problem, seed: int) -> None:
+            self._inputs_ready(gpu, kernel, problem)
+
+        async def forget(self, gpu: int, kernel: str, problem: Problem, seed: int) -> None:
+            self.ready.pop((gpu, kernel, problem.key()), None)
+
+        async def inputs_held(self, gpu: int) -> list[tuple[str, str, int]]:
+            return sorted((kernel, problem, 0) for g, kernel, problem in self.ready if g == gpu)
+
         async def evaluate(self, gpu: int, jobs: list) -> list:
             async with self.locks[gpu]:
+                # the GPU idles while its worker makes the inputs it lacks
+                wait = max(self._inputs_ready(gpu, j.kernel, j.problem) for j in jobs) - time.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
                 seconds = self._seconds(len(jobs))
                 if seconds:
                     self._spend(time.time(), seconds)
@@ -203,7 +222,7 @@ class _Method:
         self.actor, self.name, self.gpu = actor, name, gpu
 
     def remote(self, *args):
-        if self.name in ("prefetch", "precompile", "forget", "stage_times", "inputs_held"):
+        if self.name in ("precompile", "stage_times"):
             return self.actor.nothing.remote()
         return getattr(self.actor, self.name).remote(self.gpu, *args)
 
@@ -218,9 +237,12 @@ class _Gpu:
         return _Method(self.actor, name, self.gpu)
 
 
-def fleet_pool(gpus: int, trial_s: float, profile: HardwareProfile, max_in_flight: int = 2, first: int = 0):
+def fleet_pool(
+    gpus: int, trial_s: float, profile: HardwareProfile, max_in_flight: int = 2, first: int = 0, inputs_s: float = 0.0
+):
     """The real WorkerPool (its batch loop and failure rules) over `gpus` simulated GPUs
-    (numbered from `first`: several drivers' GPUs have distinct worker ids)."""
+    (numbered from `first`: several drivers' GPUs have distinct worker ids); a GPU's first
+    trial of a problem it has no inputs for waits `inputs_s` (see SimulatedGpus)."""
     import ray
 
     from farm.tuning.ray_session import init_ray
@@ -237,7 +259,7 @@ def fleet_pool(gpus: int, trial_s: float, profile: HardwareProfile, max_in_fligh
             for start in range(0, gpus, GPUS_PER_ACTOR):
                 count = min(GPUS_PER_ACTOR, gpus - start)
                 actors.append(stub.options(max_concurrency=4 * count, num_cpus=0).remote(
-                    profile.to_dict(), first + start, count, trial_s))  # fmt: skip
+                    profile.to_dict(), first + start, count, trial_s, inputs_s))  # fmt: skip
             self.stubs = actors
             self._slots = {}
             for i in range(gpus):
@@ -470,7 +492,7 @@ def drain(args) -> dict:
     out = Path(os.environ["FARM_HOME"]) / "artifacts"
     config = TuneConfig(kernels=(), sizes={}, strategy="model", budget=args.budget or DEFAULT_BUDGET,
                         space_share=0.0 if args.budget else SPACE_SHARE, out=out)  # fmt: skip
-    pool = fleet_pool(args.gpus_each, args.trial_s, profile, first=args.first)
+    pool = fleet_pool(args.gpus_each, args.trial_s, profile, first=args.first, inputs_s=args.inputs_s)
     try:
         drainer = Drainer(pool, db, config, out, name=f"fleet-{args.first}", batch=args.batch or None,
                           stream=open(os.devnull, "w"))  # fmt: skip
@@ -512,6 +534,7 @@ def drivers(args, dbs: Databases) -> dict:
             home.mkdir()
             command = [sys.executable, __file__, "drain", "--ray-address", address, "--gpus-each", str(share),
                        "--first", str(sum(shares[:k])), "--trial-s", str(args.trial_s), "--batch", str(args.batch),
+                       "--inputs-s", str(args.inputs_s),
                        "--budget", str(args.budget or 0), "--json", str(home / "drain.json")]  # fmt: skip
             log = open(home / "stderr.txt", "w")
             procs.append((subprocess.Popen(command, env=env | {"FARM_HOME": str(home)}, stderr=log,
@@ -540,6 +563,7 @@ def drivers(args, dbs: Databases) -> dict:
     cpu = sum(p["cpu_s"] for p in parts)
     cpu_us = 1e6 * cpu / max(trials, 1)
     return {"mode": "drivers", "db": args.db, "drivers": args.drivers, "gpus": args.gpus, "trial_s": args.trial_s,
+            "inputs_s": args.inputs_s,
             "requests": len(wanted), "done": counts.get("done", 0), "trials": trials, "wall_s": wall,
             "trials_per_s": trials / wall, "utilization": sum(p["busy_s"] for p in parts) / (args.gpus * wall),
             "dry_s": dry - start, "busy_until_dry": until_dry / (args.gpus * max(int(dry) - int(start), 1)),
@@ -560,6 +584,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=4, help="driver: simulated GPUs answering at once")
     parser.add_argument("--gpus", default="64", help="fleet: comma-separated counts of simulated GPUs")
     parser.add_argument("--trial-s", type=float, default=H200_TRIAL_S, help="fleet: mean seconds per trial per GPU")
+    parser.add_argument("--inputs-s", type=float, default=0.0,
+                        help="drivers: seconds a GPU waits for a problem's inputs and reference before its first trial "
+                             "of it (0: free)")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     parser.add_argument("--drivers", type=int, default=2, help="drivers: drainer processes over one queue")
     parser.add_argument("--requests", type=int, default=100, help="drivers: tune requests queued")

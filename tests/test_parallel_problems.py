@@ -175,6 +175,31 @@ def test_a_round_goes_one_trial_a_worker_home_first_while_workers_idle(pool):
     assert queue.visited("gemv", problem) == set(where) - set(home)
 
 
+def test_a_simulated_gpu_makes_the_inputs_it_lacks_before_its_trial():
+    """fleet.py --inputs-s: a GPU's first trial of a problem waits for its inputs, a prefetch
+    makes them ahead, and a forget drops them (the cost of a trial away from home)."""
+    import time
+
+    import ray
+
+    from farm.tuning.job import Job
+
+    made = fleet.fleet_pool(2, 0.0, fleet.simulated_profile(), inputs_s=1.0)
+    try:
+        spec = catalog.get("gemv")
+        problem = spec.problem(m=256, n=256)
+        held = [("gemv", problem.key(), 0)]
+        made.prefetch("gemv", problem, slots=["w1"])
+        started = time.monotonic()
+        ray.get(made._slots["w0"].actor.evaluate.remote([Job("gemv", problem, spec.default, 0, 1, 2)]))
+        assert time.monotonic() - started >= 0.95
+        assert made.inputs_held("w0") == held and made.inputs_held("w1") == held
+        made.forget("gemv", problem, slots=["w0"])
+        assert made.inputs_held("w0") == [] and made.inputs_held("w1") == held
+    finally:
+        made.shutdown()
+
+
 def test_a_drainer_claims_more_as_homes_free_and_settles_each_request_as_its_task_ends(pool, tmp_path):
     """Two homes, a claim of 2, 4 requests: the campaign claims the other two as homes free (one
     campaign, not two rounds each waiting for its slowest task), and a request is done when its
