@@ -144,7 +144,7 @@ def _stub_class():
             self.profile = HardwareProfile.from_dict(profile)
             self.topology = self.profile.topology_hash()
             self.first, self.trial_s, self.inputs_s = first, trial_s, inputs_s
-            self.ready: dict[tuple[int, str, str], float] = {}  # (gpu, kernel, problem) -> its inputs made
+            self.ready: dict[tuple, float] = {}  # (gpu, kernel, problem key, seed) -> when its inputs are made
             self.locks = {first + i: asyncio.Lock() for i in range(count)}
             self.by_second: dict[int, float] = {}  # busy GPU-seconds in each wall-clock second
             self.medians = replayed_medians()
@@ -160,24 +160,24 @@ def _stub_class():
             return {"worker_id": f"w{gpu}.0", "host": "fleet", "pid": os.getpid(), "profile": self.profile.to_dict(),
                     "topology_hash": self.topology, "mapping": {"adapter": SIMULATED}}  # fmt: skip
 
-        def _inputs_ready(self, gpu: int, kernel: str, problem: Problem) -> float:
+        def _inputs_ready(self, gpu: int, kernel: str, problem: Problem, seed: int) -> float:
             """When this GPU's worker has the problem's inputs and reference: `inputs_s` after
             it first needed them (a prefetch or a trial), until it forgets them."""
-            return self.ready.setdefault((gpu, kernel, problem.key()), time.time() + self.inputs_s)
+            return self.ready.setdefault((gpu, kernel, problem.key(), seed), time.time() + self.inputs_s)
 
         async def prefetch(self, gpu: int, kernel: str, problem: Problem, seed: int) -> None:
-            self._inputs_ready(gpu, kernel, problem)
+            self._inputs_ready(gpu, kernel, problem, seed)
 
         async def forget(self, gpu: int, kernel: str, problem: Problem, seed: int) -> None:
-            self.ready.pop((gpu, kernel, problem.key()), None)
+            self.ready.pop((gpu, kernel, problem.key(), seed), None)
 
         async def inputs_held(self, gpu: int) -> list[tuple[str, str, int]]:
-            return sorted((kernel, problem, 0) for g, kernel, problem in self.ready if g == gpu)
+            return sorted(key[1:] for key in self.ready if key[0] == gpu)
 
         async def evaluate(self, gpu: int, jobs: list) -> list:
             async with self.locks[gpu]:
-                # the GPU idles while its worker makes the inputs it lacks
-                wait = max(self._inputs_ready(gpu, j.kernel, j.problem) for j in jobs) - time.time()
+                # the GPU idles (not counted busy) while its worker makes the inputs it lacks
+                wait = max(self._inputs_ready(gpu, j.kernel, j.problem, j.seed) for j in jobs) - time.time()
                 if wait > 0:
                     await asyncio.sleep(wait)
                 seconds = self._seconds(len(jobs))

@@ -92,9 +92,12 @@ def write_trials(out: str | Path, campaign_id: int | None, results: Sequence[Tri
     ]
 
 
+_ROW_COLUMNS = [name for name in TRIAL_SCHEMA.names if name not in ("campaign_id", "finished_at")]  # as_row()'s
+
+
 def _write_trial_group(out: Path, campaign_id: int | None, topology: str, kernel: str, rows: list[dict]) -> Path:
     # column by column: a campaign end writes every trial here, and a loop per cell was most of it
-    columns = {name: [row.get(name) for row in rows] for name in TRIAL_SCHEMA.names}
+    columns = {name: [row.get(name) for row in rows] for name in _ROW_COLUMNS}
     columns["campaign_id"] = [campaign_id] * len(rows)
     columns["finished_at"] = [_timestamp(row["finished_at"]) for row in rows]
     metadata_fields = {
