@@ -145,6 +145,9 @@ def _stub_class():
             self.topology = self.profile.topology_hash()
             self.first, self.trial_s, self.inputs_s = first, trial_s, inputs_s
             self.ready: dict[tuple, float] = {}  # (gpu, kernel, problem key, seed) -> when its inputs are made
+            self.how: dict[tuple, str] = {}  # how each entry of `ready` was asked for
+            # inputs made ahead (prefetched) and at a trial, and the GPU-seconds trials waited for each
+            self.inputs = {"made ahead": 0, "made at a trial": 0, "waited ahead_s": 0.0, "waited at a trial_s": 0.0}
             self.locks = {first + i: asyncio.Lock() for i in range(count)}
             self.by_second: dict[int, float] = {}  # busy GPU-seconds in each wall-clock second
             self.medians = replayed_medians()
@@ -160,16 +163,21 @@ def _stub_class():
             return {"worker_id": f"w{gpu}.0", "host": "fleet", "pid": os.getpid(), "profile": self.profile.to_dict(),
                     "topology_hash": self.topology, "mapping": {"adapter": SIMULATED}}  # fmt: skip
 
-        def _inputs_ready(self, gpu: int, kernel: str, problem: Problem, seed: int) -> float:
+        def _inputs_ready(self, gpu: int, kernel: str, problem: Problem, seed: int, how: str) -> float:
             """When this GPU's worker has the problem's inputs and reference: `inputs_s` after
             it first needed them (a prefetch or a trial), until it forgets them."""
-            return self.ready.setdefault((gpu, kernel, problem.key(), seed), time.time() + self.inputs_s)
+            key = (gpu, kernel, problem.key(), seed)
+            if key not in self.ready:
+                self.ready[key], self.how[key] = time.time() + self.inputs_s, how
+                self.inputs[how] += 1
+            return self.ready[key]
 
         async def prefetch(self, gpu: int, kernel: str, problem: Problem, seed: int) -> None:
-            self._inputs_ready(gpu, kernel, problem, seed)
+            self._inputs_ready(gpu, kernel, problem, seed, "made ahead")
 
         async def forget(self, gpu: int, kernel: str, problem: Problem, seed: int) -> None:
             self.ready.pop((gpu, kernel, problem.key(), seed), None)
+            self.how.pop((gpu, kernel, problem.key(), seed), None)
 
         async def inputs_held(self, gpu: int) -> list[tuple[str, str, int]]:
             return sorted(key[1:] for key in self.ready if key[0] == gpu)
@@ -177,8 +185,11 @@ def _stub_class():
         async def evaluate(self, gpu: int, jobs: list) -> list:
             async with self.locks[gpu]:
                 # the GPU idles (not counted busy) while its worker makes the inputs it lacks
-                wait = max(self._inputs_ready(gpu, j.kernel, j.problem, j.seed) for j in jobs) - time.time()
+                ready, key = max((self._inputs_ready(gpu, j.kernel, j.problem, j.seed, "made at a trial"),
+                                  (gpu, j.kernel, j.problem.key(), j.seed)) for j in jobs)  # fmt: skip
+                wait = ready - time.time()
                 if wait > 0:
+                    self.inputs["waited ahead_s" if self.how[key] == "made ahead" else "waited at a trial_s"] += wait
                     await asyncio.sleep(wait)
                 seconds = self._seconds(len(jobs))
                 if seconds:
@@ -210,6 +221,9 @@ def _stub_class():
 
         async def busy_by_second(self) -> dict:
             return dict(self.by_second)
+
+        async def inputs_made(self) -> dict:
+            return dict(self.inputs)
 
         async def nothing(self, *args) -> None:
             return None
@@ -278,6 +292,14 @@ def fleet_pool(
             for part in ray.get([a.busy_by_second.remote() for a in self.stubs]):
                 for second, busy in part.items():
                     total[second] = total.get(second, 0.0) + busy
+            return total
+
+        def inputs_made(self) -> dict:
+            """Inputs made ahead (prefetches) and at a trial, and the GPU-seconds trials waited for them."""
+            total: dict = {}
+            for part in ray.get([a.inputs_made.remote() for a in self.stubs]):
+                for what, value in part.items():
+                    total[what] = total.get(what, 0) + value
             return total
 
         def stage_times(self) -> dict:
@@ -499,12 +521,13 @@ def drain(args) -> dict:
         start, cpu = time.time(), time.process_time()
         tally = drainer.serve(once=True)
         end, cpu = time.time(), time.process_time() - cpu
-        busy, by_second = pool.busy_seconds(), pool.busy_by_second()
+        busy, by_second, inputs = pool.busy_seconds(), pool.busy_by_second(), pool.inputs_made()
     finally:
         pool.shutdown()
         db.engine.dispose()
     return {"start": start, "end": end, "cpu_s": cpu, "busy_s": busy, "gpus": args.gpus_each, "by_second": by_second,
-            "claimed": tally.claimed, "done": tally.done, "failed": tally.failed + tally.retried}  # fmt: skip
+            "claimed": tally.claimed, "done": tally.done, "failed": tally.failed + tally.retried,
+            "inputs": inputs}  # fmt: skip
 
 
 def drivers(args, dbs: Databases) -> dict:
@@ -568,6 +591,10 @@ def drivers(args, dbs: Databases) -> dict:
             "trials_per_s": trials / wall, "utilization": sum(p["busy_s"] for p in parts) / (args.gpus * wall),
             "dry_s": dry - start, "busy_until_dry": until_dry / (args.gpus * max(int(dry) - int(start), 1)),
             "claimed": [p["claimed"] for p in parts], "driver_cpu_us_per_trial": cpu_us,
+            "inputs_ahead": sum(p["inputs"]["made ahead"] for p in parts),
+            "inputs_at_trial": sum(p["inputs"]["made at a trial"] for p in parts),
+            "wait_ahead_s": sum(p["inputs"]["waited ahead_s"] for p in parts),
+            "wait_at_trial_s": sum(p["inputs"]["waited at a trial_s"] for p in parts),
             "driver_cores_busy": cpu / wall, "db_rows_per_s": trials / wall,
             "drivers_for_11600": math.ceil(11_600 * cpu_us / 1e6),
             "winners_geomean_us": math.exp(sum(map(math.log, won)) / len(won)) / 1e3 if won else None,

@@ -226,3 +226,76 @@ def test_a_drainer_claims_more_as_homes_free_and_settles_each_request_as_its_tas
     assert min(rows[i]["finished_at"] for i in ids) < ended
     assert {w.problem_key for w in store.winners(db, kernel="gemm")} == {p.key() for p in problems}
     db.engine.dispose()
+
+
+def test_a_visits_cost_is_learned_from_the_walls_of_trials_and_first_visits():
+    from farm.tuning.workers import _VisitCost
+
+    cost, a, b = _VisitCost(), ("gemm", "m=1", 0), ("gemm", "m=2", 0)
+    assert cost.trials(a) == 0.0  # nothing seen: a visit is free, as it was before this was learned
+    cost.learn(a, "visit", 1, 1.1)  # before the home timed a trial: kept until it has
+    cost.learn(a, "trial", 2, 0.2)
+    assert cost.trial_s[a] == pytest.approx(0.1) and cost.trials(a) == pytest.approx(10.0)
+    assert cost.trials(b) == pytest.approx(10.0)  # a problem never visited takes the ratio seen
+    cost.learn(b, "trial", 1, 0.5)
+    cost.learn(b, "visit", 1, 0.5)  # made its inputs in no time
+    assert cost.trials(b) == 0.0 and 0.0 < cost.ratio < 10.0
+    cost.forget(a)
+    assert cost.trials(a) == cost.ratio
+
+
+def test_trials_stay_home_where_a_visit_costs_more_than_waiting_for_it():
+    """A worker away from home makes a problem's inputs before its first trial there. Once the
+    queue has seen that cost (here 8 trial-times), a short round waits for its home, and only
+    a backlog deeper than the inputs' cost goes out."""
+    from farm.tuning.job import Job
+    from farm.tuning.workers import TrialQueue
+
+    made = fleet.fleet_pool(16, 0.05, fleet.simulated_profile(), inputs_s=0.4)
+    spec, names = catalog.get("gemv"), list(made.topologies().values())[0]
+    home, schedules = names[:4], spec.schedules()
+    problems = [spec.problem(m=256 * (i + 1), n=256) for i in range(3)]
+    queue = TrialQueue(made)
+    try:
+        # first visits are free while nothing is known, and teach the cost
+        list(queue.stream([Job("gemv", problems[0], s, 0, 1, 2) for s in schedules[:64]], home))
+        assert queue.visited("gemv", problems[0]) and queue.cost.ratio > 4
+        placed = dict(queue.placed)
+        short = list(queue.stream([Job("gemv", problems[1], s, 0, 1, 2) for s in schedules[:16]], home))
+        assert {r.worker_id.split(".")[0] for r in short} <= set(home)
+        assert queue.visited("gemv", problems[1]) == set() and queue.placed["first visits"] == placed["first visits"]
+        deep = list(queue.stream([Job("gemv", problems[2], s, 0, 1, 2) for s in schedules[:96]], home))
+        assert len(deep) == 96 and queue.placed["first visits"] > placed["first visits"]
+    finally:
+        queue.close()
+        made.shutdown()
+
+
+def test_a_worker_away_takes_the_trials_of_a_problem_whose_inputs_it_holds_first():
+    """Two tasks share a home's queue: a worker that ran one of them takes that one's next
+    batch, from behind the other's, at no inputs' cost; a worker holding neither waits where
+    the inputs would cost more than the home's backlog."""
+    from types import SimpleNamespace
+
+    from farm.tuning.job import Job
+    from farm.tuning.workers import _Away, _Batch, _Pending, _Slot, _VisitCost
+
+    spec = catalog.get("gemv")
+    one, two = spec.problem(m=256, n=256), spec.problem(m=512, n=512)
+    home = ("w0", "w1")
+    slots = {name: _Slot(name) for name in ("w0", "w1", "w8", "w9")}
+    for name in home:
+        slots[name].fifo.append(_Batch([(0, Job("gemv", one, spec.default, 0, 1, 2))]))
+    queued = [(one, spec.schedules()[1]), (two, spec.schedules()[2]), (one, spec.schedules()[3])]
+    pending = _Pending(_Batch([(i, Job("gemv", p, s, 0, 1, 2))]) for i, (p, s) in enumerate(queued))
+    cost = _VisitCost()
+    cost.ratio = 5.0  # a visit costs five trial-times; the home is (3 queued + 2 in flight) / 2 = 2.5 deep
+    key_two = ("gemv", two.key(), 0)
+    trials = SimpleNamespace(by_name=slots, cost=cost, visited_by={"w9": {key_two}}, home_of={key_two: home})
+    away = _Away(trials, {home: pending})
+    assert away.choose(slots["w8"]) == (None, None)
+    assert away.choose(slots["w8"], held=True) == (None, None)
+    assert away.choose(slots["w9"]) == (None, None)  # as a worker without the inputs
+    chosen, queue_ = away.choose(slots["w9"], held=True)
+    assert chosen == home and queue_[0].items[0][1].problem == two and queue_.trials == 3
+    assert [b.items[0][1].problem for b in queue_] == [two, one, one]

@@ -320,7 +320,7 @@ class Campaign:
             return
         slots = set(home)
         if what == "forget" and self._queue is not None:
-            slots |= self._queue.visited(task.kernel, task.problem, self.config.seed)
+            slots |= self._queue.release(task.kernel, task.problem, self.config.seed)
         call(task.kernel, task.problem, self.config.seed, task.topology, slots=sorted(slots))
 
     def _update_campaign(self) -> None:

@@ -34,6 +34,7 @@ sets CUDA_VISIBLE_DEVICES, which Vulkan ignores) and cross-checks it against `nv
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import os
 import queue
@@ -124,6 +125,7 @@ class _Batch:
     alone: bool = False  # a retried or split-off trial: never merged with others again
     share: bool = False  # a worker's whole share of a wide round: it takes no second batch in that fill
     answer: Any = None  # the ref's future once watched: its value, read without a second ray.get
+    sample: str = ""  # "visit": a first visit alone on its worker, whose wall teaches TrialQueue's _VisitCost
 
 
 class _Arrivals:
@@ -167,6 +169,13 @@ class _Pending(deque):
             self.round = 0
         return batch
 
+    def to_front(self, index: int) -> None:
+        """Move the batch at `index` to the front (the counts stay: it is still queued)."""
+        if index:
+            batch = self[index]
+            del self[index]
+            deque.appendleft(self, batch)
+
     def _added(self, count: int) -> None:
         self.trials += count
         self.round += count
@@ -185,6 +194,145 @@ class _Pending(deque):
         self._added(len(batch.items))
 
 
+ProblemKey = tuple[str, str, int]  # (kernel, problem key, seed): one problem's inputs on a worker
+
+
+def _problem_of(batch: _Batch) -> ProblemKey:
+    """The problem of a batch's first trial (a batch from one home holds one problem's trials,
+    or, where two tasks share the home, rarely the tail of one and the head of the other)."""
+    job = batch.items[0][1]
+    return job.kernel, job.problem.key(), job.seed
+
+
+class _VisitCost:
+    """What a trial away from its problem's home costs, in trial-times: a worker that never ran
+    the problem first makes its inputs and reference. Learned from batches that had their worker
+    to themselves: the wall a trial takes on a worker that ran the problem before, and the wall
+    a first visit takes beyond its trials. A problem not yet visited takes the ratio seen over
+    all of them; with nothing seen yet a visit costs nothing, as before this was learned, and
+    the first visits teach it."""
+
+    WEIGHT = 0.25  # of a new sample in the moving averages: a few batches settle it
+
+    def __init__(self):
+        self.trial_s: dict[ProblemKey, float] = {}
+        self.inputs_s: dict[ProblemKey, float] = {}
+        self.ratio: float | None = None
+        self._early: dict[ProblemKey, list[tuple[int, float]]] = {}  # visits seen before a trial's time
+
+    def learn(self, key: ProblemKey, sample: str, trials: int, wall_s: float) -> None:
+        if sample == "trial":
+            self.trial_s[key] = _moved(self.trial_s.get(key), wall_s / trials, self.WEIGHT)
+            for early in self._early.pop(key, ()):
+                self.learn(key, "visit", *early)
+            return
+        trial_s = self.trial_s.get(key)
+        if not trial_s:
+            # a problem's first visits come with its first rounds, before its home has timed a trial
+            self._early.setdefault(key, []).append((trials, wall_s))
+            del self._early[key][:-8]
+            return
+        inputs_s = max(0.0, wall_s - trials * trial_s)
+        self.inputs_s[key] = _moved(self.inputs_s.get(key), inputs_s, self.WEIGHT)
+        self.ratio = _moved(self.ratio, inputs_s / trial_s, self.WEIGHT)
+
+    def trials(self, key: ProblemKey) -> float:
+        """The inputs' cost of a first visit to `key`, in trial-times of `key`."""
+        inputs_s, trial_s = self.inputs_s.get(key), self.trial_s.get(key)
+        if inputs_s is not None and trial_s:
+            return inputs_s / trial_s
+        return self.ratio or 0.0
+
+    def forget(self, key: ProblemKey) -> None:
+        self.trial_s.pop(key, None)
+        self.inputs_s.pop(key, None)
+        self._early.pop(key, None)
+
+
+def _moved(average: float | None, sample: float, weight: float) -> float:
+    return sample if average is None else average + weight * (sample - average)
+
+
+class _Away:
+    """One fill's choice for a worker with nothing of its homes queued: the other queue whose
+    next batch it would finish soonest ahead of that queue's home, or none. A home with `p`
+    trials a worker (queued and in flight) ends its last in about `p` trial-times; this worker
+    ends one in its own backlog, plus the problem's inputs where it lacks them, plus one. The
+    queues are ranked once a fill (a heap, refreshed as batches leave them): a fleet's idle
+    workers would otherwise each scan every queue."""
+
+    def __init__(self, trials: TrialQueue, queues: dict):
+        self.trials, self.queues = trials, queues
+        self.load: dict[tuple[str, ...], int] = {}  # home -> trials in flight on its workers
+        self.heap: list | None = None
+        self.absent: set[tuple] = set()  # (home, problem) with no batch near the queue's front
+
+    def placed(self, homes: list, count: int) -> None:
+        """A batch of `count` trials went to a worker of these homes."""
+        for home in homes:
+            if home in self.load:
+                self.load[home] += count
+
+    def pressure(self, home: tuple[str, ...]) -> float:
+        load = self.load.get(home)
+        if load is None:
+            slots = self.trials.by_name
+            load = self.load[home] = sum(len(b.items) for name in home for b in slots[name].fifo)
+        return (self.queues[home].trials + load) / len(home)
+
+    def _gain(self, home: tuple[str, ...]) -> float:
+        """Trial-times a worker without the inputs and with nothing in flight would save."""
+        return self.pressure(home) - self.trials.cost.trials(_problem_of(self.queues[home][0])) - 1.0
+
+    def _best_without_inputs(self) -> tuple[tuple[str, ...] | None, float]:
+        if self.heap is None:
+            self.heap = [(-self._gain(h), i, h) for i, h in enumerate(self.queues) if h is not None and self.queues[h]]
+            heapq.heapify(self.heap)
+        while self.heap:
+            stale, i, home = self.heap[0]
+            if not self.queues[home]:
+                heapq.heappop(self.heap)
+                continue
+            gain = self._gain(home)
+            if gain != -stale:
+                heapq.heapreplace(self.heap, (-gain, i, home))
+                continue
+            return home, gain
+        return None, 0.0
+
+    def choose(self, slot: _Slot, held: bool = False) -> tuple[tuple[str, ...] | None, _Pending | None]:
+        """The queue `slot` should take its next batch from, that batch brought to its front; or
+        none. `held`: among the problems whose inputs the worker holds (it ran their trials),
+        at no inputs' cost; else the best for a worker without them (a fill asks `held` first)."""
+        home, gain, at = None, 0.0, 0
+        if not held:
+            home, gain = self._best_without_inputs()
+        else:
+            for key in self.trials.visited_by.get(slot.name, ()):
+                mine = self.trials.home_of.get(key)
+                queue_ = self.queues.get(mine) if mine is not None else None
+                if not queue_ or self.pressure(mine) - 1.0 <= gain or (mine, key) in self.absent:
+                    continue
+                index = _index_of(queue_, key)
+                if index is None:
+                    self.absent.add((mine, key))  # not near the front: no batch of it this fill
+                else:
+                    home, gain, at = mine, self.pressure(mine) - 1.0, index
+        if home is None or gain <= sum(len(b.items) for b in slot.fifo):
+            return None, None
+        self.queues[home].to_front(at)
+        return home, self.queues[home]
+
+
+def _index_of(pending: _Pending, key: ProblemKey, within: int = 32) -> int | None:
+    """Where the first batch of `key` waits among the first `within` of `pending` (two tasks
+    share a home's queue), or None."""
+    for index, batch in enumerate(itertools.islice(pending, within)):
+        if _problem_of(batch) == key:
+            return index
+    return None
+
+
 class TrialQueue:
     """The pool's batch loop on a thread of its own, fed by several searches at once (a
     campaign's problems in parallel): `stream(jobs, home)`, from any thread, yields that call's
@@ -194,21 +342,30 @@ class TrialQueue:
 
     `home` (slot names: a problem's share of the workers) is where a call's jobs go first:
     its inputs, reference and compiled pipelines are there, and its guided batches are sized
-    for it. A worker with nothing of its homes queued takes the fullest other queue's next
-    batch (no worker idles while trials wait), and idle workers take one batch each before
-    any worker takes a second (a round waits for its slowest worker); `visited` names the
-    workers outside its home that ran a problem's trials, which hold its inputs too. A call
-    without a home is every worker's. Trials the failure rules send again go first, to any
-    worker."""
+    for it. Idle workers take one batch each before any worker takes a second (a round waits
+    for its slowest worker). A worker with nothing of its homes queued takes another queue's
+    next batch only where it would end it sooner than that queue's home, counting the inputs
+    it would make first (`_VisitCost`, learned as trials run; `_Away`); `visited` names the
+    workers outside its home that ran a problem's trials, which hold its inputs too, and
+    `release` forgets them once the problem is done. A call without a home is every worker's.
+    Trials the failure rules send again go first, to any worker."""
 
     def __init__(self, pool: WorkerPool, topology: str | None = None):
         self.pool, self.slots = pool, pool._slots_for(topology)
+        self.by_name = {slot.name: slot for slot in self.slots}  # slots are replaced in place
         # one queue wakes the loop: a caller's jobs, a batch's ref resolved, or None to stop
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._stop = threading.Event()
-        self._visited: dict[tuple[str, str, int], set[str]] = {}
+        self._visited: dict[ProblemKey, set[str]] = {}  # written by the loop only, read elsewhere under the lock
         self._visited_lock = threading.Lock()
+        # the loop's own: a worker's visits, a problem's home, the workers that ran it, what a visit costs
+        self.visited_by: dict[str, set[ProblemKey]] = {}
+        self.home_of: dict[ProblemKey, tuple[str, ...] | None] = {}
+        self._ran: dict[ProblemKey, set[str]] = {}
+        self.cost = _VisitCost()
+        self._released: queue.SimpleQueue = queue.SimpleQueue()
+        self.placed = {"home": 0, "away": 0, "first visits": 0}  # trials, and batches that made inputs
         self._thread = threading.Thread(target=self._loop, name="trial-queue", daemon=True)
         self._thread.start()
 
@@ -235,6 +392,13 @@ class TrialQueue:
         with self._visited_lock:
             return set(self._visited.get((kernel, problem.key(), seed), ()))
 
+    def release(self, kernel: str, problem: Problem, seed: int = 0) -> set[str]:
+        """`visited`, once the problem is done: the queue forgets what it kept of it."""
+        key = (kernel, problem.key(), seed)
+        self._released.put(key)
+        with self._visited_lock:
+            return set(self._visited.get(key, ()))
+
     def close(self, error: BaseException | None = None) -> None:
         """Stop the loop; callers still waiting get `error` (default: a WorkerFailure)."""
         if self._error is None:
@@ -255,6 +419,7 @@ class TrialQueue:
         checked = time.monotonic()
         try:
             while not self._stop.is_set():
+                self._forget_released()
                 self._fill(room, queues, homes, again, owner, arrivals)
                 for event in arrivals.wait(_POLL_S):
                     if isinstance(event, tuple):  # a caller's jobs
@@ -263,14 +428,22 @@ class TrialQueue:
                             queues[home] = _Pending()
                             for name in home or ():
                                 homes.setdefault(name, []).append(home)
+                        last = None
                         for job in jobs:
                             index = next(numbers)
                             routes[index] = out
                             queues[home].append(_Batch([(index, job)]))
+                            if job.problem is not last:
+                                self.home_of[(job.kernel, job.problem.key(), job.seed)] = home
+                                last = job.problem
                     elif event is not None and event in owner:
                         slot = owner[event]
+                        batch = next(b for b in slot.fifo if b.ref == event)
+                        generation, oldest, ended = slot.generation, batch is slot.fifo[0], time.monotonic()
                         for index, result in pool._collect(slot, event, again, owner):
                             routes.pop(index).put(result)
+                        if slot.generation == generation and batch not in slot.fifo:
+                            self._ran_batch(slot, batch, oldest, ended)
                         room[slot.name] = slot
                 if time.monotonic() - checked >= _POLL_S:
                     checked = time.monotonic()
@@ -286,31 +459,37 @@ class TrialQueue:
 
     def _fill(self, room: dict, queues: dict, homes: dict, again: _Pending, owner: dict, arrivals: _Arrivals) -> None:
         """WorkerPool._fill with homes: each worker with room takes from what is sent again,
-        then its homes' queues, then the fullest other queue; idle workers first, one batch
-        each, so a round smaller than the idle workers runs one trial deep."""
+        then its homes' queues, then another queue where that is sooner (`_Away`); idle
+        workers first, one batch each, so a round smaller than the idle workers runs one
+        trial deep."""
         waiting = again.trials + sum(q.trials for q in queues.values())
         if not waiting:
             return
         pool = self.pool
+        away = _Away(self, queues)
         shared: set[str] = set()  # took its round's share: no second batch in this fill
-        # Idle workers first, one batch each (from their homes, then from the fullest other
-        # queue), then every worker up to max_in_flight: a worker holding two trials of a
-        # round while another idles would make the round two trials long.
-        for depth, own in ((1, True), (1, False), (pool.max_in_flight, False)):
+        # Idle workers first, one batch each (from their homes, then from another queue: those
+        # holding its inputs first), then every worker up to max_in_flight, the same way: a
+        # worker holding two trials of a round while another idles would make the round two
+        # trials long, and a visitor that holds a problem's inputs costs it nothing.
+        passes = ((1, "own"), (1, "held"), (1, "any"), (pool.max_in_flight, "held"), (pool.max_in_flight, "any"))
+        for depth, where in passes:
             for slot in list(room.values()):
+                if where == "held" and not self.visited_by.get(slot.name):
+                    continue
                 while waiting and len(slot.fifo) < depth and slot.name not in shared:
-                    home, source = self._source(slot, queues, homes, again, own)
+                    home, source = self._source(slot, queues, homes, again, where, away)
                     if source is None or _kept_apart(slot, source[0]):
                         break
                     batch = pool._take(source, len(home) if home else len(self.slots))
                     waiting -= len(batch.items)
+                    self._classify(slot, batch, home, source is again)
                     batch.ref = slot.actor.evaluate.remote([job for _, job in batch.items])
                     batch.started = time.monotonic()
                     slot.fifo.append(batch)
                     owner[batch.ref] = slot
                     arrivals.watch(batch)
-                    if source is again or home is None or slot.name not in home:
-                        self._note_visit(slot.name, batch)
+                    away.placed(homes.get(slot.name, ()), len(batch.items))
                     if batch.share:
                         shared.add(slot.name)
                 if len(slot.fifo) >= pool.max_in_flight:
@@ -319,24 +498,69 @@ class TrialQueue:
                     return
 
     def _source(
-        self, slot: _Slot, queues: dict, homes: dict, again: _Pending, own: bool = False
+        self, slot: _Slot, queues: dict, homes: dict, again: _Pending, where: str = "any", away: _Away | None = None
     ) -> tuple[tuple | None, _Pending | None]:
         """Where `slot` takes its next batch: what is sent again, its homes' queues, then
-        (unless `own`) the fullest other queue; (None, None) when `own` finds nothing."""
+        (where "held" or "any") the calls without a home, then another home's queue where
+        `away` finds one worth it ("held": only a problem it holds the inputs of); (None,
+        None) for none."""
         if again:
             return None, again
         for home in homes.get(slot.name, ()):
             if queues[home]:
                 return home, queues[home]
-        if own:
+        if where == "own":
             return None, None
-        home = max((h for h in queues if queues[h]), key=lambda h: queues[h].trials)
-        return home, queues[home]
+        if queues.get(None):
+            return None, queues[None]
+        return (away or _Away(self, queues)).choose(slot, held=where == "held")
 
-    def _note_visit(self, name: str, batch: _Batch) -> None:
+    def _classify(self, slot: _Slot, batch: _Batch, home: tuple | None, again: bool) -> None:
+        """Count where `batch` runs, note a visit, and mark a first visit alone on its worker:
+        its wall is the inputs' cost and its trials'."""
+        key = _problem_of(batch)
+        if not again and home is not None and slot.name in home:
+            self.placed["home"] += len(batch.items)
+            return
+        self.placed["away"] += len(batch.items)
+        if slot.name not in self._visited.get(key, ()):
+            self.placed["first visits"] += 1
+            if not slot.fifo and not again:
+                batch.sample = "visit"  # alone on its worker: its wall is the inputs and its trials
+        for _, job in batch.items:
+            self._note_visit(slot.name, (job.kernel, job.problem.key(), job.seed))
+
+    def _ran_batch(self, slot: _Slot, batch: _Batch, oldest: bool, ended: float) -> None:
+        """`batch` ended on `slot`; `oldest`: it was the worker's oldest batch, so its clock ran
+        from when the one before it ended (a later batch ending first waited behind it)."""
+        key = _problem_of(batch)
+        ran = self._ran.setdefault(key, set())
+        # a trial's time: a batch behind one of the same problem on this worker, which made the inputs
+        sample = batch.sample or ("trial" if slot.name in ran else "")
+        if sample and oldest and all((j.kernel, j.problem.key(), j.seed) == key for _, j in batch.items[1:]):
+            self.cost.learn(key, sample, len(batch.items), ended - batch.started)
+        ran.add(slot.name)
+
+    def _note_visit(self, name: str, key: ProblemKey) -> None:
+        if name in self._visited.get(key, ()):
+            return
         with self._visited_lock:
-            for _, job in batch.items:
-                self._visited.setdefault((job.kernel, job.problem.key(), job.seed), set()).add(name)
+            self._visited.setdefault(key, set()).add(name)
+        self.visited_by.setdefault(name, set()).add(key)
+
+    def _forget_released(self) -> None:
+        while True:
+            try:
+                key = self._released.get_nowait()
+            except queue.Empty:
+                return
+            with self._visited_lock:
+                names = self._visited.pop(key, ())
+            for name in names:
+                self.visited_by.get(name, set()).discard(key)
+            self._ran.pop(key, None)
+            self.home_of.pop(key, None)
+            self.cost.forget(key)
 
 
 class WorkerPool:
