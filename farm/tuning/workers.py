@@ -257,7 +257,8 @@ class _Away:
     """One fill's choice for a worker with nothing of its homes queued: the other queue whose
     next batch it would finish soonest ahead of that queue's home, or none. A home with `p`
     trials a worker (queued and in flight) ends its last in about `p` trial-times; this worker
-    ends one in its own backlog, plus the problem's inputs where it lacks them, plus one. The
+    ends one in its own backlog, plus the problem's inputs where it lacks them (counted twice,
+    see `choose`), plus one. The
     queues are ranked once a fill (a heap, refreshed as batches leave them): a fleet's idle
     workers would otherwise each scan every queue."""
 
@@ -307,6 +308,11 @@ class _Away:
         home, gain, at = None, 0.0, 0
         if not held:
             home, gain = self._best_without_inputs()
+            if home is not None:
+                # The inputs count twice: the worker is away from its own homes while it makes
+                # them, and their cost is an average. Counted once, visits cost the simulated
+                # fleet more than they saved (decision 015, "a visit weighed").
+                gain -= self.trials.cost.trials(_problem_of(self.queues[home][0]))
         else:
             for key in self.trials.visited_by.get(slot.name, ()):
                 mine = self.trials.home_of.get(key)
