@@ -368,6 +368,7 @@ class TrialQueue:
         # the loop's own: a worker's visits, a problem's home, the workers that ran it, what a visit costs
         self.visited_by: dict[str, set[ProblemKey]] = {}
         self.home_of: dict[ProblemKey, tuple[str, ...] | None] = {}
+        self.problems_of: dict[tuple[str, ...] | None, set[ProblemKey]] = {}  # home_of turned round
         self._ran: dict[ProblemKey, set[str]] = {}
         self.cost = _VisitCost()
         self._released: queue.SimpleQueue = queue.SimpleQueue()
@@ -440,7 +441,9 @@ class TrialQueue:
                             routes[index] = out
                             queues[home].append(_Batch([(index, job)]))
                             if job.problem is not last:
-                                self.home_of[(job.kernel, job.problem.key(), job.seed)] = home
+                                key = (job.kernel, job.problem.key(), job.seed)
+                                self.home_of[key] = home
+                                self.problems_of.setdefault(home, set()).add(key)
                                 last = job.problem
                     elif event is not None and event in owner:
                         slot = owner[event]
@@ -479,10 +482,11 @@ class TrialQueue:
         # worker holding two trials of a round while another idles would make the round two
         # trials long, and a visitor that holds a problem's inputs costs it nothing.
         passes = ((1, "own"), (1, "held"), (1, "any"), (pool.max_in_flight, "held"), (pool.max_in_flight, "any"))
+        holders = None  # workers that ran a problem with trials queued: the "held" passes' only askers
         for depth, where in passes:
-            for slot in list(room.values()):
-                if where == "held" and not self.visited_by.get(slot.name):
-                    continue
+            if where == "held" and holders is None:
+                holders = self._holders(queues)
+            for slot in [room[n] for n in holders if n in room] if where == "held" else list(room.values()):
                 while waiting and len(slot.fifo) < depth and slot.name not in shared:
                     home, source = self._source(slot, queues, homes, again, where, away)
                     if source is None or _kept_apart(slot, source[0]):
@@ -520,6 +524,15 @@ class TrialQueue:
         if queues.get(None):
             return None, queues[None]
         return (away or _Away(self, queues)).choose(slot, held=where == "held")
+
+    def _holders(self, queues: dict) -> set[str]:
+        """The workers outside its home that ran a problem which has trials queued."""
+        names: set[str] = set()
+        for home, pending in queues.items():
+            if home is not None and pending:
+                for key in self.problems_of.get(home, ()):
+                    names |= self._visited.get(key, set())
+        return names
 
     def _classify(self, slot: _Slot, batch: _Batch, home: tuple | None, again: bool) -> None:
         """Count where `batch` runs, note a visit, and mark a first visit alone on its worker:
@@ -565,7 +578,7 @@ class TrialQueue:
             for name in names:
                 self.visited_by.get(name, set()).discard(key)
             self._ran.pop(key, None)
-            self.home_of.pop(key, None)
+            self.problems_of.get(self.home_of.pop(key, None), set()).discard(key)
             self.cost.forget(key)
 
 
