@@ -197,11 +197,14 @@ class _Pending(deque):
 ProblemKey = tuple[str, str, int]  # (kernel, problem key, seed): one problem's inputs on a worker
 
 
+def _problem_key(job: Job) -> ProblemKey:
+    return job.kernel, job.problem.key(), job.seed
+
+
 def _problem_of(batch: _Batch) -> ProblemKey:
     """The problem of a batch's first trial (a batch from one home holds one problem's trials,
     or, where two tasks share the home, rarely the tail of one and the head of the other)."""
-    job = batch.items[0][1]
-    return job.kernel, job.problem.key(), job.seed
+    return _problem_key(batch.items[0][1])
 
 
 class _VisitCost:
@@ -317,7 +320,7 @@ class _Away:
             for key in self.trials.visited_by.get(slot.name, ()):
                 mine = self.trials.home_of.get(key)
                 queue_ = self.queues.get(mine) if mine is not None else None
-                if not queue_ or self.pressure(mine) - 1.0 <= gain or (mine, key) in self.absent:
+                if not queue_ or (mine, key) in self.absent or self.pressure(mine) - 1.0 <= gain:
                     continue
                 index = _index_of(queue_, key)
                 if index is None:
@@ -441,7 +444,7 @@ class TrialQueue:
                             routes[index] = out
                             queues[home].append(_Batch([(index, job)]))
                             if job.problem is not last:
-                                key = (job.kernel, job.problem.key(), job.seed)
+                                key = _problem_key(job)
                                 self.home_of[key] = home
                                 self.problems_of.setdefault(home, set()).add(key)
                                 last = job.problem
@@ -547,7 +550,7 @@ class TrialQueue:
             if not slot.fifo and not again:
                 batch.sample = "visit"  # alone on its worker: its wall is the inputs and its trials
         for _, job in batch.items:
-            self._note_visit(slot.name, (job.kernel, job.problem.key(), job.seed))
+            self._note_visit(slot.name, _problem_key(job))
 
     def _ran_batch(self, slot: _Slot, batch: _Batch, oldest: bool, ended: float) -> None:
         """`batch` ended on `slot`; `oldest`: it was the worker's oldest batch, so its clock ran
@@ -556,7 +559,7 @@ class TrialQueue:
         ran = self._ran.setdefault(key, set())
         # a trial's time: a batch behind one of the same problem on this worker, which made the inputs
         sample = batch.sample or ("trial" if slot.name in ran else "")
-        if sample and oldest and all((j.kernel, j.problem.key(), j.seed) == key for _, j in batch.items[1:]):
+        if sample and oldest and all(_problem_key(j) == key for _, j in batch.items[1:]):
             self.cost.learn(key, sample, len(batch.items), ended - batch.started)
         ran.add(slot.name)
 
