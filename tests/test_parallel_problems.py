@@ -93,30 +93,38 @@ def test_fewer_problems_than_homes_get_wider_homes(tmp_path):
     assert [len(names) for names in homes] == [12, 12] and not set(homes[0]) & set(homes[1])
 
 
-def test_each_problem_asks_only_its_home_for_inputs_and_drops_them_where_its_trials_ran(pool, tmp_path):
+def test_each_problem_asks_its_home_and_the_next_for_inputs_and_drops_them_where_they_went(tmp_path):
+    """Three homes of 8 in a ring: a problem's inputs are made ahead on its home and the next
+    (16 of 24 workers, not the fleet), and dropped there and wherever else its trials ran."""
+    from farm.tuning.campaign import _shares
+
+    ring = fleet.fleet_pool(3 * PROBLEM_WORKERS, 0.003, fleet.simulated_profile())
     calls = []
     for what in ("prefetch", "forget"):
-        real = getattr(pool, what)
+        real = getattr(ring, what)
 
         def recorded(kernel, problem, seed=0, topology=None, slots=None, what=what, real=real):
             calls.append((what, problem.key(), None if slots is None else tuple(slots)))
             real(kernel, problem, seed, topology, slots)
 
-        setattr(pool, what, recorded)
+        setattr(ring, what, recorded)
     spec = catalog.get("gemv")
     problems = [spec.problem(m=n, n=n) for n in (256, 512, 1024)]
     config = TuneConfig(kernels=("gemv",), sizes={"gemv": problems}, strategy="model", budget=16)
     db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
-    Campaign(config, pool, db, tmp_path / "artifacts", "farm tune gemv").run()
-    ran = {p.key(): {r["worker_id"].split(".")[0] for r in store.trials(db) if r["problem"] == p.key()}
-           for p in problems}  # fmt: skip
-    db.engine.dispose()
-    homes = {names for what, _, names in calls if what == "prefetch"}
-    assert all(names is not None and len(names) == PROBLEM_WORKERS for names in homes)  # a share, not the fleet
-    for problem in problems:
+    try:
+        Campaign(config, ring, db, tmp_path / "artifacts", "farm tune gemv").run()
+        ran = {p.key(): {r["worker_id"].split(".")[0] for r in store.trials(db) if r["problem"] == p.key()}
+               for p in problems}  # fmt: skip
+        shares = _shares(list(ring.topologies().values())[0], 3)
+    finally:
+        db.engine.dispose()
+        ring.shutdown()
+    for n, problem in enumerate(problems):  # the n-th to start takes the n-th home
         asked = [names for what, key, names in calls if key == problem.key() and what == "prefetch"]
         dropped = [names for what, key, names in calls if key == problem.key() and what == "forget"]
         assert len(asked) == 1 and len(dropped) == 1
+        assert set(asked[0]) == set(shares[n]) | set(shares[(n + 1) % 3])
         assert set(asked[0]) <= set(dropped[0]) and ran[problem.key()] <= set(dropped[0])
         assert set(dropped[0]) <= set(asked[0]) | ran[problem.key()]  # and nowhere else
 
@@ -299,3 +307,30 @@ def test_a_worker_away_takes_the_trials_of_a_problem_whose_inputs_it_holds_first
     chosen, queue_ = away.choose(slots["w9"], held=True)
     assert chosen == home and queue_[0].items[0][1].problem == two and queue_.trials == 3
     assert [b.items[0][1].problem for b in queue_] == [two, one, one]
+
+
+def test_workers_lent_a_problem_take_its_trials_at_no_inputs_cost():
+    """Workers asked to make a problem's inputs ahead (`lend`) take its trials as holders do,
+    where a worker without them would wait: the visit is no first visit, and `visited` names
+    them, so the campaign drops the inputs there."""
+    from farm.tuning.job import Job
+    from farm.tuning.workers import TrialQueue
+
+    made = fleet.fleet_pool(8, 0.02, fleet.simulated_profile(), inputs_s=0.5)
+    spec, names = catalog.get("gemv"), list(made.topologies().values())[0]
+    home, lent = names[:4], names[4:]
+    lone, shared = spec.problem(m=256, n=256), spec.problem(m=512, n=256)
+    queue = TrialQueue(made)
+    queue.cost.ratio = 5.0  # a first visit costs five trial-times: a round of 32 on a home of 4 stays home
+    try:
+        jobs = [Job("gemv", lone, s, 0, 1, 2) for s in spec.schedules()[:32]]
+        assert {r.worker_id.split(".")[0] for r in queue.stream(jobs, home)} <= set(home)
+        made.prefetch("gemv", shared, slots=home + lent)
+        queue.lend("gemv", shared, 0, lent)
+        jobs = [Job("gemv", shared, s, 0, 1, 2) for s in spec.schedules()[:32]]
+        where = {r.worker_id.split(".")[0] for r in queue.stream(jobs, home)}
+        assert where & set(lent) and queue.placed["first visits"] == 0
+        assert queue.visited("gemv", shared) == set(lent) and queue.visited("gemv", lone) == set()
+    finally:
+        queue.close()
+        made.shutdown()

@@ -111,6 +111,7 @@ class Campaign:
         self._prefetched: dict[tuple[str, str, str], Task] = {}
         # beside other problems (_tune_parallel): each task's share of the workers, and their queue
         self._homes: dict[tuple[str, str, str], list[str]] = {}
+        self._neighbours: dict[tuple[str, str, str], list[str]] = {}  # the next home, lent each task (_tune_parallel)
         self._queue: TrialQueue | None = None
 
     def run(self) -> list[WinnerRecord]:
@@ -189,17 +190,23 @@ class Campaign:
         TrialQueue (the next task starts as one ends, in plan order), so a fleet stays busy
         across problems; winners in plan order. Each running task has a home, 1/`homes` of the
         workers, which a task that ends hands to the next: its trials go there first (other
-        workers take them only when idle), and only there go its compile hints and the request
-        for its inputs, at its start; its inputs are dropped there and wherever else its trials
-        ran. At a thousand workers a request to every worker for every problem cost the driver
+        workers take them only when idle), and only there go its compile hints; its inputs are
+        asked for there and on the next home, at its start, and dropped there and wherever else
+        its trials ran. At a thousand workers a request to every worker for every problem cost the driver
         more than the trials. A task that raises closes the queue: the others stop, and its
         error is raised."""
         trials = self._queue = TrialQueue(self.pool, tasks[0].topology)
         running: dict[int, threading.Thread] = {}
         done: queue.SimpleQueue = queue.SimpleQueue()
         outcomes: dict[int, WinnerRecord | BaseException | None] = {}
-        free = deque(_shares(self.pool.topologies()[tasks[0].topology], homes) * TASKS_PER_HOME)  # each once first
+        shares = _shares(self.pool.topologies()[tasks[0].topology], homes)
+        free = deque(shares * TASKS_PER_HOME)  # each once first
         parallel = len(free)
+        # Each task's inputs are made ahead on the next home too (a ring), whose workers take its
+        # trials at no inputs' cost when their own tasks leave them idle (a round waiting for its
+        # slowest trial). Making inputs at a first visit cost the simulated fleet more than the
+        # visits saved (decision 015).
+        following_home = {tuple(home): shares[(n + 1) % len(shares)] for n, home in enumerate(shares)}
 
         def work(index: int, task: Task) -> None:
             try:
@@ -214,7 +221,8 @@ class Campaign:
             while True:
                 while len(running) < parallel and (item := next(following, None)) is not None:
                     index, task = item
-                    self._homes[_task_key(task)] = free.popleft()
+                    self._homes[_task_key(task)] = home = free.popleft()
+                    self._neighbours[_task_key(task)] = following_home[tuple(home)]
                     self._prefetch([task])
                     running[index] = threading.Thread(target=work, args=item, name=f"task-{index}", daemon=True)
                     running[index].start()
@@ -225,6 +233,7 @@ class Campaign:
                 except queue.Empty:
                     continue
                 running.pop(finished)
+                self._neighbours.pop(_task_key(tasks[finished]), None)
                 free.append(self._homes.pop(_task_key(tasks[finished])))
                 if isinstance(outcomes[finished], BaseException):
                     raise outcomes[finished]
@@ -310,7 +319,8 @@ class Campaign:
     def _workers(self, what: str, task: Task) -> None:
         """Ask `task`'s workers to `prefetch` or `forget` its inputs (WorkerPool's; a pool
         without them, as the tests' fakes, generates at each problem's first trial): beside
-        other problems its home, and to forget, also the workers its trials visited."""
+        other problems its home and the next home (lent to the task's trials), and to forget,
+        also the workers its trials visited."""
         call = getattr(self.pool, what, None)
         if call is None:
             return
@@ -318,7 +328,10 @@ class Campaign:
         if home is None:
             call(task.kernel, task.problem, self.config.seed, task.topology)
             return
-        slots = set(home)
+        neighbours = set(self._neighbours.get(_task_key(task), ())) - set(home)
+        slots = set(home) | neighbours
+        if what == "prefetch" and self._queue is not None and neighbours:
+            self._queue.lend(task.kernel, task.problem, self.config.seed, sorted(neighbours))
         if what == "forget" and self._queue is not None:
             slots |= self._queue.release(task.kernel, task.problem, self.config.seed)
         call(task.kernel, task.problem, self.config.seed, task.topology, slots=sorted(slots))

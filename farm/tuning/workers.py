@@ -375,6 +375,7 @@ class TrialQueue:
         self._ran: dict[ProblemKey, set[str]] = {}
         self.cost = _VisitCost()
         self._released: queue.SimpleQueue = queue.SimpleQueue()
+        self._lent: queue.SimpleQueue = queue.SimpleQueue()
         self.placed = {"home": 0, "away": 0, "first visits": 0}  # trials, and batches that made inputs
         self._thread = threading.Thread(target=self._loop, name="trial-queue", daemon=True)
         self._thread.start()
@@ -398,9 +399,16 @@ class TrialQueue:
                 break
 
     def visited(self, kernel: str, problem: Problem, seed: int = 0) -> set[str]:
-        """The workers outside the problem's home (or any, for jobs without one) that ran its trials."""
+        """The workers outside the problem's home (or any, for jobs without one) that ran its
+        trials or were lent it (`lend`)."""
         with self._visited_lock:
             return set(self._visited.get((kernel, problem.key(), seed), ()))
+
+    def lend(self, kernel: str, problem: Problem, seed: int, names: Iterable[str]) -> None:
+        """Workers outside the problem's home that were asked to make its inputs ahead: they
+        take its trials as the workers that ran it do, at no inputs' cost, and `visited` (so
+        `release`) names them."""
+        self._lent.put(((kernel, problem.key(), seed), tuple(names)))
 
     def release(self, kernel: str, problem: Problem, seed: int = 0) -> set[str]:
         """`visited`, once the problem is done: the queue forgets what it kept of it."""
@@ -571,6 +579,13 @@ class TrialQueue:
         self.visited_by.setdefault(name, set()).add(key)
 
     def _forget_released(self) -> None:
+        while True:  # lent before released: a problem lent and released since the last look ends forgotten
+            try:
+                key, names = self._lent.get_nowait()
+            except queue.Empty:
+                break
+            for name in names:
+                self._note_visit(name, key)
         while True:
             try:
                 key = self._released.get_nowait()
