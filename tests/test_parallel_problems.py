@@ -5,12 +5,13 @@ in plan order; the simulated GPUs are benchmarks/fleet.py's stubs over a real lo
 from __future__ import annotations
 
 import sys
+from collections import deque
 from pathlib import Path
 
 import pytest
 
 from farm import catalog, store
-from farm.tuning.campaign import PROBLEM_WORKERS, TASKS_PER_HOME, Campaign
+from farm.tuning.campaign import PROBLEM_WORKERS, TASKS_PER_HOME, Campaign, _task_key
 from farm.tuning.tasks import TuneConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -22,6 +23,19 @@ def pool():
     made = fleet.fleet_pool(2 * PROBLEM_WORKERS, 0.003, fleet.simulated_profile())
     yield made
     made.shutdown()
+
+
+def _homes_as_started(campaign: Campaign) -> list[tuple[str, tuple[str, ...]]]:
+    """(problem key, home) of each task as it starts (it asks for its inputs then)."""
+    homes, real = [], campaign._prefetch
+
+    def recorded(tasks):
+        for task in tasks or []:
+            homes.append((task.problem.key(), tuple(campaign._homes[_task_key(task)])))
+        real(tasks)
+
+    campaign._prefetch = recorded
+    return homes
 
 
 def test_problems_run_side_by_side_and_every_trial_is_recorded_once(pool, tmp_path):
@@ -48,19 +62,13 @@ def test_problems_run_side_by_side_and_every_trial_is_recorded_once(pool, tmp_pa
 def test_two_problems_share_each_home_at_once(pool, tmp_path):
     """Two homes, four problems: all four start at once, two to a home, so one's round tail
     is the other's trials."""
-    homes = []
-    real = pool.prefetch
-
-    def recorded(kernel, problem, seed=0, topology=None, slots=None):
-        homes.append((problem.key(), tuple(slots)))
-        real(kernel, problem, seed, topology, slots)
-
-    pool.prefetch = recorded
     spec = catalog.get("gemm")
     problems = [spec.problem(m=n, k=n, n=n) for n in (256, 512, 1024, 2048)]
     config = TuneConfig(kernels=("gemm",), sizes={"gemm": problems}, strategy="model", budget=24)
     db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
-    Campaign(config, pool, db, tmp_path / "artifacts", "farm tune gemm").run()
+    campaign = Campaign(config, pool, db, tmp_path / "artifacts", "farm tune gemm")
+    homes = _homes_as_started(campaign)
+    campaign.run()
     rows = store.trials(db)
     db.engine.dispose()
     assert [key for key, _ in homes] == [p.key() for p in problems]  # each asked for once, at its start
@@ -73,23 +81,18 @@ def test_two_problems_share_each_home_at_once(pool, tmp_path):
 def test_fewer_problems_than_homes_get_wider_homes(tmp_path):
     """24 workers hold 3 homes of 8; 2 problems take 12 each, so their rounds are wider."""
     wide = fleet.fleet_pool(3 * PROBLEM_WORKERS, 0.003, fleet.simulated_profile())
-    homes = []
-    real = wide.prefetch
-
-    def recorded(kernel, problem, seed=0, topology=None, slots=None):
-        homes.append(tuple(slots))
-        real(kernel, problem, seed, topology, slots)
-
-    wide.prefetch = recorded
     spec = catalog.get("gemm")
     problems = [spec.problem(m=n, k=n, n=n) for n in (256, 512)]
     config = TuneConfig(kernels=("gemm",), sizes={"gemm": problems}, strategy="model", budget=16)
     db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
     try:
-        Campaign(config, wide, db, tmp_path / "artifacts", "farm tune gemm").run()
+        campaign = Campaign(config, wide, db, tmp_path / "artifacts", "farm tune gemm")
+        started = _homes_as_started(campaign)
+        campaign.run()
     finally:
         db.engine.dispose()
         wide.shutdown()
+    homes = [names for _, names in started]
     assert [len(names) for names in homes] == [12, 12] and not set(homes[0]) & set(homes[1])
 
 
@@ -123,10 +126,15 @@ def test_each_problem_asks_its_home_and_the_next_for_inputs_and_drops_them_where
     for n, problem in enumerate(problems):  # the n-th to start takes the n-th home
         asked = [names for what, key, names in calls if key == problem.key() and what == "prefetch"]
         dropped = [names for what, key, names in calls if key == problem.key() and what == "forget"]
-        assert len(asked) == 1 and len(dropped) == 1
+        assert len(dropped) == 1 and calls[-1::-1].index(("forget", problem.key(), dropped[0])) < min(
+            calls[-1::-1].index(("prefetch", problem.key(), names)) for names in asked
+        )  # no request for its inputs after they were dropped
         assert set(asked[0]) == set(shares[n]) | set(shares[(n + 1) % 3])
-        assert set(asked[0]) <= set(dropped[0]) and ran[problem.key()] <= set(dropped[0])
-        assert set(dropped[0]) <= set(asked[0]) | ran[problem.key()]  # and nowhere else
+        # later: a share the first tasks to end left spare, lent to one still running (_lend_spare)
+        assert all(len(names) == PROBLEM_WORKERS and not set(names) & set(asked[0]) for names in asked[1:])
+        everywhere = set().union(*asked)
+        assert everywhere <= set(dropped[0]) and ran[problem.key()] <= set(dropped[0])
+        assert set(dropped[0]) <= everywhere | ran[problem.key()]  # and nowhere else
 
 
 def test_a_queue_sends_a_problems_trials_home_first_and_names_the_workers_it_visited(pool):
@@ -334,3 +342,38 @@ def test_workers_lent_a_problem_take_its_trials_at_no_inputs_cost():
     finally:
         queue.close()
         made.shutdown()
+
+
+def test_once_no_task_is_left_to_start_a_freed_home_is_lent_to_a_running_task_that_lacks_it(tmp_path):
+    """Homes a, b, c in a ring. The share a frees goes to the task on b (the others hold a's
+    workers already); shares of b to the latest started of c's tasks first, then the other;
+    none to a task dropping its inputs, and at most SPARE_LENT a task."""
+    from types import SimpleNamespace
+
+    from farm.tuning.campaign import SPARE_LENT
+
+    asked, lent = [], []
+    pool = SimpleNamespace(prefetch=lambda kernel, problem, seed, topology, slots: asked.append((problem, slots)),
+                           forget=lambda *args, **kwargs: None)  # fmt: skip
+    config = TuneConfig(kernels=("gemv",), sizes={}, strategy="model", budget=16)
+    campaign = Campaign(config, pool, None, tmp_path, "farm tune gemv")
+    campaign._queue = SimpleNamespace(lend=lambda kernel, problem, seed, names: lent.append((problem, names)),
+                                      release=lambda *args: set())  # fmt: skip
+    spec = catalog.get("gemv")
+    a, b, c = ["a0", "a1"], ["b0", "b1"], ["c0", "c1"]
+    tasks = [SimpleNamespace(topology="t", kernel="gemv", problem=spec.problem(m=256 * (n + 1), n=256))
+             for n in range(4)]  # fmt: skip
+    for task, home, beside in ((tasks[1], b, c), (tasks[2], c, a), (tasks[3], c, a)):
+        campaign._homes[("t", "gemv", task.problem.key())] = home
+        campaign._neighbours[("t", "gemv", task.problem.key())] = beside
+    running, counts = {1: None, 2: None, 3: None}, {}
+    campaign._lend_spare(deque([a]), running, tasks, counts)
+    one, two, three = (task.problem for task in tasks[1:])
+    assert asked == lent == [(one, a)]
+    campaign._lend_spare(deque([b, b]), running, tasks, counts)
+    assert asked[1:] == [(three, b), (two, b)]  # the latest started first
+    campaign._lend_spare(deque([a]), running, tasks, counts)  # every task holds a now: it stays spare
+    campaign._workers("forget", tasks[3])
+    campaign._lend_spare(deque([["d0", "d1"]] * 3), running, tasks, counts)
+    assert asked[3:] == [(two, ["d0", "d1"]), (one, ["d0", "d1"])] and lent == asked  # not to the one dropping
+    assert max(counts.values()) == SPARE_LENT == 2

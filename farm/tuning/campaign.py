@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from farm import store
@@ -71,6 +71,10 @@ PROBLEM_WORKERS = 8
 # Tasks sharing a home at once: while one waits for its round's slowest trial, re-measures its
 # finalists on one worker or refits its models, the other's trials keep the home's GPUs busy.
 TASKS_PER_HOME = 2
+# Home shares a running task is lent, at most, once no task is left to start: the last tasks'
+# rounds (2 x PROBLEM_WORKERS trials) then run one trial a worker on their home, the next home
+# and these, not two deep on their home while the rest of the fleet idles.
+SPARE_LENT = 2
 
 
 @functools.cache  # once a process: froze at every campaign, `farm serve` would keep each one's garbage cycles
@@ -111,7 +115,11 @@ class Campaign:
         self._prefetched: dict[tuple[str, str, str], Task] = {}
         # beside other problems (_tune_parallel): each task's share of the workers, and their queue
         self._homes: dict[tuple[str, str, str], list[str]] = {}
-        self._neighbours: dict[tuple[str, str, str], list[str]] = {}  # the next home, lent each task (_tune_parallel)
+        # the workers beside its home asked for each task's inputs: the next home, and spare shares
+        # lent it (_lend_spare, under _lending: a task dropping its inputs is lent none after)
+        self._neighbours: dict[tuple[str, str, str], list[str]] = {}
+        self._lending = threading.Lock()
+        self._dropping: set[tuple[str, str, str]] = set()
         self._queue: TrialQueue | None = None
 
     def run(self) -> list[WinnerRecord]:
@@ -211,30 +219,47 @@ class Campaign:
         def work(index: int, task: Task) -> None:
             try:
                 runner = PoolExecutor(self.pool, task.topology, profiles, trials, self._homes[_task_key(task)])
-                outcomes[index] = self._tune(task, profiles, None, runner)
+                outcomes[index] = self._tune(task, profiles, None, runner, lambda: done.put(("searched", index)))
             except BaseException as exc:  # noqa: BLE001 - raised by the campaign's thread
                 outcomes[index] = exc
-            done.put(index)
+            done.put(("ended", index))
 
+        lent: dict[int, int] = {}  # running task -> spare home shares lent it (_lend_spare)
+        # Running tasks still searching: each holds a share of a home. A task whose search is over
+        # hands its share to the next task while it re-measures its finalists on one worker (its
+        # home would otherwise run one task's rounds for that long).
+        searching: set[int] = set()
         try:
-            following = self._following(tasks, free)
+            following, exhausted = self._following(tasks, free), False
             while True:
-                while len(running) < parallel and (item := next(following, None)) is not None:
+                while len(searching) < parallel and not exhausted:
+                    if (item := next(following, None)) is None:
+                        exhausted = True
+                        break
                     index, task = item
                     self._homes[_task_key(task)] = home = free.popleft()
                     self._neighbours[_task_key(task)] = following_home[tuple(home)]
                     self._prefetch([task])
                     running[index] = threading.Thread(target=work, args=item, name=f"task-{index}", daemon=True)
+                    searching.add(index)
                     running[index].start()
                 if not running:
                     break
+                if exhausted and free:
+                    self._lend_spare(free, searching, tasks, lent)
                 try:
-                    finished = done.get(timeout=0.5)  # a timeout, so Ctrl-C is seen at once
+                    event, finished = done.get(timeout=0.5)  # a timeout, so Ctrl-C is seen at once
                 except queue.Empty:
+                    continue
+                if finished in searching:
+                    searching.discard(finished)
+                    free.append(self._homes[_task_key(tasks[finished])])
+                if event == "searched":
                     continue
                 running.pop(finished)
                 self._neighbours.pop(_task_key(tasks[finished]), None)
-                free.append(self._homes.pop(_task_key(tasks[finished])))
+                self._dropping.discard(_task_key(tasks[finished]))
+                self._homes.pop(_task_key(tasks[finished]))
                 if isinstance(outcomes[finished], BaseException):
                     raise outcomes[finished]
                 if self.ended is not None:
@@ -250,6 +275,36 @@ class Campaign:
         ours = self.tasks[-len(tasks) :]  # appended as each ended: the summary lists them in plan order
         self.tasks[-len(tasks) :] = sorted(ours, key=lambda stats: order[(stats["kernel"], stats["problem"])])
         return [outcomes[n] for n in range(len(tasks)) if outcomes[n] is not None]
+
+    def _lend_spare(self, free: deque, running: Iterable[int], tasks: list[Task], lent: dict[int, int]) -> None:
+        """Once no task is left to start, lend each home share a task frees to a searching task
+        (of `running`) that lacks its workers (the fewest lent first, then the latest started: the most left
+        to run), up to SPARE_LENT a task: the workers make its inputs ahead and take its trials
+        at no inputs' cost. A share no running task can use stays spare."""
+        prefetch = getattr(self.pool, "prefetch", None)
+        while free:
+            home = free.popleft()
+            with self._lending:
+                wanting = [
+                    i for i in running
+                    if lent.get(i, 0) < SPARE_LENT and _task_key(tasks[i]) not in self._dropping
+                    and not set(home) <= self._held(tasks[i])
+                ]  # fmt: skip
+                if not wanting:
+                    continue
+                index = min(wanting, key=lambda i: (lent.get(i, 0), -i))
+                task, key = tasks[index], _task_key(tasks[index])
+                names = sorted(set(home) - self._held(task))
+                lent[index] = lent.get(index, 0) + 1
+                self._neighbours[key] = [*self._neighbours.get(key, ()), *names]
+                if prefetch is not None:
+                    prefetch(task.kernel, task.problem, self.config.seed, task.topology, slots=names)
+                self._queue.lend(task.kernel, task.problem, self.config.seed, names)
+
+    def _held(self, task: Task) -> set[str]:
+        """The workers asked for `task`'s inputs: its home, the next home and shares lent it."""
+        key = _task_key(task)
+        return set(self._homes.get(key, ())) | set(self._neighbours.get(key, ()))
 
     def _following(self, tasks: list[Task], free: deque):
         """(index, task) of `tasks` in order, then of those `more` adds as homes free (appended
@@ -273,15 +328,17 @@ class Campaign:
         profiles: dict[str, HardwareProfile],
         ahead: list[Task] | None = None,
         runner: PoolExecutor | None = None,
+        searched: Callable[[], None] | None = None,
     ):
         """Run `task` through the engine on its topology's workers; its winner, or None. The
         workers are asked for the inputs and references of the tasks `ahead` not asked for
         before, in order, in the background: before `task`'s first trial when its own were
         asked for earlier (they are queued first), else once its first trial is back (the
         first task's reference would otherwise queue behind the next problem's); once its
-        winner is stored, they drop `task`'s."""
+        winner is stored, they drop `task`'s. `searched` runs once its search is over, before
+        its finalists are re-measured."""
         runner = runner or PoolExecutor(self.pool, task.topology, profiles)
-        log = CampaignLog(self.db, self.campaign_id, self.recorder, self.progress, self.heartbeat.beat)
+        log = CampaignLog(self.db, self.campaign_id, self.recorder, self.progress, self.heartbeat.beat, searched)
         early = _task_key(task) in self._prefetched  # its own inputs and reference are queued ahead of `ahead`'s
         if early:
             self._prefetch(ahead)
@@ -328,7 +385,10 @@ class Campaign:
         if home is None:
             call(task.kernel, task.problem, self.config.seed, task.topology)
             return
-        neighbours = set(self._neighbours.get(_task_key(task), ())) - set(home)
+        with self._lending:
+            if what == "forget":
+                self._dropping.add(_task_key(task))
+            neighbours = set(self._neighbours.get(_task_key(task), ())) - set(home)
         slots = set(home) | neighbours
         if what == "prefetch" and self._queue is not None and neighbours:
             self._queue.lend(task.kernel, task.problem, self.config.seed, sorted(neighbours))
@@ -354,9 +414,10 @@ class CampaignLog(StoreLog):
     """The engine's trial log for a campaign: the database, with every trial counted in the
     progress line and the campaign row written once a task's search is over."""
 
-    def __init__(self, db: store.Store, campaign_id: int, recorder: TrialRecorder, progress: Progress, beat):
+    def __init__(self, db: store.Store, campaign_id: int, recorder: TrialRecorder, progress: Progress, beat,
+                 search_over: Callable[[], None] | None = None):  # fmt: skip
         super().__init__(db, campaign_id, recorder)
-        self.progress, self.beat = progress, beat
+        self.progress, self.beat, self.search_over = progress, beat, search_over
 
     def replayed(self, result: TrialResult) -> None:
         super().replayed(result)
@@ -370,6 +431,8 @@ class CampaignLog(StoreLog):
         self.progress.total += spent - task.planned  # stopped short of its plan, or went past it
         super().searched(task, spent)
         self.beat()  # the counters, also when the task only replayed recorded trials
+        if self.search_over is not None:
+            self.search_over()
 
 
 def _task_key(task: Task) -> tuple[str, str, str]:
