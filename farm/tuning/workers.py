@@ -355,7 +355,8 @@ class TrialQueue:
     for its slowest worker). A worker with nothing of its homes queued takes another queue's
     next batch only where it would end it sooner than that queue's home, counting the inputs
     it would make first (`_VisitCost`, learned as trials run; `_Away`); `visited` names the
-    workers outside its home that ran a problem's trials, which hold its inputs too, and
+    workers outside its home that ran a problem's trials or were asked to make its inputs
+    ahead (`lend`), which hold its inputs too and take its trials at no inputs' cost, and
     `release` forgets them once the problem is done. A call without a home is every worker's.
     Trials the failure rules send again go first, to any worker."""
 
