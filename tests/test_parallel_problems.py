@@ -131,10 +131,12 @@ def test_each_problem_asks_its_home_and_the_next_for_inputs_and_drops_them_where
         assert set(dropped[0]) <= set(asked[0]) | ran[problem.key()]  # and nowhere else
 
 
-def test_a_queue_sends_a_problems_trials_home_first_and_names_the_workers_it_visited(pool):
+def test_a_queue_sends_a_problems_trials_home_first_and_names_the_workers_it_visited():
     from farm.tuning.job import Job
     from farm.tuning.workers import TrialQueue
 
+    # trials of 50 ms: the two threads' start a few ms apart is a small part of a trial
+    pool = fleet.fleet_pool(2 * PROBLEM_WORKERS, 0.05, fleet.simulated_profile())
     spec, names = catalog.get("gemv"), list(pool.topologies().values())[0]
     homes = {"a": names[: len(names) // 2], "b": names[len(names) // 2 :]}
     problems = {"a": spec.problem(m=256, n=256), "b": spec.problem(m=512, n=512)}
@@ -153,6 +155,7 @@ def test_a_queue_sends_a_problems_trials_home_first_and_names_the_workers_it_vis
     for thread in threads:
         thread.join(timeout=120)
     queue.close()
+    pool.shutdown()
     at_home = 0
     for name, home in homes.items():
         where = [r.worker_id.split(".")[0] for r in results[name]]
@@ -301,7 +304,8 @@ def test_a_worker_away_takes_the_trials_of_a_problem_whose_inputs_it_holds_first
     cost = _VisitCost()
     cost.ratio = 5.0  # a visit costs five trial-times; the home is (3 queued + 2 in flight) / 2 = 2.5 deep
     key_two = ("gemv", two.key(), 0)
-    trials = SimpleNamespace(by_name=slots, cost=cost, visited_by={"w9": {key_two}}, home_of={key_two: home})
+    trials = SimpleNamespace(by_name=slots, cost=cost, visited_by={"w9": {key_two}}, home_of={key_two: home},
+                             lent_to={})  # fmt: skip
     away = _Away(trials, {home: pending})
     assert away.choose(slots["w8"]) == (None, None)
     assert away.choose(slots["w8"], held=True) == (None, None)
@@ -365,3 +369,26 @@ def test_a_task_hands_its_share_of_the_home_on_once_its_search_is_over(pool, tmp
     first_end = min(i for i, (what, _) in enumerate(events) if what == "ended")
     assert events.index(("started", problems[4].key())) < first_end
     assert started[4][1] in [names for _, names in started[:4]]  # on a share one of the first four held
+
+
+def test_a_homes_backlog_is_counted_over_the_workers_holding_its_problems_inputs():
+    """Six trials queued on a home of two are three trial-times for the home alone, and a
+    visitor whose inputs cost half a trial-time (counted twice) goes; with two workers lent
+    the problem they are 1.5 trial-times, and it waits."""
+    from types import SimpleNamespace
+
+    from farm.tuning.job import Job
+    from farm.tuning.workers import _Away, _Batch, _Pending, _Slot, _VisitCost
+
+    spec = catalog.get("gemv")
+    problem, home = spec.problem(m=256, n=256), ("w0", "w1")
+    slots = {name: _Slot(name) for name in ("w0", "w1", "w8")}
+    pending = _Pending(_Batch([(i, Job("gemv", problem, s, 0, 1, 2))]) for i, s in enumerate(spec.schedules()[:6]))
+    cost = _VisitCost()
+    cost.ratio = 0.5
+    trials = SimpleNamespace(by_name=slots, cost=cost, visited_by={}, home_of={}, lent_to={})
+    away = _Away(trials, {home: pending})
+    assert away.pressure(home) == 3.0 and away.choose(slots["w8"])[0] == home
+    trials.lent_to[("gemv", problem.key(), 0)] = 2
+    away = _Away(trials, {home: pending})
+    assert away.pressure(home) == 1.5 and away.choose(slots["w8"]) == (None, None)

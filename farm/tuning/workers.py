@@ -259,7 +259,8 @@ def _moved(average: float | None, sample: float, weight: float) -> float:
 class _Away:
     """One fill's choice for a worker with nothing of its homes queued: the other queue whose
     next batch it would finish soonest ahead of that queue's home, or none. A home with `p`
-    trials a worker (queued and in flight) ends its last in about `p` trial-times; this worker
+    trials (queued and in flight) a worker holding the inputs of its next problem (the home and
+    the workers lent it) ends its last in about `p` trial-times; this worker
     ends one in its own backlog, plus the problem's inputs where it lacks them (counted twice,
     see `choose`), plus one. The
     queues are ranked once a fill (a heap, refreshed as batches leave them): a fleet's idle
@@ -278,11 +279,14 @@ class _Away:
                 self.load[home] += count
 
     def pressure(self, home: tuple[str, ...]) -> float:
+        """Trial-times the workers holding the inputs of the queue's next problem (its home and
+        the workers lent it) take to end what the home holds, queued and in flight."""
         load = self.load.get(home)
         if load is None:
             slots = self.trials.by_name
             load = self.load[home] = sum(len(b.items) for name in home for b in slots[name].fifo)
-        return (self.queues[home].trials + load) / len(home)
+        lent = self.trials.lent_to.get(_problem_of(self.queues[home][0]), 0)
+        return (self.queues[home].trials + load) / (len(home) + lent)
 
     def _gain(self, home: tuple[str, ...]) -> float:
         """Trial-times a worker without the inputs and with nothing in flight would save."""
@@ -372,6 +376,7 @@ class TrialQueue:
         # the loop's own: a worker's visits, a problem's home, the workers that ran it, what a visit costs
         self.visited_by: dict[str, set[ProblemKey]] = {}
         self.home_of: dict[ProblemKey, tuple[str, ...] | None] = {}
+        self.lent_to: dict[ProblemKey, int] = {}  # workers lent a problem (`lend`), beside its home
         self.problems_of: dict[tuple[str, ...] | None, set[ProblemKey]] = {}  # home_of turned round
         self._ran: dict[ProblemKey, set[str]] = {}
         self.cost = _VisitCost()
@@ -587,6 +592,7 @@ class TrialQueue:
                 break
             for name in names:
                 self._note_visit(name, key)
+            self.lent_to[key] = self.lent_to.get(key, 0) + len(names)
         while True:
             try:
                 key = self._released.get_nowait()
@@ -597,6 +603,7 @@ class TrialQueue:
             for name in names:
                 self.visited_by.get(name, set()).discard(key)
             self._ran.pop(key, None)
+            self.lent_to.pop(key, None)
             self.problems_of.get(self.home_of.pop(key, None), set()).discard(key)
             self.cost.forget(key)
 
