@@ -80,6 +80,14 @@ def test_two_problems_share_each_home_at_once(pool, tmp_path):
 def test_fewer_problems_than_homes_get_wider_homes(tmp_path):
     """24 workers hold 3 homes of 8; 2 problems take 12 each, so their rounds are wider."""
     wide = fleet.fleet_pool(3 * PROBLEM_WORKERS, 0.003, fleet.simulated_profile())
+    asked = []
+    real = wide.prefetch
+
+    def recorded(kernel, problem, seed=0, topology=None, slots=None):
+        asked.append(tuple(slots))
+        real(kernel, problem, seed, topology, slots)
+
+    wide.prefetch = recorded
     spec = catalog.get("gemm")
     problems = [spec.problem(m=n, k=n, n=n) for n in (256, 512)]
     config = TuneConfig(kernels=("gemm",), sizes={"gemm": problems}, strategy="model", budget=16)
@@ -93,11 +101,13 @@ def test_fewer_problems_than_homes_get_wider_homes(tmp_path):
         wide.shutdown()
     homes = [names for _, names in started]
     assert [len(names) for names in homes] == [12, 12] and not set(homes[0]) & set(homes[1])
+    assert [set(n) for n in asked] == [set(n) for n in homes]  # no task queued for a place: no ring
 
 
 def test_each_problem_asks_its_home_and_the_next_for_inputs_and_drops_them_where_they_went(tmp_path):
-    """Three homes of 8 in a ring: a problem's inputs are made ahead on its home and the next
-    (16 of 24 workers, not the fleet), and dropped there and wherever else its trials ran."""
+    """Three homes of 8 in a ring, four problems (more than the homes: tasks queue for places):
+    a problem's inputs are made ahead on its home and the next (16 of 24 workers, not the
+    fleet), and dropped there and wherever else its trials ran."""
     from farm.tuning.campaign import _shares
 
     ring = fleet.fleet_pool(3 * PROBLEM_WORKERS, 0.003, fleet.simulated_profile())
@@ -111,7 +121,7 @@ def test_each_problem_asks_its_home_and_the_next_for_inputs_and_drops_them_where
 
         setattr(ring, what, recorded)
     spec = catalog.get("gemv")
-    problems = [spec.problem(m=n, n=n) for n in (256, 512, 1024)]
+    problems = [spec.problem(m=n, n=n) for n in (256, 512, 1024, 2048)]
     config = TuneConfig(kernels=("gemv",), sizes={"gemv": problems}, strategy="model", budget=16)
     db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
     try:
@@ -122,11 +132,11 @@ def test_each_problem_asks_its_home_and_the_next_for_inputs_and_drops_them_where
     finally:
         db.engine.dispose()
         ring.shutdown()
-    for n, problem in enumerate(problems):  # the n-th to start takes the n-th home
+    for n, problem in enumerate(problems):  # the n-th to start takes the n-th place: home n % 3
         asked = [names for what, key, names in calls if key == problem.key() and what == "prefetch"]
         dropped = [names for what, key, names in calls if key == problem.key() and what == "forget"]
         assert len(asked) == 1 and len(dropped) == 1
-        assert set(asked[0]) == set(shares[n]) | set(shares[(n + 1) % 3])
+        assert set(asked[0]) == set(shares[n % 3]) | set(shares[(n + 1) % 3])
         assert set(asked[0]) <= set(dropped[0]) and ran[problem.key()] <= set(dropped[0])
         assert set(dropped[0]) <= set(asked[0]) | ran[problem.key()]  # and nowhere else
 

@@ -206,7 +206,12 @@ class Campaign:
         # trials at no inputs' cost when their own tasks leave them idle (a round waiting for its
         # slowest trial). Making inputs at a first visit cost the simulated fleet more than the
         # visits saved (decision 015).
-        following_home = {tuple(home): shares[(n + 1) % len(shares)] for n, home in enumerate(shares)}
+        # Only where tasks queue for places: where every task has a home of its own at once (fewer
+        # problems than homes, each home wider), every worker held four problems' inputs for
+        # nothing and the driver walked them all in each fill (`fleet` mode, 1,000 GPUs: 10 -> 12 s).
+        queued = self.more is not None or len(tasks) > homes
+        following_home = {tuple(home): shares[(n + 1) % len(shares)] if queued else home
+                          for n, home in enumerate(shares)}  # fmt: skip
 
         def work(index: int, task: Task) -> None:
             try:
