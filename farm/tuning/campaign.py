@@ -187,14 +187,14 @@ class Campaign:
 
     def _tune_parallel(self, tasks: list[Task], profiles: dict[str, HardwareProfile], homes: int):
         """One topology's tasks tuned TASKS_PER_HOME to each of `homes` at once through one
-        TrialQueue (the next task starts as one ends, in plan order), so a fleet stays busy
-        across problems; winners in plan order. Each running task has a home, 1/`homes` of the
-        workers, which a task that ends hands to the next: its trials go there first (other
-        workers take them only when idle), and only there go its compile hints; its inputs are
-        asked for there and on the next home, at its start, and dropped there and wherever else
-        its trials ran. At a thousand workers a request to every worker for every problem cost the driver
-        more than the trials. A task that raises closes the queue: the others stop, and its
-        error is raised."""
+        TrialQueue (the next task starts as one's search ends, in plan order), so a fleet stays
+        busy across problems; winners in plan order. Each running task has a home, 1/`homes` of
+        the workers, which it hands to the next once its search is over: its trials go there
+        first (other workers take them only when idle), and only there go its compile hints;
+        its inputs are asked for there (and, where tasks queue for places, on the next home) at
+        its start, and dropped there and wherever else its trials ran. At a thousand workers a
+        request to every worker for every problem cost the driver more than the trials. A task
+        that raises closes the queue: the others stop, and its error is raised."""
         trials = self._queue = TrialQueue(self.pool, tasks[0].topology)
         running: dict[int, threading.Thread] = {}
         done: queue.SimpleQueue = queue.SimpleQueue()
@@ -202,13 +202,12 @@ class Campaign:
         shares = _shares(self.pool.topologies()[tasks[0].topology], homes)
         free = deque(shares * TASKS_PER_HOME)  # each once first
         parallel = len(free)
-        # Each task's inputs are made ahead on the next home too (a ring), whose workers take its
-        # trials at no inputs' cost when their own tasks leave them idle (a round waiting for its
-        # slowest trial). Making inputs at a first visit cost the simulated fleet more than the
-        # visits saved (decision 015).
-        # Only where tasks queue for places: where every task has a home of its own at once (fewer
-        # problems than homes, each home wider), every worker held four problems' inputs for
-        # nothing and the driver walked them all in each fill (`fleet` mode, 1,000 GPUs: 10 -> 12 s).
+        # Where tasks queue for places, each task's inputs are made ahead on the next home too (a
+        # ring), whose workers take its trials at no inputs' cost when their own tasks leave them
+        # idle (a round waiting for its slowest trial): inputs made at a first visit cost the
+        # simulated fleet more than the visits saved. Where every task has a home of its own at
+        # once (fewer problems than homes, each wider), the ring held every problem's inputs twice
+        # for nothing and the driver walked them all in each fill (decision 015).
         queued = self.more is not None or len(tasks) > homes
         following_home = {tuple(home): shares[(n + 1) % len(shares)] if queued else home
                           for n, home in enumerate(shares)}  # fmt: skip
@@ -336,8 +335,8 @@ class Campaign:
     def _workers(self, what: str, task: Task) -> None:
         """Ask `task`'s workers to `prefetch` or `forget` its inputs (WorkerPool's; a pool
         without them, as the tests' fakes, generates at each problem's first trial): beside
-        other problems its home and the next home (lent to the task's trials), and to forget,
-        also the workers its trials visited."""
+        other problems its home and the next one where the ring has it (lent to the task's
+        trials), and to forget, also the workers its trials visited."""
         call = getattr(self.pool, what, None)
         if call is None:
             return
