@@ -33,6 +33,7 @@ ONE_IDEA = {
     "farm/gpu/device.py",
     "farm/runtime/forge.py",
     "farm/runtime/calls.py",
+    "farm/tuning/campaign.py",
     "farm/tuning/runner.py",
     "farm/tuning/search.py",
     "farm/tuning/workers.py",

@@ -25,6 +25,10 @@ SWEEP_S while it runs, one stderr line each, and writes their trials that Parque
 (farm.store.compaction.restore_campaigns). Ctrl-C finishes a campaign as interrupted, any
 other exception as failed. `tune` holds each local GPU's lock (farm.tuning.device_lock)
 while it runs.
+
+This is one idea in one module, over the line count: one campaign's run, whose tasks, their
+places on the homes, their inputs ahead and the campaign row's lifecycle share the row, the
+recorder and the homes.
 """
 
 from __future__ import annotations
