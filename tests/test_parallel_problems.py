@@ -352,7 +352,6 @@ def test_workers_lent_a_problem_take_its_trials_at_no_inputs_cost():
         made.shutdown()
 
 
-
 def test_a_task_hands_its_share_of_the_home_on_once_its_search_is_over(pool, tmp_path):
     """Four places (two homes, two tasks each), five problems: the fifth starts as the first
     search ends, before any task has re-measured its finalists and ended."""

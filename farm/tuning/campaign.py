@@ -213,13 +213,12 @@ class Campaign:
         # once (fewer problems than homes, each wider), the ring held every problem's inputs twice
         # for nothing and the driver walked them all in each fill (decision 015).
         queued = self.more is not None or len(tasks) > homes
-        following_home = {tuple(home): shares[(n + 1) % len(shares)] if queued else home
-                          for n, home in enumerate(shares)}  # fmt: skip
+        next_home = {tuple(home): shares[(n + 1) % len(shares)] for n, home in enumerate(shares)} if queued else {}
 
         def work(index: int, task: Task) -> None:
             try:
                 runner = PoolExecutor(self.pool, task.topology, profiles, trials, self._homes[_task_key(task)])
-                outcomes[index] = self._tune(task, profiles, None, runner, lambda: done.put(("searched", index)))
+                outcomes[index] = self._tune(task, profiles, None, runner, lambda: done.put(("search over", index)))
             except BaseException as exc:  # noqa: BLE001 - raised by the campaign's thread
                 outcomes[index] = exc
             done.put(("ended", index))
@@ -234,7 +233,7 @@ class Campaign:
                 while len(searching) < parallel and (item := next(following, None)) is not None:
                     index, task = item
                     self._homes[_task_key(task)] = home = free.popleft()
-                    self._neighbours[_task_key(task)] = following_home[tuple(home)]
+                    self._neighbours[_task_key(task)] = next_home.get(tuple(home), [])
                     self._prefetch([task])
                     running[index] = threading.Thread(target=work, args=item, name=f"task-{index}", daemon=True)
                     searching.add(index)
@@ -248,7 +247,7 @@ class Campaign:
                 if finished in searching:
                     searching.discard(finished)
                     free.append(self._homes[_task_key(tasks[finished])])
-                if event == "searched":
+                if event == "search over":
                     continue
                 running.pop(finished)
                 self._neighbours.pop(_task_key(tasks[finished]), None)
@@ -291,17 +290,17 @@ class Campaign:
         profiles: dict[str, HardwareProfile],
         ahead: list[Task] | None = None,
         runner: PoolExecutor | None = None,
-        searched: Callable[[], None] | None = None,
+        search_over: Callable[[], None] | None = None,
     ):
         """Run `task` through the engine on its topology's workers; its winner, or None. The
         workers are asked for the inputs and references of the tasks `ahead` not asked for
         before, in order, in the background: before `task`'s first trial when its own were
         asked for earlier (they are queued first), else once its first trial is back (the
         first task's reference would otherwise queue behind the next problem's); once its
-        winner is stored, they drop `task`'s. `searched` runs once its search is over, before
+        winner is stored, they drop `task`'s. `search_over` runs once its search is over, before
         its finalists are re-measured."""
         runner = runner or PoolExecutor(self.pool, task.topology, profiles)
-        log = CampaignLog(self.db, self.campaign_id, self.recorder, self.progress, self.heartbeat.beat, searched)
+        log = CampaignLog(self.db, self.campaign_id, self.recorder, self.progress, self.heartbeat.beat, search_over)
         early = _task_key(task) in self._prefetched  # its own inputs and reference are queued ahead of `ahead`'s
         if early:
             self._prefetch(ahead)
@@ -348,7 +347,7 @@ class Campaign:
         if home is None:
             call(task.kernel, task.problem, self.config.seed, task.topology)
             return
-        neighbours = set(self._neighbours.get(_task_key(task), ())) - set(home)
+        neighbours = set(self._neighbours.get(_task_key(task), ()))
         slots = set(home) | neighbours
         if what == "prefetch" and self._queue is not None and neighbours:
             self._queue.lend(task.kernel, task.problem, self.config.seed, sorted(neighbours))

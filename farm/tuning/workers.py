@@ -324,13 +324,16 @@ class _Away:
             for key in self.trials.visited_by.get(slot.name, ()):
                 mine = self.trials.home_of.get(key)
                 queue_ = self.queues.get(mine) if mine is not None else None
-                if not queue_ or (mine, key) in self.absent or self.pressure(mine) - 1.0 <= gain:
+                if not queue_ or (mine, key) in self.absent:
+                    continue
+                saved = self.pressure(mine) - 1.0
+                if saved <= gain:
                     continue
                 index = _index_of(queue_, key)
                 if index is None:
                     self.absent.add((mine, key))  # not near the front: no batch of it this fill
                 else:
-                    home, gain, at = mine, self.pressure(mine) - 1.0, index
+                    home, gain, at = mine, saved, index
         if home is None or gain <= sum(len(b.items) for b in slot.fifo):
             return None, None
         self.queues[home].to_front(at)
@@ -443,6 +446,7 @@ class TrialQueue:
         checked = time.monotonic()
         try:
             while not self._stop.is_set():
+                self._note_lent()  # before the releases: a problem lent and released since the last look ends forgotten
                 self._forget_released()
                 self._fill(room, queues, homes, again, owner, arrivals)
                 for event in arrivals.wait(_POLL_S):
@@ -584,15 +588,17 @@ class TrialQueue:
             self._visited.setdefault(key, set()).add(name)
         self.visited_by.setdefault(name, set()).add(key)
 
-    def _forget_released(self) -> None:
-        while True:  # lent before released: a problem lent and released since the last look ends forgotten
+    def _note_lent(self) -> None:
+        while True:
             try:
                 key, names = self._lent.get_nowait()
             except queue.Empty:
-                break
+                return
             for name in names:
                 self._note_visit(name, key)
             self.lent_to[key] = self.lent_to.get(key, 0) + len(names)
+
+    def _forget_released(self) -> None:
         while True:
             try:
                 key = self._released.get_nowait()
