@@ -107,7 +107,8 @@ def test_fewer_problems_than_homes_get_wider_homes(tmp_path):
 def test_each_problem_asks_its_home_and_the_next_for_inputs_and_drops_them_where_they_went(tmp_path):
     """Three homes of 8 in a ring, four problems (more than the homes: tasks queue for places):
     a problem's inputs are made ahead on its home and the next (16 of 24 workers, not the
-    fleet), and dropped there and wherever else its trials ran."""
+    fleet) and, once none is left to start, on a home another task freed; dropped there and
+    wherever else its trials ran."""
     from farm.tuning.campaign import _shares
 
     ring = fleet.fleet_pool(3 * PROBLEM_WORKERS, 0.003, fleet.simulated_profile())
@@ -135,10 +136,15 @@ def test_each_problem_asks_its_home_and_the_next_for_inputs_and_drops_them_where
     for n, problem in enumerate(problems):  # the n-th to start takes the n-th place: home n % 3
         asked = [names for what, key, names in calls if key == problem.key() and what == "prefetch"]
         dropped = [names for what, key, names in calls if key == problem.key() and what == "forget"]
-        assert len(asked) == 1 and len(dropped) == 1
+        assert len(dropped) == 1 and calls[::-1].index(("forget", problem.key(), dropped[0])) < min(
+            calls[::-1].index(("prefetch", problem.key(), names)) for names in asked
+        )  # no request for its inputs after they were dropped
         assert set(asked[0]) == set(shares[n % 3]) | set(shares[(n + 1) % 3])
-        assert set(asked[0]) <= set(dropped[0]) and ran[problem.key()] <= set(dropped[0])
-        assert set(dropped[0]) <= set(asked[0]) | ran[problem.key()]  # and nowhere else
+        # later: a share the first tasks to end left spare, lent to one still running (_lend_spare)
+        assert all(len(names) == PROBLEM_WORKERS and not set(names) & set(asked[0]) for names in asked[1:])
+        everywhere = set().union(*asked)
+        assert everywhere <= set(dropped[0]) and ran[problem.key()] <= set(dropped[0])
+        assert set(dropped[0]) <= everywhere | ran[problem.key()]  # and nowhere else
 
 
 def test_a_queue_sends_a_problems_trials_home_first_and_names_the_workers_it_visited():
@@ -401,3 +407,62 @@ def test_a_homes_backlog_is_counted_over_the_workers_holding_its_problems_inputs
     trials.lent_to[("gemv", problem.key(), 0)] = 2
     away = _Away(trials, {home: pending})
     assert away.pressure(home) == 1.5 and away.choose(slots["w8"]) == (None, None)
+
+
+def test_an_idle_worker_holding_a_problems_inputs_takes_its_queued_trial_however_many_hold_them():
+    """A home of two, each worker running a trial, one more queued, and two workers lent the
+    problem: the backlog over its four holders is under one trial-time, yet the trial would
+    wait behind a busy worker. The idle holder takes it; a busy one does not."""
+    from types import SimpleNamespace
+
+    from farm.tuning.job import Job
+    from farm.tuning.workers import _Away, _Batch, _Pending, _Slot, _VisitCost
+
+    spec = catalog.get("gemv")
+    problem, home = spec.problem(m=256, n=256), ("w0", "w1")
+    key = ("gemv", problem.key(), 0)
+    slots = {name: _Slot(name) for name in ("w0", "w1", "w8", "w9")}
+    for name in ("w0", "w1", "w9"):
+        slots[name].fifo.append(_Batch([(0, Job("gemv", problem, spec.default, 0, 1, 2))]))
+    pending = _Pending([_Batch([(1, Job("gemv", problem, spec.schedules()[1], 0, 1, 2))])])
+    trials = SimpleNamespace(by_name=slots, cost=_VisitCost(), visited_by={"w8": {key}, "w9": {key}},
+                             home_of={key: home}, lent_to={key: 2})  # fmt: skip
+    away = _Away(trials, {home: pending})
+    assert away.pressure(home) == 0.75
+    assert away.choose(slots["w9"], held=True) == (None, None)  # busy: the home ends it as soon
+    assert away.choose(slots["w8"], held=True) == (home, pending)
+
+
+def test_once_no_task_is_left_to_start_a_freed_home_is_lent_to_the_latest_started_task_that_lacks_it(tmp_path):
+    """Homes a, b, c in a ring; task 1 on b, tasks 2 and 3 on c. Shares freed once nothing is
+    left to start go to the latest started task lacking their workers, up to SPARE_LENT each,
+    never to a task dropping its inputs; a share no task lacks stays spare."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from farm.tuning.campaign import SPARE_LENT
+
+    asked, lent = [], []
+    pool = SimpleNamespace(prefetch=lambda kernel, problem, seed, topology, slots: asked.append((problem, slots)),
+                           forget=lambda *args, **kwargs: None)  # fmt: skip
+    config = TuneConfig(kernels=("gemv",), sizes={}, strategy="model", budget=16)
+    campaign = Campaign(config, pool, None, tmp_path, "farm tune gemv")
+    campaign._queue = SimpleNamespace(lend=lambda kernel, problem, seed, names: lent.append((problem, names)),
+                                      release=lambda *args: set())  # fmt: skip
+    spec = catalog.get("gemv")
+    a, b, c, d, e, f = (["a0", "a1"], ["b0", "b1"], ["c0", "c1"], ["d0", "d1"], ["e0", "e1"], ["f0", "f1"])
+    tasks = [SimpleNamespace(topology="t", kernel="gemv", problem=spec.problem(m=256 * (n + 1), n=256))
+             for n in range(4)]  # fmt: skip
+    for task, home, beside in ((tasks[1], b, c), (tasks[2], c, a), (tasks[3], c, a)):
+        campaign._homes[("t", "gemv", task.problem.key())] = home
+        campaign._neighbours[("t", "gemv", task.problem.key())] = beside
+    running, counts = {1: None, 2: None, 3: None}, {}
+    one, two, three = (task.problem for task in tasks[1:])
+    campaign._lend_spare(deque([d, e]), running, tasks, counts)
+    assert asked == [(three, d), (three, e)]  # the latest started, up to SPARE_LENT
+    campaign._lend_spare(deque([a, b]), running, tasks, counts)
+    assert asked[2:] == [(one, a), (two, b)]  # a: only task 1 lacks it; b: task 3 has had its share
+    campaign._workers("forget", tasks[2])
+    campaign._lend_spare(deque([f, f]), running, tasks, counts)
+    assert asked[4:] == [(one, f)] and lent == asked  # not to the one dropping; the second f stays spare
+    assert max(counts.values()) == SPARE_LENT == 2

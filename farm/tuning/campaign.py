@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from farm import store
@@ -75,6 +75,10 @@ PROBLEM_WORKERS = 8
 # Tasks sharing a home at once: while one waits for its round's slowest trial, re-measures its
 # finalists on one worker or refits its models, the other's trials keep the home's GPUs busy.
 TASKS_PER_HOME = 2
+# Home shares a running task is lent, at most, once no task is left to start: the last tasks'
+# rounds (2 x PROBLEM_WORKERS trials) then run one trial a worker on their home, the next home
+# and these, not two deep on their home while the rest of the fleet idles.
+SPARE_LENT = 2
 
 
 @functools.cache  # once a process: froze at every campaign, `farm serve` would keep each one's garbage cycles
@@ -115,7 +119,11 @@ class Campaign:
         self._prefetched: dict[tuple[str, str, str], Task] = {}
         # beside other problems (_tune_parallel): each task's share of the workers, and their queue
         self._homes: dict[tuple[str, str, str], list[str]] = {}
-        self._neighbours: dict[tuple[str, str, str], list[str]] = {}  # the next home, asked for each task's inputs too
+        # the workers beside its home asked for each task's inputs: the next home, and spare shares
+        # lent it (_lend_spare, under _lending: a task dropping its inputs is lent none after)
+        self._neighbours: dict[tuple[str, str, str], list[str]] = {}
+        self._lending = threading.Lock()
+        self._dropping: set[tuple[str, str, str]] = set()
         self._queue: TrialQueue | None = None
 
     def run(self) -> list[WinnerRecord]:
@@ -211,7 +219,9 @@ class Campaign:
         # idle (a round waiting for its slowest trial): inputs made at a first visit cost the
         # simulated fleet more than the visits saved. Where every task has a home of its own at
         # once (fewer problems than homes, each wider), the ring held every problem's inputs twice
-        # for nothing and the driver walked them all in each fill (decision 015).
+        # for nothing and the driver walked them all in each fill (decision 015). Where tasks
+        # queue, the homes that free once none is left to start are lent to the tasks still
+        # searching (`_lend_spare`): the campaign's tail is its last tasks' rounds.
         queued = self.more is not None or len(tasks) > homes
         next_home = {tuple(home): shares[(n + 1) % len(shares)] for n, home in enumerate(shares)} if queued else {}
 
@@ -223,14 +233,18 @@ class Campaign:
                 outcomes[index] = exc
             done.put(("ended", index))
 
+        lent: dict[int, int] = {}  # running task -> spare home shares lent it (_lend_spare)
         # Running tasks still searching: each holds a share of a home. A task whose search is over
         # hands its share to the next task while it re-measures its finalists on one worker (its
         # home would otherwise run one task's rounds for that long).
         searching: set[int] = set()
         try:
-            following = self._following(tasks, free)
+            following, exhausted = self._following(tasks, free), False
             while True:
-                while len(searching) < parallel and (item := next(following, None)) is not None:
+                while len(searching) < parallel and not exhausted:
+                    if (item := next(following, None)) is None:
+                        exhausted = True
+                        break
                     index, task = item
                     self._homes[_task_key(task)] = home = free.popleft()
                     self._neighbours[_task_key(task)] = next_home.get(tuple(home), [])
@@ -240,6 +254,8 @@ class Campaign:
                     running[index].start()
                 if not running:
                     break
+                if exhausted and free and queued:
+                    self._lend_spare(free, searching, tasks, lent)
                 try:
                     event, finished = done.get(timeout=0.5)  # a timeout, so Ctrl-C is seen at once
                 except queue.Empty:
@@ -251,6 +267,7 @@ class Campaign:
                     continue
                 running.pop(finished)
                 self._neighbours.pop(_task_key(tasks[finished]), None)
+                self._dropping.discard(_task_key(tasks[finished]))
                 self._homes.pop(_task_key(tasks[finished]))
                 if isinstance(outcomes[finished], BaseException):
                     raise outcomes[finished]
@@ -267,6 +284,36 @@ class Campaign:
         ours = self.tasks[-len(tasks) :]  # appended as each ended: the summary lists them in plan order
         self.tasks[-len(tasks) :] = sorted(ours, key=lambda stats: order[(stats["kernel"], stats["problem"])])
         return [outcomes[n] for n in range(len(tasks)) if outcomes[n] is not None]
+
+    def _lend_spare(self, free: deque, running: Iterable[int], tasks: list[Task], lent: dict[int, int]) -> None:
+        """Once no task is left to start, lend each home share a task frees to a searching task
+        (of `running`) that lacks its workers, the latest started first (the most left to run:
+        the campaign ends with it), up to SPARE_LENT a task: the workers make its inputs ahead
+        and take its trials at no inputs' cost. A share no running task can use stays spare."""
+        prefetch = getattr(self.pool, "prefetch", None)
+        while free:
+            home = free.popleft()
+            with self._lending:
+                wanting = [
+                    i for i in running
+                    if lent.get(i, 0) < SPARE_LENT and _task_key(tasks[i]) not in self._dropping
+                    and not set(home) <= self._held(tasks[i])
+                ]  # fmt: skip
+                if not wanting:
+                    continue
+                index = max(wanting)
+                task, key = tasks[index], _task_key(tasks[index])
+                names = sorted(set(home) - self._held(task))
+                lent[index] = lent.get(index, 0) + 1
+                self._neighbours[key] = [*self._neighbours.get(key, ()), *names]
+                if prefetch is not None:
+                    prefetch(task.kernel, task.problem, self.config.seed, task.topology, slots=names)
+                self._queue.lend(task.kernel, task.problem, self.config.seed, names)
+
+    def _held(self, task: Task) -> set[str]:
+        """The workers asked for `task`'s inputs: its home, the next home and shares lent it."""
+        key = _task_key(task)
+        return set(self._homes.get(key, ())) | set(self._neighbours.get(key, ()))
 
     def _following(self, tasks: list[Task], free: deque):
         """(index, task) of `tasks` in order, then of those `more` adds as homes free (appended
@@ -347,7 +394,10 @@ class Campaign:
         if home is None:
             call(task.kernel, task.problem, self.config.seed, task.topology)
             return
-        neighbours = set(self._neighbours.get(_task_key(task), ()))
+        with self._lending:
+            if what == "forget":
+                self._dropping.add(_task_key(task))
+            neighbours = set(self._neighbours.get(_task_key(task), ()))
         slots = set(home) | neighbours
         if what == "prefetch" and self._queue is not None and neighbours:
             self._queue.lend(task.kernel, task.problem, self.config.seed, sorted(neighbours))

@@ -260,11 +260,13 @@ class _Away:
     """One fill's choice for a worker with nothing of its homes queued: the other queue whose
     next batch it would finish soonest ahead of that queue's home, or none. A home with `p`
     trials (queued and in flight) a worker holding the inputs of its next problem (the home and
-    the workers lent it) ends its last in about `p` trial-times; this worker
-    ends one in its own backlog, plus the problem's inputs where it lacks them (counted twice,
-    see `choose`), plus one. The
-    queues are ranked once a fill (a heap, refreshed as batches leave them): a fleet's idle
-    workers would otherwise each scan every queue."""
+    the workers lent it) ends its last in about `p` trial-times; this worker ends one in its
+    own backlog, plus the problem's inputs where it lacks them (counted twice, see `choose`),
+    plus one. An idle worker holding the inputs takes any trial still queued: the fill asked
+    the home's idle workers first, so the trial would wait behind a busy one (with many
+    holders `p` falls under one, and each idle holder declining left the round two deep on
+    its home). The queues are ranked once a fill (a heap, refreshed as batches leave them): a
+    fleet's idle workers would otherwise each scan every queue."""
 
     def __init__(self, trials: TrialQueue, queues: dict):
         self.trials, self.queues = trials, queues
@@ -326,7 +328,7 @@ class _Away:
                 queue_ = self.queues.get(mine) if mine is not None else None
                 if not queue_ or (mine, key) in self.absent:
                     continue
-                saved = self.pressure(mine) - 1.0
+                saved = self.pressure(mine) - (1.0 if slot.fifo else 0.0)  # idle: any queued trial
                 if saved <= gain:
                     continue
                 index = _index_of(queue_, key)
