@@ -140,8 +140,10 @@ def test_each_problem_asks_its_home_and_the_next_for_inputs_and_drops_them_where
             calls[::-1].index(("prefetch", problem.key(), names)) for names in asked
         )  # no request for its inputs after they were dropped
         assert set(asked[0]) == set(shares[n % 3]) | set(shares[(n + 1) % 3])
-        # later: a share the first tasks to end left spare, lent to one still running (_lend_spare)
+        # later: a share left spare, lent to one still running (_lend_spare)
         assert all(len(names) == PROBLEM_WORKERS and not set(names) & set(asked[0]) for names in asked[1:])
+        if n >= 2:  # six places, four tasks: the two places left at the start go to the latest two
+            assert set(asked[1]) == set(shares[(n + 2) % 3])
         everywhere = set().union(*asked)
         assert everywhere <= set(dropped[0]) and ran[problem.key()] <= set(dropped[0])
         assert set(dropped[0]) <= everywhere | ran[problem.key()]  # and nowhere else

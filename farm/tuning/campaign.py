@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 from farm import store
@@ -75,9 +75,9 @@ PROBLEM_WORKERS = 8
 # Tasks sharing a home at once: while one waits for its round's slowest trial, re-measures its
 # finalists on one worker or refits its models, the other's trials keep the home's GPUs busy.
 TASKS_PER_HOME = 2
-# Home shares a running task is lent, at most, once no task is left to start: the last tasks'
-# rounds (2 x PROBLEM_WORKERS trials) then run one trial a worker on their home, the next home
-# and these, not two deep on their home while the rest of the fleet idles.
+# Home shares a running task is lent, at most, once no task is left to start: the campaign ends
+# with its last tasks' rounds (2 x PROBLEM_WORKERS trials), which would otherwise queue on their
+# busy home while freed workers idle.
 SPARE_LENT = 2
 
 
@@ -216,12 +216,11 @@ class Campaign:
         parallel = len(free)
         # Where tasks queue for places, each task's inputs are made ahead on the next home too (a
         # ring), whose workers take its trials at no inputs' cost when their own tasks leave them
-        # idle (a round waiting for its slowest trial): inputs made at a first visit cost the
-        # simulated fleet more than the visits saved. Where every task has a home of its own at
-        # once (fewer problems than homes, each wider), the ring held every problem's inputs twice
-        # for nothing and the driver walked them all in each fill (decision 015). Where tasks
-        # queue, the homes that free once none is left to start are lent to the tasks still
-        # searching (`_lend_spare`): the campaign's tail is its last tasks' rounds.
+        # idle: inputs made at a first visit cost the simulated fleet more than the visits saved;
+        # and once none is left to start, freed homes are lent to the tasks still searching
+        # (`_lend_spare`). Where every task has a home of its own at once (fewer problems than
+        # homes, each wider), neither: the ring held every problem's inputs twice for nothing
+        # and the driver walked them all in each fill (decision 015).
         queued = self.more is not None or len(tasks) > homes
         next_home = {tuple(home): shares[(n + 1) % len(shares)] for n, home in enumerate(shares)} if queued else {}
 
@@ -285,7 +284,7 @@ class Campaign:
         self.tasks[-len(tasks) :] = sorted(ours, key=lambda stats: order[(stats["kernel"], stats["problem"])])
         return [outcomes[n] for n in range(len(tasks)) if outcomes[n] is not None]
 
-    def _lend_spare(self, free: deque, running: Iterable[int], tasks: list[Task], lent: dict[int, int]) -> None:
+    def _lend_spare(self, free: deque, running: set[int], tasks: list[Task], lent: dict[int, int]) -> None:
         """Once no task is left to start, lend each home share a task frees to a searching task
         (of `running`) that lacks its workers, the latest started first (the most left to run:
         the campaign ends with it), up to SPARE_LENT a task: the workers make its inputs ahead
