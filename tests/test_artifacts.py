@@ -45,6 +45,15 @@ def test_trials_land_in_hive_partitions_per_topology_and_kernel(tmp_path):
     assert write_trials(tmp_path, 3, []) == []
 
 
+def test_results_and_their_row_dicts_write_the_same_table(tmp_path):
+    results = [trial(TOPO, 32), trial(TOPO, 999, Status.INVALID_SCHEDULE), trial(TOPO, 64, median_ns=float("nan"))]
+    direct = pq.read_table(write_trials(tmp_path / "a", 4, results)[0])
+    rows = pq.read_table(write_trials(tmp_path / "b", 4, [r.as_row() for r in results])[0])
+    assert direct.schema == rows.schema
+    assert direct.to_pandas().equals(rows.to_pandas())  # NaN equal to NaN, None to None
+    assert direct.column("median_ns").to_pylist()[1] is None and direct.column("reps").to_pylist()[0] == 7
+
+
 def test_trial_files_carry_schema_metadata(tmp_path):
     path = next(p for p in _write_two_campaigns(tmp_path) if "kernel=gemv" in str(p) and TOPO in str(p))
     meta = {k.decode(): v.decode() for k, v in pq.read_schema(path).metadata.items()}

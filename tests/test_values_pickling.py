@@ -11,7 +11,7 @@ from farm import catalog
 from farm.gpu import Timing
 from farm.schedule import Problem, Schedule, Status
 from farm.trial import ErrorMetrics, TrialKey, TrialResult
-from farm.tuning.job import Job
+from farm.tuning.job import Job, JobBatch
 
 
 def _result(schedule: Schedule, timing: Timing | None = Timing(1.5, 1.0, 2.0, 0.5, 20, "timestamp")) -> TrialResult:
@@ -51,3 +51,11 @@ def test_declared_and_hand_built_schedules_survive_pickling():
 def test_a_job_round_trips():
     job = Job("gemm", Problem.of(m=64, k=32, n=16), catalog.get("gemm").default, seed=3, warmup=1, reps=5)
     assert cloudpickle.loads(cloudpickle.dumps(job)) == job
+
+
+def test_a_job_batch_arrives_as_a_plain_list_of_its_jobs():
+    problem = Problem.of(m=64, k=32, n=16)
+    jobs = [Job("gemm", problem, s, seed=2) for s in catalog.get("gemm").schedules()[:5]]
+    back = cloudpickle.loads(cloudpickle.dumps(JobBatch(jobs)))
+    assert type(back) is list and back == jobs
+    assert back[0].problem is back[4].problem  # pickled once: one object per distinct value

@@ -76,34 +76,67 @@ def write_trials(out: str | Path, campaign_id: int | None, results: Sequence[Tri
 
     One file per (topology, kernel) present in `results`; nothing is written for an empty list.
     """
-    groups: dict[tuple[str, str], list[dict]] = {}
+    groups: dict[tuple[str, str], list[TrialResult | dict]] = {}
     for index, item in enumerate(results):
-        row = item.as_row() if isinstance(item, TrialResult) else item
-        if not isinstance(row, dict):
+        if isinstance(item, TrialResult):
+            topology, kernel = item.key.topology_hash, item.key.kernel
+        elif isinstance(item, dict):
+            topology, kernel = item["topology_hash"], item["kernel"]
+        else:
             raise TypeError(f"results[{index}] is {type(item).__name__}, expected TrialResult or a row dict")
-        key = (
-            _check_partition_value("topology", row["topology_hash"]),
-            _check_partition_value("kernel", row["kernel"]),
-        )
-        groups.setdefault(key, []).append(row)
+        group = groups.get((topology, kernel))
+        if group is None:
+            group = groups[(topology, kernel)] = []
+            _check_partition_value("topology", topology)
+            _check_partition_value("kernel", kernel)
+        group.append(item)
     return [
-        _write_trial_group(Path(out), campaign_id, topology, kernel, rows)
-        for (topology, kernel), rows in groups.items()
+        _write_trial_group(Path(out), campaign_id, topology, kernel, items)
+        for (topology, kernel), items in groups.items()
     ]
 
 
 _ROW_COLUMNS = [name for name in TRIAL_SCHEMA.names if name not in ("campaign_id", "finished_at")]  # as_row()'s
 
 
-def _write_trial_group(out: Path, campaign_id: int | None, topology: str, kernel: str, rows: list[dict]) -> Path:
-    # column by column: a campaign end writes every trial here, and a loop per cell was most of it
-    columns = {name: [row.get(name) for row in rows] for name in _ROW_COLUMNS}
-    columns["campaign_id"] = [campaign_id] * len(rows)
-    columns["finished_at"] = [_timestamp(row["finished_at"]) for row in rows]
+def _columns(items: list[TrialResult | dict]) -> dict[str, list]:
+    """TRIAL_SCHEMA's columns of `items` but campaign_id. Column by column, straight from the
+    results: a campaign end writes every trial here, and a dict per row was most of its time."""
+    if not all(isinstance(item, TrialResult) for item in items):
+        rows = [item.as_row() if isinstance(item, TrialResult) else item for item in items]
+        columns = {name: [row.get(name) for row in rows] for name in _ROW_COLUMNS}
+        columns["finished_at"] = [_timestamp(row["finished_at"]) for row in rows]
+        return columns
+    keys = [r.key for r in items]
+    timings = [r.timing for r in items]
+    metrics = [r.metrics for r in items]
+    columns = {
+        "source_hash": [k.source_hash for k in keys],
+        "problem": [k.problem.key() for k in keys],
+        "schedule": [k.schedule.key() for k in keys],
+        "status": [r.status.value for r in items],
+        "message": [r.message for r in items],
+    }
+    for name in ("median_ns", "p20_ns", "p80_ns", "min_ns", "reps"):
+        columns[name] = [getattr(t, name) if t else None for t in timings]
+    columns["timing_method"] = [t.method if t else None for t in timings]
+    for name in ("max_abs", "mean_abs", "rmse", "max_rel"):
+        columns[name] = [getattr(m, name) for m in metrics]
+    columns["host"] = [r.host for r in items]
+    columns["worker_id"] = [r.worker_id for r in items]
+    columns["finished_at"] = [datetime.fromtimestamp(r.finished_at, UTC) for r in items]
+    return columns
+
+
+def _write_trial_group(
+    out: Path, campaign_id: int | None, topology: str, kernel: str, items: list[TrialResult | dict]
+) -> Path:
+    columns = _columns(items)
+    columns["campaign_id"] = [campaign_id] * len(items)
     metadata_fields = {
         "farm.version": farm_version(),
         "farm.schema_version": SCHEMA_VERSION,
-        "farm.source_hashes": json.dumps(sorted({row["source_hash"] for row in rows})),
+        "farm.source_hashes": json.dumps(sorted(set(columns["source_hash"]))),
         "farm.topology": topology,
         "farm.kernel": kernel,
         "farm.campaign_id": "" if campaign_id is None else str(campaign_id),

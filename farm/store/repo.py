@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, case, func, select, update
+from sqlalchemy import Connection, bindparam, case, func, select, update
 from sqlalchemy.sql import Select
 
 from farm.schedule import Status
@@ -126,15 +126,34 @@ def _write_progress(conn: Connection, campaign_id: int, counts: Counts) -> None:
         raise ValueError(f"need 0 <= failures <= done, got done={done} failures={failures}")
     if total is not None and total < 0:
         raise ValueError(f"total must be >= 0, got {total}")
-    revived = (CampaignRow.status == "interrupted") & CampaignRow.finished_at.is_(None)
-    status = case((revived, "running"), else_=CampaignRow.status)
-    values: dict[str, Any] = {"done": done, "failures": failures, "heartbeat_at": utcnow(), "status": status}
+    params = {"p_id": campaign_id, "p_done": done, "p_failures": failures, "p_now": utcnow()}
     if total is not None:
-        values["total"] = max(total, done)
-    else:
-        values["total"] = case((CampaignRow.total < done, done), else_=CampaignRow.total)
-    if conn.execute(update(CampaignRow).where(CampaignRow.id == campaign_id).values(**values)).rowcount != 1:
+        params["p_total"] = max(total, done)
+    if conn.execute(_PROGRESS[total is None], params).rowcount != 1:
         raise ValueError(f"no campaign with id {campaign_id!r}")
+
+
+def _progress_update(keep_total: bool):
+    """_write_progress's statement, built once: an ORM update built per flush was a twentieth
+    of a fast driver's CPU. A campaign interrupted by mistake (see update_campaign) runs again."""
+    c = CampaignRow.__table__.c
+    revived = (c.status == "interrupted") & c.finished_at.is_(None)
+    done = bindparam("p_done", type_=c.done.type)
+    total = case((c.total < done, done), else_=c.total) if keep_total else bindparam("p_total", type_=c.total.type)
+    return (
+        update(CampaignRow.__table__)
+        .where(c.id == bindparam("p_id", type_=c.id.type))
+        .values(
+            done=done,
+            failures=bindparam("p_failures", type_=c.failures.type),
+            heartbeat_at=bindparam("p_now", type_=c.heartbeat_at.type),
+            status=case((revived, "running"), else_=c.status),
+            total=total,
+        )
+    )
+
+
+_PROGRESS = {keep: _progress_update(keep) for keep in (False, True)}
 
 
 @write_transaction

@@ -59,7 +59,7 @@ from farm.gpu import (
 )
 from farm.schedule import Problem, Schedule, Status
 from farm.trial import TrialKey, TrialResult
-from farm.tuning.job import Job
+from farm.tuning.job import Job, JobBatch
 from farm.tuning.ray_session import init_ray
 from farm.tuning.runner import TrialRunner
 
@@ -517,7 +517,7 @@ class TrialQueue:
                     batch = pool._take(source, len(home) if home else len(self.slots))
                     waiting -= len(batch.items)
                     self._classify(slot, batch, home, source is again)
-                    batch.ref = slot.actor.evaluate.remote([job for _, job in batch.items])
+                    batch.ref = slot.actor.evaluate.remote(JobBatch(job for _, job in batch.items))
                     batch.started = time.monotonic()
                     slot.fifo.append(batch)
                     owner[batch.ref] = slot
@@ -814,7 +814,7 @@ class WorkerPool:
                 return
             while pending and len(slot.fifo) < self.max_in_flight and not _kept_apart(slot, pending[0]):
                 batch = self._take(pending, workers) if guided else pending.popleft()
-                batch.ref = slot.actor.evaluate.remote([job for _, job in batch.items])
+                batch.ref = slot.actor.evaluate.remote(JobBatch(job for _, job in batch.items))
                 batch.started = time.monotonic()
                 slot.fifo.append(batch)
                 owner[batch.ref] = slot
