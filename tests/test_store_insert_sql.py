@@ -1,5 +1,5 @@
-"""insert_trials' driver SQL (multi-row VALUES on SQLite, column arrays through
-unnest on PostgreSQL) stores what TrialResult.as_row() says, NaN as NULL, and returns
+"""insert_trials' driver SQL (multi-row VALUES on SQLite, a binary COPY through a
+temporary table on PostgreSQL) stores what TrialResult.as_row() says, NaN as NULL, and returns
 exactly the results SQL inserted, across chunk boundaries; the failure summary reads only
 the newest `scan` failures."""
 
@@ -21,7 +21,6 @@ from farm.trial import ErrorMetrics
 
 def test_stored_rows_are_as_row_with_nan_as_null_across_chunks(store_url, monkeypatch):  # noqa: F811
     monkeypatch.setattr(repo, "INSERT_CHUNK", 3)
-    monkeypatch.setattr(repo, "PG_INSERT_CHUNK", 3)
     db = store.open_store(store_url)
     topo = store.upsert_topology(db, profile())
     cid = store.start_campaign(db, "farm tune", "random", None, 5, 10)
@@ -46,7 +45,6 @@ def test_stored_rows_are_as_row_with_nan_as_null_across_chunks(store_url, monkey
 
 def test_returns_only_new_keys_first_of_repeats_in_order_across_chunks(store_url, monkeypatch):  # noqa: F811
     monkeypatch.setattr(repo, "INSERT_CHUNK", 2)
-    monkeypatch.setattr(repo, "PG_INSERT_CHUNK", 2)
     db = store.open_store(store_url)
     topo = store.upsert_topology(db, profile())
     assert store.record_trials(db, None, [trial(topo, wg) for wg in (2, 4)]) == 2

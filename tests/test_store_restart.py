@@ -1,5 +1,5 @@
 """The store through a database restart: which errors are transient (farm.store.retry), a
-read that waits for PostgreSQL to come back, a busy SQLite database waited out, and two
+read and a trial write that wait for PostgreSQL to come back, a busy SQLite database waited out, and two
 drainers serving the queue while PostgreSQL is restarted under them (nothing lost, nothing
 claimed twice, attempts counting only tuning failures, both drainers still serving)."""
 
@@ -82,6 +82,27 @@ def test_a_lost_postgresql_is_transient_and_a_read_waits_for_its_restart(pg_own_
     err = capsys.readouterr().err
     assert "farm: database unreachable (" in err and "retrying for up to 60 s ($FARM_DB_RETRY_S)" in err
     assert "farm: database reachable again after" in err
+    db.engine.dispose()
+
+
+def test_a_trial_write_cut_off_by_a_restart_is_retried_whole_and_bad_data_is_not(pg_own_server, monkeypatch):
+    from dataclasses import replace
+
+    from test_store_support import profile, trial
+
+    db = open_store(pg_own_server.url("farm"))
+    topo = store.upsert_topology(db, profile())
+    assert store.record_trials(db, None, [trial(topo, 1)]) == 1  # the pooled connection holds the COPY table
+    monkeypatch.setenv("FARM_DB_RETRY_S", "60")
+    pg_own_server._run("pg_ctl", "-D", str(pg_own_server.data), "-m", "fast", "-w", "stop")
+    restarted = threading.Timer(1.0, pg_own_server._start)
+    restarted.start()
+    assert store.record_trials(db, None, [trial(topo, wg) for wg in (2, 3, 4)]) == 3  # waited, then wrote
+    restarted.join()
+    with pytest.raises(DBAPIError) as caught:  # longer than the column: refused at once, nothing written
+        store.record_trials(db, None, [trial(topo, 5), replace(trial(topo, 6), worker_id="w" * 300)])
+    assert not is_transient(caught.value) and "value too long" in str(caught.value)
+    assert store.count_trials(db) == 4
     db.engine.dispose()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, case, func, select, update
@@ -21,8 +22,14 @@ from farm.store.database import Store
 from farm.store.engine import mask_secrets
 from farm.store.models import CAMPAIGN_STATUSES, CampaignRow, TopologyRow, TrialRow, utcnow
 from farm.store.retry import retrying
-from farm.store.summaries import has_summaries, record_summaries, summary_counts
-from farm.store.transactions import bind_processors, dialect_insert, insert_ignoring_sql, write_transaction
+from farm.store.summaries import SUMMARY_FIELDS, has_summaries, record_summaries, summary_counts
+from farm.store.transactions import (
+    bind_processors,
+    copy_insert_ignoring,
+    dialect_insert,
+    insert_ignoring_sql,
+    write_transaction,
+)
 from farm.trial import TrialResult
 
 if TYPE_CHECKING:
@@ -30,7 +37,6 @@ if TYPE_CHECKING:
 
 TRIAL_KEY = ("topology_hash", "kernel", "source_hash", "problem", "schedule")
 INSERT_CHUNK = 500  # rows per SQLite INSERT statement: well under its bind limit (32766)
-PG_INSERT_CHUNK = 5000  # rows per PostgreSQL INSERT (one array per column: no bind limit)
 # A running campaign whose heartbeat (campaigns.heartbeat_at, else started_at) is older than
 # this is interrupted: its driver was killed. Its driver beats at least every
 # farm.tuning.campaign.HEARTBEAT_S; the bound also absorbs clock skew between machines.
@@ -262,20 +268,22 @@ def write_trial_batch(
     clear ValueError instead of a foreign-key error).
 
     Rows go in key order, which keeps two PostgreSQL writers from deadlocking on each
-    other's keys. Driver SQL (transactions.insert_ignoring_sql): SQLAlchemy's per-row
-    parameter processing would be most of the insert time."""
+    other's keys. Driver SQL (transactions.copy_insert_ignoring, insert_ignoring_sql):
+    SQLAlchemy's per-row parameter processing would be most of the insert time."""
     dialect = conn.dialect
     rows = _trial_rows(campaign_id, results, bind_processors(TrialRow.__table__, _TRIAL_COLUMNS, dialect))
-    inserted: set[tuple] = set()
     ordered = [rows[key][0] for key in sorted(rows)]
     if check and ordered:
         require_topologies(conn, {row[_TOPOLOGY_INDEX] for row in ordered})
-    chunk_rows = PG_INSERT_CHUNK if dialect.name == "postgresql" else INSERT_CHUNK
-    for start in range(0, len(ordered), chunk_rows):
-        chunk = ordered[start : start + chunk_rows]
-        sql, params = insert_ignoring_sql(TrialRow.__table__, _TRIAL_COLUMNS, TRIAL_KEY, dialect, chunk)
-        inserted.update(tuple(r) for r in conn.exec_driver_sql(sql, params))  # rowcount is -1 on psycopg
-    record_summaries(conn, (dict(zip(_TRIAL_COLUMNS, rows[key][0], strict=True)) for key in sorted(inserted)))
+    inserted: set[tuple] = set()
+    if dialect.name == "postgresql":
+        inserted.update(copy_insert_ignoring(conn, TrialRow.__table__, _TRIAL_COLUMNS, TRIAL_KEY, ordered))
+    else:
+        for start in range(0, len(ordered), INSERT_CHUNK):
+            chunk = ordered[start : start + INSERT_CHUNK]
+            sql, params = insert_ignoring_sql(TrialRow.__table__, _TRIAL_COLUMNS, TRIAL_KEY, chunk)
+            inserted.update(tuple(r) for r in conn.exec_driver_sql(sql, params))  # rowcount is -1 on psycopg
+    record_summaries(conn, (_summary_fields(rows[key][0]) for key in sorted(inserted)))
     if counts is not None and campaign_id is not None:
         _write_progress(conn, campaign_id, counts)
     return [result for key, (_, result) in rows.items() if key in inserted]
@@ -287,6 +295,7 @@ _TRIAL_COLUMNS = tuple(
     " min_ns reps timing_method max_abs mean_abs rmse max_rel host worker_id finished_at".split()
 )
 _TOPOLOGY_INDEX = _TRIAL_COLUMNS.index("topology_hash")
+_summary_fields = itemgetter(*(_TRIAL_COLUMNS.index(name) for name in SUMMARY_FIELDS))
 
 
 def _trial_rows(campaign_id: int | None, results: Iterable[TrialResult], processors: list) -> dict[tuple, tuple]:
@@ -300,15 +309,26 @@ def _trial_rows(campaign_id: int | None, results: Iterable[TrialResult], process
         trial_key = (k.topology_hash, k.kernel, k.source_hash, k.problem.key(), k.schedule.key())
         if trial_key in by_key:
             continue
-        timing = (t.median_ns, t.p20_ns, t.p80_ns, t.min_ns, t.reps, t.method) if t else (None,) * 6
-        tail = (m.max_abs, m.mean_abs, m.rmse, m.max_rel, result.host, result.worker_id)
+        # only the timings and the error metrics are floats, so only they can be NaN (x != x)
+        if t is None:
+            timing: tuple = _NO_TIMING
+        else:
+            times = (t.median_ns, t.p20_ns, t.p80_ns, t.min_ns)
+            timing = (*[None if x != x else x for x in times], t.reps, t.method)
+        errors = [None if x != x else x for x in (m.max_abs, m.mean_abs, m.rmse, m.max_rel)]
         finished = datetime.fromtimestamp(result.finished_at, UTC)
-        row = [campaign_id, *trial_key, result.status.value, result.message, *timing, *tail, finished]
-        row = [None if isinstance(v, float) and v != v else v for v in row]
-        for column, process in processors:
-            row[column] = process(row[column])
-        by_key[trial_key] = (tuple(row), result)
+        row = (campaign_id, *trial_key, result.status.value, result.message, *timing, *errors, result.host,
+               result.worker_id, finished)  # fmt: skip
+        if processors:
+            bound = list(row)
+            for column, process in processors:
+                bound[column] = process(bound[column])
+            row = tuple(bound)
+        by_key[trial_key] = (row, result)
     return by_key
+
+
+_NO_TIMING = (None,) * 6
 
 
 def recorded_schedules(

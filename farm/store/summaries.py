@@ -6,7 +6,7 @@ topology, kernel, problem, status), and `trial_failures`, failed trials per (cam
 topology, kernel, status, message pattern) with the smallest message as an example. Their
 size grows with campaigns, problems and failure patterns, never with trials.
 
-- `record_summaries(conn, rows)` adds the rows a trial insert wrote, in its transaction, so
+- `record_summaries(conn, rows)` adds the rows a trial insert wrote (their SUMMARY_FIELDS), in its transaction, so
   a summary is never ahead of or behind the trials it counts. Only rows SQL inserted may be
   passed: a resumed (skipped) trial key must not count twice. Upserts in key order, so two
   PostgreSQL writers don't deadlock on each other's counters.
@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from sqlalchemy import Connection, func, inspect, select, text
 
@@ -65,17 +65,21 @@ def pattern_hash(pattern: str) -> str:
     return hashlib.sha1(pattern.encode()).hexdigest()
 
 
-def record_summaries(conn: Connection, rows: Iterable[Mapping]) -> None:
-    """Add trial rows just inserted on `conn` (mappings with campaign_id, topology_hash,
-    kernel, problem, status and message) to trial_counts and trial_failures."""
+# What record_summaries reads of each trial row, in this order.
+SUMMARY_FIELDS = ("campaign_id", "topology_hash", "kernel", "problem", "status", "message")
+
+
+def record_summaries(conn: Connection, rows: Iterable[Sequence]) -> None:
+    """Add trial rows just inserted on `conn` (each its SUMMARY_FIELDS' values, in that order)
+    to trial_counts and trial_failures."""
     counts: Counter = Counter()
     failures: dict[tuple, list] = {}
-    for row in rows:
-        campaign = NO_CAMPAIGN if row["campaign_id"] is None else row["campaign_id"]
-        status = str(getattr(row["status"], "value", row["status"]))
-        counts[(campaign, row["topology_hash"], row["kernel"], row["problem"], status)] += 1
+    for campaign, topology, kernel, problem, status, message in rows:
+        campaign = NO_CAMPAIGN if campaign is None else campaign
+        status = str(getattr(status, "value", status))
+        counts[(campaign, topology, kernel, problem, status)] += 1
         if status != OK:
-            _add_failure(failures, (campaign, row["topology_hash"], row["kernel"], status), row["message"] or "", 1)
+            _add_failure(failures, (campaign, topology, kernel, status), message or "", 1)
     _upsert(conn, counts, failures)
 
 

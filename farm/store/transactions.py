@@ -5,12 +5,14 @@ outright on a read-only store."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy import String, Table
+from sqlalchemy import BigInteger, Connection, DateTime, Float, Integer, String, Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.types import TypeEngine
 
 from farm.store.database import Store
 from farm.store.retry import call_retrying
@@ -54,27 +56,69 @@ def bind_processors(table: Table, columns: Sequence[str], dialect: Dialect) -> l
 
 
 def insert_ignoring_sql(
-    table: Table, columns: Sequence[str], key: Sequence[str], dialect: Dialect, rows: Sequence[tuple]
+    table: Table, columns: Sequence[str], key: Sequence[str], rows: Sequence[tuple]
 ) -> tuple[str, tuple]:
-    """Driver SQL and parameters inserting `rows` (tuples in `columns` order, already bound:
-    bind_processors) ON CONFLICT (`key`) DO NOTHING RETURNING `key`, one row per row inserted.
-
-    SQLite: one multi-row VALUES (rows * columns must stay under its 32766 binds).
-    PostgreSQL: INSERT .. SELECT * FROM unnest(one array per column), a short statement that
-    psycopg parses once and the server prepares once, where a VALUES list of thousands of
-    placeholders was split by psycopg on every call; unnest keeps the arrays' order, so rows
-    are inserted (and their keys locked) in `rows`' order. The arrays go in binary (`%b`):
-    psycopg dumps a column array in text about 7x slower, most of a flush's client time.
-    Strings go as text[]: a cast to varchar(n)[] would truncate where the column's own
-    check raises."""
-    conflict = f" ON CONFLICT ({', '.join(key)}) DO NOTHING RETURNING {', '.join(key)}"
-    head = f"INSERT INTO {table.name} ({', '.join(columns)}) "
-    if dialect.name == "postgresql":
-        types = ["text" if isinstance(table.c[c].type, String) else table.c[c].type.compile(dialect) for c in columns]
-        sql = head + "SELECT * FROM unnest(" + ", ".join(f"%b::{t}[]" for t in types) + ")" + conflict
-        return sql, tuple(list(column) for column in zip(*rows, strict=True))
+    """SQLite driver SQL and parameters inserting `rows` (tuples in `columns` order, already
+    bound: bind_processors) ON CONFLICT (`key`) DO NOTHING RETURNING `key`, one row per row
+    inserted: one multi-row VALUES (rows * columns must stay under SQLite's 32766 binds)."""
     values = ", ".join(["(" + ", ".join("?" * len(columns)) + ")"] * len(rows))
-    return head + "VALUES " + values + conflict, tuple(v for row in rows for v in row)
+    return (
+        f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES {values}"
+        f" ON CONFLICT ({', '.join(key)}) DO NOTHING RETURNING {', '.join(key)}",
+        tuple(v for row in rows for v in row),
+    )
 
+
+def copy_insert_ignoring(
+    conn: Connection, table: Table, columns: Sequence[str], key: Sequence[str], rows: Iterable[tuple]
+) -> list[tuple]:
+    """PostgreSQL: insert `rows` (tuples in `columns` order, already bound) ON CONFLICT (`key`)
+    DO NOTHING, in `key` order; the keys of the rows inserted.
+
+    The rows go by binary COPY into a temporary table of the session, emptied at each commit,
+    then one INSERT .. SELECT .. ORDER BY `key` moves them: COPY formats each value in C,
+    where binding one array per column went through psycopg's Python loop for every value
+    (most of a driver's recording CPU). Key order keeps two writers from deadlocking on each
+    other's keys. Strings go as text: a varchar(n) column's own check raises on a longer one."""
+    stage, names = f"{table.name}_incoming", ", ".join(columns)
+    keys = ", ".join(key)
+    statement = f"COPY {stage} ({names}) FROM STDIN (FORMAT BINARY)"
+    dbapi, raw = conn.dialect.loaded_dbapi, conn.connection.dbapi_connection
+    try:
+        with raw.cursor() as cursor:
+            cursor.execute(
+                f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS"
+                f" AS SELECT {names} FROM {table.name} WITH NO DATA"
+            )
+            with cursor.copy(statement) as copy:
+                copy.set_types([_copy_type(table.c[c].type) for c in columns])
+                for row in rows:
+                    copy.write_row(row)
+            statement = (
+                f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {stage} ORDER BY {keys}"
+                f" ON CONFLICT ({keys}) DO NOTHING RETURNING {keys}"
+            )
+            cursor.execute(statement)
+            return cursor.fetchall()
+    except dbapi.Error as exc:  # as SQLAlchemy raises it: the retries (farm.store.retry) read that
+        lost = conn.dialect.is_disconnect(exc, raw, None)
+        if lost:
+            conn.invalidate(exc)
+        raise DBAPIError.instance(
+            statement, None, exc, dbapi.Error, connection_invalidated=lost, dialect=conn.dialect
+        ) from exc
+
+
+def _copy_type(column_type: TypeEngine) -> str:
+    """The PostgreSQL type a binary COPY sends a column's values as."""
+    impl = getattr(column_type, "impl", column_type)  # a TypeDecorator's stored type
+    for kind, name in _COPY_TYPES:
+        if isinstance(impl, kind):
+            return "timestamptz" if name == "timestamp" and impl.timezone else name
+    raise TypeError(f"no COPY type for column type {column_type!r}")
+
+
+# Subclasses first: BigInteger is an Integer, Text a String.
+_COPY_TYPES = ((BigInteger, "int8"), (Integer, "int4"), (Float, "float8"), (String, "text"), (DateTime, "timestamp"))
 
 _PROCESSORS: dict[tuple, list] = {}
