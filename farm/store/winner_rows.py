@@ -7,16 +7,18 @@ transactions retried on lock errors, reads return WinnerRecords.
 
 from __future__ import annotations
 
+import functools
 import math
 from datetime import datetime
 
-from sqlalchemy import case, func, inspect, select, update
+from sqlalchemy import bindparam, case, func, inspect, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from farm.store.database import Store
 from farm.store.models import WinnerRow, utcnow
 from farm.store.records import DECISION_FIELDS, VENDOR_FIELDS, WinnerRecord
 from farm.store.repo import fetch_rows, require_topologies
-from farm.store.transactions import dialect_insert, write_transaction
+from farm.store.transactions import write_transaction
 
 WINNER_KEY = ("topology_hash", "kernel", "problem")
 
@@ -44,17 +46,23 @@ def save_winner(store: Store, record: WinnerRecord) -> None:
         **{name: _finite(getattr(record, name)) for name in DECISION_FIELDS},
         **{name: getattr(record, name) for name in VENDOR_FIELDS},
     }
-    insert = dialect_insert(store, WinnerRow.__table__).values(values)
-    changed = {k: insert.excluded[k] for k in values if k not in WINNER_KEY and k not in VENDOR_FIELDS}
-    same_kernel = (WinnerRow.schedule == insert.excluded.schedule) & (
-        WinnerRow.source_hash == insert.excluded.source_hash
-    )
-    for name in VENDOR_FIELDS:  # a new record's own vendor values win; else the stored ones, if still its kernel
-        column = WinnerRow.__table__.c[name]
-        changed[name] = func.coalesce(insert.excluded[name], case((same_kernel, column), else_=None))
     with store.engine.begin() as conn:
         require_topologies(conn, {record.topology_hash})
-        conn.execute(insert.on_conflict_do_update(index_elements=WINNER_KEY, set_=changed))
+        conn.execute(_upsert(store.dialect, tuple(values)), {f"p_{k}": v for k, v in values.items()})
+
+
+@functools.cache
+def _upsert(dialect: str, names: tuple[str, ...]):
+    """save_winner's statement for `dialect` and these columns, built once (building it was
+    most of a save's CPU); parameter p_<column> is a column's value."""
+    table = WinnerRow.__table__
+    module = postgresql if dialect == "postgresql" else sqlite
+    insert = module.insert(table).values({name: bindparam(f"p_{name}", type_=table.c[name].type) for name in names})
+    changed = {k: insert.excluded[k] for k in names if k not in WINNER_KEY and k not in VENDOR_FIELDS}
+    same_kernel = (table.c.schedule == insert.excluded.schedule) & (table.c.source_hash == insert.excluded.source_hash)
+    for name in VENDOR_FIELDS:  # a new record's own vendor values win; else the stored ones, if still its kernel
+        changed[name] = func.coalesce(insert.excluded[name], case((same_kernel, table.c[name]), else_=None))
+    return insert.on_conflict_do_update(index_elements=WINNER_KEY, set_=changed)
 
 
 def _finite(value):

@@ -29,6 +29,7 @@ when there is none.
 
 from __future__ import annotations
 
+import heapq
 import random
 import sys
 import time
@@ -234,16 +235,15 @@ def choose_winner(
     to `stats`."""
     spec = catalog.get(task.kernel)
     known = log.recorded(task)  # after the search: this run's trials too
-    # equal medians in schedule-key order: the same finalists whichever order the trials were read or run in
-    ok_keys = sorted(key for key, r in known.items() if r.ok and r.median_ns)
-    certified = sorted((known[key] for key in ok_keys), key=lambda r: float(r.median_ns))
-    if not certified:
+    ok = {key for key, r in known.items() if r.ok and r.median_ns}
+    if not ok:
         rows = {key: {"status": str(r.status), "message": r.message} for key, r in known.items()}
         print(f"no certified schedule for {task.kernel} {task.problem}: no winner{failure_summary(rows)}",
               file=sys.stderr)  # fmt: skip
         return None
-    finalists = [r.key.schedule for r in certified[: config.finalists]]
-    ok = set(ok_keys)
+    # equal medians in schedule-key order: the same finalists whichever order the trials were read or run in
+    best = heapq.nsmallest(config.finalists, ok, key=lambda key: (float(known[key].median_ns), key))
+    finalists = [known[key].key.schedule for key in best]
     stored = log.stored_winner(task)
     for extra in (spec.default.key(), stored):
         if extra in ok and Schedule.from_key(extra) not in finalists:
