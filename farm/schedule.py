@@ -78,11 +78,18 @@ class Schedule:
         except KeyError:
             raise KeyError(f"schedule {self} has no knob {name!r}") from None
 
+    _dict = None  # not a field: _values' memo, set on first use
+
     def get(self, name: str, default: int) -> int:
-        return self._values().get(name, default)
+        values = self._dict
+        return (values if values is not None else self._values()).get(name, default)
 
     def as_dict(self) -> dict[str, int]:
         return dict(self._values())
+
+    def items(self):
+        """(knob, value) pairs, as as_dict's, without a copy (the checks read every schedule's)."""
+        return self._values().items()
 
     def __reduce__(self):
         # Flat and interned: the schedules of a driver's results and a worker's jobs repeat, and
@@ -92,7 +99,7 @@ class Schedule:
 
     def _values(self) -> dict[str, int]:
         """Every knob's value, memoized like `key` (the checks and the search's features read them per schedule)."""
-        cached = self.__dict__.get("_dict")
+        cached = self._dict
         if cached is None:
             cached = {k: getattr(self, k) for k in self.base} | dict(self.knobs)
             object.__setattr__(self, "_dict", cached)
@@ -127,11 +134,17 @@ class Problem:
     def of(cls, **dims: int) -> Problem:
         return cls(tuple((k, int(v)) for k, v in dims.items()))
 
+    _index = None  # not a field: the dims as a dict, the first of a repeated name, set on first use
+
     def __getitem__(self, name: str) -> int:
-        for key, value in self.dims:
-            if key == name:
-                return value
-        raise KeyError(f"problem {self} has no dimension {name!r}")
+        index = self._index
+        if index is None:
+            index = dict(reversed(self.dims))
+            object.__setattr__(self, "_index", index)
+        try:
+            return index[name]
+        except KeyError:
+            raise KeyError(f"problem {self} has no dimension {name!r}") from None
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.dims)

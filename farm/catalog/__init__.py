@@ -164,7 +164,7 @@ class KernelSpec(ABC):
 
     def check(self, schedule: Schedule, problem: Problem, profile: HardwareProfile) -> None:
         """Raise InvalidSchedule when `schedule` can't run `problem` on `profile`."""
-        for knob, value in schedule.as_dict().items():
+        for knob, value in schedule.items():
             if knob not in self.space:
                 raise InvalidSchedule(self.name, schedule, f"unknown knob {knob!r} (space: {sorted(self.space)})")
             if type(value) is not int or (knob in BASE_KNOBS and value < 1):  # a Schedule built without of()
