@@ -356,28 +356,64 @@ def test_trial_recorder_writes_every_flush_every_trials_and_the_rest_on_flush(tm
     campaign_id = store.start_campaign(db, "farm tune", "random", None, 7, 1000)
     flushes = []
 
-    def progress():  # the counters go into each flush's transaction, read as it writes
-        flushes.append(len(recorder.buffer))
+    def progress():  # the counters go into each flush's transaction, read as it writes (before its rows)
+        flushes.append(store.count_trials(db))
         return (len(flushes) * 100, 0, 1000)
 
     recorder = TrialRecorder(db, campaign_id, tmp_path / "artifacts", progress)
     results = [trial(topo, wg) for wg in range(1, FLUSH_EVERY + 4)]
     for result in results[:FLUSH_EVERY]:
         recorder.add(result)
-    assert flushes == [FLUSH_EVERY] and store.count_trials(db) == FLUSH_EVERY and not recorder.buffer
+    assert flushes == [0] and store.count_trials(db) == FLUSH_EVERY and not recorder.buffer
     assert store.campaign(db, campaign_id)["done"] == 100  # written with the trials
     for result in results[FLUSH_EVERY:]:
         recorder.add(result)
     assert store.count_trials(db) == FLUSH_EVERY and len(recorder.buffer) == 3
     assert not list((tmp_path / "artifacts").rglob("*.parquet"))  # Parquet waits for close()
     recorder.close()
-    assert flushes == [FLUSH_EVERY, 3] and store.count_trials(db) == len(results)
+    assert flushes == [0, FLUSH_EVERY] and store.count_trials(db) == len(results)
     assert store.campaign(db, campaign_id)["done"] == 200
     assert recorder.spent["sql_s"] > 0 and recorder.spent["parquet_s"] > 0
     spent: dict[str, float] = {}
     more = [trial(topo, wg) for wg in range(10_000, 10_005)]
     assert list(recorded(more, db, None, tmp_path / "artifacts", spent)) == more
     assert store.count_trials(db) == len(results) + len(more) and spent["sql_s"] > 0
+    db.engine.dispose()
+
+
+def test_a_thread_adding_a_trial_does_not_wait_for_another_threads_write(tmp_path, monkeypatch):
+    import threading
+
+    from test_store_support import profile, trial
+
+    from farm import store
+    from farm.tuning.recording import TrialRecorder
+
+    db = store.open_store(f"sqlite:///{tmp_path / 'farm.db'}")
+    topo = store.upsert_topology(db, profile())
+    monkeypatch.setattr("farm.tuning.recording.FLUSH_EVERY", 2)
+    writing, release = threading.Event(), threading.Event()
+
+    def progress():  # the first write holds its transaction open until released
+        if not writing.is_set():
+            writing.set()
+            assert release.wait(10)
+        return (0, 0, 10)
+
+    campaign_id = store.start_campaign(db, "farm tune", "random", None, 7, 10)
+    recorder = TrialRecorder(db, campaign_id, tmp_path / "out", progress)
+    recorder.add(trial(topo, 1))
+    writer = threading.Thread(target=recorder.add, args=(trial(topo, 2),))  # due: this thread writes
+    writer.start()
+    assert writing.wait(10)
+    for wg in (3, 4, 5):  # due as well, but a write is in progress: buffered, not waited on
+        recorder.add(trial(topo, wg))
+    assert len(recorder.buffer) == 3 and store.count_trials(db) == 0
+    release.set()
+    writer.join(10)
+    assert store.count_trials(db) == 2
+    recorder.close()
+    assert store.count_trials(db) == 5 and not recorder.buffer
     db.engine.dispose()
 
 

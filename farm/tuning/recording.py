@@ -2,7 +2,8 @@
 
 `TrialRecorder` buffers trials and writes them in SQL FLUSH_EVERY at a time or
 FLUSH_INTERVAL_S after the last write, each flush one transaction that also writes the
-campaign's progress and heartbeat (farm.store.trial_writer); the trials SQL inserted (a key
+campaign's progress and heartbeat (farm.store.trial_writer), on the thread whose trial made
+it due while the campaign's other problems go on adding theirs; the trials SQL inserted (a key
 another campaign stored first is SQL's, once, and not written again) wait in one Parquet
 buffer per (topology, kernel) partition, written as one file per partition at `close()`
 (the campaign's end) or when a partition holds PARQUET_ROWS. `close()` then restores from
@@ -65,7 +66,8 @@ class TrialRecorder:
         self.db, self.campaign_id, self.out = db, campaign_id, out
         self.progress, self.writing = progress, writing or contextlib.nullcontext
         self.writer = TrialWriter(db, campaign_id)
-        self._lock = threading.RLock()  # a campaign's problems in parallel record from their threads
+        self._lock = threading.Lock()  # the buffer: a campaign's problems in parallel record from their threads
+        self._write_lock = threading.Lock()  # one SQL write at a time (the writer's connection, the Parquet buffers)
         self.buffer: list[TrialResult] = []
         self.pending: dict[tuple[str, str], list[TrialResult]] = {}  # partition -> inserted, not yet in Parquet
         self.touched: set[tuple[str, str]] = set()
@@ -74,27 +76,43 @@ class TrialRecorder:
         self.duplicates = 0
 
     def add(self, result: TrialResult) -> None:
+        """Buffer `result`; write the buffer when due, unless another thread is writing (its
+        write or the next one takes these): a thread adding never waits for another's SQL."""
         with self._lock:
             self.buffer.append(result)
-            if len(self.buffer) >= FLUSH_EVERY or time.monotonic() - self.flushed_at >= FLUSH_INTERVAL_S:
-                self.flush()
+            due = len(self.buffer) >= FLUSH_EVERY or time.monotonic() - self.flushed_at >= FLUSH_INTERVAL_S
+        if due and self._write_lock.acquire(blocking=False):
+            try:
+                self._write()
+            finally:
+                self._write_lock.release()
 
     def flush(self) -> None:
-        """Write the buffered trials in SQL, with the campaign's progress, in one transaction;
-        Parquet only for partitions that reached PARQUET_ROWS. The buffer is emptied only once
-        SQL has them: a flush that raises keeps them for the next one."""
+        """Write the buffered trials in SQL, with the campaign's progress, in one transaction
+        (after any write in progress); Parquet only for partitions that reached PARQUET_ROWS.
+        The trials leave the buffer only once SQL has them: a flush that raises keeps them for
+        the next one."""
+        with self._write_lock:
+            self._write()
+
+    def _write(self) -> None:
         with self._lock:
             self.flushed_at = time.monotonic()
-            if not self.buffer:
-                return
-            start = time.perf_counter()
+            batch, self.buffer = self.buffer, []
+        if not batch:
+            return
+        start = time.perf_counter()
+        try:
             with self.writing():
                 counts = self.progress() if self.progress is not None else None
-                inserted = self.writer.write(self.buffer, counts)
-            self.duplicates += len(self.buffer) - len(inserted)
-            self.buffer = []
-            self.spent["sql_s"] += time.perf_counter() - start
-            self._to_parquet(inserted)
+                inserted = self.writer.write(batch, counts)
+        except BaseException:
+            with self._lock:
+                self.buffer[:0] = batch
+            raise
+        self.duplicates += len(batch) - len(inserted)
+        self.spent["sql_s"] += time.perf_counter() - start
+        self._to_parquet(inserted)
 
     def _to_parquet(self, inserted: list[TrialResult]) -> None:
         for result in inserted:
@@ -107,11 +125,12 @@ class TrialRecorder:
     def close(self) -> dict:
         """Flush, write every partition's Parquet buffer (one file each), then restore from SQL
         what Parquet lacks and compact the touched partitions (farm.store.compaction)."""
-        try:
-            self.flush()
-        finally:
-            self.writer.close()
-        self._write_parquet(list(self.pending))
+        with self._write_lock:
+            try:
+                self._write()
+            finally:
+                self.writer.close()
+            self._write_parquet(list(self.pending))
         start = time.perf_counter()
         done = call_retrying(finish_artifacts, self.db, self.out, self.campaign_id, self.touched)
         self.spent["parquet_s"] += time.perf_counter() - start
