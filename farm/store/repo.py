@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta
-from operator import itemgetter
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, case, func, select, update
@@ -22,7 +21,7 @@ from farm.store.database import Store
 from farm.store.engine import mask_secrets
 from farm.store.models import CAMPAIGN_STATUSES, CampaignRow, TopologyRow, TrialRow, utcnow
 from farm.store.retry import retrying
-from farm.store.summaries import SUMMARY_FIELDS, has_summaries, record_summaries, summary_counts
+from farm.store.summaries import has_summaries, record_summaries, summary_counts
 from farm.store.transactions import (
     bind_processors,
     copy_insert_ignoring,
@@ -30,6 +29,7 @@ from farm.store.transactions import (
     insert_ignoring_sql,
     write_transaction,
 )
+from farm.store.trial_rows import TOPOLOGY_INDEX, TRIAL_COLUMNS, summary_fields, trial_rows
 from farm.trial import TrialResult
 
 if TYPE_CHECKING:
@@ -271,64 +271,22 @@ def write_trial_batch(
     other's keys. Driver SQL (transactions.copy_insert_ignoring, insert_ignoring_sql):
     SQLAlchemy's per-row parameter processing would be most of the insert time."""
     dialect = conn.dialect
-    rows = _trial_rows(campaign_id, results, bind_processors(TrialRow.__table__, _TRIAL_COLUMNS, dialect))
+    rows = trial_rows(campaign_id, results, bind_processors(TrialRow.__table__, TRIAL_COLUMNS, dialect))
     ordered = [rows[key][0] for key in sorted(rows)]
     if check and ordered:
-        require_topologies(conn, {row[_TOPOLOGY_INDEX] for row in ordered})
+        require_topologies(conn, {row[TOPOLOGY_INDEX] for row in ordered})
     inserted: set[tuple] = set()
     if dialect.name == "postgresql":
-        inserted.update(copy_insert_ignoring(conn, TrialRow.__table__, _TRIAL_COLUMNS, TRIAL_KEY, ordered))
+        inserted.update(copy_insert_ignoring(conn, TrialRow.__table__, TRIAL_COLUMNS, TRIAL_KEY, ordered))
     else:
         for start in range(0, len(ordered), INSERT_CHUNK):
             chunk = ordered[start : start + INSERT_CHUNK]
-            sql, params = insert_ignoring_sql(TrialRow.__table__, _TRIAL_COLUMNS, TRIAL_KEY, chunk)
+            sql, params = insert_ignoring_sql(TrialRow.__table__, TRIAL_COLUMNS, TRIAL_KEY, chunk)
             inserted.update(tuple(r) for r in conn.exec_driver_sql(sql, params))  # rowcount is -1 on psycopg
-    record_summaries(conn, (_summary_fields(rows[key][0]) for key in sorted(inserted)))
+    record_summaries(conn, (summary_fields(rows[key][0]) for key in sorted(inserted)))
     if counts is not None and campaign_id is not None:
         _write_progress(conn, campaign_id, counts)
     return [result for key, (_, result) in rows.items() if key in inserted]
-
-
-# Every column insert_trials writes, in _trial_rows' tuple order (id is the database's).
-_TRIAL_COLUMNS = tuple(
-    "campaign_id topology_hash kernel source_hash problem schedule status message median_ns p20_ns p80_ns"
-    " min_ns reps timing_method max_abs mean_abs rmse max_rel host worker_id finished_at".split()
-)
-_TOPOLOGY_INDEX = _TRIAL_COLUMNS.index("topology_hash")
-_summary_fields = itemgetter(*(_TRIAL_COLUMNS.index(name) for name in SUMMARY_FIELDS))
-
-
-def _trial_rows(campaign_id: int | None, results: Iterable[TrialResult], processors: list) -> dict[tuple, tuple]:
-    """Trial key -> (row: a tuple in _TRIAL_COLUMNS order, bound for the driver, result), the
-    first result of each key, in `results`' order; the values are as_row()'s, NaN as NULL."""
-    by_key: dict[tuple, tuple[tuple, TrialResult]] = {}
-    for index, result in enumerate(results):
-        if not isinstance(result, TrialResult):
-            raise TypeError(f"results[{index}] is {type(result).__name__}, expected TrialResult")
-        k, t, m = result.key, result.timing, result.metrics
-        trial_key = (k.topology_hash, k.kernel, k.source_hash, k.problem.key(), k.schedule.key())
-        if trial_key in by_key:
-            continue
-        # only the timings and the error metrics are floats, so only they can be NaN (x != x)
-        if t is None:
-            timing: tuple = _NO_TIMING
-        else:
-            times = (t.median_ns, t.p20_ns, t.p80_ns, t.min_ns)
-            timing = (*[None if x != x else x for x in times], t.reps, t.method)
-        errors = [None if x != x else x for x in (m.max_abs, m.mean_abs, m.rmse, m.max_rel)]
-        finished = datetime.fromtimestamp(result.finished_at, UTC)
-        row = (campaign_id, *trial_key, result.status.value, result.message, *timing, *errors, result.host,
-               result.worker_id, finished)  # fmt: skip
-        if processors:
-            bound = list(row)
-            for column, process in processors:
-                bound[column] = process(bound[column])
-            row = tuple(bound)
-        by_key[trial_key] = (row, result)
-    return by_key
-
-
-_NO_TIMING = (None,) * 6
 
 
 def recorded_schedules(
