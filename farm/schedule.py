@@ -81,8 +81,7 @@ class Schedule:
     _dict = None  # not a field: _values' memo, set on first use
 
     def get(self, name: str, default: int) -> int:
-        values = self._dict
-        return (values if values is not None else self._values()).get(name, default)
+        return self._values().get(name, default)
 
     def as_dict(self) -> dict[str, int]:
         return dict(self._values())

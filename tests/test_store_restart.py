@@ -1,7 +1,8 @@
 """The store through a database restart: which errors are transient (farm.store.retry), a
-read and a trial write that wait for PostgreSQL to come back, a busy SQLite database waited out, and two
-drainers serving the queue while PostgreSQL is restarted under them (nothing lost, nothing
-claimed twice, attempts counting only tuning failures, both drainers still serving)."""
+read and a campaign's trial write that wait for PostgreSQL to come back, a busy SQLite
+database waited out, and two drainers serving the queue while PostgreSQL is restarted under
+them (nothing lost, nothing claimed twice, attempts counting only tuning failures, both
+drainers still serving)."""
 
 from __future__ import annotations
 
@@ -86,22 +87,28 @@ def test_a_lost_postgresql_is_transient_and_a_read_waits_for_its_restart(pg_own_
 
 
 def test_a_trial_write_cut_off_by_a_restart_is_retried_whole_and_bad_data_is_not(pg_own_server, monkeypatch):
+    """A campaign's writer holds its connection (no ping at checkout), so the restart is first
+    seen inside the COPY: raised as SQLAlchemy raises its own errors, it is retried."""
     from dataclasses import replace
 
     from test_store_support import profile, trial
 
+    from farm.store.trial_writer import TrialWriter
+
     db = open_store(pg_own_server.url("farm"))
     topo = store.upsert_topology(db, profile())
-    assert store.record_trials(db, None, [trial(topo, 1)]) == 1  # the pooled connection holds the COPY table
+    writer = TrialWriter(db, None)
+    assert len(writer.write([trial(topo, 1)])) == 1  # the held connection, its COPY table made
     monkeypatch.setenv("FARM_DB_RETRY_S", "60")
     pg_own_server._run("pg_ctl", "-D", str(pg_own_server.data), "-m", "fast", "-w", "stop")
     restarted = threading.Timer(1.0, pg_own_server._start)
     restarted.start()
-    assert store.record_trials(db, None, [trial(topo, wg) for wg in (2, 3, 4)]) == 3  # waited, then wrote
+    assert len(writer.write([trial(topo, wg) for wg in (2, 3, 4)])) == 3  # waited, then wrote
     restarted.join()
     with pytest.raises(DBAPIError) as caught:  # longer than the column: refused at once, nothing written
-        store.record_trials(db, None, [trial(topo, 5), replace(trial(topo, 6), worker_id="w" * 300)])
+        writer.write([trial(topo, 5), replace(trial(topo, 6), worker_id="w" * 300)])
     assert not is_transient(caught.value) and "value too long" in str(caught.value)
+    writer.close()
     assert store.count_trials(db) == 4
     db.engine.dispose()
 

@@ -59,7 +59,6 @@ def test_a_job_batch_arrives_as_a_plain_list_of_its_jobs():
     jobs = [Job("gemm", problem, s, seed=2) for s in catalog.get("gemm").schedules()[:5]]
     back = cloudpickle.loads(cloudpickle.dumps(JobBatch(jobs)))
     assert type(back) is list and back == jobs
-    assert back[0].problem is back[4].problem  # pickled once: one object per distinct value
 
 
 def test_a_problem_reads_the_first_of_a_repeated_dimension_and_names_a_missing_one():

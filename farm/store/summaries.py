@@ -6,8 +6,8 @@ topology, kernel, problem, status), and `trial_failures`, failed trials per (cam
 topology, kernel, status, message pattern) with the smallest message as an example. Their
 size grows with campaigns, problems and failure patterns, never with trials.
 
-- `record_summaries(conn, rows)` adds the rows a trial insert wrote (their SUMMARY_FIELDS), in its transaction, so
-  a summary is never ahead of or behind the trials it counts. Only rows SQL inserted may be
+- `record_summaries(conn, rows)` adds the rows a trial insert wrote (their SUMMARY_FIELDS),
+  in its transaction, so a summary is never ahead of or behind the trials it counts. Only rows SQL inserted may be
   passed: a resumed (skipped) trial key must not count twice. Upserts in key order, so two
   PostgreSQL writers don't deadlock on each other's counters.
 - `rebuild_summaries(conn)` recomputes both tables from `trials` (the migration's backfill,

@@ -38,10 +38,11 @@ def write_transaction(fn: Callable[Concatenate[Store, P], R]) -> Callable[Concat
     return wrapper
 
 
-def dialect_insert(store: Store, table: Table) -> Any:
-    """An INSERT that supports ON CONFLICT for the store's dialect (SQLite or PostgreSQL)."""
-    module = postgresql if store.dialect == "postgresql" else sqlite
-    return module.insert(table)
+def dialect_insert(store: Store | str, table: Table) -> Any:
+    """An INSERT that supports ON CONFLICT for the store's dialect, or that dialect's name
+    (SQLite or PostgreSQL)."""
+    dialect = store if isinstance(store, str) else store.dialect
+    return (postgresql if dialect == "postgresql" else sqlite).insert(table)
 
 
 def bind_processors(table: Table, columns: Sequence[str], dialect: Dialect) -> list[tuple[int, Callable]]:

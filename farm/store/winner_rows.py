@@ -12,13 +12,12 @@ import math
 from datetime import datetime
 
 from sqlalchemy import bindparam, case, func, inspect, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from farm.store.database import Store
 from farm.store.models import WinnerRow, utcnow
 from farm.store.records import DECISION_FIELDS, VENDOR_FIELDS, WinnerRecord
 from farm.store.repo import fetch_rows, require_topologies
-from farm.store.transactions import write_transaction
+from farm.store.transactions import dialect_insert, write_transaction
 
 WINNER_KEY = ("topology_hash", "kernel", "problem")
 
@@ -56,8 +55,8 @@ def _upsert(dialect: str, names: tuple[str, ...]):
     """save_winner's statement for `dialect` and these columns, built once (building it was
     most of a save's CPU); parameter p_<column> is a column's value."""
     table = WinnerRow.__table__
-    module = postgresql if dialect == "postgresql" else sqlite
-    insert = module.insert(table).values({name: bindparam(f"p_{name}", type_=table.c[name].type) for name in names})
+    params = {name: bindparam(f"p_{name}", type_=table.c[name].type) for name in names}
+    insert = dialect_insert(dialect, table).values(params)
     changed = {k: insert.excluded[k] for k in names if k not in WINNER_KEY and k not in VENDOR_FIELDS}
     same_kernel = (table.c.schedule == insert.excluded.schedule) & (table.c.source_hash == insert.excluded.source_hash)
     for name in VENDOR_FIELDS:  # a new record's own vendor values win; else the stored ones, if still its kernel

@@ -1,6 +1,6 @@
 """What a tuning worker is asked to do and where its time goes: `Job` (one trial to run),
-`JobBatch` (jobs as they cross to a worker), `StageTimes` (seconds per stage, summed over a worker's batch threads) and
-`format_stage_report` (one such report as "stage ms/trial" pairs)."""
+`JobBatch` (jobs as they cross to a worker), `StageTimes` (seconds per stage, summed over
+a worker's batch threads) and `format_stage_report` (one such report as "stage ms/trial" pairs)."""
 
 from __future__ import annotations
 
