@@ -4,7 +4,6 @@ every page through AppTest, `farm dashboard` in headless chromium, and the empty
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -48,6 +47,16 @@ def campaign(tmp_path_factory) -> dict:
         fan_out=False,
     )
     return {"url": url, "root": root, "markdown": (sweep_dir / "recurrent_scaling.md").read_text()}
+
+
+def _copy_database(source, target) -> None:
+    """A copy of a SQLite database with what its write-ahead log holds (a file copy would miss it)."""
+    import sqlite3
+
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
+    dst.close()
+    src.close()
 
 
 @pytest.fixture
@@ -117,7 +126,7 @@ def test_a_user_kernel_the_dashboard_does_not_know_is_unknown_not_stale(campaign
     from farm.store.winner_rows import save_winner, winners
 
     copy = tmp_path / "user.db"
-    shutil.copy(campaign["root"] / "farm.db", copy)
+    _copy_database(campaign["root"] / "farm.db", copy)
     writable = store.open_store(f"sqlite:///{copy}")
     (gemv,) = winners(writable)
     save_winner(writable, replace(gemv, kernel="my_kernel"))
@@ -174,7 +183,7 @@ def test_compare_page_says_when_one_topology_has_tuned_the_problem(app):
 
 def test_running_campaign_page_refreshes_itself(campaign, tmp_path, monkeypatch):
     copy = tmp_path / "running.db"
-    shutil.copy(campaign["root"] / "farm.db", copy)
+    _copy_database(campaign["root"] / "farm.db", copy)
     writable = store.open_store(f"sqlite:///{copy}")
     store.start_campaign(writable, "farm tune --all", "model", None, 10, total=50)
     writable.engine.dispose()
