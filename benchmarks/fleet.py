@@ -56,6 +56,7 @@ import math
 import os
 import platform
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -342,8 +343,11 @@ class Databases:
         return self.server.url(f"fleet{self.count}")
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.stop()
+        try:
+            if self.server is not None:
+                self.server.stop()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)  # the SQLite files and the drivers' homes
 
 
 def load() -> str:

@@ -15,8 +15,8 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 LANDSCAPE = Path(__file__).parent / "data" / "landscapes" / "h200-gemm-m=2048-k=2048-n=2048.json.gz"
 
 
-def _run(script: str, *args: str | Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent)}
+def _run(script: str, *args: str | Path, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent), **(env or {})}
     return subprocess.run([sys.executable, str(BENCHMARKS / script), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env)  # fmt: skip
 
@@ -102,8 +102,12 @@ def test_dashboard_queries_times_every_query_with_and_without_summaries(tmp_path
 
 
 def test_fleet_records_as_a_campaign_and_reports_its_rate(tmp_path):
-    run = _run("fleet.py", "record", "--rows", "600", "--no-postgres", "--json", tmp_path / "fleet.json")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    run = _run("fleet.py", "record", "--rows", "600", "--no-postgres", "--db", "sqlite",
+               "--json", tmp_path / "fleet.json", env={"TMPDIR": str(scratch)})  # fmt: skip
     assert run.returncode == 0, run.stderr
+    assert not list(scratch.iterdir())  # its databases go with it
     (row,) = json.loads((tmp_path / "fleet.json").read_text())
     assert (row["mode"], row["db"], row["rows"]) == ("record", "sqlite", 600) and row["rows_per_s"] > 0
     assert "record | sqlite | 600 |" in run.stdout
