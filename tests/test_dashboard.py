@@ -53,10 +53,12 @@ def _copy_database(source, target) -> None:
     """A copy of a SQLite database with what its write-ahead log holds (a file copy would miss it)."""
     import sqlite3
 
-    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+    src, dst = sqlite3.connect(source), sqlite3.connect(target)
+    try:
         src.backup(dst)
-    dst.close()
-    src.close()
+    finally:
+        dst.close()
+        src.close()
 
 
 @pytest.fixture

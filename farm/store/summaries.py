@@ -7,9 +7,9 @@ topology, kernel, status, message pattern) with the smallest message as an examp
 size grows with campaigns, problems and failure patterns, never with trials.
 
 - `record_summaries(conn, rows)` adds the rows a trial insert wrote (their SUMMARY_FIELDS),
-  in its transaction, so a summary is never ahead of or behind the trials it counts. Only rows SQL inserted may be
-  passed: a resumed (skipped) trial key must not count twice. Upserts in key order, so two
-  PostgreSQL writers don't deadlock on each other's counters.
+  in its transaction, so a summary is never ahead of or behind the trials it counts. Only
+  rows SQL inserted may be passed: a resumed (skipped) trial key must not count twice.
+  Upserts in key order, so two PostgreSQL writers don't deadlock on each other's counters.
 - `rebuild_summaries(conn)` recomputes both tables from `trials` (the migration's backfill,
   a bulk load that bypassed record_summaries).
 - Nothing in the farm deletes trials; whatever does must call rebuild_summaries (or

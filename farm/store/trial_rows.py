@@ -19,6 +19,7 @@ TRIAL_COLUMNS = tuple(
 )
 TOPOLOGY_INDEX = TRIAL_COLUMNS.index("topology_hash")
 summary_fields = itemgetter(*(TRIAL_COLUMNS.index(name) for name in SUMMARY_FIELDS))
+_NO_TIMING = (None,) * 6  # a failed trial's timing columns
 
 
 def trial_rows(campaign_id: int | None, results: Iterable[TrialResult], processors: list) -> dict[tuple, tuple]:
@@ -49,6 +50,3 @@ def trial_rows(campaign_id: int | None, results: Iterable[TrialResult], processo
             row = tuple(bound)
         by_key[trial_key] = (row, result)
     return by_key
-
-
-_NO_TIMING = (None,) * 6
