@@ -469,3 +469,39 @@ def test_once_no_task_is_left_to_start_a_freed_home_is_lent_to_the_latest_starte
     campaign._lend_spare(deque([f, f]), running, tasks, counts)
     assert asked[4:] == [(one, f)] and lent == asked  # not to the one dropping; the second f stays spare
     assert max(counts.values()) == SPARE_LENT == 2
+
+
+def test_a_worker_re_measuring_takes_no_trials_and_two_tasks_of_a_home_re_measure_side_by_side(pool):
+    """A finalists' re-measurement holds its worker's GPU: the queue gives that worker no
+    batch meanwhile (it would wait behind the re-measurement, and its round with it), and the
+    two tasks of a home re-measure on two workers, not one after the other on the first."""
+    from farm.tuning.job import Job
+    from farm.tuning.pool_executor import PoolExecutor
+    from farm.tuning.workers import TrialQueue
+
+    spec, names = catalog.get("gemv"), list(pool.topologies().values())[0]
+    home, problem = names[:4], spec.problem(m=256, n=256)
+    topology = next(iter(pool.topologies()))
+    queue = TrialQueue(pool)
+    executor = PoolExecutor(pool, topology, pool.profiles(), queue, home)
+    held, real = [], pool.remeasure_rounds
+
+    def remeasure(slot, *args):
+        held.append((slot, dict(queue._reserved)))
+        return real(slot, *args)
+
+    pool.remeasure_rounds = remeasure
+    try:
+        with queue.reserved(home) as first, queue.reserved(home) as second:
+            assert (first, second) == (home[0], home[1])  # all idle: the home's order
+            where = {r.worker_id.split(".")[0] for r in queue.stream(
+                [Job("gemv", problem, s, 0, 1, 2) for s in spec.schedules()[:32]], home)}  # fmt: skip
+            assert where and first not in where and second not in where
+            samples = executor.remeasure_rounds("gemv", problem, spec.schedules()[:2], 2, 2, 0, 2, 0.01)
+        assert held == [(home[2], {home[0]: 1, home[1]: 1, home[2]: 1})] and len(samples) == 2
+        assert queue._reserved == {}
+        where = [r.worker_id.split(".")[0] for r in queue.stream(
+            [Job("gemv", problem, s, 0, 1, 2) for s in spec.schedules()[:16]], home)]  # fmt: skip
+        assert home[0] in where and home[1] in where  # given back: idle again, each takes a trial
+    finally:
+        queue.close()

@@ -16,7 +16,7 @@ class PoolExecutor:
     campaign's TrialQueue, and `home`, the task's share of the workers): its trials go to its
     home first, the search sizes its batches for the home, compile hints go only there (a hint
     per worker per round would cost the driver the fleet's size at each round), and the
-    home's first worker re-measures."""
+    home's least busy worker re-measures, taking no trials meanwhile."""
 
     def __init__(
         self,
@@ -54,10 +54,13 @@ class PoolExecutor:
         max_rounds: int,
         noise: float,
     ) -> dict[str, list[float] | None]:
-        """The pool's re-measurement on this topology's first worker."""
+        """The pool's re-measurement on one worker: this topology's first, or beside other
+        problems the home's least busy, which takes no trials meanwhile (TrialQueue.reserved)."""
+        args = (kernel, problem, schedules, reps, rounds, seed, max_rounds, noise)
         try:
-            return self.pool.remeasure_rounds(
-                self.slot, kernel, problem, schedules, reps, rounds, seed, max_rounds, noise
-            )
+            if self.trials is None:
+                return self.pool.remeasure_rounds(self.slot, *args)
+            with self.trials.reserved(self.home) as slot:
+                return self.pool.remeasure_rounds(slot, *args)
         except WorkerFailure as exc:
             raise RemeasureFailed(str(exc)) from exc

@@ -34,6 +34,7 @@ sets CUDA_VISIBLE_DEVICES, which Vulkan ignores) and cross-checks it against `nv
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import os
@@ -64,6 +65,7 @@ from farm.tuning.ray_session import init_ray
 from farm.tuning.runner import TrialRunner
 
 _POLL_S = 0.5
+_FREED = object()  # TrialQueue's inbox: a reserved worker was given back
 DEATH_SETTLE_S = 10.0  # how long a dead actor's earlier batches may take to resolve
 # Trials per batch sent to a worker while plenty is left (guided sizing shrinks it towards the
 # end): a Ray call and its result cost the driver about as much as a hundred trials' SQL, so a
@@ -367,7 +369,9 @@ class TrialQueue:
     workers outside its home that ran a problem's trials or were asked to make its inputs
     ahead (`lend`), which hold its inputs too and take its trials at no inputs' cost, and
     `release` forgets them once the problem is done. A call without a home is every worker's.
-    Trials the failure rules send again go first, to any worker."""
+    Trials the failure rules send again go first, to any worker. `reserved(home)` lends a
+    home's worker to other work that holds its GPU (a finalists' re-measurement): the loop
+    gives it no batch meanwhile, which would only wait behind that work."""
 
     def __init__(self, pool: WorkerPool, topology: str | None = None):
         self.pool, self.slots = pool, pool._slots_for(topology)
@@ -388,6 +392,8 @@ class TrialQueue:
         self._released: queue.SimpleQueue = queue.SimpleQueue()
         self._lent: queue.SimpleQueue = queue.SimpleQueue()
         self.placed = {"home": 0, "away": 0, "first visits": 0}  # trials, and batches that made inputs
+        self._reserved: dict[str, int] = {}  # slot name -> holds of `reserved`; written under the lock
+        self._reserved_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="trial-queue", daemon=True)
         self._thread.start()
 
@@ -427,6 +433,26 @@ class TrialQueue:
         self._released.put(key)
         with self._visited_lock:
             return set(self._visited.get(key, ()))
+
+    @contextlib.contextmanager
+    def reserved(self, home: Iterable[str] | None = None) -> Iterator[str]:
+        """A worker of `home` (or any) for work that holds its GPU, kept from new batches until
+        the block ends: the one with the fewest batches in flight among those not already held
+        (in `home`'s order on a tie), so two tasks sharing a home re-measure side by side and
+        the work starts behind as little as can be."""
+        names = list(home) if home else [slot.name for slot in self.slots]
+        with self._reserved_lock:
+            # the loop owns each fifo: its length read from here is a hint, and a stale one costs only a wait
+            name = min(names, key=lambda n: (self._reserved.get(n, 0), len(self.by_name[n].fifo)))
+            self._reserved[name] = self._reserved.get(name, 0) + 1
+        try:
+            yield name
+        finally:
+            with self._reserved_lock:
+                self._reserved[name] -= 1
+                if not self._reserved[name]:
+                    del self._reserved[name]
+            self._inbox.put(_FREED)  # wake the loop: the worker takes batches again
 
     def close(self, error: BaseException | None = None) -> None:
         """Stop the loop; callers still waiting get `error` (default: a WorkerFailure)."""
@@ -510,6 +536,8 @@ class TrialQueue:
             if where == "held" and holders is None:
                 holders = self._holders(queues)
             for slot in [room[n] for n in holders if n in room] if where == "held" else list(room.values()):
+                if slot.name in self._reserved:
+                    continue
                 while waiting and len(slot.fifo) < depth and slot.name not in shared:
                     home, source = self._source(slot, queues, homes, again, where, away)
                     if source is None or _kept_apart(slot, source[0]):
