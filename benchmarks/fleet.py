@@ -38,7 +38,7 @@ each, so each runs one batch at a time as a real worker's GPU lock does); a tria
 `farm tune --all` rate, ~11 trials/s) and answers the median measured for that schedule in
 tests/data/landscapes/ and tests/data/h200_gemm_trials.json where there is one, else a
 seeded synthetic time (log-normal around a per-problem base, ~5% failures). Finalists are
-re-measured on one GPU of the task's home (the least busy) for `rounds x finalists x trial-s x
+re-measured on the least busy GPU of the task's home for `rounds x finalists x trial-s x
 REMEASURE_SHARE`, answering the replayed medians with 1% noise: a finalist-round is one
 timing of a compiled pipeline, no compile and no check (on the H200 a `farm tune --all` spent
 7.9 s on 494 finalist-rounds, 16 ms each, warm-up included, against ~90 ms a trial).
